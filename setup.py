@@ -1,0 +1,88 @@
+"""Build and install tfrecord_beam; the compiled core is optional and never blocks installation."""
+
+import glob
+import os
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NATIVE_SOURCES = sorted(
+    os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "tfrecord_beam", "_native", "*.c"))
+)
+
+
+class OptionalBuildExt(build_ext):
+    """Build the C extension when a compiler is there; otherwise warn and install the pure twins."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any build failure falls back to pure Python
+            self._skip(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001
+            self._skip(exc)
+
+    @staticmethod
+    def _skip(exc):
+        sys.stderr.write(
+            f"WARNING: tfrecord_beam's compiled core was not built ({exc}); "
+            "the pure-Python engine will be used.\n"
+        )
+
+
+def _extensions():
+    if not NATIVE_SOURCES or os.environ.get("TFRECORD_BEAM_NO_EXT"):
+        return []
+    import numpy  # build requirement (pyproject.toml)
+
+    return [
+        Extension(
+            "tfrecord_beam._native._core",
+            sources=NATIVE_SOURCES,
+            include_dirs=[numpy.get_include(), os.path.join("tfrecord_beam", "_native")],
+            extra_compile_args=["-O3", "-std=c11", "-fno-strict-aliasing"],
+        )
+    ]
+
+
+TORCH = "torch==2.13.0"  # the CPU build on disk; a bare `torch` would pull a multi-GB CUDA build
+BEAM = "apache-beam>=2.77,<2.78"
+
+setup(
+    name="tfrecord_beam",
+    version="0.1.0",
+    description="Write, read, index, reshard, mix and convert TFRecord data without TensorFlow.",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
+    if os.path.exists(os.path.join(HERE, "README.md"))
+    else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["tfrecord_beam", "tfrecord_beam.*", "pipelines", "pipelines.*"]),
+    package_data={"tfrecord_beam": ["py.typed", "_native/*.pyi", "_native/*.h", "_native/*.c"]},
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": OptionalBuildExt},
+    install_requires=[
+        "numpy>=1.22",
+        "protobuf>=4.21,<7",
+        "google-crc32c>=1.5",
+        "pyarrow>=12",
+    ],
+    extras_require={
+        "beam": [BEAM],
+        "torch": [TORCH],
+        "all": [BEAM, TORCH],
+        "test": ["pytest>=7", "hypothesis>=6"],
+    },
+    entry_points={
+        "console_scripts": [
+            "tfrecord2idx=tfrecord_beam.tools.tfrecord2idx:main",
+            "tfrecord-beam=tfrecord_beam.cli:main",
+        ]
+    },
+)

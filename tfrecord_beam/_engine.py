@@ -1,0 +1,33 @@
+"""Picks the engine for every hot path in one place: the compiled module, or its pure twins.
+
+`TFRECORD_BEAM_PURE=1` forces the pure-Python twins. When the compiled module is missing the
+package still works, slower, and says so once.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from . import _framing_py
+
+PURE_REQUESTED = os.environ.get("TFRECORD_BEAM_PURE", "") not in ("", "0")
+
+_native = None
+if not PURE_REQUESTED:
+    try:
+        from ._native import _core as _native  # type: ignore[no-redef]
+    except ImportError as exc:  # pragma: no cover - depends on the build
+        warnings.warn(
+            f"tfrecord_beam: compiled fast path unavailable ({exc}); using the pure-Python engine",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+NATIVE = _native is not None
+ENGINE = "native" if NATIVE else "pure"
+
+_impl = _native if NATIVE else _framing_py
+scan_frames = _impl.scan_frames
+frame_records = _impl.frame_records
+masked_crc32c = _impl.masked_crc32c

@@ -1,0 +1,95 @@
+"""Pure-Python twin of the compiled framing hot paths: scan frames, check CRCs, frame payloads.
+
+The compiled module (`tfrecord_beam._native._core`) exposes the same functions with the same
+results; `tfrecord_beam._engine` picks one of the two in one place.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence, Tuple
+
+import google_crc32c
+import numpy as np
+
+HEADER_SIZE = 12  # uint64 length + masked CRC32C of the length
+FOOTER_SIZE = 4  # masked CRC32C of the payload
+FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
+_MASK_DELTA = 0xA282EAD8
+
+# scan_frames status codes (shared with the C twin).
+STATUS_OK = 0
+STATUS_INCOMPLETE = 1
+STATUS_BAD_LENGTH_CRC = 2
+STATUS_BAD_DATA_CRC = 3
+
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_HEADER = struct.Struct("<QI")
+
+
+def masked_crc32c(data) -> int:
+    """TFRecord's masked CRC32C of `data` (bytes-like)."""
+    if not isinstance(data, bytes):
+        data = bytes(data)  # google_crc32c.value rejects memoryview slices
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def scan_frames(buf, verify: bool = True, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]:
+    """Find the complete records at the start of `buf`.
+
+    Returns `(payload_offsets, payload_lengths, consumed, status)`: offsets (int64) of each
+    payload inside `buf`, their lengths, the number of bytes those frames cover, and why the
+    scan stopped: STATUS_OK (end of `buf` or `max_records` reached), STATUS_INCOMPLETE (`buf`
+    ends inside the frame starting at `consumed`), STATUS_BAD_LENGTH_CRC / STATUS_BAD_DATA_CRC
+    (the frame starting at `consumed` fails a CRC; only when `verify`).
+    """
+    view = memoryview(buf).cast("B")
+    size = len(view)
+    offsets = []
+    lengths = []
+    pos = 0
+    status = STATUS_OK
+    while pos < size and (max_records < 0 or len(offsets) < max_records):
+        if size - pos < HEADER_SIZE:
+            status = STATUS_INCOMPLETE
+            break
+        length, length_crc = _HEADER.unpack_from(view, pos)
+        if verify and masked_crc32c(view[pos : pos + 8]) != length_crc:
+            status = STATUS_BAD_LENGTH_CRC
+            break
+        if length > size - pos - FRAME_OVERHEAD:
+            status = STATUS_INCOMPLETE
+            break
+        start = pos + HEADER_SIZE
+        if verify:
+            (data_crc,) = _U32.unpack_from(view, start + length)
+            if masked_crc32c(view[start : start + length]) != data_crc:
+                status = STATUS_BAD_DATA_CRC
+                break
+        offsets.append(start)
+        lengths.append(length)
+        pos = start + length + FOOTER_SIZE
+    return (
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(lengths, dtype=np.int64),
+        pos,
+        status,
+    )
+
+
+def frame_header(length: int) -> bytes:
+    """The 12-byte header of a record of `length` payload bytes."""
+    raw = _U64.pack(length)
+    return raw + _U32.pack(masked_crc32c(raw))
+
+
+def frame_records(payloads: Sequence[bytes]) -> bytes:
+    """Frame many payloads (header, payload, footer each) into one buffer."""
+    parts = []
+    for payload in payloads:
+        parts.append(frame_header(len(payload)))
+        parts.append(payload)
+        parts.append(_U32.pack(masked_crc32c(payload)))
+    return b"".join(parts)

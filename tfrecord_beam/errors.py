@@ -1,0 +1,52 @@
+"""Errors raised by tfrecord_beam; each names the file, the byte offset and the record."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TFRecordError(Exception):
+    """Base of every tfrecord_beam error that concerns a file's contents."""
+
+    def __init__(
+        self,
+        path: Optional[str],
+        offset: Optional[int],
+        record_number: Optional[int],
+        reason: str,
+    ) -> None:
+        self.path = path
+        self.offset = offset
+        self.record_number = record_number
+        self.reason = reason
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.record_number is not None:
+            where.append(f"record {self.record_number}")
+        if self.offset is not None:
+            where.append(f"byte offset {self.offset}")
+        prefix = ", ".join(where)
+        return f"{prefix}: {self.reason}" if prefix else self.reason
+
+    def __reduce__(self):  # keep errors picklable across processes (DataLoader, Beam)
+        return (type(self), (self.path, self.offset, self.record_number, self.reason))
+
+
+class CorruptRecordError(TFRecordError):
+    """A record's length or payload fails its CRC, or its framing is impossible."""
+
+
+class TruncatedRecordError(CorruptRecordError):
+    """The data ends inside a record (its header, payload or footer)."""
+
+
+class IndexMismatchError(TFRecordError):
+    """A `.tfindex` file does not describe its data file (stale, truncated or malformed)."""
+
+
+class DecodeError(TFRecordError):
+    """A payload is not a valid Example / SequenceExample protobuf."""
