@@ -1,0 +1,45 @@
+"""Apache Beam IO for TFRecord files (needs the `[beam]` extra).
+
+    import apache_beam as beam
+    from tfrecord_beam.beam import ReadFromTFRecord, WriteToTFRecord, DecodeExamples
+
+    with beam.Pipeline() as p:
+        (p | ReadFromTFRecord("data/train-*.tfrecord")        # splittable, uses .tfindex files
+           | WriteToTFRecord("out/train", num_shards=8))      # shards + a .tfindex each
+
+Public API:
+    ReadFromTFRecord(file_pattern, compression_type="auto", validate=True, with_filename=False,
+                     *, use_index=True, verify=True, skip_corrupt=False, min_bundle_size=0)
+    ReadAllFromTFRecord(compression_type="auto", with_filename=False, *, use_index=True,
+                        verify=True, skip_corrupt=False, desired_bundle_size=64 MiB, min_bundle_size=0)
+    WriteToTFRecord(file_path_prefix, file_name_suffix=".tfrecord", num_shards=0,
+                    shard_name_template=None, compression_type="auto", write_index=True,
+                    *, max_records_per_shard=None)
+    DecodeExamples(description=None, sequence_description=None, *, sequence=None, strict=False,
+                   batch_size=1024, skip_corrupt=False)
+    EncodeExamples(*, sequence=False, batch_size=1024)
+    CorruptRecord(file, offset, reason): the dead-letter element; CORRUPT_TAG = "corrupt".
+    METRICS_NAMESPACE = "tfrecord_beam" (counters records_read, bytes_read, corrupt_records,
+    records_written, bytes_written, examples_decoded, examples_encoded, undecodable_records).
+"""
+
+from ._corrupt import CORRUPT_TAG, CorruptRecord
+from ._metrics import NAMESPACE as METRICS_NAMESPACE
+from .transforms import (
+    DecodeExamples,
+    EncodeExamples,
+    ReadAllFromTFRecord,
+    ReadFromTFRecord,
+    WriteToTFRecord,
+)
+
+__all__ = [
+    "ReadFromTFRecord",
+    "ReadAllFromTFRecord",
+    "WriteToTFRecord",
+    "DecodeExamples",
+    "EncodeExamples",
+    "CorruptRecord",
+    "CORRUPT_TAG",
+    "METRICS_NAMESPACE",
+]

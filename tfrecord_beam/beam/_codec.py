@@ -1,0 +1,53 @@
+"""Batch Example codec used by DecodeExamples / EncodeExamples: the one place to swap engines.
+
+The transforms hand whole batches here. Today each batch is decoded record by record with
+`tfrecord_beam.example`; when the columnar batch decoder/encoder (`tfrecord_beam.columnar`)
+is on main, `decode_batch` / `encode_batch` switch to it and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+
+from .. import example
+from ..errors import DecodeError
+from ._corrupt import CorruptRecord
+
+
+class DecodeSpec(NamedTuple):
+    """What to decode: Examples (`sequence=False`) or SequenceExamples, and which features."""
+
+    description: Optional[dict]
+    sequence_description: Optional[dict]
+    sequence: bool
+    strict: bool
+
+
+def _decoder(spec: DecodeSpec) -> Callable[[bytes], Any]:
+    if spec.sequence:
+        return lambda payload: example.decode_sequence_example(
+            payload, spec.description, spec.sequence_description, strict=spec.strict
+        )
+    return lambda payload: example.decode_example(payload, spec.description, strict=spec.strict)
+
+
+def decode_batch(payloads: Sequence[bytes], spec: DecodeSpec, skip_corrupt: bool = False) -> List[Any]:
+    """Decode many payloads; a bad one raises DecodeError, or becomes a CorruptRecord when skipping."""
+    decode = _decoder(spec)
+    if not skip_corrupt:
+        return [decode(p) for p in payloads]
+    out: List[Any] = []
+    for payload in payloads:
+        try:
+            out.append(decode(payload))
+        except (DecodeError, KeyError, TypeError) as exc:
+            reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+            out.append(CorruptRecord(None, None, reason))
+    return out
+
+
+def encode_batch(rows: Sequence[Any], sequence: bool = False) -> List[bytes]:
+    """Serialize many {name: value | (value, kind)} dicts (or (context, feature_lists) pairs)."""
+    if sequence:
+        return [example.encode_sequence_example(context, lists) for context, lists in rows]
+    return [example.encode_example(row) for row in rows]

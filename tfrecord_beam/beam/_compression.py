@@ -1,0 +1,46 @@
+"""Compression names: the user's spelling <-> Beam's `CompressionTypes` <-> the core's names.
+
+Beam decides which files are splittable (and the sink which codec to write) from its own
+`CompressionTypes`, so AUTO means Beam's suffix rule (`.gz` -> GZIP, `.deflate` -> DEFLATE,
+anything else uncompressed). TFRecord's "ZLIB" is Beam's DEFLATE (zlib-wrapped deflate).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from apache_beam.io.filesystem import CompressionTypes
+
+Compression = Union[None, str]
+
+_BY_NAME = {
+    None: CompressionTypes.UNCOMPRESSED, "": CompressionTypes.UNCOMPRESSED,
+    "none": CompressionTypes.UNCOMPRESSED, "uncompressed": CompressionTypes.UNCOMPRESSED,
+    "auto": CompressionTypes.AUTO,
+    "gzip": CompressionTypes.GZIP, "gz": CompressionTypes.GZIP,
+    "zlib": CompressionTypes.DEFLATE, "deflate": CompressionTypes.DEFLATE,
+}
+_TO_CORE = {
+    CompressionTypes.UNCOMPRESSED: None,
+    CompressionTypes.GZIP: "gzip",
+    CompressionTypes.DEFLATE: "zlib",
+}
+
+
+def to_beam(compression: Compression) -> str:
+    """Beam's CompressionTypes value for None / "auto" / "gzip" / "zlib" / a CompressionTypes."""
+    key = compression.strip().lower() if isinstance(compression, str) else compression
+    if key in _BY_NAME:
+        return _BY_NAME[key]
+    raise ValueError(
+        f"unsupported TFRecord compression {compression!r}: use None, 'auto', 'gzip' or 'zlib' "
+        "(or apache_beam.io.filesystem.CompressionTypes.UNCOMPRESSED/AUTO/GZIP/DEFLATE)"
+    )
+
+
+def for_file(path: str, compression: str) -> Optional[str]:
+    """The core's compression name (None, "gzip", "zlib") for one file under a Beam type."""
+    kind = CompressionTypes.detect_compression_type(path) if compression == CompressionTypes.AUTO else compression
+    if kind not in _TO_CORE:
+        raise ValueError(f"{path}: TFRecord files can be uncompressed, GZIP or ZLIB (DEFLATE), not {kind}")
+    return _TO_CORE[kind]
