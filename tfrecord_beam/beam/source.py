@@ -17,14 +17,15 @@ dead-letter output.
 
 from __future__ import annotations
 
-from typing import Iterator, Union
+import struct
+from typing import Iterator, Optional, Tuple, Union
 
 import numpy as np
 from apache_beam import coders
 from apache_beam.io.filebasedsource import FileBasedSource
 
-from .. import fs
-from .._framing_py import FRAME_OVERHEAD
+from .. import _engine, fs
+from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
 from ..records import RecordReader
 from . import _compression, _index_cache, _metrics
@@ -92,10 +93,11 @@ class _TFRecordSource(FileBasedSource):
         """
         records = _metrics.counter(_metrics.RECORDS_READ)
         payload_bytes = _metrics.counter(_metrics.BYTES_READ)
-        while position is not None:
+        while True:
             stop = tracker.stop_position()
             if total is not None and position >= stop:
-                return  # the next range starts at (or before) this boundary and reads on from it
+                yield from self._past_range(file_name, position, total, offsets)
+                return
             end = stop if total is not None and stop < total else None
             reader = RecordReader(
                 file_name, compression, verify=self._verify, start_offset=position,
@@ -118,49 +120,71 @@ class _TFRecordSource(FileBasedSource):
                         boundary = starts[claimed - 1] + FRAME_OVERHEAD + int(done[-1])
                     if claimed < len(starts):
                         return
-                if total is not None and offsets is None and boundary < total:
-                    self._check_frame(file_name, boundary, total)  # the record just past our range
-                return
             except CorruptRecordError as err:
-                position, number = yield from self._corrupt(err, file_name, compression, tracker, total, offsets)
+                if not self._skip_corrupt:
+                    raise
+                offset = int(err.offset)
+                if total is None:  # a compressed stream cannot be re-entered after damage
+                    tracker.try_claim(offset)
+                    reason = f"{err.reason}; the rest of this {compression} file is unreadable and was skipped"
+                    yield self._report(file_name, offset, reason)
+                    return
+                if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
+                    yield from self._past_range(file_name, offset, total, offsets)
+                    return
+                yield self._report(file_name, offset, err.reason)
+                position, number = self._after_bad(file_name, offset, total, offsets)
+                continue
+            if total is not None:  # stopped at the range end, not at a refused claim
+                yield from self._past_range(file_name, boundary, total, offsets)
+            return
 
-    def _check_frame(self, file_name: str, offset: int, total: int) -> None:
-        """Verify the record at the first boundary past this range.
+    def _past_range(self, file_name: str, boundary: int, total: int, offsets) -> Iterator[CorruptRecord]:
+        """Check the records from `boundary`, the first record boundary past this range.
 
-        Without an index the next range resynchronises to the next *valid* record, so a corrupt
-        record sitting exactly at the boundary would be skipped by both readers; this reader
-        owns reporting it.
+        Without an index the next range resynchronises to the next *valid* record, so corrupt
+        records sitting right at the boundary would be skipped by both readers: the reader
+        whose chain of records reaches them owns them. (With an index the next range starts
+        exactly at the boundary and owns them itself.)
         """
-        chunks = RecordReader(file_name, None, verify=self._verify, start_offset=offset, end_offset=offset + 1).chunks()
-        try:
-            next(chunks, None)
-        finally:
-            chunks.close()
+        while offsets is None and boundary < total:
+            chunks = RecordReader(
+                file_name, None, verify=self._verify, start_offset=boundary, end_offset=boundary + 1
+            ).chunks()
+            try:
+                next(chunks, None)
+                return  # a valid record: the next range's resync lands on it
+            except CorruptRecordError as err:
+                if not self._skip_corrupt:
+                    raise
+                yield self._report(file_name, boundary, err.reason)
+                boundary, _ = self._after_bad(file_name, boundary, total, offsets)
+            finally:
+                chunks.close()
 
-    def _corrupt(self, err: CorruptRecordError, file_name, compression, tracker, total, offsets):
-        """Handle a bad record: raise, or report it and return where to carry on (or None)."""
-        if not self._skip_corrupt:
-            raise err
-        offset = int(err.offset)
-        ours = offset < tracker.stop_position() and tracker.try_claim(offset)
-        # Past our range: with an index the next range starts exactly there and reports it;
-        # without one it resynchronises past it, so it is ours to report (see _check_frame).
-        if ours or offsets is None:
-            reason = err.reason
-            if total is None:  # a compressed stream cannot be re-entered after damage
-                reason += f"; the rest of this {compression} file is unreadable and was skipped"
-            _metrics.counter(_metrics.CORRUPT_RECORDS).inc()
-            yield CorruptRecord(file_name, offset, reason)
-        if not ours or total is None:
-            return None, None
+    @staticmethod
+    def _report(file_name: str, offset: int, reason: str) -> CorruptRecord:
+        _metrics.counter(_metrics.CORRUPT_RECORDS).inc()
+        return CorruptRecord(file_name, offset, reason)
+
+    @staticmethod
+    def _after_bad(file_name: str, offset: int, total: int, offsets) -> Tuple[int, Optional[int]]:
+        """(next record boundary, its record number or None) after a corrupt record at `offset`.
+
+        With an index, the next indexed record. Without one, the end of the bad frame when its
+        length field passes its CRC (only the payload is damaged), else a resync.
+        """
         if offsets is not None:
             number = int(np.searchsorted(offsets, offset, side="right"))
-            position = int(offsets[number]) if number < len(offsets) else total
-        else:
-            number = None
-            with fs.open_input(file_name) as raw:
-                position = next_record_start(raw, offset + 1, total)
-        return (position, number) if position < total else (None, None)
+            return (int(offsets[number]) if number < len(offsets) else total), number
+        with fs.open_input(file_name) as raw:
+            raw.seek(offset)
+            header = raw.read(HEADER_SIZE)
+            if len(header) == HEADER_SIZE and _engine.masked_crc32c(header[:8]) == struct.unpack_from("<I", header, 8)[0]:
+                end = offset + FRAME_OVERHEAD + struct.unpack_from("<Q", header)[0]
+                if end <= total:
+                    return end, None
+            return next_record_start(raw, offset + 1, total), None
 
 
 def _create_source(file_pattern: str, **kwargs) -> _TFRecordSource:

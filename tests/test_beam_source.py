@@ -1,0 +1,150 @@
+"""The splittable TFRecord source: splits agree with a whole-file read, with and without index."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytest.importorskip("apache_beam")
+
+from apache_beam.io import source_test_utils  # noqa: E402
+from apache_beam.io.range_trackers import OffsetRangeTracker  # noqa: E402
+
+from _beam_data import FIXTURES, nested_payloads, plain_payloads, write_file  # noqa: E402
+from tfrecord_beam.beam import CorruptRecord  # noqa: E402
+from tfrecord_beam.beam._resync import next_record_start  # noqa: E402
+from tfrecord_beam.beam.source import _TFRecordSource  # noqa: E402
+from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError  # noqa: E402
+from tfrecord_beam.index import build_index  # noqa: E402
+
+
+def _single_file_source(path, **kwargs):
+    """The per-file source FileBasedSource splits into (what runners actually read)."""
+    (bundle,) = list(_TFRecordSource(path, **kwargs).split(desired_bundle_size=1 << 40))
+    return bundle.source
+
+
+def _read_range(path, start, stop, **kwargs):
+    return list(_single_file_source(path, **kwargs).read(OffsetRangeTracker(start, stop)))
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+@pytest.mark.parametrize("kind", ["plain", "nested"])
+def test_initial_splits_equal_whole_read(tmp_path, indexed, kind):
+    payloads = plain_payloads(40) if kind == "plain" else nested_payloads()
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=indexed)
+    source = _TFRecordSource(path)
+    assert source_test_utils.read_from_source(source) == payloads
+    for bundle_size in (13, 50, 333, 1000):
+        splits = list(source.split(desired_bundle_size=bundle_size))
+        assert len(splits) > 1
+        source_test_utils.assert_sources_equal_reference_source(
+            (source, None, None), [(s.source, s.start_position, s.stop_position) for s in splits]
+        )
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+@pytest.mark.parametrize("kind", ["plain", "nested"])
+def test_split_at_fraction_exhaustive(tmp_path, indexed, kind):
+    payloads = plain_payloads(14) if kind == "plain" else nested_payloads()
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=indexed)
+    source = _single_file_source(path)
+    source_test_utils.assert_split_at_fraction_exhaustive(source, perform_multi_threaded_test=False)
+
+
+def test_every_byte_split_point_is_consistent(tmp_path):
+    """Two readers split at any byte read every record exactly once (no index: resync)."""
+    payloads = nested_payloads()
+    path = write_file(tmp_path / "data.tfrecord", payloads)
+    size = len(open(path, "rb").read())
+    for cut in range(0, size + 1):
+        assert _read_range(path, 0, cut) + _read_range(path, cut, size) == payloads, cut
+
+
+def test_resync_lands_on_true_boundaries(tmp_path):
+    payloads = nested_payloads()
+    path = write_file(tmp_path / "data.tfrecord", payloads)
+    starts = build_index(path)[:, 0].tolist()
+    size = len(open(path, "rb").read())
+    with open(path, "rb") as raw:
+        for offset in range(1, size):
+            expected = next((s for s in starts if s >= offset), size)
+            assert next_record_start(raw, offset, size) == expected, offset
+
+
+def test_split_reader_uses_index_record_numbers(tmp_path):
+    payloads = plain_payloads(20)
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=True)
+    offsets = build_index(path)[:, 0]
+    # corrupt record 12's payload: the error must carry the index's record number
+    data = bytearray(open(path, "rb").read())
+    data[int(offsets[12]) + 13] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(CorruptRecordError) as info:
+        _read_range(path, int(offsets[10]), len(data))
+    assert info.value.record_number == 12 and info.value.offset == int(offsets[12])
+    assert info.value.path == path
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord.gz", ".tfrecord.deflate"])
+def test_compressed_files_are_read_whole(tmp_path, suffix):
+    payloads = plain_payloads(40)
+    path = write_file(tmp_path / ("data" + suffix), payloads)
+    source = _TFRecordSource(path)
+    splits = list(source.split(desired_bundle_size=10))
+    assert len(splits) == 1  # Beam keeps compressed files in one unsplittable range
+    assert source_test_utils.read_from_source(source) == payloads
+
+
+def test_stale_index_is_an_error(tmp_path):
+    path = write_file(tmp_path / "data.tfrecord", plain_payloads(10), index=True)
+    write_file(path, plain_payloads(12))  # rewrite the data, keep the old index
+    with pytest.raises(IndexMismatchError, match="stale index"):
+        source_test_utils.read_from_source(_TFRecordSource(path))
+    assert source_test_utils.read_from_source(_TFRecordSource(path, use_index=False)) == plain_payloads(12)
+
+
+def _corrupt_copy(tmp_path, name):
+    target = tmp_path / name
+    shutil.copy(FIXTURES / name, target)
+    return str(target)
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
+@pytest.mark.parametrize("name", ["corrupt_data_crc.tfrecord", "corrupt_length_crc.tfrecord", "truncated_mid_payload.tfrecord"])
+def test_corrupt_fixture_fails_with_location_by_default(tmp_path, name):
+    path = _corrupt_copy(tmp_path, name)
+    with pytest.raises(CorruptRecordError) as info:
+        source_test_utils.read_from_source(_TFRecordSource(path))
+    assert info.value.path == path and info.value.offset is not None
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+def test_skip_corrupt_reports_each_bad_record_once_across_splits(tmp_path, indexed):
+    payloads = plain_payloads(30)
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=indexed)
+    layout = build_index(path)
+    data = bytearray(open(path, "rb").read())
+    bad = [5, 6, 17]  # two adjacent bad payloads and one alone
+    for number in bad:
+        start, length = (int(v) for v in layout[number])
+        data[start + length - 5] ^= 0x55  # the last payload byte
+    open(path, "wb").write(bytes(data))
+    source = _TFRecordSource(path, skip_corrupt=True)
+    whole = source_test_utils.read_from_source(source)
+    assert [r for r in whole if not isinstance(r, CorruptRecord)] == [p for i, p in enumerate(payloads) if i not in bad]
+    dead = [r for r in whole if isinstance(r, CorruptRecord)]
+    assert [d.offset for d in dead] == [int(layout[n, 0]) for n in bad]
+    assert all(d.file == path and "CRC" in d.reason for d in dead)
+    for bundle_size in (13, 97, 500, 1 << 20):
+        got = []
+        for split in source.split(desired_bundle_size=bundle_size):
+            got += source_test_utils.read_from_source(split.source, split.start_position, split.stop_position)
+        assert got == whole, bundle_size
+
+
+def test_with_filename(tmp_path):
+    path = write_file(tmp_path / "data.tfrecord", plain_payloads(5))
+    got = source_test_utils.read_from_source(_TFRecordSource(path, with_filename=True))
+    assert got == [(path, p) for p in plain_payloads(5)]
