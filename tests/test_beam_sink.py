@@ -1,0 +1,167 @@
+"""WriteToTFRecord / _TFRecordSink: shards, their indexes, retries, failures, compression."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+pytest.importorskip("apache_beam")
+
+import apache_beam as beam  # noqa: E402
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
+
+from _beam_data import plain_payloads  # noqa: E402
+from tfrecord_beam import records  # noqa: E402
+from tfrecord_beam.beam import WriteToTFRecord  # noqa: E402
+from tfrecord_beam.beam.sink import _TFRecordSink  # noqa: E402
+from tfrecord_beam.index import default_index_path, verify_index  # noqa: E402
+
+
+def _shards(prefix):
+    return sorted(p for p in glob.glob(prefix + "*") if not p.endswith(".tfindex"))
+
+
+def _read_all(paths, compression="auto"):
+    out = []
+    for path in paths:
+        out += list(records.read_records(path, compression))
+    return out
+
+
+def _write(payloads, prefix, **kwargs):
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = p | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(prefix, **kwargs)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_shards_and_indexes(tmp_path, num_shards):
+    payloads = plain_payloads(200)
+    prefix = str(tmp_path / "out")
+    _write(payloads, prefix, num_shards=num_shards)
+    shards = _shards(prefix)
+    assert [os.path.basename(s) for s in shards] == [
+        f"out-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)
+    ]
+    assert sorted(_read_all(shards)) == sorted(payloads)
+    for shard in shards:
+        verify_index(default_index_path(shard), shard, verify_crc=True)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(s) for s in shards] + [os.path.basename(default_index_path(s)) for s in shards]
+    )  # no temporary files or directories left
+
+
+def test_gzip_shards_index_uncompressed_offsets(tmp_path):
+    payloads = plain_payloads(50)
+    prefix = str(tmp_path / "out")
+    _write(payloads, prefix, file_name_suffix=".tfrecord.gz", num_shards=2)
+    shards = _shards(prefix)
+    assert len(shards) == 2 and all(s.endswith(".tfrecord.gz") for s in shards)
+    with open(shards[0], "rb") as handle:
+        assert handle.read(2) == b"\x1f\x8b"
+    assert sorted(_read_all(shards)) == sorted(payloads)
+    for shard in shards:
+        assert default_index_path(shard) == shard + ".tfindex"
+        verify_index(default_index_path(shard), shard)
+
+
+def test_single_file_template_and_no_index_removes_stale_index(tmp_path):
+    target = str(tmp_path / "single.tfrecord")
+    stale = default_index_path(target)
+    with open(stale, "w") as handle:
+        handle.write("0 99\n")
+    _write(plain_payloads(20), str(tmp_path / "single"), shard_name_template="", write_index=False)
+    assert _read_all([target]) == plain_payloads(20)
+    assert not os.path.exists(stale)
+
+
+def test_retried_bundle_leaves_no_duplicate(tmp_path):
+    """Drive the sink protocol as a runner does when a bundle's first attempt fails."""
+    prefix = str(tmp_path / "out")
+    sink = _TFRecordSink(prefix, num_shards=0)
+    init = sink.initialize_write()
+    failed = sink.open_writer(init, "attempt-1")
+    for payload in plain_payloads(10):
+        failed.write(payload)
+    failed.close()  # wrote a complete temporary file, but the runner discards this attempt
+    retry = sink.open_writer(init, "attempt-2")
+    for payload in plain_payloads(10):
+        retry.write(payload)
+    committed = [retry.close()]
+    final = list(sink.finalize_write(init, committed, sink.pre_finalize(init, committed)))
+    assert final == [prefix + "-00000-of-00001.tfrecord"]
+    assert _read_all(final) == plain_payloads(10)
+    verify_index(default_index_path(final[0]), final[0])
+    assert not os.path.exists(init)  # the temp dir, with the failed attempt's files, is gone
+    # finalize itself may be retried: a second run changes nothing and does not fail
+    assert list(sink.finalize_write(init, committed, None)) == []
+    assert _read_all(final) == plain_payloads(10)
+    verify_index(default_index_path(final[0]), final[0])
+
+
+def test_crash_between_index_and_data_rename_recovers(tmp_path, monkeypatch):
+    prefix = str(tmp_path / "out")
+    sink = _TFRecordSink(prefix, num_shards=0)
+    init = sink.initialize_write()
+    writer = sink.open_writer(init, "only")
+    for payload in plain_payloads(7):
+        writer.write(payload)
+    committed = [writer.close()]
+    real_rename = beam.io.filesystems.FileSystems.rename
+    calls = []
+
+    def flaky_rename(sources, targets):
+        calls.append(list(sources))
+        if any(s.endswith(".tfrecord") for s in sources):
+            raise OSError("simulated crash before the data rename")
+        return real_rename(sources, targets)
+
+    monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(flaky_rename))
+    with pytest.raises(Exception, match="simulated crash"):
+        list(sink.finalize_write(init, committed, None))
+    assert _shards(prefix) == []  # the index moved first; no shard looks complete
+    monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(real_rename))
+    final = list(sink.finalize_write(init, committed, None))
+    assert _read_all(final) == plain_payloads(7)
+    verify_index(default_index_path(final[0]), final[0])
+
+
+class _FailAfter(beam.DoFn):
+    def __init__(self, limit):
+        self._limit = limit
+
+    def process(self, element):
+        if element == self._limit:
+            raise RuntimeError("boom: simulated failure")
+        yield element
+
+
+def test_failed_pipeline_leaves_no_shard(tmp_path):
+    prefix = str(tmp_path / "out")
+    payloads = plain_payloads(30)
+    with pytest.raises(Exception, match="boom"):
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            _ = (
+                p | beam.Create(payloads, reshuffle=False)
+                | beam.ParDo(_FailAfter(payloads[20]))
+                | WriteToTFRecord(prefix, num_shards=2)
+            )
+    assert _shards(prefix) == []
+    assert not glob.glob(str(tmp_path / "*.tfindex"))
+
+
+def test_non_bytes_element_is_a_clear_error(tmp_path):
+    with pytest.raises(Exception, match="EncodeExamples"):
+        _write([{"a": 1}], str(tmp_path / "out"))
+
+
+def test_records_counter(tmp_path):
+    payloads = plain_payloads(40)
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    _ = pipeline | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(str(tmp_path / "out"))
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
+    assert counters["records_written"] == 40
+    assert counters["bytes_written"] == sum(map(len, payloads))
