@@ -20,6 +20,7 @@ from tfrecord_beam.beam import (  # noqa: E402
     EncodeExamples,
     ReadAllFromTFRecord,
     ReadFromTFRecord,
+    ReadFromTFRecordBatched,
     WriteToTFRecord,
 )
 from tfrecord_beam.index import build_index  # noqa: E402
@@ -140,3 +141,15 @@ def test_read_counters_and_corrupt_failure_names_file(tmp_path):
     result.wait_until_finish()
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert counters["corrupt_records"] == 1 and counters["records_read"] == 24
+
+
+def test_batched_read_feeds_write_directly(tmp_path):
+    payloads = example_payloads(500)
+    path = write_file(tmp_path / "in.tfrecord", payloads, index=True)
+    prefix = str(tmp_path / "copy")
+    with _pipeline() as p:
+        batches = p | ReadFromTFRecordBatched(path)
+        _ = batches | WriteToTFRecord(prefix, num_shards=1)
+        assert_that(batches | beam.FlatMap(lambda b: b), equal_to(payloads))
+    (shard,) = sorted(tmp_path.glob("copy-*.tfrecord"))
+    assert list(records.read_records(shard)) == payloads  # one batch stays in order

@@ -10,6 +10,7 @@
 Public API:
     ReadFromTFRecord(file_pattern, compression_type="auto", validate=True, with_filename=False,
                      *, use_index=True, verify=True, skip_corrupt=False, min_bundle_size=0)
+    ReadFromTFRecordBatched(same as ReadFromTFRecord): lists of payloads, ~1 MiB each
     ReadAllFromTFRecord(compression_type="auto", with_filename=False, *, use_index=True,
                         verify=True, skip_corrupt=False, desired_bundle_size=64 MiB, min_bundle_size=0)
     WriteToTFRecord(file_path_prefix, file_name_suffix=".tfrecord", num_shards=0,
@@ -30,11 +31,13 @@ from .transforms import (
     EncodeExamples,
     ReadAllFromTFRecord,
     ReadFromTFRecord,
+    ReadFromTFRecordBatched,
     WriteToTFRecord,
 )
 
 __all__ = [
     "ReadFromTFRecord",
+    "ReadFromTFRecordBatched",
     "ReadAllFromTFRecord",
     "WriteToTFRecord",
     "DecodeExamples",

@@ -17,7 +17,7 @@ survives next to new data.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import numpy as np
 from apache_beam import coders
@@ -45,14 +45,19 @@ class _ShardFile:
         self._pending_bytes = 0
         self._sizes: List[np.ndarray] = []
 
-    def add(self, payload: bytes) -> None:
-        if not isinstance(payload, bytes):
+    def add(self, payload: Union[bytes, List[bytes]]) -> None:
+        """Add one payload, or a list of them (a batch from ReadFromTFRecordBatched)."""
+        if isinstance(payload, bytes):
+            self._pending.append(payload)
+            self._pending_bytes += len(payload)
+        elif isinstance(payload, list) and all(isinstance(p, bytes) for p in payload):
+            self._pending.extend(payload)
+            self._pending_bytes += sum(map(len, payload))
+        else:
             raise TypeError(
-                f"WriteToTFRecord writes bytes, got {type(payload).__name__}: serialize first "
-                "(EncodeExamples turns dicts into Example bytes)"
+                f"WriteToTFRecord writes bytes (or lists of bytes), got {type(payload).__name__}: "
+                "serialize first (EncodeExamples turns dicts into Example bytes)"
             )
-        self._pending.append(payload)
-        self._pending_bytes += len(payload)
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
 
@@ -111,7 +116,7 @@ class _TFRecordSink(FileBasedSink):
         index_path = default_index_path(temp_path) if self.write_index else None
         return _ShardFile(super().open(temp_path), index_path)
 
-    def write_record(self, file_handle: _ShardFile, value: bytes) -> None:
+    def write_record(self, file_handle: _ShardFile, value: Union[bytes, List[bytes]]) -> None:
         file_handle.add(value)  # no coder: payloads are bytes already
 
     def close(self, file_handle: _ShardFile) -> None:
