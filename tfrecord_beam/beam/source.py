@@ -199,7 +199,14 @@ class _TFRecordSource(FileBasedSource):
 
 
 def _claim_all(tracker, starts) -> int:
-    """Claim record offsets in order; return how many the tracker granted."""
+    """Claim a batch of record offsets; return how many (from the first) are ours.
+
+    Claiming the last offset claims the whole batch: a split can only fall after the last
+    claimed position, so no record before it can go to another reader. Only when that claim
+    is refused (the range ends inside the batch) are records claimed one by one.
+    """
+    if starts and tracker.try_claim(starts[-1]):
+        return len(starts)
     for done, offset in enumerate(starts):
         if not tracker.try_claim(offset):
             return done
