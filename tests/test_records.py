@@ -77,8 +77,21 @@ def test_concatenated_gzip_members_are_read(tmp_path):
 def test_garbage_gzip_is_an_error(tmp_path):
     path = tmp_path / "bad.tfrecord.gz"
     path.write_bytes(b"\x1f\x8bnot really gzip data")
-    with pytest.raises(zlib.error):
+    with pytest.raises(CorruptRecordError, match="bad.tfrecord.gz.*invalid gzip data"):
         list(RecordReader(path))
+
+
+def test_every_inflater_gives_the_same_bytes(tmp_path):
+    from tfrecord_beam import _streams
+
+    raw = _framing_py.frame_records(PAYLOADS * 50)
+    for compression, compress in (("gzip", gzip.compress), ("zlib", zlib.compress)):
+        blob = compress(raw)
+        outs = []
+        for name in sorted(_streams.INFLATERS):
+            reader = _streams.InflatingReader(io.BytesIO(blob), compression, inflater=name)
+            outs.append(b"".join(iter(lambda: reader.read(1000), b"")))
+        assert all(o == raw for o in outs), compression
 
 
 def test_huge_length_field_errors_before_allocating(tmp_path):

@@ -165,7 +165,7 @@ class RecordReader:
                 return raw, total
             except (OSError, AttributeError, io.UnsupportedOperation):
                 total = None
-        stream = open_stream(raw, self.compression)
+        stream = open_stream(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
 
