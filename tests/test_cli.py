@@ -160,6 +160,19 @@ def test_inspect_limit_and_stale_index(capsys, tmp_path):
     assert stats["files"][0]["index"]["state"] == "stale"
 
 
+def test_inspect_uri_glob_and_directory(capsys, tmp_path):
+    for name in ("examples.tfrecord", "examples.tfrecord.gz"):
+        copy_fixture(tmp_path, name)
+    create_index(str(tmp_path / "examples.tfrecord"))
+    code, stats, _ = run_json(capsys, "inspect", f"file://{tmp_path}/examples.tfrecord*")
+    assert code == 0
+    assert [Path(f["path"]).name for f in stats["files"]] == ["examples.tfrecord", "examples.tfrecord.gz"]
+    assert stats["records"] == 2 * meta("examples.tfrecord")["record_count"]
+    assert stats["files"][0]["index"]["state"] == "valid"
+    code, stats, _ = run_json(capsys, "inspect", tmp_path)  # a directory: its *.tfrecord* files, not the index
+    assert code == 0 and len(stats["files"]) == 2
+
+
 def test_inspect_unreadable_input(capsys, tmp_path):
     code, _, err = run(capsys, "inspect", tmp_path / "missing.tfrecord")
     assert code == 1 and "missing.tfrecord" in err

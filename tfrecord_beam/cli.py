@@ -401,10 +401,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
 
 
-def console_main() -> None:
-    """The `tfrecord-beam` console script."""
-    sys.exit(main())
-
-
 if __name__ == "__main__":
     sys.exit(main())

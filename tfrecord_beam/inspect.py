@@ -148,13 +148,14 @@ class FeatureStats:
         if kind == INT:
             self.int_range = _minmax(self.int_range, min(values), max(values))
         elif kind == FLOAT:
-            arr = np.asarray(values, dtype=np.float32)
-            nan = np.isnan(arr)
-            if nan.any():
-                self.nan_count += int(nan.sum())
-                arr = arr[~nan]
-            if arr.size:
-                self.float_range = _minmax(self.float_range, float(arr.min()), float(arr.max()))
+            total = sum(values)
+            if total == total:  # no NaN (inf + -inf also lands in the slow path)
+                self.float_range = _minmax(self.float_range, min(values), max(values))
+            else:
+                finite = [v for v in values if v == v]
+                self.nan_count += count - len(finite)
+                if finite:
+                    self.float_range = _minmax(self.float_range, min(finite), max(finite))
         else:
             self._add_bytes(values)
         return count
