@@ -271,8 +271,9 @@ def cmd_schema(args) -> int:
             print(fmt.python_dict("sequence_description", inferred.sequence_description))
         for note in inferred.notes:
             print(f"# {note}")
-        print("\n# Arrow schema (tfrecord_to_parquet); import pyarrow as pa")
+        print("\n# Arrow schema (what a TFRecord -> Parquet conversion would use)")
         if schema is not None:
+            print("import pyarrow as pa")
             print(fmt.arrow_schema_code(schema))
         else:
             print(f"# cannot infer: {schema_error}")
