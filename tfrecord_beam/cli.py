@@ -386,8 +386,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run `tfrecord-beam` with `argv` (default: sys.argv[1:]); returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run `tfrecord-beam` with `argv` (default: sys.argv[1:]); returns the exit status.
+
+    `--help` returns 0 and bad arguments return 2 (argparse's message on stderr) instead of
+    raising SystemExit, so callers in-process get a status either way.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return args.handler(args)
     except UsageError as exc:
