@@ -1,5 +1,5 @@
 """The modules under the command: record-type detection, statistics, description and Arrow schema
-inference (`tfrecord_beam.inspect`), and the text helpers (`tfrecord_beam._cli_format`)."""
+inference (`tfrecord_beam.inspection`), and the text helpers (`tfrecord_beam._cli_format`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from tfrecord_beam import _cli_format as fmt
 from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
 from tfrecord_beam.index import create_index, default_index_path
-from tfrecord_beam.inspect import (
+from tfrecord_beam.inspection import (
     EXAMPLE,
     INVALID,
     SEQUENCE_EXAMPLE,

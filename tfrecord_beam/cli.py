@@ -23,9 +23,10 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _cli_format as fmt
+from . import fs
 from .errors import TFRecordError
 from .example import feature_values
-from .inspect import (
+from .inspection import (
     INVALID,
     SchemaInferenceError,
     collect_stats,
@@ -35,7 +36,6 @@ from .inspect import (
     parse_record,
 )
 from .records import RecordReader, resolve_compression
-from .tools.tfrecord2idx import _data_files
 from .verify import verify_file
 
 PROG = "tfrecord-beam"
@@ -61,7 +61,7 @@ def _expand(patterns: List[str]) -> List[str]:
     """Files named by paths, globs and directories (index files and dot-files left out)."""
     files: List[str] = []
     for pattern in patterns:
-        matched = _data_files(pattern)
+        matched = fs.data_files(pattern)
         if not matched:
             raise UsageError(f"no TFRecord files match {pattern!r}")
         files.extend(matched)

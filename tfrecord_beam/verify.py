@@ -23,7 +23,7 @@ import numpy as np
 from . import _engine, fs
 from ._streams import open_stream
 from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
-from .inspect import INVALID, IndexStatus, index_status, parse_record
+from .inspection import INVALID, IndexStatus, index_status, parse_record
 from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, resolve_compression
 
 
