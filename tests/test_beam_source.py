@@ -164,18 +164,3 @@ def test_batched_splits_cover_every_record_once(tmp_path, indexed):
             for batch in source_test_utils.read_from_source(split.source, split.start_position, split.stop_position):
                 got += batch
         assert got == payloads, bundle_size
-
-
-def test_index_fast_parse_agrees_with_line_parser(tmp_path):
-    """The source relies on load_index's vectorized path; it must match the line parser."""
-    from tfrecord_beam.index import _parse_index_lines, load_index
-
-    path = write_file(tmp_path / "data.tfrecord", plain_payloads(50), index=True)
-    index_path = str(tmp_path / "data.tfindex")
-    text = open(index_path).read()
-    assert load_index(index_path).tolist() == _parse_index_lines(index_path, text).tolist() == build_index(path).tolist()
-    for bad in ("0 5 7\n", "0\n5\n", "0 x\n", "0 5\n5\n"):
-        with open(index_path, "w") as handle:
-            handle.write(bad)
-        with pytest.raises(IndexMismatchError, match="line"):
-            load_index(index_path)
