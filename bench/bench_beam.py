@@ -7,7 +7,9 @@ workers (DirectRunner multi_processing). Prints a Markdown table of records/s.
     PYTHONPATH=. python bench/bench_beam.py                 # 300k records
     PYTHONPATH=. python bench/bench_beam.py --records 100000 --repeat 2
 
-Times are wall clock for the whole pipeline (start-up included), best of --repeat.
+Times are wall clock for the whole pipeline (start-up included), best of --repeat; the
+worker-scaling lines also show the ratio after subtracting an empty pipeline's start-up time
+(2 worker processes each import Beam before doing any work).
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ def run_case(impl: str, case: str, workers: int, path: str, out_dir: str) -> flo
     return time.perf_counter() - start
 
 
+def startup_seconds(workers: int) -> float:
+    """Wall time of a trivial pipeline with the same runner options (worker start-up etc.)."""
+    start = time.perf_counter()
+    with beam.Pipeline(runner="DirectRunner", options=_options(workers)) as p:
+        _ = p | beam.Create([1]) | beam.Map(lambda x: x)
+    return time.perf_counter() - start
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=300_000)
@@ -106,6 +116,8 @@ def main(argv=None) -> int:
           f"cpus: {os.cpu_count()}", file=sys.stderr)
 
     results = {}
+    startup = {w: min(startup_seconds(w) for _ in range(args.repeat)) for w in (1, 2)}
+    print(f"empty-pipeline start-up: 1 worker {startup[1]:.2f} s, 2 workers {startup[2]:.2f} s", file=sys.stderr)
     for case in ("read+count", "read->write"):
         for workers in (1, 2):
             for impl in IMPLS:
@@ -122,11 +134,13 @@ def main(argv=None) -> int:
             beam_s = results[case, workers, IMPLS[0]]
             cells = [f"{args.records / results[case, workers, i] / 1e3:.1f} ({beam_s / results[case, workers, i]:.2f}x)" for i in IMPLS[1:]]
             print(f"| {case} | {workers} | {args.records / beam_s / 1e3:.1f} | {cells[0]} | {cells[1]} |")
-    print()
+    print(f"\nEmpty-pipeline start-up (subtracted below): 1 worker {startup[1]:.2f} s, 2 workers {startup[2]:.2f} s\n")
     for case in ("read+count", "read->write"):
         for impl in IMPLS:
             one, two = results[case, 1, impl], results[case, 2, impl]
-            print(f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x")
+            net_one, net_two = max(one - startup[1], 1e-3), max(two - startup[2], 1e-3)
+            print(f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x wall, "
+                  f"{net_one / net_two:.2f}x after start-up")
     return 0
 
 

@@ -12,7 +12,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
 
-from _beam_data import example_payloads, plain_payloads, write_file  # noqa: E402
+from _beam_data import FIXTURES, example_payloads, plain_payloads, write_file  # noqa: E402
 from tfrecord_beam import example, records  # noqa: E402
 from tfrecord_beam.beam import (  # noqa: E402
     CorruptRecord,
@@ -153,3 +153,25 @@ def test_batched_read_feeds_write_directly(tmp_path):
         assert_that(batches | beam.FlatMap(lambda b: b), equal_to(payloads))
     (shard,) = sorted(tmp_path.glob("copy-*.tfrecord"))
     assert list(records.read_records(shard)) == payloads  # one batch stays in order
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
+def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
+    """Files TensorFlow wrote: every record's sha256 and offset match the manifest, plain and compressed."""
+    import hashlib
+    import json
+    import shutil
+
+    manifest = json.loads((FIXTURES / "manifest.json").read_text())["files"]
+    names = ["examples.tfrecord", "examples.tfrecord.gz", "examples.tfrecord.zlib", "sequence_examples.tfrecord", "large_record.tfrecord"]
+    for name in names:
+        shutil.copy(FIXTURES / name, tmp_path / name)  # never read indexes beside the shared copies
+    expected = {name: [r["sha256"] for r in manifest[name]["records"]] for name in names}
+    with _pipeline() as p:
+        for name in names:
+            compression = "zlib" if name.endswith(".zlib") else "auto"
+            got = (
+                p | f"Read {name}" >> ReadFromTFRecord(str(tmp_path / name), compression_type=compression)
+                | f"Hash {name}" >> beam.Map(lambda b: hashlib.sha256(b).hexdigest())
+            )
+            assert_that(got, equal_to(expected[name]), label=f"check {name}")
