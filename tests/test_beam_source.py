@@ -164,3 +164,25 @@ def test_batched_splits_cover_every_record_once(tmp_path, indexed):
             for batch in source_test_utils.read_from_source(split.source, split.start_position, split.stop_position):
                 got += batch
         assert got == payloads, bundle_size
+
+
+def test_index_lookup_in_place_and_malformed_fallback(tmp_path):
+    from tfrecord_beam.beam import _index_cache
+
+    path = write_file(tmp_path / "data.tfrecord", plain_payloads(40), index=True)
+    index = build_index(path)
+    total = int(index[-1].sum())
+    lookup = _index_cache.record_offsets(path, total)
+    for offset in list(range(0, total + 1, 7)) + index[:, 0].tolist():
+        number = int((index[:, 0] < offset).sum())
+        expected = int(index[number, 0]) if number < len(index) else total
+        assert lookup.first_at_or_after(offset, total) == (number, expected)
+    # a hand-edited index with CRLF line ends goes through the full parser, same answers
+    crlf = tmp_path / "data.tfindex"
+    crlf.write_bytes(crlf.read_bytes().replace(b"\n", b"\r\n"))
+    other = _index_cache.record_offsets(path, total)
+    assert other is not lookup
+    assert all(other.first_at_or_after(o, total) == lookup.first_at_or_after(o, total) for o in range(0, total, 11))
+    crlf.write_bytes(b"0 10\nxx yy\n" + b"\n".join(f"{o} {n}".encode() for o, n in index[2:].tolist()) + b"\n")
+    with pytest.raises(IndexMismatchError):
+        source_test_utils.read_from_source(_TFRecordSource(path))

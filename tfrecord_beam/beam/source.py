@@ -23,7 +23,6 @@ from __future__ import annotations
 import struct
 from typing import Iterator, Optional, Tuple, Union
 
-import numpy as np
 from apache_beam import coders
 from apache_beam.io.filebasedsource import FileBasedSource
 
@@ -82,8 +81,7 @@ class _TFRecordSource(FileBasedSource):
         offsets = _index_cache.record_offsets(file_name, total) if self._use_index else None
         start = range_tracker.start_position()
         if offsets is not None:
-            number = int(np.searchsorted(offsets, start, side="left"))
-            position = int(offsets[number]) if number < len(offsets) else total
+            number, position = offsets.first_at_or_after(start, total)
         else:
             number = 0 if start == 0 else None
             with fs.open_input(file_name) as raw:
@@ -186,8 +184,8 @@ class _TFRecordSource(FileBasedSource):
         length field passes its CRC (only the payload is damaged), else a resync.
         """
         if offsets is not None:
-            number = int(np.searchsorted(offsets, offset, side="right"))
-            return (int(offsets[number]) if number < len(offsets) else total), number
+            number, position = offsets.first_after(offset, total)
+            return position, number
         with fs.open_input(file_name) as raw:
             raw.seek(offset)
             header = raw.read(HEADER_SIZE)
