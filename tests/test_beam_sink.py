@@ -165,3 +165,37 @@ def test_records_counter(tmp_path):
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert counters["records_written"] == 40
     assert counters["bytes_written"] == sum(map(len, payloads))
+
+
+@pytest.mark.parametrize("count, num_shards, expected", [(1, 3, 3), (0, 0, 1), (0, 2, 2)])
+def test_shard_count_is_met_with_empty_shards(tmp_path, count, num_shards, expected):
+    prefix = str(tmp_path / "out")
+    _write(plain_payloads(count + 1)[1:], prefix, num_shards=num_shards)  # payload 0 is empty: skip it
+    shards = _shards(prefix)
+    assert len(shards) == expected
+    assert sorted(_read_all(shards)) == sorted(plain_payloads(count + 1)[1:])
+    for shard in shards:
+        verify_index(default_index_path(shard), shard)
+
+
+def test_windowed_input_still_gets_the_shard_count(tmp_path):
+    prefix = str(tmp_path / "out")
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = (
+            p | beam.Create(list(enumerate(plain_payloads(40))), reshuffle=False)
+            | beam.Map(lambda kv: beam.window.TimestampedValue(kv[1], kv[0]))
+            | beam.WindowInto(beam.window.FixedWindows(10))
+            | WriteToTFRecord(prefix, num_shards=2)
+        )
+    shards = _shards(prefix)
+    assert len(shards) == 2 and sorted(_read_all(shards)) == sorted(plain_payloads(40))
+
+
+def test_rewrite_replaces_old_shards_and_indexes(tmp_path):
+    prefix = str(tmp_path / "out")
+    _write(plain_payloads(30), prefix, num_shards=2)
+    _write(plain_payloads(12), prefix, num_shards=2)
+    shards = _shards(prefix)
+    assert sorted(_read_all(shards)) == sorted(plain_payloads(12))
+    for shard in shards:
+        verify_index(default_index_path(shard), shard)

@@ -15,12 +15,13 @@ from typing import Any, List, Optional
 
 import apache_beam as beam
 from apache_beam.io.filebasedsource import ReadAllFiles
-from apache_beam.io.iobase import Read, Write
+from apache_beam.io.iobase import Read
 from apache_beam.utils.windowed_value import WindowedValue
 
 from .. import example
 from . import _codec, _compression, _metrics
 from ._corrupt import CORRUPT_TAG, CorruptRecord
+from ._write import WriteShards
 from .sink import _TFRecordSink
 from .source import _create_source, _TFRecordSource
 
@@ -195,7 +196,7 @@ class WriteToTFRecord(beam.PTransform):
         )
 
     def expand(self, pcoll):
-        return pcoll | "Write" >> Write(self._sink)
+        return pcoll | "Write" >> WriteShards(self._sink)
 
 
 class _BatchDoFn(beam.DoFn):
