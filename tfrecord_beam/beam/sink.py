@@ -1,10 +1,11 @@
 """TFRecord sink that writes a `.tfindex` beside every shard: `_TFRecordSink(FileBasedSink)`.
 
-Beam's FileBasedSink protocol does the rest: each bundle writes a temporary file in a
-`beam-temp-*` directory; only the results of bundles that committed reach `finalize_write`,
-which renames them to the final shard names and deletes the temporary directory (so a
-retried bundle's first attempt leaves nothing behind, and a failed run leaves only that
-temporary directory, never a file with a final shard name).
+The FileBasedSink protocol does the rest (driven by `_write.WriteShards`, or Beam's `Write`
+for unbounded input): each bundle writes a temporary file in a `beam-temp-*` directory; only
+the results of bundles that committed reach `finalize_write`, which renames them to the final
+shard names and deletes the temporary directory (so a retried bundle's first attempt leaves
+nothing behind, and a failed run leaves only that temporary directory, never a file with a
+final shard name).
 
 Indexes ride along: each temporary shard gets its index beside it
 (`index.default_index_path(temp_path)`), written from the frame sizes as the records are
