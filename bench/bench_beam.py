@@ -138,9 +138,9 @@ def main(argv=None) -> int:
     for case in ("read+count", "read->write"):
         for impl in IMPLS:
             one, two = results[case, 1, impl], results[case, 2, impl]
-            net_one, net_two = max(one - startup[1], 1e-3), max(two - startup[2], 1e-3)
-            print(f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x wall, "
-                  f"{net_one / net_two:.2f}x after start-up")
+            net_one, net_two = one - startup[1], two - startup[2]
+            net = f"{net_one / net_two:.2f}x" if net_one > 0.1 and net_two > 0.1 else "n/a (start-up dominates)"
+            print(f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x wall, {net} after start-up")
     return 0
 
 
