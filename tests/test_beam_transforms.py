@@ -175,3 +175,15 @@ def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
                 | f"Hash {name}" >> beam.Map(lambda b: hashlib.sha256(b).hexdigest())
             )
             assert_that(got, equal_to(expected[name]), label=f"check {name}")
+
+
+def test_relative_globs_and_prefixes(tmp_path, monkeypatch):
+    """Beam's local matcher misses "data*.tfrecord" without a directory; ours resolves it."""
+    monkeypatch.chdir(tmp_path)
+    write_file("data-a.tfrecord", plain_payloads(6))
+    with _pipeline() as p:
+        _ = p | ReadFromTFRecord("data*.tfrecord") | WriteToTFRecord("copied", num_shards=1)
+    assert list(records.read_records("copied-00000-of-00001.tfrecord")) == plain_payloads(6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "copied-00000-of-00001.tfindex", "copied-00000-of-00001.tfrecord", "data-a.tfrecord"
+    ]

@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from .. import _engine
 from .._framing_py import FRAME_OVERHEAD
 from ..index import default_index_path, format_index
-from . import _compression, _metrics
+from . import _metrics, _paths
 
 #: Framed bytes are handed to the file in pieces of about this size.
 FLUSH_BYTES = 1 << 20
@@ -96,18 +96,18 @@ class _TFRecordSink(FileBasedSink):
         file_name_suffix: str = ".tfrecord",
         num_shards: int = 0,
         shard_name_template: Optional[str] = None,
-        compression_type: _compression.Compression = "auto",
+        compression_type: _paths.Compression = "auto",
         write_index: bool = True,
         max_records_per_shard: Optional[int] = None,
     ) -> None:
         super().__init__(
-            file_path_prefix,
+            _paths.local_absolute(file_path_prefix),
             coder=coders.BytesCoder(),
             file_name_suffix=file_name_suffix,
             num_shards=num_shards,
             shard_name_template=DEFAULT_SHARD_NAME_TEMPLATE if shard_name_template is None else shard_name_template,
             mime_type="application/octet-stream",
-            compression_type=_compression.to_beam(compression_type),
+            compression_type=_paths.to_beam(compression_type),
             max_records_per_shard=max_records_per_shard,
         )
         self.write_index = write_index

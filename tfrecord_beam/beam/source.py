@@ -30,7 +30,7 @@ from .. import _engine, fs
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
 from ..records import RecordReader
-from . import _compression, _index_cache, _metrics
+from . import _index_cache, _metrics, _paths
 from ._corrupt import CorruptRecord
 from ._resync import next_record_start
 
@@ -41,7 +41,7 @@ class _TFRecordSource(FileBasedSource):
     def __init__(
         self,
         file_pattern,
-        compression_type: _compression.Compression = "auto",
+        compression_type: _paths.Compression = "auto",
         validate: bool = True,
         *,
         min_bundle_size: int = 0,
@@ -52,9 +52,9 @@ class _TFRecordSource(FileBasedSource):
         batched: bool = False,
     ) -> None:
         super().__init__(
-            file_pattern,
+            _paths.local_absolute(file_pattern),
             min_bundle_size=min_bundle_size,
-            compression_type=_compression.to_beam(compression_type),
+            compression_type=_paths.to_beam(compression_type),
             splittable=True,
             validate=validate,
         )
@@ -73,7 +73,7 @@ class _TFRecordSource(FileBasedSource):
 
     # -- reading -----------------------------------------------------------------------------
     def read_records(self, file_name: str, range_tracker) -> Iterator[Union[bytes, tuple, CorruptRecord]]:
-        compression = _compression.for_file(file_name, self._compression_type)
+        compression = _paths.for_file(file_name, self._compression_type)
         if compression is not None:
             yield from self._read_chain(file_name, compression, range_tracker, 0, 0, None, None)
             return

@@ -19,7 +19,7 @@ from apache_beam.io.iobase import Read
 from apache_beam.utils.windowed_value import WindowedValue
 
 from .. import example
-from . import _codec, _compression, _metrics
+from . import _codec, _metrics, _paths
 from ._corrupt import CORRUPT_TAG, CorruptRecord
 from ._write import WriteShards
 from .sink import _TFRecordSink
@@ -74,7 +74,7 @@ class ReadFromTFRecord(beam.PTransform):
     def __init__(
         self,
         file_pattern: str,
-        compression_type: _compression.Compression = "auto",
+        compression_type: _paths.Compression = "auto",
         validate: bool = True,
         with_filename: bool = False,
         *,
@@ -122,7 +122,7 @@ class ReadAllFromTFRecord(beam.PTransform):
 
     def __init__(
         self,
-        compression_type: _compression.Compression = "auto",
+        compression_type: _paths.Compression = "auto",
         with_filename: bool = False,
         *,
         use_index: bool = True,
@@ -134,7 +134,7 @@ class ReadAllFromTFRecord(beam.PTransform):
     ) -> None:
         super().__init__()
         self._skip_corrupt = skip_corrupt
-        beam_compression = _compression.to_beam(compression_type)
+        beam_compression = _paths.to_beam(compression_type)
         self._read_all = ReadAllFiles(
             splittable=True,
             compression_type=beam_compression,
@@ -184,7 +184,7 @@ class WriteToTFRecord(beam.PTransform):
         file_name_suffix: str = ".tfrecord",
         num_shards: int = 0,
         shard_name_template: Optional[str] = None,
-        compression_type: _compression.Compression = "auto",
+        compression_type: _paths.Compression = "auto",
         write_index: bool = True,
         *,
         max_records_per_shard: Optional[int] = None,

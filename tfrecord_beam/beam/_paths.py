@@ -1,4 +1,6 @@
-"""Compression names: the user's spelling <-> Beam's `CompressionTypes` <-> the core's names.
+"""Paths and compression names as Beam wants them.
+
+Compression names: the user's spelling <-> Beam's `CompressionTypes` <-> the core's names.
 
 Beam decides which files are splittable (and the sink which codec to write) from its own
 `CompressionTypes`, so AUTO means Beam's suffix rule (`.gz` -> GZIP, `.deflate` -> DEFLATE,
@@ -7,6 +9,7 @@ anything else uncompressed). TFRecord's "ZLIB" is Beam's DEFLATE (zlib-wrapped d
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Union
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -44,3 +47,11 @@ def for_file(path: str, compression: str) -> Optional[str]:
     if kind not in _TO_CORE:
         raise ValueError(f"{path}: TFRecord files can be uncompressed, GZIP or ZLIB (DEFLATE), not {kind}")
     return _TO_CORE[kind]
+
+
+def local_absolute(path):
+    """An absolute path for a relative local path or glob (Beam's local glob matching misses
+    "data*.tfrecord" without a directory part); URIs and ValueProviders pass unchanged."""
+    if isinstance(path, str) and "://" not in path:
+        return os.path.abspath(path)
+    return path
