@@ -12,12 +12,16 @@ Public API:
                      *, use_index=True, verify=True, skip_corrupt=False, min_bundle_size=0)
     ReadFromTFRecordBatched(same as ReadFromTFRecord): lists of payloads, ~1 MiB each
     ReadAllFromTFRecord(compression_type="auto", with_filename=False, *, use_index=True,
-                        verify=True, skip_corrupt=False, desired_bundle_size=64 MiB, min_bundle_size=0)
+                        verify=True, skip_corrupt=False, desired_bundle_size=64 MiB, min_bundle_size=0,
+                        batched=False): for a PCollection of patterns
+    With skip_corrupt=True the readers return `result.records` and `result.corrupt`.
     WriteToTFRecord(file_path_prefix, file_name_suffix=".tfrecord", num_shards=0,
                     shard_name_template=None, compression_type="auto", write_index=True,
-                    *, max_records_per_shard=None)
+                    *, max_records_per_shard=None): elements are bytes or lists of bytes;
+                    returns the final shard names
     DecodeExamples(description=None, sequence_description=None, *, sequence=None, strict=False,
-                   batch_size=1024, skip_corrupt=False)
+                   batch_size=1024, skip_corrupt=False): `result.examples` / `result.corrupt`
+                   when skipping
     EncodeExamples(*, sequence=False, batch_size=1024)
     CorruptRecord(file, offset, reason): the dead-letter element; CORRUPT_TAG = "corrupt".
     METRICS_NAMESPACE = "tfrecord_beam" (counters records_read, bytes_read, corrupt_records,
