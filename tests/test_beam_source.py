@@ -12,6 +12,7 @@ from apache_beam.io import source_test_utils  # noqa: E402
 from apache_beam.io.range_trackers import OffsetRangeTracker  # noqa: E402
 
 from _beam_data import FIXTURES, nested_payloads, plain_payloads, write_file  # noqa: E402
+from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import CorruptRecord  # noqa: E402
 from tfrecord_beam.beam._resync import next_record_start  # noqa: E402
 from tfrecord_beam.beam.source import _TFRecordSource  # noqa: E402
@@ -186,3 +187,15 @@ def test_index_lookup_in_place_and_malformed_fallback(tmp_path):
     crlf.write_bytes(b"0 10\nxx yy\n" + b"\n".join(f"{o} {n}".encode() for o, n in index[2:].tolist()) + b"\n")
     with pytest.raises(IndexMismatchError):
         source_test_utils.read_from_source(_TFRecordSource(path))
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
+def test_truncated_gzip_with_skip_corrupt_keeps_the_good_prefix(tmp_path):
+    path = _corrupt_copy(tmp_path, "truncated.tfrecord.gz")
+    good = []
+    with pytest.raises(CorruptRecordError):
+        for payload in records.RecordReader(path):
+            good.append(payload)
+    got = source_test_utils.read_from_source(_TFRecordSource(path, skip_corrupt=True))
+    assert got[:-1] == good and isinstance(got[-1], CorruptRecord)
+    assert got[-1].file == path and "rest of this gzip file" in got[-1].reason
