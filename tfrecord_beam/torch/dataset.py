@@ -131,6 +131,16 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return self.iter_worker(worker, num_workers)
+
+    def iter_worker(self, worker: int, num_workers: int) -> Iterator[Any]:
+        """Iterate as DataLoader worker `worker` of `num_workers` on this rank would.
+
+        `iter(dataset)` calls it with the worker the DataLoader says; call it directly to
+        drive shards without a DataLoader (custom launchers, tests).
+        """
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker {worker} is not in [0, {num_workers})")
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
@@ -189,7 +199,9 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             return files.stream(pieces, skip)
         generator = sampling.rng(self.seed, self.epoch, source, pass_number, *topology)
         pieces = [pieces[i] for i in generator.permutation(len(pieces))]
-        stream = shuffle_iterator(files.stream(pieces), int(self.shuffle_queue_size), seed=generator)
+        records = files.stream(pieces)
+        head = list(itertools.islice(records, int(self.shuffle_queue_size)))  # a short shard needs no warning
+        stream = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
         return itertools.islice(stream, skip, None)
 
 
