@@ -15,13 +15,14 @@ from typing import Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import fs
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_BAD_LENGTH_CRC
-from . import _engine
+from ._engine import masked_crc32c
+from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
 from .records import RecordReader, resolve_compression
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
+_HEADER = struct.Struct("<QI")
 
 
 def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
@@ -63,10 +64,9 @@ def _seek_frames(path: str) -> Iterable[Tuple[int, int]]:
             header = handle.read(HEADER_SIZE)
             if len(header) < HEADER_SIZE:
                 raise TruncatedRecordError(path, offset, number, "data ends inside the record's header (truncated record)")
-            _, _, _, status = _engine.scan_frames(header + b"\0" * 4, True, 1)
-            if status == STATUS_BAD_LENGTH_CRC:
+            length, length_crc = _HEADER.unpack(header)
+            if masked_crc32c(header[:8]) != length_crc:
                 raise CorruptRecordError(path, offset, number, "length CRC mismatch (corrupted record)")
-            (length,) = struct.unpack_from("<Q", header)
             if length > total - offset - FRAME_OVERHEAD:
                 raise TruncatedRecordError(
                     path, offset, number,
