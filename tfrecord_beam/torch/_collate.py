@@ -9,8 +9,9 @@ Batch layout (what `TFRecordDataset(batch_size=...)` yields), one entry per feat
 * bytes feature `x`: `batch["x"]` is a list of B entries, each `bytes` when the record holds
   one value, else a list of `bytes` (as per-record decoding, with lists for object arrays).
 
-`decode_batch` is the swap point for the compiled columnar decoder: it turns payloads into
-columns (values + row splits); everything after that works on columns.
+`decode_batch` is the one place batches are decoded: payloads into columns (values + row
+splits), by `tfrecord_beam.columnar` where it is installed, else record by record;
+everything after that works on columns.
 """
 
 from __future__ import annotations
@@ -20,14 +21,23 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..example import BYTES, FLOAT, INT, decode_example, decode_sequence_example
+from ..errors import DecodeError
+from ..example import BYTES, FLOAT, INT, decode_example, decode_sequence_example, parse_example
 from ._files import Item
 
 LENGTHS_SUFFIX = "_lengths"
 _DTYPES = {FLOAT: np.float32, INT: np.int64}
 
-# A column: (kind, values, row_splits) for numbers; (BYTES, per-row values, None) for bytes.
-Column = Tuple[Optional[str], Any, Optional[np.ndarray]]
+try:  # the compiled-core engineer's batch decoder (with its own pure twin), once it is on main
+    from .. import columnar as _columnar
+except ImportError:  # pragma: no cover - depends on the branch
+    _columnar = None
+COLUMNAR = _columnar is not None
+
+# A column: (kind, values, row_splits, value_offsets). Numbers: value_offsets is None. Bytes:
+# values is one uint8 buffer and value_offsets (n values + 1) cut it, or, from the per-record
+# fallback, values is already the list of per-row values and value_offsets is None.
+Column = Tuple[Optional[str], Any, Optional[np.ndarray], Optional[np.ndarray]]
 
 
 def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
@@ -40,6 +50,32 @@ def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
     return decode_example(payload, description, path=path, offset=offset, record_number=number)
 
 
+def _feature_names(items: Sequence[Item]) -> Dict[str, None]:
+    """Every feature name in the batch, in order of first appearance (for description=None)."""
+    names: Dict[str, None] = {}
+    for item in items:
+        for name in parse_example(item[0], path=item[1], offset=item[2], record_number=item[3]).features.feature:
+            names.setdefault(name, None)
+    return names
+
+
+def decode_batch(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
+    """Decode a batch of Examples into columns: the one place batches are decoded.
+
+    Features are the described ones or, without a description, every feature seen in the
+    batch (kinds from the first record that has each). Errors name the file and record.
+    """
+    if _columnar is None:
+        return _decode_batch_per_record(items, description)
+    wanted = description if description is not None else _feature_names(items)
+    try:
+        columns = _columnar.decode_examples([item[0] for item in items], wanted, first_record_number=0)
+    except DecodeError as exc:  # it names the batch position: name the file and record instead
+        payload, path, offset, number = items[exc.record_number]
+        raise type(exc)(path, offset, number, exc.reason) from None
+    return {name: (c.kind, c.values, c.row_splits, c.value_offsets) for name, c in columns.items()}
+
+
 def _row_kind(value: Any) -> Optional[str]:
     if value is None:
         return None
@@ -50,13 +86,8 @@ def _row_kind(value: Any) -> Optional[str]:
     return BYTES
 
 
-def decode_batch(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
-    """Decode Examples into columns, per feature (the columnar decoder's job once it lands).
-
-    Features are the described ones, or (no description) every feature seen in the batch in
-    order of first appearance. Raises TypeError naming the record when a feature changes kind
-    between records.
-    """
+def _decode_batch_per_record(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
+    """`decode_batch` through `decode_example`, record by record (until the columnar decoder lands)."""
     rows = [decode_record(item, description, None, False) for item in items]
     names: List[str] = list(description) if description is not None else list(dict.fromkeys(k for r in rows for k in r))
     columns: Dict[str, Column] = {}
@@ -70,8 +101,8 @@ def decode_batch(items: Sequence[Item], description: Optional[Dict[str, Optional
             if kind is None:
                 kind = row_kind
             elif row_kind != kind and not (isinstance(value, np.ndarray) and value.size == 0):
-                where = f"{item[1]}, record {item[3]}" if item[3] is not None else f"{item[1]}, byte offset {item[2]}"
-                raise TypeError(f"{where}: feature {name!r} is {row_kind!r} but earlier records have {kind!r}")
+                raise DecodeError(item[1], item[2], item[3],
+                                  f"feature {name!r} holds {row_kind} values, but earlier records hold {kind}")
         if kind in _DTYPES:
             dtype = _DTYPES[kind]
             arrays = [np.zeros(0, dtype) if v is None or v.size == 0 else v for v in values]
@@ -79,11 +110,20 @@ def decode_batch(items: Sequence[Item], description: Optional[Dict[str, Optional
             splits = np.zeros(len(arrays) + 1, dtype=np.int64)
             np.cumsum(lengths, out=splits[1:])
             flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype)
-            columns[name] = (kind, flat.astype(dtype, copy=False), splits)
+            columns[name] = (kind, flat.astype(dtype, copy=False), splits, None)
         else:
-            rows_out = [list(v) if isinstance(v, np.ndarray) else v for v in values]
-            columns[name] = (kind, rows_out, None)
+            rows_out = [[] if v is None else list(v) if isinstance(v, np.ndarray) else v for v in values]
+            columns[name] = (BYTES, rows_out, None, None)
     return columns
+
+
+def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.ndarray) -> List[Any]:
+    """Per row: `bytes` when it holds one value, else a list of `bytes`."""
+    buf = values.tobytes()
+    offs = value_offsets.tolist()
+    flat = [buf[offs[k]:offs[k + 1]] for k in range(len(offs) - 1)]
+    splits = row_splits.tolist()
+    return [flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])]
 
 
 def padded(values: np.ndarray, row_splits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -101,9 +141,9 @@ def padded(values: np.ndarray, row_splits: np.ndarray) -> Tuple[np.ndarray, np.n
 def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
     """Columns as tensors (numbers) and lists (bytes), laid out as the module docstring says."""
     batch: Dict[str, Any] = {}
-    for name, (kind, values, splits) in columns.items():
-        if splits is None:
-            batch[name] = values
+    for name, (kind, values, splits, value_offsets) in columns.items():
+        if kind == BYTES:
+            batch[name] = values if value_offsets is None else _bytes_rows(values, splits, value_offsets)
             continue
         dense, lengths = padded(values, splits)
         key = name + LENGTHS_SUFFIX
@@ -111,7 +151,7 @@ def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
             raise ValueError(f"feature {key!r} clashes with the lengths of feature {name!r} in a batch; "
                              "rename one of them or use a description without it")
         batch[name] = torch.from_numpy(np.ascontiguousarray(dense))
-        batch[key] = torch.from_numpy(lengths)
+        batch[key] = torch.from_numpy(np.ascontiguousarray(lengths))
     return batch
 
 
