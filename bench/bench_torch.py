@@ -13,7 +13,7 @@ Both are given the index file (without one, the `tfrecord` package repeats recor
 from __future__ import annotations
 
 import argparse
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 from bench._common import dataset_file, median_seconds, print_table
 
@@ -28,7 +28,8 @@ def _count(loader) -> int:
 
 
 def _loaders(path: str, index: str, batch: int, workers: int):
-    """(name, zero-argument function running one epoch) for each contender."""
+    """(name, zero-argument function running one epoch) for each contender; each dataset is
+    built once, as a training job would, and iterated once per epoch."""
     from torch.utils.data import DataLoader
 
     from tfrecord_beam.torch import TFRecordDataset
@@ -39,12 +40,13 @@ def _loaders(path: str, index: str, batch: int, workers: int):
     except ImportError:
         PeerDataset = None
     if PeerDataset is not None:
-        out.append(("tfrecord", lambda: _count(DataLoader(PeerDataset(path, index, DESCRIPTION), batch_size=batch,
-                                                          num_workers=workers))))
-    out.append(("ours, per record", lambda: _count(DataLoader(TFRecordDataset(path, index, DESCRIPTION),
-                                                              batch_size=batch, num_workers=workers))))
-    out.append(("ours, batched", lambda: _count(DataLoader(TFRecordDataset(path, index, DESCRIPTION, batch_size=batch),
-                                                           batch_size=None, num_workers=workers))))
+        peer = DataLoader(PeerDataset(path, index, DESCRIPTION), batch_size=batch, num_workers=workers)
+        out.append(("tfrecord", lambda: _count(peer)))
+    per_record = DataLoader(TFRecordDataset(path, index, DESCRIPTION), batch_size=batch, num_workers=workers)
+    out.append(("ours, per record", lambda: _count(per_record)))
+    batched = DataLoader(TFRecordDataset(path, index, DESCRIPTION, batch_size=batch), batch_size=None,
+                         num_workers=workers)
+    out.append(("ours, batched", lambda: _count(batched)))
     return out
 
 
@@ -58,8 +60,7 @@ def run(records: int = 100_000, repeats: int = 3, batch: int = 256, workers: Opt
     for num_workers in workers or [0, 2]:
         results = {}
         for name, epoch in _loaders(str(path), index, batch, num_workers):
-            check: Callable[[], int] = epoch
-            seen = check()
+            seen = epoch()
             if seen != records:
                 raise AssertionError(f"{name} with {num_workers} workers yielded {seen} records, not {records}")
             results[name] = median_seconds(epoch, repeats, warmup=0)

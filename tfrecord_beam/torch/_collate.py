@@ -122,6 +122,8 @@ def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.nd
     buf = values.tobytes()
     offs = value_offsets.tolist()
     flat = [buf[offs[k]:offs[k + 1]] for k in range(len(offs) - 1)]
+    if len(flat) == len(row_splits) - 1 and np.all(np.diff(row_splits) == 1):
+        return flat  # one value per row, the common case
     splits = row_splits.tolist()
     return [flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])]
 

@@ -103,8 +103,8 @@ class FileSet:
                                             None if index is None else len(index)))
         return self._infos
 
-    def read(self, piece: Piece) -> Iterator[Item]:
-        """The records of one piece, in file order."""
+    def read(self, piece: Piece) -> Iterator[List[Item]]:
+        """The records of one piece, in file order, one list per chunk the reader returns."""
         path = self.paths[piece.file]
         compression = self.compressions[piece.file]
         expected = None
@@ -125,19 +125,21 @@ class FileSet:
             n = len(chunk)
             first_number = chunk.first_record_number
             numbers = repeat(None) if first_number is None else range(first_number, first_number + n)
-            items = zip(chunk.payloads(), repeat(path), chunk.record_offsets.tolist(), numbers)
+            block = list(zip(chunk.payloads(), repeat(path), chunk.record_offsets.tolist(), numbers))
             if piece.kind == STRIDE:
-                items = (item for item in items if item[3] % piece.stop == piece.start)
-            yield from items
+                block = [item for item in block if item[3] % piece.stop == piece.start]
             count += n
+            if block:
+                yield block
         if expected is not None and count != expected:
             raise IndexMismatchError(
                 self.index_paths[piece.file], None, piece.start,
                 f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
             )
 
-    def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Item]:
-        """The records of `pieces` in order, less the first `skip` (whole indexed pieces are skipped unread)."""
+    def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[List[Item]]:
+        """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed
+        pieces and the indexed part of a piece are skipped unread)."""
         for piece in pieces:
             if skip and piece.kind == RECORDS:
                 size = piece.stop - piece.start
@@ -146,8 +148,9 @@ class FileSet:
                     continue
                 piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
                 skip = 0
-            for item in self.read(piece):
-                if skip:
-                    skip -= 1
+            for block in self.read(piece):
+                if skip >= len(block):
+                    skip -= len(block)
                     continue
-                yield item
+                yield block[skip:] if skip else block
+                skip = 0

@@ -22,6 +22,7 @@ from ..iterator_utils import shuffle_iterator
 from . import sampling
 from ._collate import collate_examples, decode_record
 from ._files import FileSet, Item, Paths
+from ._stream import Block, Cursor, reblock, skip_blocks
 from .indexed import IndexedTFRecordDataset
 
 __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
@@ -61,6 +62,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         if shuffle_queue_size is not None and int(shuffle_queue_size) < 0:
             raise ValueError(f"shuffle_queue_size must be >= 0 or None, got {shuffle_queue_size}")
         self.sources = sources
+        for files in sources:  # load indexes (and find stale ones) once, here: workers inherit them
+            files.infos()
         self.weights = weights
         self.infinite = infinite
         self.description = description
@@ -144,51 +147,51 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
-        streams = [self._source_stream(i, progress["sources"][i], topology) for i in range(len(self.sources))]
+        cursors = [Cursor(self._source_blocks(i, list(progress["sources"][i]), topology), progress["sources"][i])
+                   for i in range(len(self.sources))]
         if self.weights is None:
             self._mixer = None
-            items: Iterator[Item] = streams[0]
+            take: Callable[[int], List[Item]] = cursors[0].take
+            items: Iterator[Item] = cursors[0]
         else:
             generator = sampling.rng(self.seed, self.epoch, _MIX_KEY, *topology)
             self._mixer = sampling.WeightedMixer(self.weights, generator, progress.get("mixer"))
-            items = self._mixer.mix(streams)
+            items = self._mixer.mix(cursors)
+            take = lambda n: list(itertools.islice(items, n))  # noqa: E731
         if self.batch_size is None:
             return self._records(items)
-        return self._batches(items)
+        return self._batches(take)
 
     def _records(self, items: Iterator[Item]) -> Iterator[Any]:
         for item in items:
             sample = decode_record(item, self._description, self._sequence_description, self._sequence)
             yield self.transform(sample) if self.transform is not None else sample
 
-    def _batches(self, items: Iterator[Item]) -> Iterator[Any]:
+    def _batches(self, take: Callable[[int], List[Item]]) -> Iterator[Any]:
         while True:
-            chunk = list(itertools.islice(items, self.batch_size))
+            chunk = take(self.batch_size)
             if not chunk or (self.drop_last and len(chunk) < self.batch_size):
                 return
             batch = collate_examples(chunk, self._description)
             yield self.transform(batch) if self.transform is not None else batch
 
-    def _source_stream(self, source: int, position: List[int], topology: List[int]) -> Iterator[Item]:
-        """Source `source`'s records for this shard, pass after pass when infinite.
-
-        `position` = [pass, records handed out in that pass] is updated as records leave, so
-        a snapshot of it is always a resumable position.
-        """
-        skip = position[1]
+    def _source_blocks(self, source: int, position: List[int], topology: List[int]) -> Iterator[Block]:
+        """Source `source`'s records for this shard from `position` = [pass, records already
+        handed out in it], as `Block`s; pass after pass when infinite."""
+        pass_number, skip = position
         while True:
             produced = False
-            for item in self._one_pass(source, position[0], topology, skip):
+            index = skip
+            for block in self._one_pass(source, pass_number, topology, skip):
                 produced = True
-                position[1] += 1
-                yield item
+                yield pass_number, index, block
+                index += len(block)
             if not self.infinite or (not produced and skip == 0):
                 return  # finite, or nothing at all for this shard: do not spin
-            position[0] += 1
-            position[1] = 0
+            pass_number += 1
             skip = 0
 
-    def _one_pass(self, source: int, pass_number: int, topology: List[int], skip: int) -> Iterator[Item]:
+    def _one_pass(self, source: int, pass_number: int, topology: List[int], skip: int) -> Iterator[List[Item]]:
         files = self.sources[source]
         rank, world_size, worker, num_workers = topology
         shard, num_shards = sampling.shard_of(rank, world_size, worker, num_workers)
@@ -199,10 +202,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             return files.stream(pieces, skip)
         generator = sampling.rng(self.seed, self.epoch, source, pass_number, *topology)
         pieces = [pieces[i] for i in generator.permutation(len(pieces))]
-        records = files.stream(pieces)
+        records = itertools.chain.from_iterable(files.stream(pieces))
         head = list(itertools.islice(records, int(self.shuffle_queue_size)))  # a short shard needs no warning
-        stream = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
-        return itertools.islice(stream, skip, None)
+        shuffled = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
+        return skip_blocks(reblock(shuffled), skip)
 
 
 class TFRecordDataset(_ShardedIterable):
