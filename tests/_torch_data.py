@@ -15,12 +15,13 @@ FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
 
 
 def payload(uid: int) -> bytes:
-    """A record with a unique id, a variable-length float list and bytes of varying size."""
+    """A record with a unique id, a variable-length float list, bytes of varying size and 0-2 tags."""
     return encode_example({
         "id": ([uid], "int"),
         "vals": (np.arange(uid % 5, dtype=np.float32) + uid, "float"),
         "name": (f"r{uid}".encode(), "byte"),
         "pad": (b"x" * (uid * 37 % 300), "byte"),
+        "tags": ([b"t%d" % k for k in range(uid % 3)], "byte"),
     })
 
 

@@ -64,6 +64,8 @@ def test_batches_are_padded_tensors_with_lengths(indexed):
                          batch_size=8)
     batches = list(ds)
     assert [len(b["name"]) for b in batches] == [8] * 7 + [3]
+    tags = TFRecordDataset(paths, indexes, ["tags"], batch_size=3)
+    assert next(iter(tags))["tags"].tolist() == [[], b"t0", [b"t0", b"t1"]]  # 0 or 2+ values: lists
     first = batches[0]
     assert first["id"].dtype == torch.int64 and first["id"].shape == (8, 1)
     assert first["vals"].dtype == torch.float32
@@ -74,7 +76,8 @@ def test_batches_are_padded_tensors_with_lengths(indexed):
         n = lengths[row]
         assert first["vals"][row, :n].tolist() == [float(uid + k) for k in range(n)]
         assert first["vals"][row, n:].eq(0).all()
-    assert first["name"] == [f"r{i}".encode() for i in range(8)]
+    assert isinstance(first["name"], np.ndarray) and first["name"].dtype == object
+    assert first["name"].tolist() == [f"r{i}".encode() for i in range(8)]
     assert first["missing"].shape == (8, 0) and first["missing_lengths"].tolist() == [0] * 8
     assert ids_of(batches) == ids
 
@@ -95,7 +98,7 @@ def test_record_transform(indexed):
 def test_batch_without_description_takes_every_feature(indexed):
     paths, indexes, _ = indexed
     batch = next(iter(TFRecordDataset(paths, indexes, batch_size=4)))
-    assert set(batch) == {"id", "id_lengths", "vals", "vals_lengths", "name", "pad"}
+    assert set(batch) == {"id", "id_lengths", "vals", "vals_lengths", "name", "pad", "tags"}
 
 
 def test_batch_feature_changing_kind_names_the_record(tmp_path):

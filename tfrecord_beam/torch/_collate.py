@@ -6,8 +6,10 @@ Batch layout (what `TFRecordDataset(batch_size=...)` yields), one entry per feat
   is the longest row in the batch; shorter rows (variable-length or missing features) are
   padded with zeros, and `batch["x_lengths"]` (int64, [B]) says how many values each row
   really has. A fixed-length feature is therefore simply a dense [B, L] tensor.
-* bytes feature `x`: `batch["x"]` is a list of B entries, each `bytes` when the record holds
-  one value, else a list of `bytes` (as per-record decoding, with lists for object arrays).
+* bytes feature `x`: `batch["x"]` is a 1-D numpy object array of B entries, each `bytes` when
+  the record holds one value, else a list of `bytes` (an object array rather than a list
+  because the DataLoader's `default_convert` walks lists element by element, which costs
+  more than decoding them).
 
 `decode_batch` is the one place batches are decoded: payloads into columns (values + row
 splits), by `tfrecord_beam.columnar` where it is installed, else record by record;
@@ -117,15 +119,26 @@ def _decode_batch_per_record(items: Sequence[Item], description: Optional[Dict[s
     return columns
 
 
-def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.ndarray) -> List[Any]:
-    """Per row: `bytes` when it holds one value, else a list of `bytes`."""
+def _object_array(values: List[Any]) -> np.ndarray:
+    """A 1-D object array holding `values` as they are (lists stay lists, not a 2nd axis)."""
+    out = np.empty(len(values), dtype=object)
+    if any(isinstance(v, list) for v in values):
+        for i, v in enumerate(values):
+            out[i] = v
+    else:
+        out[:] = values
+    return out
+
+
+def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.ndarray) -> np.ndarray:
+    """Per row: `bytes` when it holds one value, else a list of `bytes` (an object array)."""
     buf = values.tobytes()
     offs = value_offsets.tolist()
     flat = [buf[offs[k]:offs[k + 1]] for k in range(len(offs) - 1)]
     if len(flat) == len(row_splits) - 1 and np.all(np.diff(row_splits) == 1):
-        return flat  # one value per row, the common case
+        return _object_array(flat)  # one value per row, the common case
     splits = row_splits.tolist()
-    return [flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])]
+    return _object_array([flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])])
 
 
 def padded(values: np.ndarray, row_splits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -145,7 +158,7 @@ def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
     batch: Dict[str, Any] = {}
     for name, (kind, values, splits, value_offsets) in columns.items():
         if kind == BYTES:
-            batch[name] = values if value_offsets is None else _bytes_rows(values, splits, value_offsets)
+            batch[name] = _object_array(values) if value_offsets is None else _bytes_rows(values, splits, value_offsets)
             continue
         dense, lengths = padded(values, splits)
         key = name + LENGTHS_SUFFIX
