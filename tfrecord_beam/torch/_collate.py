@@ -119,10 +119,10 @@ def _decode_batch_per_record(items: Sequence[Item], description: Optional[Dict[s
     return columns
 
 
-def _object_array(values: List[Any]) -> np.ndarray:
+def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
     """A 1-D object array holding `values` as they are (lists stay lists, not a 2nd axis)."""
     out = np.empty(len(values), dtype=object)
-    if any(isinstance(v, list) for v in values):
+    if nested:
         for i, v in enumerate(values):
             out[i] = v
     else:
@@ -135,15 +135,15 @@ def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.nd
     buf = values.tobytes()
     offs = value_offsets.tolist()
     flat = [buf[offs[k]:offs[k + 1]] for k in range(len(offs) - 1)]
-    if len(flat) == len(row_splits) - 1 and np.all(np.diff(row_splits) == 1):
-        return _object_array(flat)  # one value per row, the common case
+    if len(flat) == len(row_splits) - 1 and np.all(row_splits[1:] - row_splits[:-1] == 1):
+        return _object_array(flat, nested=False)  # one value per row, the common case
     splits = row_splits.tolist()
     return _object_array([flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])])
 
 
 def padded(values: np.ndarray, row_splits: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(values as a zero-padded [B, max length] array, lengths [B]) from values + row splits."""
-    lengths = np.diff(row_splits)
+    lengths = row_splits[1:] - row_splits[:-1]
     rows = len(lengths)
     width = int(lengths.max()) if rows else 0
     if rows and np.all(lengths == width):
