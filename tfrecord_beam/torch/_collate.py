@@ -25,7 +25,7 @@ import torch
 
 from ..errors import DecodeError
 from ..example import BYTES, FLOAT, INT, decode_example, decode_sequence_example, parse_example
-from ._files import Item
+from ._stream import AnyBlock, Block, Item
 
 LENGTHS_SUFFIX = "_lengths"
 _DTYPES = {FLOAT: np.float32, INT: np.int64}
@@ -52,28 +52,45 @@ def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
     return decode_example(payload, description, path=path, offset=offset, record_number=number)
 
 
-def _feature_names(items: Sequence[Item]) -> Dict[str, None]:
+def _feature_names(blocks: Sequence[AnyBlock]) -> Dict[str, None]:
     """Every feature name in the batch, in order of first appearance (for description=None)."""
     names: Dict[str, None] = {}
-    for item in items:
-        for name in parse_example(item[0], path=item[1], offset=item[2], record_number=item[3]).features.feature:
-            names.setdefault(name, None)
+    for block in blocks:
+        for i, payload in enumerate(block.payloads()):
+            path, offset, number = block.where(i)
+            for name in parse_example(payload, path=path, offset=offset, record_number=number).features.feature:
+                names.setdefault(name, None)
     return names
 
 
-def decode_batch(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
+def _where(blocks: Sequence[AnyBlock], i: int) -> Tuple[str, int, Optional[int]]:
+    """(path, offset, record number) of the batch's record i."""
+    for block in blocks:
+        if i < len(block):
+            return block.where(i)
+        i -= len(block)
+    raise IndexError(i)
+
+
+def decode_batch(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
     """Decode a batch of Examples into columns: the one place batches are decoded.
 
-    Features are the described ones or, without a description, every feature seen in the
-    batch (kinds from the first record that has each). Errors name the file and record.
+    A batch inside one reader chunk is decoded straight from the chunk's buffer. Features are
+    the described ones or, without a description, every feature seen in the batch (kinds
+    from the first record that has each). Errors name the file and record.
     """
     if _columnar is None:
-        return _decode_batch_per_record(items, description)
-    wanted = description if description is not None else _feature_names(items)
+        return _decode_batch_per_record([item for block in blocks for item in block.items()], description)
+    wanted = description if description is not None else _feature_names(blocks)
+    if len(blocks) == 1 and isinstance(blocks[0], Block):
+        block = blocks[0]
+        records, offsets, lengths = block.buffer, block.payload_offsets, block.payload_lengths
+    else:
+        records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
     try:
-        columns = _columnar.decode_examples([item[0] for item in items], wanted, first_record_number=0)
+        columns = _columnar.decode_examples(records, wanted, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead
-        payload, path, offset, number = items[exc.record_number]
+        path, offset, number = _where(blocks, exc.record_number)
         raise type(exc)(path, offset, number, exc.reason) from None
     return {name: (c.kind, c.values, c.row_splits, c.value_offsets) for name, c in columns.items()}
 
@@ -170,6 +187,6 @@ def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
     return batch
 
 
-def collate_examples(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Any]:
-    """A batch of Examples as tensors: `decode_batch` then `columns_to_batch`."""
-    return columns_to_batch(decode_batch(items, description))
+def collate_examples(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Any]:
+    """A batch of Examples (parts of blocks) as tensors: `decode_batch` then `columns_to_batch`."""
+    return columns_to_batch(decode_batch(blocks, description))

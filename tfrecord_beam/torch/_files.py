@@ -1,14 +1,13 @@
 """One source of records for the datasets: its files, their indexes, and reading a shard's pieces.
 
-A record travels as an `Item` tuple `(payload, path, offset, record_number)` so that decode
-errors can name where it came from (the record number is None when a reader started at a
-byte offset without an index and so does not know it).
+Records travel as `Block`s of a reader's chunk (see `_stream`), which remember where each
+record came from so that decode errors can name it (the record number is None when a reader
+started at a byte offset without an index and so does not know it).
 """
 
 from __future__ import annotations
 
 import os
-from itertools import repeat
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -17,9 +16,9 @@ from .. import fs
 from .. import index as _index
 from ..errors import IndexMismatchError
 from ..records import RecordReader, resolve_compression
+from ._stream import Block
 from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 
-Item = Tuple[bytes, str, int, Optional[int]]
 Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
 _GLOB_CHARS = "*?["
@@ -103,8 +102,8 @@ class FileSet:
                                             None if index is None else len(index)))
         return self._infos
 
-    def read(self, piece: Piece) -> Iterator[List[Item]]:
-        """The records of one piece, in file order, one list per chunk the reader returns."""
+    def read(self, piece: Piece) -> Iterator[Block]:
+        """The records of one piece, in file order, one `Block` per chunk the reader returns."""
         path = self.paths[piece.file]
         compression = self.compressions[piece.file]
         expected = None
@@ -124,12 +123,12 @@ class FileSet:
         for chunk in reader.chunks():
             n = len(chunk)
             first_number = chunk.first_record_number
-            numbers = repeat(None) if first_number is None else range(first_number, first_number + n)
-            block = list(zip(chunk.payloads(), repeat(path), chunk.record_offsets.tolist(), numbers))
+            numbers = None if first_number is None else np.arange(first_number, first_number + n, dtype=np.int64)
+            block = Block(chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path)
             if piece.kind == STRIDE:
-                block = [item for item in block if item[3] % piece.stop == piece.start]
+                block = block.part(numbers % piece.stop == piece.start)
             count += n
-            if block:
+            if len(block):
                 yield block
         if expected is not None and count != expected:
             raise IndexMismatchError(
@@ -137,7 +136,7 @@ class FileSet:
                 f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
             )
 
-    def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[List[Item]]:
+    def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Block]:
         """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed
         pieces and the indexed part of a piece are skipped unread)."""
         for piece in pieces:
@@ -152,5 +151,5 @@ class FileSet:
                 if skip >= len(block):
                     skip -= len(block)
                     continue
-                yield block[skip:] if skip else block
+                yield block.part(slice(skip, None)) if skip else block
                 skip = 0

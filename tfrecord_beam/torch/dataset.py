@@ -21,8 +21,8 @@ from ..example import Description, normalize_description
 from ..iterator_utils import shuffle_iterator
 from . import sampling
 from ._collate import collate_examples, decode_record
-from ._files import FileSet, Item, Paths
-from ._stream import Block, Cursor, reblock, skip_blocks
+from ._files import FileSet, Paths
+from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from .indexed import IndexedTFRecordDataset
 
 __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
@@ -151,13 +151,13 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                    for i in range(len(self.sources))]
         if self.weights is None:
             self._mixer = None
-            take: Callable[[int], List[Item]] = cursors[0].take
+            take: Callable[[int], List[AnyBlock]] = cursors[0].take
             items: Iterator[Item] = cursors[0]
         else:
             generator = sampling.rng(self.seed, self.epoch, _MIX_KEY, *topology)
             self._mixer = sampling.WeightedMixer(self.weights, generator, progress.get("mixer"))
             items = self._mixer.mix(cursors)
-            take = lambda n: list(itertools.islice(items, n))  # noqa: E731
+            take = lambda n: [ItemBlock(list(itertools.islice(items, n)))]  # noqa: E731
         if self.batch_size is None:
             return self._records(items)
         return self._batches(take)
@@ -167,15 +167,16 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             sample = decode_record(item, self._description, self._sequence_description, self._sequence)
             yield self.transform(sample) if self.transform is not None else sample
 
-    def _batches(self, take: Callable[[int], List[Item]]) -> Iterator[Any]:
+    def _batches(self, take: Callable[[int], List[AnyBlock]]) -> Iterator[Any]:
         while True:
             chunk = take(self.batch_size)
-            if not chunk or (self.drop_last and len(chunk) < self.batch_size):
+            size = sum(len(block) for block in chunk)
+            if not size or (self.drop_last and size < self.batch_size):
                 return
             batch = collate_examples(chunk, self._description)
             yield self.transform(batch) if self.transform is not None else batch
 
-    def _source_blocks(self, source: int, position: List[int], topology: List[int]) -> Iterator[Block]:
+    def _source_blocks(self, source: int, position: List[int], topology: List[int]) -> Iterator[PassBlock]:
         """Source `source`'s records for this shard from `position` = [pass, records already
         handed out in it], as `Block`s; pass after pass when infinite."""
         pass_number, skip = position
@@ -191,7 +192,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             pass_number += 1
             skip = 0
 
-    def _one_pass(self, source: int, pass_number: int, topology: List[int], skip: int) -> Iterator[List[Item]]:
+    def _one_pass(self, source: int, pass_number: int, topology: List[int], skip: int) -> Iterator[AnyBlock]:
         files = self.sources[source]
         rank, world_size, worker, num_workers = topology
         shard, num_shards = sampling.shard_of(rank, world_size, worker, num_workers)
@@ -202,7 +203,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             return files.stream(pieces, skip)
         generator = sampling.rng(self.seed, self.epoch, source, pass_number, *topology)
         pieces = [pieces[i] for i in generator.permutation(len(pieces))]
-        records = itertools.chain.from_iterable(files.stream(pieces))
+        records = itertools.chain.from_iterable(block.items() for block in files.stream(pieces))
         head = list(itertools.islice(records, int(self.shuffle_queue_size)))  # a short shard needs no warning
         shuffled = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
         return skip_blocks(reblock(shuffled), skip)
