@@ -93,6 +93,8 @@ def test_state_before_iterating_and_other_epoch(mixed):
     later.load_state_dict(mid)
     later.set_epoch(5)  # a new epoch: the saved position belongs to epoch 4 and is dropped
     assert len(ids_of(later)) == len(ids) and len(head) == 3
+    ds.set_epoch(6)
+    assert ds.state_dict()["epoch"] == 6 and ds.state_dict()["sources"] == [[0, 0]]
 
 
 def test_state_mismatches_are_errors(mixed, splits):

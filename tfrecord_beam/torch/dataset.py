@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import torch.utils.data
 
@@ -85,6 +85,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     # -- epochs and checkpoints ---------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Use the file order and shuffle of epoch `epoch` from the next `iter()` on."""
+        if self._progress is not None and self._progress["epoch"] != int(epoch):
+            self._progress = None  # a checkpoint taken now is the start of the new epoch
         self.epoch = int(epoch)
 
     def state_dict(self) -> Dict[str, Any]:
