@@ -82,6 +82,18 @@ def test_batches_are_padded_tensors_with_lengths(indexed):
     assert ids_of(batches) == ids
 
 
+def test_batches_cross_processes_as_tensors(indexed):
+    paths, indexes, ids = indexed
+    ds = TFRecordDataset(paths, indexes, ["id", "vals", "name"], batch_size=8)
+    batch = next(iter(ds))
+    clone = pickle.loads(pickle.dumps(batch))
+    assert type(clone) is type(batch) and list(clone) == list(batch)
+    assert all(torch.equal(clone[k], batch[k]) for k in ("id", "vals", "vals_lengths"))
+    assert clone["name"].dtype == object and clone["name"].tolist() == batch["name"].tolist()
+    got = next(iter(DataLoader(ds, batch_size=None, num_workers=1)))
+    assert isinstance(got["vals"], torch.Tensor) and torch.equal(got["vals"], batch["vals"])
+
+
 def test_drop_last_and_batch_transform(indexed):
     paths, indexes, ids = indexed
     ds = TFRecordDataset(paths, indexes, ["id"], batch_size=8, drop_last=True, transform=add_one_to_id)

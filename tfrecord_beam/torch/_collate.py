@@ -170,9 +170,28 @@ def padded(values: np.ndarray, row_splits: np.ndarray) -> Tuple[np.ndarray, np.n
     return out, lengths
 
 
-def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
-    """Columns as tensors (numbers) and lists (bytes), laid out as the module docstring says."""
-    batch: Dict[str, Any] = {}
+class Batch(dict):
+    """A batch: a plain dict of tensors and object arrays, except in how it is pickled.
+
+    Sent from a DataLoader worker, each tensor would go through its own shared-memory segment
+    and file-descriptor handshake (about half a millisecond each here, more than decoding the
+    batch); a `Batch` travels as numpy arrays in the pickle stream instead and becomes
+    tensors again, without a copy, on arrival.
+    """
+
+    def __reduce__(self):
+        tensors = {k: v.numpy() for k, v in self.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
+        others = {k: v for k, v in self.items() if k not in tensors}
+        return (_rebuild_batch, (tensors, others, list(self)))
+
+
+def _rebuild_batch(tensors: Dict[str, np.ndarray], others: Dict[str, Any], order: List[str]) -> Batch:
+    return Batch((k, torch.from_numpy(tensors[k]) if k in tensors else others[k]) for k in order)
+
+
+def columns_to_batch(columns: Dict[str, Column]) -> Batch:
+    """Columns as tensors (numbers) and object arrays (bytes), laid out as the module docstring says."""
+    batch = Batch()
     for name, (kind, values, splits, value_offsets) in columns.items():
         if kind == BYTES:
             batch[name] = _object_array(values) if value_offsets is None else _bytes_rows(values, splits, value_offsets)
@@ -187,6 +206,6 @@ def columns_to_batch(columns: Dict[str, Column]) -> Dict[str, Any]:
     return batch
 
 
-def collate_examples(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Any]:
+def collate_examples(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Batch:
     """A batch of Examples (parts of blocks) as tensors: `decode_batch` then `columns_to_batch`."""
     return columns_to_batch(decode_batch(blocks, description))
