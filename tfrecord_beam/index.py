@@ -111,15 +111,20 @@ def load_index(index_path) -> np.ndarray:
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
         text = handle.read().decode("ascii", errors="replace")
-    rows = []
-    for number, line in enumerate(text.splitlines()):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}")
-        rows.append((int(parts[0]), int(parts[1])))
-    index = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    lines = [line for line in text.splitlines() if line.strip()]
+    tokens = text.split()
+    try:
+        if len(tokens) != 2 * len(lines):
+            raise ValueError
+        index = np.array(tokens, dtype=np.int64).reshape(-1, 2)
+        if np.any(index < 0):
+            raise ValueError
+    except ValueError:
+        for number, line in enumerate(lines):  # slow path only to name the bad line
+            parts = line.split()
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}") from None
+        raise
     if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
         bad = int(np.flatnonzero(index[1:, 0] != index[:-1, 0] + index[:-1, 1])[0]) + 1
         raise IndexMismatchError(path, int(index[bad, 0]), bad, "index entries are not contiguous")

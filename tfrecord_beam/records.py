@@ -30,6 +30,7 @@ from .errors import CorruptRecordError, TruncatedRecordError
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
+_HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
     "gzip": "gzip", "gz": "gzip",
@@ -255,10 +256,13 @@ RESYNC_LOOKAHEAD = 1 << 20
 
 
 def _valid_chain_at(raw: BinaryIO, offset: int, total: int) -> bool:
-    """True when valid records follow each other from `offset` for RESYNC_LOOKAHEAD bytes (or to EOF).
+    """True when a record with both CRCs valid starts at `offset` and valid headers follow.
 
-    Every frame in the window must pass both CRCs and the frames must tile it; a window that
-    reaches the end of the file must end exactly on a frame boundary.
+    After that first record, every header within RESYNC_LOOKAHEAD bytes (or up to EOF) must
+    carry a valid length CRC and the frames must tile the window; a window reaching the end of
+    the file must end exactly on a frame boundary. Payload CRCs after the first are not needed:
+    a false start inside a payload breaks at the header level, and a later damaged payload must
+    not push the resync point past good records.
     """
     raw.seek(offset)
     header = raw.read(HEADER_SIZE)
@@ -270,11 +274,17 @@ def _valid_chain_at(raw: BinaryIO, offset: int, total: int) -> bool:
     window = max(RESYNC_LOOKAHEAD, FRAME_OVERHEAD + length + HEADER_SIZE)
     raw.seek(offset)
     block = raw.read(window)
-    _, _, consumed, status = _engine.scan_frames(block, True)
-    if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC) or consumed == 0:
+    _, _, pos, status = _engine.scan_frames(block, True, 1)
+    if pos == 0:
         return False
+    view = memoryview(block)
+    while pos + HEADER_SIZE <= len(block):
+        length, length_crc = _HEADER.unpack_from(block, pos)
+        if _engine.masked_crc32c(view[pos : pos + 8]) != length_crc:
+            return False
+        pos += FRAME_OVERHEAD + length
     if offset + len(block) >= total:  # the window reaches EOF: the chain must end exactly there
-        return offset + consumed == total
+        return offset + pos == total
     return True
 
 
