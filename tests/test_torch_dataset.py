@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
 import shutil
@@ -90,6 +91,8 @@ def test_batches_cross_processes_as_tensors(indexed):
     assert type(clone) is type(batch) and list(clone) == list(batch)
     assert all(torch.equal(clone[k], batch[k]) for k in ("id", "vals", "vals_lengths"))
     assert clone["name"].dtype == object and clone["name"].tolist() == batch["name"].tolist()
+    shallow = copy.copy(batch)
+    assert type(shallow) is type(batch) and all(shallow[k] is batch[k] for k in batch)
     got = next(iter(DataLoader(ds, batch_size=None, num_workers=1)))
     assert isinstance(got["vals"], torch.Tensor) and torch.equal(got["vals"], batch["vals"])
 

@@ -179,6 +179,9 @@ class Batch(dict):
     tensors again, without a copy, on arrival.
     """
 
+    def __copy__(self) -> "Batch":  # the DataLoader's default_convert copies batches: stay cheap
+        return Batch(self)
+
     def __reduce__(self):
         tensors = {k: v.numpy() for k, v in self.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
         others = {k: v for k, v in self.items() if k not in tensors}
