@@ -113,6 +113,7 @@ def test_state_mismatches_are_errors(mixed, splits):
         MultiTFRecordDataset(data, index, {"a": 1, "b": 1}).load_state_dict(state)
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 def test_stateful_dataloader_with_workers(mixed):
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
     paths, indexes, ids = mixed

@@ -151,8 +151,8 @@ def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.nd
     """Per row: `bytes` when it holds one value, else a list of `bytes` (an object array)."""
     buf = values.tobytes()
     offs = value_offsets.tolist()
-    flat = [buf[offs[k]:offs[k + 1]] for k in range(len(offs) - 1)]
-    if len(flat) == len(row_splits) - 1 and np.all(row_splits[1:] - row_splits[:-1] == 1):
+    flat = [buf[a:b] for a, b in zip(offs, offs[1:])]
+    if len(flat) == len(row_splits) - 1 and np.array_equal(row_splits, np.arange(len(row_splits))):
         return _object_array(flat, nested=False)  # one value per row, the common case
     splits = row_splits.tolist()
     return _object_array([flat[a] if b - a == 1 else flat[a:b] for a, b in zip(splits[:-1], splits[1:])])
