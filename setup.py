@@ -81,7 +81,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tfrecord2idx=tfrecord_beam.tools.tfrecord2idx:main",
+            "tfrecord2idx=tfrecord_beam.tools.tfrecord2idx:console_main",
             "tfrecord-beam=tfrecord_beam.cli:main",
         ]
     },

@@ -1,0 +1,183 @@
+"""The `tfrecord` package's API (loaders, TFRecordWriter) as thin functions over our modules.
+
+Same names, parameters and return conventions; differences (all fixes) are listed in the
+README's "Coming from `tfrecord`" section: CRCs are checked, missing features do not crash,
+an index without a shard reads from the first record, every yielded record is its own
+buffer, compressed files are inflated once per pass, and sharding without an index gives
+each record to exactly one shard.
+"""
+
+from __future__ import annotations
+
+import struct
+import typing
+
+import numpy as np
+
+from . import example as _example
+from . import index as _index
+from . import iterator_utils
+from .records import RecordReader, RecordWriter
+
+Description = _example.Description
+
+
+def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+    """(record number, offset, payload) for the records of this shard."""
+    compression = "auto" if compression_type is None else compression_type
+    if shard is not None:
+        shard_idx, shard_count = shard
+        if not 0 <= shard_idx < shard_count:
+            raise ValueError(f"shard {shard!r}: index must be in [0, count)")
+    if index_path is not None and shard is not None:
+        index = _index.load_index(index_path)
+        first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
+        if first == last:
+            return
+        reader = RecordReader(data_path, compression, verify=verify, start_offset=start,
+                              end_offset=end, first_record_number=first)
+        for number, (offset, payload) in enumerate(reader.records_with_offsets(), start=first):
+            yield number, offset, payload
+        return
+    reader = RecordReader(data_path, compression, verify=verify)
+    for number, (offset, payload) in enumerate(reader.records_with_offsets()):
+        if shard is None or number % shard_count == shard_idx:
+            yield number, offset, payload
+
+
+def tfrecord_iterator(
+    data_path: str,
+    index_path: typing.Optional[str] = None,
+    shard: typing.Optional[typing.Tuple[int, int]] = None,
+    compression_type: typing.Optional[str] = None,
+    verify: bool = True,
+) -> typing.Iterator[memoryview]:
+    """Yield each record's payload as a memoryview (of its own buffer: safe to keep).
+
+    `shard=(i, k)` with an index reads records n*i//k .. n*(i+1)//k; without an index it
+    yields every k-th record starting at i (exactly once across shards either way).
+    """
+    for _, _, payload in _records(data_path, index_path, shard, compression_type, verify):
+        yield memoryview(payload)
+
+
+def example_loader(
+    data_path: str,
+    index_path: typing.Optional[str],
+    description: Description = None,
+    shard: typing.Optional[typing.Tuple[int, int]] = None,
+    compression_type: typing.Optional[str] = None,
+    strict: bool = False,
+) -> typing.Iterator[typing.Dict[str, typing.Any]]:
+    """Yield each Example as {name: value} (see `tfrecord_beam.example`)."""
+    description = _example.normalize_description(description)
+    for number, offset, payload in _records(data_path, index_path, shard, compression_type):
+        yield _example.decode_example(payload, description, strict=strict, path=data_path,
+                                      offset=offset, record_number=number)
+
+
+def sequence_loader(
+    data_path: str,
+    index_path: typing.Optional[str],
+    context_description: Description = None,
+    features_description: Description = None,
+    shard: typing.Optional[typing.Tuple[int, int]] = None,
+    compression_type: typing.Optional[str] = None,
+    strict: bool = False,
+) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
+    """Yield each SequenceExample as (context, {name: list of per-step values})."""
+    context_description = _example.normalize_description(context_description)
+    features_description = _example.normalize_description(features_description)
+    for number, offset, payload in _records(data_path, index_path, shard, compression_type):
+        yield _example.decode_sequence_example(payload, context_description, features_description,
+                                               strict=strict, path=data_path, offset=offset,
+                                               record_number=number)
+
+
+def tfrecord_loader(
+    data_path: str,
+    index_path: typing.Optional[str],
+    description: Description = None,
+    shard: typing.Optional[typing.Tuple[int, int]] = None,
+    sequence_description: Description = None,
+    compression_type: typing.Optional[str] = None,
+    strict: bool = False,
+) -> typing.Iterator:
+    """Examples, or SequenceExamples when `sequence_description` is not None."""
+    if sequence_description is not None:
+        return sequence_loader(data_path, index_path, description, sequence_description, shard,
+                               compression_type, strict)
+    return example_loader(data_path, index_path, description, shard, compression_type, strict)
+
+
+def multi_tfrecord_loader(
+    data_pattern: str,
+    index_pattern: typing.Optional[str],
+    splits: typing.Dict[str, float],
+    description: Description = None,
+    sequence_description: Description = None,
+    compression_type: typing.Optional[str] = None,
+    infinite: bool = True,
+    shard: typing.Optional[typing.Tuple[int, int]] = None,
+    seed: iterator_utils.Seed = None,
+) -> typing.Iterator:
+    """Mix the files `data_pattern.format(split)` in proportion to `splits` (seeded by `seed`)."""
+
+    def factory(split):
+        def make():
+            return tfrecord_loader(
+                data_pattern.format(split),
+                index_pattern.format(split) if index_pattern is not None else None,
+                description, shard, sequence_description, compression_type,
+            )
+        return make
+
+    return iterator_utils.sample_iterators([factory(s) for s in splits], list(splits.values()),
+                                           infinite=infinite, seed=seed)
+
+
+class TFRecordWriter:
+    """The `tfrecord` package's writer: `write(datum, sequence_datum=None)` then `close()`.
+
+    Writes atomically (the file appears on `close()`), optionally with an index
+    (`index_path`), GZIP/ZLIB by `compression_type` or the file name.
+    """
+
+    def __init__(self, data_path: str, compression_type: typing.Optional[str] = None,
+                 index_path: typing.Union[None, bool, str] = None) -> None:
+        self._writer = RecordWriter(data_path, "auto" if compression_type is None else compression_type,
+                                    index_path=index_path)
+
+    def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:
+        """Write an Example, or a SequenceExample (context `datum`) when `sequence_datum` is given."""
+        if sequence_datum is None:
+            self._writer.write(_example.encode_example(datum))
+        else:
+            self._writer.write(_example.encode_sequence_example(datum, sequence_datum))
+
+    def close(self) -> None:
+        """Finish the file (and its index) and move it into place."""
+        self._writer.close()
+
+    def __enter__(self) -> "TFRecordWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._writer.__exit__(exc_type, exc, tb)
+
+    @staticmethod
+    def masked_crc(data: bytes) -> bytes:
+        """The masked CRC32C of `data`, as 4 little-endian bytes."""
+        from . import _engine
+
+        return struct.pack("<I", _engine.masked_crc32c(data))
+
+    @staticmethod
+    def serialize_tf_example(datum: typing.Dict[str, typing.Any]) -> bytes:
+        """Serialize {name: (value, kind)} as an Example."""
+        return _example.encode_example(datum)
+
+    @staticmethod
+    def serialize_tf_sequence_example(context_datum, features_datum) -> bytes:
+        """Serialize a SequenceExample from context and feature-list dicts."""
+        return _example.encode_sequence_example(context_datum, features_datum)

@@ -1,0 +1,167 @@
+"""`.tfindex` files: one "offset length" line per record, as the `tfrecord` package and DALI use.
+
+`offset` is where the record's 12-byte header starts and `length` is the whole frame
+(12 + payload + 4). For GZIP/ZLIB files both count bytes of the *uncompressed* stream: such
+an index tells record boundaries and counts, but reading at an offset still inflates from the
+start of the file (compressed streams cannot be entered mid-way).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterable, Optional, Tuple, Union
+
+import numpy as np
+
+from . import fs
+from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_BAD_LENGTH_CRC
+from . import _engine
+from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
+from .records import RecordReader, resolve_compression
+
+INDEX_SUFFIX = ".tfindex"
+_DATA_SUFFIXES = (".tfrecord", ".tfrecords")
+
+
+def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
+    """`x.tfrecord` -> `x.tfindex` (the `tfrecord` convention); any other name gets `.tfindex` added.
+
+    Compressed files keep their full name (`x.tfrecord.gz` -> `x.tfrecord.gz.tfindex`) so that
+    a plain and a compressed copy side by side get different indexes.
+    """
+    path = os.fspath(data_path)
+    for suffix in _DATA_SUFFIXES:
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + INDEX_SUFFIX
+    return path + INDEX_SUFFIX
+
+
+def iter_frames(data_path, compression: Optional[str] = "auto", verify: bool = False) -> Iterable[Tuple[int, int]]:
+    """Yield (offset, frame length) of every record.
+
+    Uncompressed files without `verify` are walked by seeking over payloads (only the 12-byte
+    headers are read, each length CRC checked); otherwise every record is read.
+    """
+    path = os.fspath(data_path)
+    kind = resolve_compression(path, compression)
+    if verify or kind is not None:
+        for chunk in RecordReader(path, kind, verify=verify).chunks():
+            sizes = chunk.payload_lengths + FRAME_OVERHEAD
+            yield from zip(chunk.record_offsets.tolist(), sizes.tolist())
+        return
+    yield from _seek_frames(path)
+
+
+def _seek_frames(path: str) -> Iterable[Tuple[int, int]]:
+    total = fs.file_size(path)
+    with fs.open_input(path) as handle:
+        offset = 0
+        number = 0
+        while offset < total:
+            handle.seek(offset)
+            header = handle.read(HEADER_SIZE)
+            if len(header) < HEADER_SIZE:
+                raise TruncatedRecordError(path, offset, number, "data ends inside the record's header (truncated record)")
+            _, _, _, status = _engine.scan_frames(header + b"\0" * 4, True, 1)
+            if status == STATUS_BAD_LENGTH_CRC:
+                raise CorruptRecordError(path, offset, number, "length CRC mismatch (corrupted record)")
+            (length,) = struct.unpack_from("<Q", header)
+            if length > total - offset - FRAME_OVERHEAD:
+                raise TruncatedRecordError(
+                    path, offset, number,
+                    f"length field says {length} payload bytes but the file ends first (truncated record)",
+                )
+            yield offset, FRAME_OVERHEAD + length
+            offset += FRAME_OVERHEAD + length
+            number += 1
+
+
+def build_index(data_path, compression: Optional[str] = "auto", verify: bool = False) -> np.ndarray:
+    """The index of a data file as an (n, 2) int64 array of (offset, frame length)."""
+    pairs = list(iter_frames(data_path, compression, verify))
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def format_index(index: np.ndarray) -> bytes:
+    """The `.tfindex` text of an (n, 2) array."""
+    return "".join(f"{o} {n}\n" for o, n in np.asarray(index).reshape(-1, 2).tolist()).encode("ascii")
+
+
+def write_index(index: np.ndarray, index_path) -> None:
+    """Write an index atomically (temporary name, then rename)."""
+    with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
+        handle.write(format_index(index))
+        commit()
+
+
+def create_index(data_path, index_path=None, compression: Optional[str] = "auto", verify: bool = False) -> np.ndarray:
+    """Build the index of `data_path` and write it (beside the data by default); returns it.
+
+    A corrupt or truncated data file raises before anything is written, so no partial index
+    is left behind.
+    """
+    index = build_index(data_path, compression, verify)
+    write_index(index, index_path or default_index_path(data_path))
+    return index
+
+
+def load_index(index_path) -> np.ndarray:
+    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array."""
+    path = os.fspath(index_path)
+    with fs.open_input(path) as handle:
+        text = handle.read().decode("ascii", errors="replace")
+    rows = []
+    for number, line in enumerate(text.splitlines()):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}")
+        rows.append((int(parts[0]), int(parts[1])))
+    index = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
+        bad = int(np.flatnonzero(index[1:, 0] != index[:-1, 0] + index[:-1, 1])[0]) + 1
+        raise IndexMismatchError(path, int(index[bad, 0]), bad, "index entries are not contiguous")
+    return index
+
+
+def verify_index(index_path, data_path, compression: Optional[str] = "auto", verify_crc: bool = False) -> np.ndarray:
+    """Check that an index describes its data file exactly; returns the index.
+
+    Raises IndexMismatchError naming the first record that differs (a stale index after the
+    data was rewritten, say), or the data file's own CorruptRecordError.
+    """
+    index = load_index(index_path)
+    actual = build_index(data_path, compression, verify_crc)
+    ipath = os.fspath(index_path)
+    common = min(len(index), len(actual))
+    diff = np.flatnonzero(np.any(index[:common] != actual[:common], axis=1))
+    if len(diff):
+        i = int(diff[0])
+        raise IndexMismatchError(
+            ipath, int(index[i, 0]), i,
+            f"index says offset {index[i, 0]} length {index[i, 1]} but {os.fspath(data_path)} has "
+            f"offset {actual[i, 0]} length {actual[i, 1]} (stale index)",
+        )
+    if len(index) != len(actual):
+        raise IndexMismatchError(
+            ipath, None, common,
+            f"index lists {len(index)} records but {os.fspath(data_path)} holds {len(actual)} (stale index)",
+        )
+    return index
+
+
+def shard_range(index: np.ndarray, shard: int, num_shards: int) -> Tuple[int, int, int, Optional[int]]:
+    """Records [first, last) and byte range [start, end) of shard `shard` of `num_shards`.
+
+    Record ranges are balanced by count: shard i gets records n*i//k .. n*(i+1)//k.
+    """
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} is not in [0, {num_shards})")
+    n = len(index)
+    first = n * shard // num_shards
+    last = n * (shard + 1) // num_shards
+    start = int(index[first, 0]) if first < n else (int(index[-1].sum()) if n else 0)
+    end = int(index[last, 0]) if last < n else None
+    return first, last, start, end

@@ -1,0 +1,420 @@
+"""TFRecord framing: RecordReader / RecordWriter, compression, masked CRC32C, clear errors.
+
+A record on disk is `uint64 length | uint32 masked_crc32c(length) | payload | uint32
+masked_crc32c(payload)`, little-endian. GZIP and ZLIB files compress that whole stream; offsets
+(in errors, indexes and `start_offset`) are always offsets in the *uncompressed* stream.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _engine, fs
+from ._framing_py import (
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    STATUS_BAD_DATA_CRC,
+    STATUS_BAD_LENGTH_CRC,
+    STATUS_INCOMPLETE,
+)
+from ._streams import InflatingReader, open_stream
+from .errors import CorruptRecordError, TruncatedRecordError
+
+Source = Union[str, "os.PathLike[str]", BinaryIO]
+
+DEFAULT_CHUNK_SIZE = 1 << 20
+_COMPRESSION_ALIASES = {
+    None: None, "": None, "none": None, "uncompressed": None,
+    "gzip": "gzip", "gz": "gzip",
+    "zlib": "zlib", "deflate": "zlib",
+    "auto": "auto",
+}
+_SUFFIX_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
+
+
+def resolve_compression(path: Optional[str], compression: Optional[str] = "auto") -> Optional[str]:
+    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does."""
+    key = compression.strip().lower() if isinstance(compression, str) else compression
+    if key not in _COMPRESSION_ALIASES:
+        raise ValueError(f"unknown compression {compression!r}: use None, 'gzip', 'zlib' or 'auto'")
+    kind = _COMPRESSION_ALIASES[key]
+    if kind != "auto":
+        return kind
+    name = os.fspath(path) if path is not None and not hasattr(path, "read") else ""
+    return _SUFFIX_COMPRESSION.get(os.path.splitext(name)[1].lower())
+
+
+def _source_name(source: Source) -> Optional[str]:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return getattr(source, "name", None) if isinstance(getattr(source, "name", None), str) else None
+
+
+@dataclass
+class RecordChunk:
+    """Many records from one read: one buffer plus where each payload lies in it.
+
+    `payload_offsets` / `payload_lengths` index `buffer`; `record_offsets` are the header
+    offsets in the uncompressed stream; `first_record_number` counts from the file's start
+    (None when reading began mid-file without knowing it).
+    """
+
+    buffer: bytes
+    payload_offsets: np.ndarray
+    payload_lengths: np.ndarray
+    record_offsets: np.ndarray
+    first_record_number: Optional[int]
+
+    def __len__(self) -> int:
+        return len(self.payload_offsets)
+
+    def payloads(self) -> List[bytes]:
+        """Each payload as its own bytes object."""
+        buf = self.buffer
+        return [buf[o : o + n] for o, n in zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())]
+
+
+class RecordReader:
+    """Iterate over the payloads of one TFRecord file, checking both CRCs of every record.
+
+    Args:
+        source: a path, `file://` or remote URI (pyarrow.fs), or an open binary file object.
+        compression: None, "gzip", "zlib" or "auto" (from the file name).
+        verify: check the masked CRC32C of lengths and payloads (default True).
+        start_offset: uncompressed offset of the first record to read (a record boundary,
+            unless `resync` is set).
+        end_offset: stop before the first record whose header starts at or after it.
+        first_record_number: the number of the record at `start_offset`, for error messages.
+        allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
+            data ends inside the last record (a file still being written, say).
+        resync: `start_offset` may fall inside a record: skip to the next valid record
+            (length CRC, payload CRC and the following header all valid). Uncompressed only.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        compression: Optional[str] = "auto",
+        *,
+        verify: bool = True,
+        start_offset: int = 0,
+        end_offset: Optional[int] = None,
+        first_record_number: Optional[int] = None,
+        allow_truncated_tail: bool = False,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        resync: bool = False,
+    ) -> None:
+        self.source = source
+        self.path = _source_name(source)
+        self.compression = resolve_compression(self.path, compression)
+        self.verify = verify
+        self.start_offset = int(start_offset)
+        self.end_offset = None if end_offset is None else int(end_offset)
+        if first_record_number is None and self.start_offset == 0:
+            first_record_number = 0
+        self.first_record_number = first_record_number
+        self.allow_truncated_tail = allow_truncated_tail
+        self.chunk_size = max(int(chunk_size), 64)
+        self.resync = resync
+        if resync and self.compression is not None:
+            raise ValueError(f"{self.path}: resync needs an uncompressed file (got {self.compression})")
+
+    # -- public iteration -------------------------------------------------------------------
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks():
+            yield from chunk.payloads()
+
+    def records_with_offsets(self) -> Iterator[Tuple[int, bytes]]:
+        """Yield (uncompressed header offset, payload) pairs."""
+        for chunk in self.chunks():
+            yield from zip(chunk.record_offsets.tolist(), chunk.payloads())
+
+    def chunks(self) -> Iterator[RecordChunk]:
+        """Yield the records as `RecordChunk`s: the unit the columnar decoders consume."""
+        raw, owned = self._open_raw()
+        try:
+            yield from self._scan(raw)
+        finally:
+            if owned:
+                raw.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _open_raw(self) -> Tuple[BinaryIO, bool]:
+        if hasattr(self.source, "read"):
+            return self.source, False  # type: ignore[return-value]
+        return fs.open_input(self.path), True
+
+    def _position(self, raw: BinaryIO):
+        """Open the uncompressed stream at `start_offset`; return (stream, total size or None)."""
+        start = self.start_offset
+        total = None
+        if self.compression is None:
+            try:
+                total = raw.seek(0, io.SEEK_END)
+                if self.resync and start > 0:
+                    start = find_record_start(raw, start, total, self.path)
+                    self.start_offset = start
+                raw.seek(start)
+                return raw, total
+            except (OSError, AttributeError, io.UnsupportedOperation):
+                total = None
+        stream = open_stream(raw, self.compression)
+        _skip(stream, start)
+        return stream, total
+
+    def _scan(self, raw: BinaryIO) -> Iterator[RecordChunk]:
+        stream, total = self._position(raw)
+        pos = self.start_offset  # stream offset of buf[0]
+        number = self.first_record_number
+        end = self.end_offset
+        buf = b""
+        need = 0
+        eof = False
+        while True:
+            if end is not None and pos >= end and not buf:
+                return
+            if not eof:
+                want = max(self.chunk_size, min(need - len(buf), 1 << 26))
+                data = stream.read(want)
+                if data:
+                    buf = buf + data if buf else data
+                else:
+                    eof = True
+            offsets, lengths, consumed, status = _engine.scan_frames(buf, self.verify)
+            count = len(offsets)
+            stop = False
+            if count:
+                record_offsets = offsets - HEADER_SIZE + pos
+                if end is not None and record_offsets[-1] >= end:
+                    count = int(np.searchsorted(record_offsets, end, side="left"))
+                    offsets, lengths, record_offsets = offsets[:count], lengths[:count], record_offsets[:count]
+                    stop = True
+                if count:
+                    yield RecordChunk(buf, offsets, lengths, record_offsets, number)
+                    if number is not None:
+                        number += count
+            if stop:
+                return
+            here = pos + consumed
+            if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC):
+                what = "length" if status == STATUS_BAD_LENGTH_CRC else "payload"
+                raise CorruptRecordError(self.path, here, number, f"{what} CRC mismatch (corrupted record)")
+            rest = buf[consumed:]
+            need = 0
+            if status == STATUS_INCOMPLETE:
+                if len(rest) >= HEADER_SIZE:
+                    (length,) = struct.unpack_from("<Q", rest)
+                    need = HEADER_SIZE + length + FOOTER_SIZE
+                    if total is not None and length > total - here - FRAME_OVERHEAD:
+                        if self.allow_truncated_tail:
+                            return
+                        raise TruncatedRecordError(
+                            self.path, here, number,
+                            f"length field says {length} payload bytes, so {length + FOOTER_SIZE} "
+                            f"bytes must follow the header, but only {max(total - here - HEADER_SIZE, 0)} "
+                            "do (truncated or corrupted record)",
+                        )
+                if eof:
+                    if self.allow_truncated_tail:
+                        return
+                    part = "header" if len(rest) < HEADER_SIZE else "payload or footer"
+                    raise TruncatedRecordError(
+                        self.path, here, number, f"data ends inside the record's {part} (truncated record)"
+                    )
+            elif eof:
+                if isinstance(stream, InflatingReader) and not stream.complete:
+                    raise TruncatedRecordError(
+                        self.path, here, number, f"{self.compression} stream ends early (truncated file)"
+                    )
+                return
+            buf = rest
+            pos = here
+
+
+def _skip(stream, count: int) -> None:
+    if count <= 0:
+        return
+    if isinstance(stream, InflatingReader):
+        stream.skip(count)
+        return
+    while count > 0:
+        got = stream.read(min(count, DEFAULT_CHUNK_SIZE))
+        if not got:
+            return
+        count -= len(got)
+
+
+def _valid_frame_at(raw: BinaryIO, offset: int, total: int) -> bool:
+    """True when a whole valid record starts at `offset` and is followed by a valid header or EOF."""
+    raw.seek(offset)
+    header = raw.read(HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        return False
+    (length,) = struct.unpack_from("<Q", header)
+    if length > total - offset - FRAME_OVERHEAD:
+        return False
+    raw.seek(offset)
+    frame = raw.read(FRAME_OVERHEAD + length + HEADER_SIZE)
+    _, _, consumed, status = _engine.scan_frames(frame, True, 2)
+    if consumed != FRAME_OVERHEAD + length:
+        return False
+    return offset + consumed == total or (status != STATUS_BAD_LENGTH_CRC and len(frame) > consumed)
+
+
+def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
+    """The offset of the first valid record at or after `offset` (or `total` when none).
+
+    A candidate must pass the length CRC, the payload CRC, and be followed by a header whose
+    length CRC is valid (or by the end of the file), so header-like bytes inside a payload are
+    not taken for a record boundary. Used to split files by byte range when there is no index.
+    """
+    window = 1 << 16
+    pos = offset
+    while pos < total:
+        raw.seek(pos)
+        block = raw.read(window + HEADER_SIZE)
+        if len(block) < HEADER_SIZE:
+            return total
+        view = memoryview(block)
+        limit = len(block) - HEADER_SIZE + 1
+        for i in range(min(limit, window)):
+            length_crc = struct.unpack_from("<I", block, i + 8)[0]
+            if _engine.masked_crc32c(view[i : i + 8]) == length_crc and _valid_frame_at(raw, pos + i, total):
+                return pos + i
+        pos += min(limit, window)
+    return total
+
+
+class RecordWriter:
+    """Write payloads as TFRecords, optionally with a `.tfindex` written in the same pass.
+
+    The data (and index) go to temporary names beside the targets and are renamed on
+    `close()`; an exception inside the `with` block, or `abort()`, removes them, so an
+    interrupted write leaves nothing that looks complete.
+
+    Args:
+        dest: a path, `file://` or remote URI.
+        compression: None, "gzip", "zlib" or "auto" (from the file name).
+        index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
+            for no index, True for the default name beside the data (`index.default_index_path`).
+        compression_level: zlib level (default: zlib's default, as TensorFlow).
+    """
+
+    def __init__(
+        self,
+        dest: Union[str, "os.PathLike[str]"],
+        compression: Optional[str] = "auto",
+        index_path: Union[None, bool, str] = None,
+        compression_level: int = -1,
+    ) -> None:
+        from . import index as _index  # index imports records: import late
+
+        self.path = os.fspath(dest)
+        self.compression = resolve_compression(self.path, compression)
+        if index_path is True:
+            index_path = _index.default_index_path(self.path)
+        self.index_path = os.fspath(index_path) if index_path else None
+        self._data_cm = fs.atomic_output(self.path)
+        self._file, self._commit = self._data_cm.__enter__()
+        self._deflater = None
+        if self.compression is not None:
+            import zlib
+
+            from ._streams import WBITS
+
+            self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
+        self._index_lines: Optional[List[str]] = [] if self.index_path else None
+        self.offset = 0  # uncompressed bytes written
+        self.records_written = 0
+        self.closed = False
+
+    def write(self, payload: bytes) -> None:
+        """Frame and write one serialized record."""
+        self.write_many([payload])
+
+    def write_many(self, payloads: Iterable[bytes]) -> None:
+        """Frame and write many serialized records in one buffer (fast path for batches)."""
+        payloads = [p if isinstance(p, bytes) else bytes(p) for p in payloads]
+        if payloads:
+            self.write_framed(_engine.frame_records(payloads), [FRAME_OVERHEAD + len(p) for p in payloads])
+
+    def write_framed(self, framed: bytes, record_sizes: Iterable[int]) -> None:
+        """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
+        if self.closed:
+            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        sizes = [int(s) for s in record_sizes]
+        if sum(sizes) != len(framed):
+            raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
+        if self._index_lines is not None:
+            offset = self.offset
+            for size in sizes:
+                self._index_lines.append(f"{offset} {size}\n")
+                offset += size
+        self._emit(framed)
+        self.offset += len(framed)
+        self.records_written += len(sizes)
+
+    def _emit(self, data: bytes) -> None:
+        if self._deflater is not None:
+            data = self._deflater.compress(data)
+        if data:
+            self._file.write(data)
+
+    def flush(self) -> None:
+        """Flush buffered bytes to the temporary file (the target appears only on close)."""
+        self._file.flush()
+
+    def close(self) -> None:
+        """Finish the file and its index and move both into place."""
+        if self.closed:
+            return
+        if self._deflater is not None:
+            self._file.write(self._deflater.flush())
+        self._commit()
+        self.closed = True
+        if self._index_lines is not None:
+            with fs.atomic_output(self.index_path) as (handle, commit):
+                handle.write("".join(self._index_lines).encode("ascii"))
+                commit()
+
+    def abort(self) -> None:
+        """Drop everything written so far; neither the data nor the index appears."""
+        if not self.closed:
+            self._commit.abort()
+            self.closed = True
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:  # a writer dropped without close(): leave no partial file
+        try:
+            self.abort()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def read_records(path: Source, compression: Optional[str] = "auto", **kwargs) -> Iterator[bytes]:
+    """Convenience: iterate over the payloads of one file (`RecordReader` arguments)."""
+    return iter(RecordReader(path, compression, **kwargs))
+
+
+def write_records(path: str, payloads: Iterable[bytes], compression: Optional[str] = "auto",
+                  index_path: Union[None, bool, str] = None) -> int:
+    """Convenience: write payloads to one file atomically; returns the record count."""
+    with RecordWriter(path, compression, index_path=index_path) as writer:
+        for payload in payloads:
+            writer.write(payload)
+        return writer.records_written
