@@ -47,6 +47,16 @@ def _records(records, offsets, lengths) -> List[bytes]:
     return out
 
 
+def _description(names: Sequence[bytes], kinds: Sequence[int]) -> Tuple[List[Optional[str]], List[int]]:
+    """(map keys, kind codes), checked as the compiled core checks them."""
+    names, kinds = list(names), list(kinds)
+    if len(names) != len(kinds):
+        raise ValueError("names and kinds differ in length")
+    if not all(isinstance(n, bytes) for n in names) or not all(int(k) in _FIELD_OF for k in kinds):
+        raise TypeError("names must be bytes, kinds 1, 2 or 3")
+    return [_key(n) for n in names], [int(k) for k in kinds]
+
+
 def _key(name: bytes) -> Optional[str]:
     """A described name as a map key; None when it is not UTF-8 (upb would never hold it)."""
     try:
@@ -56,14 +66,19 @@ def _key(name: bytes) -> Optional[str]:
 
 
 def _float_values(lst) -> np.ndarray:
-    """A FloatList's values with their exact float32 bits (Python floats would quiet NaNs)."""
-    raw = lst.SerializeToString()
-    if not raw:
+    """A FloatList's values with their exact float32 bits (Python floats would quiet NaNs):
+    upb writes the packed values first (tag, varint length, data), unknown fields after."""
+    if not len(lst.value):
         return np.zeros(0, np.float32)
-    pos = 1  # tag 0x0A, then the varint length of the packed run
-    while raw[pos] & 0x80:
-        pos += 1
-    return np.frombuffer(raw, dtype="<f4", offset=pos + 1).astype(np.float32)
+    raw = lst.SerializeToString()
+    pos, size, shift = 1, 0, 0
+    while True:
+        byte = raw[pos]
+        size |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            break
+    return np.frombuffer(raw, dtype="<f4", count=size // 4, offset=pos).astype(np.float32)
 
 
 class _Builder:
@@ -153,8 +168,7 @@ def decode_examples(records, names: Sequence[bytes], kinds: Sequence[int], offse
     `(None, (code, record, feature, found_kind))`. Each column is
     `(values, row_splits, value_offsets or None, status)`."""
     payloads = _records(records, offsets, lengths)
-    keys = [_key(n) for n in names]
-    kinds = [int(k) for k in kinds]
+    keys, kinds = _description(names, kinds)
     builders = [_Builder(k, steps=False) for k in kinds]
     for i, payload in enumerate(payloads):
         try:
@@ -172,8 +186,8 @@ def decode_sequence_examples(records, context_names, context_kinds, names, kinds
     `(None, None, error)`. List columns are `(values, row_splits, step_splits, value_offsets,
     status)`: row_splits map records to steps, step_splits steps to values."""
     payloads = _records(records, offsets, lengths)
-    ckeys, skeys = [_key(n) for n in context_names], [_key(n) for n in names]
-    ckinds, skinds = [int(k) for k in context_kinds], [int(k) for k in kinds]
+    ckeys, ckinds = _description(context_names, context_kinds)
+    skeys, skinds = _description(names, kinds)
     cb = [_Builder(k, steps=False) for k in ckinds]
     sb = [_Builder(k, steps=True) for k in skinds]
     for i, payload in enumerate(payloads):
