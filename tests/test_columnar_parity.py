@@ -14,7 +14,7 @@ from _parity import FIXTURES, KIND_CODE, both, manifest, needs_fixtures
 from tfrecord_beam import _columnar_py, _framing_py
 from tfrecord_beam._proto import Example
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def frames(name):

@@ -87,7 +87,7 @@ static uint8_t *write_list(uint8_t *p, const tfr_enc_col *c, size_t i) {
             size_t len = (size_t)(c->value_offsets[k + 1] - c->value_offsets[k]);
             *p++ = 0x0A;
             p = put_varint(p, len);
-            memcpy(p, base + c->value_offsets[k], len);
+            if (len) memcpy(p, base + c->value_offsets[k], len);
             p += len;
         }
     } else if (c->kind == TFR_KIND_FLOAT) {

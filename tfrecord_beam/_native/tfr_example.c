@@ -127,7 +127,7 @@ static int parse_list(const uint8_t *p, const uint8_t *end, int kind, int depth,
             } else if (out && tfr_buf_reserve(&out->values, 8)) {
                 FAIL(TFR_ERR_NOMEM);
             }
-            int64_t *dst = out ? (int64_t *)(void *)(out->values.data + out->values.len) : NULL;
+            int64_t *dst = out && out->values.data ? (int64_t *)(void *)(out->values.data + out->values.len) : NULL;
             size_t count = 0;
             int more = 1;
             if (wt == WT_LEN) more = p < stop; /* an empty packed run is valid */
