@@ -11,21 +11,14 @@ typedef struct {
     size_t cap; /* bytes allocated */
 } tfr_buf;
 
+/* Grow to hold at least `need` bytes (tfr_buf.c); 0 on success, -1 when out of memory. */
+int tfr_buf_grow(tfr_buf *b, size_t need);
+
 /* Make room for `extra` more bytes; 0 on success, -1 when out of memory. */
 static inline int tfr_buf_reserve(tfr_buf *b, size_t extra) {
     if (b->cap - b->len >= extra) return 0;
-    size_t need = b->len + extra;
-    if (need < b->len) return -1; /* overflow */
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) { cap = need; break; }
-        cap *= 2;
-    }
-    uint8_t *d = (uint8_t *)realloc(b->data, cap);
-    if (!d) return -1;
-    b->data = d;
-    b->cap = cap;
-    return 0;
+    if (b->len + extra < b->len) return -1; /* overflow */
+    return tfr_buf_grow(b, b->len + extra);
 }
 
 static inline int tfr_buf_append(tfr_buf *b, const void *src, size_t n) {

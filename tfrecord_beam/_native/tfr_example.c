@@ -251,11 +251,40 @@ static int entry_next_value(const uint8_t **pp, const uint8_t *end, const uint8_
     return 0;
 }
 
+/* The layout every writer uses: key (1-byte length) then one value, nothing else. Returns 1
+ * and the spans when the entry is exactly that; 0 sends the caller to the general walk. */
+static inline int entry_simple(const uint8_t *p, const uint8_t *end, const uint8_t **key, size_t *klen,
+                               const uint8_t **vp) {
+    if (end - p < 4 || p[0] != 0x0A || p[1] >= 0x80 || (size_t)p[1] > (size_t)(end - p) - 3) return 0;
+    const uint8_t *q = p + 2 + p[1];
+    if (*q != 0x12) return 0;
+    q++;
+    uint64_t vlen;
+    if (tfr_varint(&q, end, &vlen) || vlen != (uint64_t)(end - q)) return 0;
+    if (!utf8_valid(p + 2, p[1])) return 0; /* the general walk reports it */
+    *key = p + 2;
+    *klen = p[1];
+    *vp = q;
+    return 1;
+}
+
 /* One entry of Features (map<string, Feature>) at depth 2. */
 static int features_entry(const uint8_t *p, const uint8_t *end, fstate *st) {
-    const uint8_t *key;
+    const uint8_t *key, *vp, *vend;
     size_t klen;
-    int unknown;
+    int unknown = 0;
+    if (entry_simple(p, end, &key, &klen, &vp)) {
+        int j = lookup(st, key, klen);
+        if (j < 0) {
+            int dummy = 0;
+            return parse_feature(vp, end, 3, &dummy, 0, NULL, NULL);
+        }
+        tfr_column *col = &st->cols[j];
+        col_rollback(col, &st->marks[j]);
+        st->found[j] = 1;
+        st->kind[j] = TFR_KIND_NONE;
+        return parse_feature(vp, end, 3, &st->kind[j], st->desc[j].kind, col, &st->marks[j]);
+    }
     CHECK(entry_header(p, end, 2, &key, &klen, &unknown));
     int j = unknown ? -1 : lookup(st, key, klen);
     tfr_column *col = NULL;
@@ -268,7 +297,6 @@ static int features_entry(const uint8_t *p, const uint8_t *end, fstate *st) {
         kind = &st->kind[j];
         want = st->desc[j].kind;
     }
-    const uint8_t *vp, *vend;
     while (entry_next_value(&p, end, &vp, &vend))
         CHECK(parse_feature(vp, vend, 3, kind, want, col, j >= 0 ? &st->marks[j] : NULL));
     return TFR_OK;
@@ -339,6 +367,30 @@ static int parse_map(const uint8_t *p, const uint8_t *end, fstate *st, entry_fn 
 
 /* --- per-record bookkeeping ----------------------------------------------------------- */
 
+/* Reserve room for n records' statuses and splits up front. */
+static int reserve_records(fstate *st, size_t n) {
+    for (size_t j = 0; j < st->nfeat; j++) {
+        if (tfr_buf_reserve(&st->cols[j].status, n) || tfr_buf_reserve(&st->cols[j].row_splits, n * 8))
+            return TFR_ERR_NOMEM;
+    }
+    return TFR_OK;
+}
+
+/* After `done` of n records, grow each buffer once to the size the rest will likely need, so
+ * big values (images) are not copied again and again by doubling. */
+static int reserve_estimate(fstate *st, size_t done, size_t n) {
+    for (size_t j = 0; j < st->nfeat; j++) {
+        tfr_buf *bufs[3] = {&st->cols[j].values, &st->cols[j].value_offsets, &st->cols[j].step_splits};
+        for (int b = 0; b < 3; b++) {
+            size_t per = bufs[b]->len / done + 1;
+            if (per > SIZE_MAX / (n + 1)) continue;
+            size_t want = per * (n - done) + per * (n - done) / 16;
+            if (want > bufs[b]->cap - bufs[b]->len && tfr_buf_reserve(bufs[b], want)) return TFR_ERR_NOMEM;
+        }
+    }
+    return TFR_OK;
+}
+
 static int state_open(fstate *st, const tfr_desc *desc, size_t nfeat, tfr_column *cols, int steps) {
     memset(st, 0, sizeof *st);
     st->desc = desc;
@@ -401,15 +453,19 @@ static int set_err(tfr_error *err, int code, int64_t record) {
     return code;
 }
 
+#define ESTIMATE_AFTER 16
+
 /* --- entry points --------------------------------------------------------------------- */
 
 int tfr_decode_examples(const uint8_t *const *ptrs, const int64_t *lens, size_t n,
                         const tfr_desc *desc, size_t nfeat, tfr_column *cols, tfr_error *err) {
     fstate st;
     int rc = state_open(&st, desc, nfeat, cols, 0);
+    if (rc == TFR_OK) rc = reserve_records(&st, n);
     set_err(err, rc, -1);
     for (size_t i = 0; i < n && rc == TFR_OK; i++) {
         const uint8_t *p = ptrs[i], *end = p + lens[i];
+        if (i == ESTIMATE_AFTER && n > 2 * ESTIMATE_AFTER && (rc = reserve_estimate(&st, i, n))) break;
         record_begin(&st);
         while (p < end && rc == TFR_OK) { /* Example at depth 0: features is field 1 */
             uint32_t field;
@@ -439,9 +495,14 @@ int tfr_decode_sequence_examples(const uint8_t *const *ptrs, const int64_t *lens
     int rc = state_open(&cst, cdesc, ncfeat, ccols, 0);
     int rc2 = state_open(&sst, sdesc, nsfeat, scols, 1);
     if (rc == TFR_OK) rc = rc2;
+    if (rc == TFR_OK) rc = reserve_records(&cst, n);
+    if (rc == TFR_OK) rc = reserve_records(&sst, n);
     set_err(err, rc, -1);
     for (size_t i = 0; i < n && rc == TFR_OK; i++) {
         const uint8_t *p = ptrs[i], *end = p + lens[i];
+        if (i == ESTIMATE_AFTER && n > 2 * ESTIMATE_AFTER) {
+            if ((rc = reserve_estimate(&cst, i, n)) || (rc = reserve_estimate(&sst, i, n))) break;
+        }
         record_begin(&cst);
         record_begin(&sst);
         while (p < end && rc == TFR_OK) { /* context = 1, feature_lists = 2 */
