@@ -15,7 +15,15 @@
 
 /* --- UTF-8 check (upb checks proto3 string fields, map keys included) ------------------ */
 
-static int utf8_valid(const uint8_t *s, size_t n) {
+static int utf8_valid_slow(const uint8_t *s, size_t n);
+
+static inline int utf8_valid(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0x80) return utf8_valid_slow(s + i, n - i);
+    return 1;
+}
+
+static int utf8_valid_slow(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = s[i];
@@ -41,12 +49,10 @@ static int utf8_valid(const uint8_t *s, size_t n) {
 
 /* --- column helpers ------------------------------------------------------------------ */
 
-static size_t item_size(int kind) { return kind == TFR_KIND_FLOAT ? 4 : 8; }
-
-/* Number of values in a column so far. */
-static int64_t col_count(const tfr_column *c) {
-    if (c->kind == TFR_KIND_BYTES) return (int64_t)(c->value_offsets.len / 8) - 1;
-    return (int64_t)(c->values.len / item_size(c->kind));
+/* Number of values in a column so far (shifts, not a division: this runs once per step). */
+static inline int64_t col_count(const tfr_column *c) {
+    if (c->kind == TFR_KIND_BYTES) return (int64_t)(c->value_offsets.len >> 3) - 1;
+    return (int64_t)(c->values.len >> (c->kind == TFR_KIND_FLOAT ? 2 : 3));
 }
 
 typedef struct { size_t values, offsets, steps; } mark_t;
@@ -85,7 +91,8 @@ void tfr_column_free(tfr_column *c) {
 #endif
 
 /* Parse a list message of `kind` at `depth`; append its values to `out` unless NULL. */
-static int parse_list(const uint8_t *p, const uint8_t *end, int kind, int depth, tfr_column *out) {
+/* `readable`: the end of the record, up to which bytes may be read ahead. */
+static int parse_list(const uint8_t *p, const uint8_t *end, const uint8_t *readable, int kind, int depth, tfr_column *out) {
     while (p < end) {
         uint32_t field;
         int wt;
@@ -129,14 +136,19 @@ static int parse_list(const uint8_t *p, const uint8_t *end, int kind, int depth,
             }
             int64_t *dst = out && out->values.data ? (int64_t *)(void *)(out->values.data + out->values.len) : NULL;
             size_t count = 0;
-            int more = 1;
-            if (wt == WT_LEN) more = p < stop; /* an empty packed run is valid */
-            while (more) {
-                uint64_t v;
+            uint64_t v;
+            if (wt == WT_VARINT) {
                 if (tfr_varint(&p, stop, &v)) FAIL(TFR_ERR_MALFORMED);
-                if (dst) memcpy(dst + count, &v, 8);
-                count++;
-                more = wt == WT_LEN && p < stop;
+                if (dst) memcpy(dst, &v, 8);
+                count = 1;
+            } else if (dst) {
+                for (; p < stop; count++) {
+                    if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
+                    memcpy(dst + count, &v, 8);
+                }
+            } else {
+                for (; p < stop; count++)
+                    if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
             }
             if (out) out->values.len += count * 8;
         } else {
@@ -150,8 +162,8 @@ static int parse_list(const uint8_t *p, const uint8_t *end, int kind, int depth,
 
 /* Parse a Feature at `depth`, merging into the state (*kind, col): a new kind of the oneof
  * discards what earlier kinds appended (rollback to *m); values of kind `want` go to col. */
-static int parse_feature(const uint8_t *p, const uint8_t *end, int depth, int *kind, int want,
-                         tfr_column *col, const mark_t *m) {
+static int parse_feature(const uint8_t *p, const uint8_t *end, const uint8_t *readable, int depth, int *kind,
+                         int want, tfr_column *col, const mark_t *m) {
     while (p < end) {
         uint32_t field;
         int wt;
@@ -163,7 +175,7 @@ static int parse_feature(const uint8_t *p, const uint8_t *end, int depth, int *k
                 if (col) col_rollback(col, m);
                 *kind = (int)field;
             }
-            CHECK(parse_list(p, p + n, (int)field, depth + 1, (col && (int)field == want) ? col : NULL));
+            CHECK(parse_list(p, p + n, readable, (int)field, depth + 1, (col && (int)field == want) ? col : NULL));
             p += n;
         } else if (tfr_skip(&p, end, wt, field, depth)) {
             FAIL(TFR_ERR_MALFORMED);
@@ -183,6 +195,7 @@ typedef struct {
     int *bad_kind; /* per feature: a step of another kind (feature lists) */
     mark_t *marks; /* per feature: column state at the start of the record */
     size_t hint;   /* next feature to try first: keys usually come in the same order */
+    const uint8_t *readable; /* end of the record being decoded */
 } fstate;
 
 static int lookup(fstate *st, const uint8_t *key, size_t klen) {
@@ -268,87 +281,67 @@ static inline int entry_simple(const uint8_t *p, const uint8_t *end, const uint8
     return 1;
 }
 
-/* One entry of Features (map<string, Feature>) at depth 2. */
-static int features_entry(const uint8_t *p, const uint8_t *end, fstate *st) {
+/* Map values: a Feature (Features map) or a FeatureList (FeatureLists map) at depth 3, for
+ * feature j (-1: an entry no one asked for, or one upb drops: validate only). */
+typedef int (*value_fn)(const uint8_t *p, const uint8_t *end, fstate *st, int j);
+
+static int feature_value(const uint8_t *p, const uint8_t *end, fstate *st, int j) {
+    if (j < 0) {
+        int dummy = TFR_KIND_NONE;
+        return parse_feature(p, end, st->readable, 3, &dummy, 0, NULL, NULL);
+    }
+    return parse_feature(p, end, st->readable, 3, &st->kind[j], st->desc[j].kind, &st->cols[j], &st->marks[j]);
+}
+
+/* A FeatureList: each Feature is one step; a step of another kind is remembered for the
+ * record's kind check (only the entry that survives counts). */
+static int feature_list_value(const uint8_t *q, const uint8_t *end, fstate *st, int j) {
+    tfr_column *col = j >= 0 ? &st->cols[j] : NULL;
+    int want = j >= 0 ? st->desc[j].kind : 0;
+    while (q < end) {
+        uint32_t field;
+        int wt;
+        if (tfr_tag(&q, end, &field, &wt)) FAIL(TFR_ERR_MALFORMED);
+        if (field == 1 && wt == WT_LEN) {
+            size_t n;
+            if (tfr_len(&q, end, &n)) FAIL(TFR_ERR_MALFORMED);
+            int step_kind = TFR_KIND_NONE;
+            mark_t sm;
+            if (col) sm = col_mark(col);
+            CHECK(parse_feature(q, q + n, st->readable, 4, &step_kind, want, col, col ? &sm : NULL));
+            q += n;
+            if (col) {
+                if (step_kind != TFR_KIND_NONE && step_kind != want && !st->bad_kind[j]) st->bad_kind[j] = step_kind;
+                if (tfr_buf_push_i64(&col->step_splits, col_count(col))) FAIL(TFR_ERR_NOMEM);
+            }
+        } else if (tfr_skip(&q, end, wt, field, 3)) {
+            FAIL(TFR_ERR_MALFORMED);
+        }
+    }
+    return TFR_OK;
+}
+
+/* One map entry at depth 2: find its key (fast path for the usual layout), start feature j
+ * afresh (a duplicate key replaces the earlier entry), then feed each value to `value`. */
+static int map_entry(const uint8_t *p, const uint8_t *end, fstate *st, value_fn value) {
     const uint8_t *key, *vp, *vend;
     size_t klen;
-    int unknown = 0;
-    if (entry_simple(p, end, &key, &klen, &vp)) {
-        int j = lookup(st, key, klen);
-        if (j < 0) {
-            int dummy = 0;
-            return parse_feature(vp, end, 3, &dummy, 0, NULL, NULL);
-        }
-        tfr_column *col = &st->cols[j];
-        col_rollback(col, &st->marks[j]);
+    int unknown = 0, simple = entry_simple(p, end, &key, &klen, &vp);
+    if (!simple) CHECK(entry_header(p, end, 2, &key, &klen, &unknown));
+    int j = unknown ? -1 : lookup(st, key, klen);
+    if (j >= 0) {
+        col_rollback(&st->cols[j], &st->marks[j]);
         st->found[j] = 1;
         st->kind[j] = TFR_KIND_NONE;
-        return parse_feature(vp, end, 3, &st->kind[j], st->desc[j].kind, col, &st->marks[j]);
-    }
-    CHECK(entry_header(p, end, 2, &key, &klen, &unknown));
-    int j = unknown ? -1 : lookup(st, key, klen);
-    tfr_column *col = NULL;
-    int dummy = 0, *kind = &dummy, want = 0;
-    if (j >= 0) {
-        col = &st->cols[j];
-        col_rollback(col, &st->marks[j]); /* a duplicate key replaces the earlier entry */
-        st->found[j] = 1;
-        st->kind[j] = TFR_KIND_NONE;
-        kind = &st->kind[j];
-        want = st->desc[j].kind;
-    }
-    while (entry_next_value(&p, end, &vp, &vend))
-        CHECK(parse_feature(vp, vend, 3, kind, want, col, j >= 0 ? &st->marks[j] : NULL));
-    return TFR_OK;
-}
-
-/* One entry of FeatureLists (map<string, FeatureList>) at depth 2: each Feature is a step. */
-static int feature_lists_entry(const uint8_t *p, const uint8_t *end, fstate *st) {
-    const uint8_t *key;
-    size_t klen;
-    int unknown;
-    CHECK(entry_header(p, end, 2, &key, &klen, &unknown));
-    int j = unknown ? -1 : lookup(st, key, klen);
-    tfr_column *col = NULL;
-    int want = 0;
-    if (j >= 0) {
-        col = &st->cols[j];
-        col_rollback(col, &st->marks[j]);
-        st->found[j] = 1;
         st->bad_kind[j] = TFR_KIND_NONE;
-        want = st->desc[j].kind;
     }
-    const uint8_t *vp, *vend;
-    while (entry_next_value(&p, end, &vp, &vend)) {
-        const uint8_t *q = vp; /* FeatureList at depth 3 */
-        while (q < vend) {
-            uint32_t field;
-            int wt;
-            if (tfr_tag(&q, vend, &field, &wt)) FAIL(TFR_ERR_MALFORMED);
-            if (field == 1 && wt == WT_LEN) {
-                size_t n;
-                if (tfr_len(&q, vend, &n)) FAIL(TFR_ERR_MALFORMED);
-                int step_kind = TFR_KIND_NONE;
-                mark_t sm;
-                if (col) sm = col_mark(col);
-                CHECK(parse_feature(q, q + n, 4, &step_kind, want, col, col ? &sm : NULL));
-                q += n;
-                if (col) {
-                    if (step_kind != TFR_KIND_NONE && step_kind != want && !st->bad_kind[j]) st->bad_kind[j] = step_kind; /* first bad step */
-                    if (tfr_buf_push_i64(&col->step_splits, col_count(col))) FAIL(TFR_ERR_NOMEM);
-                }
-            } else if (tfr_skip(&q, vend, wt, field, 3)) {
-                FAIL(TFR_ERR_MALFORMED);
-            }
-        }
-    }
+    if (simple) return value(vp, end, st, j);
+    while (entry_next_value(&p, end, &vp, &vend)) CHECK(value(vp, vend, st, j));
     return TFR_OK;
 }
-
-typedef int (*entry_fn)(const uint8_t *, const uint8_t *, fstate *);
 
 /* A map message (Features or FeatureLists) at depth 1: entries are field 1. */
-static int parse_map(const uint8_t *p, const uint8_t *end, fstate *st, entry_fn entry) {
+static int parse_map(const uint8_t *p, const uint8_t *end, fstate *st, value_fn value) {
     while (p < end) {
         uint32_t field;
         int wt;
@@ -356,7 +349,7 @@ static int parse_map(const uint8_t *p, const uint8_t *end, fstate *st, entry_fn 
         if (field == 1 && wt == WT_LEN) {
             size_t n;
             if (tfr_len(&p, end, &n)) FAIL(TFR_ERR_MALFORMED);
-            CHECK(entry(p, p + n, st));
+            CHECK(map_entry(p, p + n, st, value));
             p += n;
         } else if (tfr_skip(&p, end, wt, field, 1)) {
             FAIL(TFR_ERR_MALFORMED);
@@ -467,6 +460,7 @@ int tfr_decode_examples(const uint8_t *const *ptrs, const int64_t *lens, size_t 
         const uint8_t *p = ptrs[i], *end = p + lens[i];
         if (i == ESTIMATE_AFTER && n > 2 * ESTIMATE_AFTER && (rc = reserve_estimate(&st, i, n))) break;
         record_begin(&st);
+        st.readable = end;
         while (p < end && rc == TFR_OK) { /* Example at depth 0: features is field 1 */
             uint32_t field;
             int wt;
@@ -474,7 +468,7 @@ int tfr_decode_examples(const uint8_t *const *ptrs, const int64_t *lens, size_t 
             if (field == 1 && wt == WT_LEN) {
                 size_t len;
                 if (tfr_len(&p, end, &len)) { rc = TFR_ERR_MALFORMED; break; }
-                rc = parse_map(p, p + len, &st, features_entry);
+                rc = parse_map(p, p + len, &st, feature_value);
                 p += len;
             } else if (tfr_skip(&p, end, wt, field, 0)) {
                 rc = TFR_ERR_MALFORMED;
@@ -505,6 +499,7 @@ int tfr_decode_sequence_examples(const uint8_t *const *ptrs, const int64_t *lens
         }
         record_begin(&cst);
         record_begin(&sst);
+        cst.readable = sst.readable = end;
         while (p < end && rc == TFR_OK) { /* context = 1, feature_lists = 2 */
             uint32_t field;
             int wt;
@@ -512,8 +507,8 @@ int tfr_decode_sequence_examples(const uint8_t *const *ptrs, const int64_t *lens
             if ((field == 1 || field == 2) && wt == WT_LEN) {
                 size_t len;
                 if (tfr_len(&p, end, &len)) { rc = TFR_ERR_MALFORMED; break; }
-                rc = field == 1 ? parse_map(p, p + len, &cst, features_entry)
-                                : parse_map(p, p + len, &sst, feature_lists_entry);
+                rc = field == 1 ? parse_map(p, p + len, &cst, feature_value)
+                                : parse_map(p, p + len, &sst, feature_list_value);
                 p += len;
             } else if (tfr_skip(&p, end, wt, field, 0)) {
                 rc = TFR_ERR_MALFORMED;

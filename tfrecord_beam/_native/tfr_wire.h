@@ -24,6 +24,26 @@ static inline int tfr_varint(const uint8_t **pp, const uint8_t *end, uint64_t *o
     return -1;
 }
 
+/* tfr_varint over [*pp, end), unrolled without per-byte bounds checks when 10 bytes up to
+ * `readable` (>= end) may be read; a varint running past `end` is an error all the same. The
+ * hot path of packed int64 runs; same results as tfr_varint. */
+#define TFR_RET(len) do { if (p + (len) > end) return -1; *out = r; *pp = p + (len); return 0; } while (0)
+static inline int tfr_varint_fast(const uint8_t **pp, const uint8_t *end, const uint8_t *readable, uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (readable - p < 10) return tfr_varint(pp, end, out);
+    uint64_t r = p[0];
+    if (r < 0x80) TFR_RET(1);
+#define TFR_STEP(k)                                                              \
+    r = (r & ((1ull << (7 * (k))) - 1)) | ((uint64_t)p[k] << (7 * (k)));          \
+    if (p[k] < 0x80) TFR_RET((k) + 1);
+    TFR_STEP(1) TFR_STEP(2) TFR_STEP(3) TFR_STEP(4) TFR_STEP(5) TFR_STEP(6) TFR_STEP(7) TFR_STEP(8)
+#undef TFR_STEP
+    r = (r & ((1ull << 63) - 1)) | ((uint64_t)p[9] << 63); /* bits past 64 are dropped */
+    if (p[9] < 0x80) TFR_RET(10);
+    return -1;
+}
+#undef TFR_RET
+
 /* Read a tag: at most 5 bytes, value below 2^32, field number not 0. */
 static inline int tfr_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wt) {
     const uint8_t *p = *pp;
