@@ -164,6 +164,16 @@ static int parse_list(const uint8_t *p, const uint8_t *end, const uint8_t *reada
  * discards what earlier kinds appended (rollback to *m); values of kind `want` go to col. */
 static int parse_feature(const uint8_t *p, const uint8_t *end, const uint8_t *readable, int depth, int *kind,
                          int want, tfr_column *col, const mark_t *m) {
+    /* Fast path for what writers produce: one float/int64 list holding one packed run. */
+    if (end - p >= 4 && (p[0] == 0x12 || p[0] == 0x1A) && p[1] < 0x80 && (ptrdiff_t)p[1] == end - p - 2 &&
+        p[2] == 0x0A && p[3] < 0x80 && (ptrdiff_t)p[3] == end - p - 4) {
+        int k = p[0] >> 3;
+        if (*kind != k) {
+            if (col) col_rollback(col, m);
+            *kind = k;
+        }
+        return parse_list(p + 2, end, readable, k, depth + 1, (col && k == want) ? col : NULL);
+    }
     while (p < end) {
         uint32_t field;
         int wt;
