@@ -2,7 +2,9 @@
 ours native vs ours pure vs the `tfrecord` package (and TensorFlow with --tf-python).
 
 One command, one thread, medians of several runs; prints a Markdown table and, with --write,
-puts it into bench/RESULTS.md under "## Compiled core (issue 3)".
+puts it into bench/RESULTS.md under "## Compiled core (issue 3)". Times are CPU seconds of the
+process (user + system, `time.process_time`), for every engine and TensorFlow alike: the shared
+build machine runs other jobs, which skew wall-clock times but not CPU time of a one-thread run.
 
     python bench/bench_native.py [--repeats 5] [--tf-python /tmp/tfvenv/bin/python] [--write]
 
@@ -26,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one thread: no BLAS workers spinning beside us
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -122,9 +126,9 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm up
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(time.process_time() - t)
     return statistics.median(times)
 
 
@@ -269,7 +273,7 @@ def main(argv=None) -> int:
             table.add(name, "encode+frame", "tfrecord pkg", sn, len(sbuf), median_seconds(vahid_encode(sc, sn), slow_repeats), "dict per record")
         if name == "D2" and "D2/write_preserialized" in tf:
             table.add(name, "frame (write)", "TensorFlow", n, len(buf), tf["D2/write_preserialized"], "TFRecordWriter, pre-serialized, to file")
-    env = (f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one thread, "
+    env = (f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one thread, CPU time, "
            f"medians of {args.repeats} (slow engines {slow_repeats}), CRC32C hardware={_core.crc32c_hw()}"
            + (f", TensorFlow {tf['version']}" if tf else ", TensorFlow not measured"))
     md = table.markdown()

@@ -180,6 +180,7 @@ def test_hostile_arguments_same_errors():
     both("encode_examples", [(b"a", 3, np.arange(3), np.array([0, 2, 5]), None, None)], 2)
     both("encode_examples", [(b"a", 3, np.arange(3), np.array([0, 2]), None, None)], 2)
     both("encode_examples", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2)
+    assert both("encode_examples", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
 
 
 def test_depth_limit_parity():

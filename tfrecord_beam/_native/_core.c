@@ -349,6 +349,13 @@ out:
 
 /* ---- encode ------------------------------------------------------------------------- */
 
+/* Move a new reference into the list that keeps the inputs alive; -1 on failure. */
+static int keep(PyObject *hold, PyObject *o) {
+    int rc = PyList_Append(hold, o);
+    Py_DECREF(o);
+    return rc;
+}
+
 /* columns: sequence of (name bytes, kind int, values, row_splits, value_offsets|None, status|None);
  * n records. Returns (payload buffer as uint8 array, offsets int64 n+1), or bytes when framed. */
 static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw) {
@@ -371,15 +378,16 @@ static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, j), "SiOOOO", &name, &kind, &values, &splits, &voffs, &status)) goto done;
         if (kind < 1 || kind > 3) { PyErr_SetString(PyExc_ValueError, "kind must be 1, 2 or 3"); goto done; }
         PyArrayObject *v = (PyArrayObject *)PyArray_FROMANY(values, KIND_TYPE[kind], 1, 1, NPY_ARRAY_IN_ARRAY);
+        if (!v || keep(hold, (PyObject *)v) < 0) goto done;
         PyArrayObject *s = as_i64(splits);
-        if (PyList_Append(hold, (PyObject *)v ? (PyObject *)v : Py_None) < 0 || !v) { Py_XDECREF(v); Py_XDECREF(s); goto done; }
-        Py_DECREF(v);
-        if (!s || PyList_Append(hold, (PyObject *)s) < 0) { Py_XDECREF(s); goto done; }
-        Py_DECREF(s);
+        if (!s || keep(hold, (PyObject *)s) < 0) goto done;
         if (PyArray_SIZE(s) != n + 1) {
             PyErr_Format(PyExc_ValueError, "column %zd: row_splits must have n+1 = %zd items", j, n + 1);
             goto done;
         }
+        PyObject *text = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL);
+        if (!text) goto done; /* map keys are proto3 strings: UTF-8 only, as upb insists */
+        Py_DECREF(text);
         ec[j].name = (const uint8_t *)PyBytes_AS_STRING(name);
         ec[j].name_len = (size_t)PyBytes_GET_SIZE(name);
         ec[j].kind = kind;
@@ -389,17 +397,14 @@ static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw
         if (kind == TFR_KIND_BYTES) {
             PyArrayObject *o = voffs == Py_None ? NULL : as_i64(voffs);
             if (!o) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bytes columns need value_offsets"); goto done; }
-            PyList_Append(hold, (PyObject *)o);
-            Py_DECREF(o);
+            if (keep(hold, (PyObject *)o) < 0) goto done;
             if (PyArray_SIZE(o) < 1) { PyErr_SetString(PyExc_ValueError, "value_offsets is empty"); goto done; }
             ec[j].value_offsets = (const int64_t *)PyArray_DATA(o);
             ec[j].nvalues = (size_t)PyArray_SIZE(o) - 1;
         }
         if (status != Py_None) {
             PyArrayObject *st = (PyArrayObject *)PyArray_FROMANY(status, NPY_UINT8, 1, 1, NPY_ARRAY_IN_ARRAY);
-            if (!st) goto done;
-            PyList_Append(hold, (PyObject *)st);
-            Py_DECREF(st);
+            if (!st || keep(hold, (PyObject *)st) < 0) goto done;
             if (PyArray_SIZE(st) != n) { PyErr_SetString(PyExc_ValueError, "status must have n items"); goto done; }
             ec[j].status = (const uint8_t *)PyArray_DATA(st);
         }
@@ -447,5 +452,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "tfrecord_be
 
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
+    tfr_crc32c_init(); /* tables built before any thread releases the GIL */
     return PyModule_Create(&module);
 }

@@ -6,6 +6,7 @@
 #define POLY 0x82F63B78u /* reflected Castagnoli polynomial */
 
 static uint32_t table[8][256];
+void tfr_crc32c_init(void);
 static int table_ready = 0;
 
 static void build_table(void) {
@@ -20,7 +21,7 @@ static void build_table(void) {
 }
 
 uint32_t tfr_crc32c_sw(uint32_t crc, const uint8_t *p, size_t len) {
-    if (!table_ready) build_table(); /* idempotent; a race only rebuilds the same values */
+    if (!table_ready) tfr_crc32c_init(); /* normally done once at import, before any thread */
     crc = ~crc;
     while (len >= 8) {
         uint64_t w;
@@ -44,6 +45,22 @@ uint32_t tfr_crc32c_sw(uint32_t crc, const uint8_t *p, size_t len) {
 #include <nmmintrin.h>
 #define TFR_HAVE_HW 1
 
+/* shiftN[b][v]: the CRC state v << 8b advanced over N zero bytes (linear, so per byte). */
+static uint32_t shift1024[4][256], shift2048[4][256];
+
+__attribute__((target("sse4.2"))) static void build_shift_tables(void) {
+    for (int t = 0; t < 2; t++) {
+        size_t n = t ? 2048 : 1024;
+        uint32_t (*tab)[256] = t ? shift2048 : shift1024;
+        for (int byte = 0; byte < 4; byte++)
+            for (uint32_t v = 0; v < 256; v++) {
+                uint64_t x = (uint64_t)(v << (8 * byte));
+                for (size_t k = 0; k < n; k += 8) x = _mm_crc32_u64(x, 0);
+                tab[byte][v] = (uint32_t)x;
+            }
+    }
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t len) {
     uint64_t c = ~crc;
     /* three independent streams hide the instruction's 3-cycle latency on long buffers */
@@ -59,23 +76,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
             c1 = _mm_crc32_u64(c1, b);
             c2 = _mm_crc32_u64(c2, d);
         }
-        /* combine: shift c over 2048 bytes and c1 over 1024 bytes of zeros, via the table path */
+        /* combine: shift c over 2048 bytes and c1 over 1024 bytes of zeros (tables from init) */
         {
-            static uint32_t shift1024[4][256], shift2048[4][256];
-            static int ready = 0;
-            if (!ready) {
-                for (int t = 0; t < 2; t++) {
-                    size_t n = t ? 2048 : 1024;
-                    uint32_t (*tab)[256] = t ? shift2048 : shift1024;
-                    for (int byte = 0; byte < 4; byte++)
-                        for (uint32_t v = 0; v < 256; v++) {
-                            uint64_t x = (uint64_t)(v << (8 * byte));
-                            for (size_t k = 0; k < n; k += 8) x = _mm_crc32_u64(x, 0);
-                            tab[byte][v] = (uint32_t)x;
-                        }
-                }
-                ready = 1;
-            }
             uint32_t a = (uint32_t)c, b = (uint32_t)c1;
             uint32_t sa = shift2048[0][a & 0xFF] ^ shift2048[1][(a >> 8) & 0xFF] ^ shift2048[2][(a >> 16) & 0xFF] ^ shift2048[3][a >> 24];
             uint32_t sb = shift1024[0][b & 0xFF] ^ shift1024[1][(b >> 8) & 0xFF] ^ shift1024[2][(b >> 16) & 0xFF] ^ shift1024[3][b >> 24];
@@ -97,17 +99,24 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
 }
 #endif
 
-static int hw_state = -1; /* -1 unknown, 0 no, 1 yes */
+static int hw_state = -1; /* -1 not initialised, 0 table path, 1 SSE4.2 */
+
+void tfr_crc32c_init(void) {
+    if (hw_state >= 0) return;
+    build_table();
+#ifdef TFR_HAVE_HW
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        build_shift_tables();
+        hw_state = 1;
+        return;
+    }
+#endif
+    hw_state = 0;
+}
 
 int tfr_crc32c_hw(void) {
-    if (hw_state < 0) {
-#ifdef TFR_HAVE_HW
-        __builtin_cpu_init();
-        hw_state = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-#else
-        hw_state = 0;
-#endif
-    }
+    tfr_crc32c_init();
     return hw_state;
 }
 

@@ -17,6 +17,10 @@ static inline uint32_t tfr_masked_crc32c(const uint8_t *data, size_t len) {
     return tfr_mask_crc(tfr_crc32c(0, data, len));
 }
 
+/* Detect the CPU and build the tables; call once before threads use the CRC (the binding does
+ * it at import). Later calls do nothing. */
+void tfr_crc32c_init(void);
+
 /* 1 when the hardware path is in use (for tests and the benchmark). */
 int tfr_crc32c_hw(void);
 /* Table path only, whatever the CPU: lets tests compare both paths. */
