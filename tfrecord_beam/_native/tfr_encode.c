@@ -135,6 +135,10 @@ int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int fra
         }
         size_t payload = 1 + vsize(fs_total) + fs_total;
         size_t need = payload + (framed ? TFR_FRAME_OVERHEAD : 0);
+        if (i == 16 && n > 32) { /* size the output once from the first records: no doubling copies */
+            size_t per = out->len / 16 + 1, more = per * (n - 16) + per * (n - 16) / 16;
+            if (per < SIZE_MAX / (n + 1) && tfr_buf_reserve(out, more)) { rc = TFR_ENC_NOMEM; break; }
+        }
         if (tfr_buf_reserve(out, need)) { rc = TFR_ENC_NOMEM; break; }
         uint8_t *start = out->data + out->len;
         uint8_t *pay = start + (framed ? TFR_HEADER_SIZE : 0), *p = pay;

@@ -91,6 +91,41 @@ void tfr_column_free(tfr_column *c) {
 #endif
 
 /* Parse a list message of `kind` at `depth`; append its values to `out` unless NULL. */
+/* A packed run [p, stop) of float32 (length a multiple of 4) or int64 varints (each ending
+ * inside the run); values appended to `out` unless NULL. `readable` (>= stop): the end of the
+ * record, up to which bytes may be read ahead. */
+static inline int packed_run(const uint8_t *p, const uint8_t *stop, const uint8_t *readable, int kind, tfr_column *out) {
+    size_t n = (size_t)(stop - p);
+    if (kind == TFR_KIND_FLOAT) {
+        if (n & 3) FAIL(TFR_ERR_MALFORMED);
+        if (out) {
+            if (tfr_buf_append(&out->values, p, n)) FAIL(TFR_ERR_NOMEM);
+#ifdef TFR_BIG_ENDIAN
+            uint8_t *q = out->values.data + out->values.len - n;
+            for (size_t k = 0; k < n; k += 4) { uint8_t t = q[k]; q[k] = q[k + 3]; q[k + 3] = t; t = q[k + 1]; q[k + 1] = q[k + 2]; q[k + 2] = t; }
+#endif
+        }
+        return TFR_OK;
+    }
+    uint64_t v;
+    if (!out) {
+        while (p < stop)
+            if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
+        return TFR_OK;
+    }
+    if (tfr_buf_reserve(&out->values, n * 8)) FAIL(TFR_ERR_NOMEM);
+    size_t count = 0;
+    if (n) {
+        int64_t *dst = (int64_t *)(void *)(out->values.data + out->values.len);
+        for (; p < stop; count++) {
+            if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
+            memcpy(dst + count, &v, 8);
+        }
+    }
+    out->values.len += count * 8;
+    return TFR_OK;
+}
+
 /* `readable`: the end of the record, up to which bytes may be read ahead. */
 static int parse_list(const uint8_t *p, const uint8_t *end, const uint8_t *readable, int kind, int depth, tfr_column *out) {
     while (p < end) {
@@ -109,48 +144,19 @@ static int parse_list(const uint8_t *p, const uint8_t *end, const uint8_t *reada
                 if (tfr_buf_push_i64(&out->value_offsets, (int64_t)out->values.len)) FAIL(TFR_ERR_NOMEM);
             }
             p += n;
-        } else if (kind == TFR_KIND_FLOAT && (wt == WT_LEN || wt == WT_FIXED32)) {
-            size_t n = 4;
-            if (wt == WT_LEN) {
-                if (tfr_len(&p, end, &n) || (n & 3)) FAIL(TFR_ERR_MALFORMED);
-            } else if (end - p < 4) {
-                FAIL(TFR_ERR_MALFORMED);
-            }
-            if (out) {
-                if (tfr_buf_append(&out->values, p, n)) FAIL(TFR_ERR_NOMEM);
-#ifdef TFR_BIG_ENDIAN
-                uint8_t *q = out->values.data + out->values.len - n;
-                for (size_t k = 0; k < n; k += 4) { uint8_t t = q[k]; q[k] = q[k + 3]; q[k + 3] = t; t = q[k + 1]; q[k + 1] = q[k + 2]; q[k + 2] = t; }
-#endif
-            }
+        } else if (kind != TFR_KIND_BYTES && wt == WT_LEN) { /* packed float / int64 */
+            size_t n;
+            if (tfr_len(&p, end, &n)) FAIL(TFR_ERR_MALFORMED);
+            CHECK(packed_run(p, p + n, readable, kind, out));
             p += n;
-        } else if (kind == TFR_KIND_INT64 && (wt == WT_LEN || wt == WT_VARINT)) {
-            const uint8_t *stop = end;
-            if (wt == WT_LEN) {
-                size_t n;
-                if (tfr_len(&p, end, &n)) FAIL(TFR_ERR_MALFORMED);
-                stop = p + n;
-                if (out && tfr_buf_reserve(&out->values, n * 8)) FAIL(TFR_ERR_NOMEM);
-            } else if (out && tfr_buf_reserve(&out->values, 8)) {
-                FAIL(TFR_ERR_NOMEM);
-            }
-            int64_t *dst = out && out->values.data ? (int64_t *)(void *)(out->values.data + out->values.len) : NULL;
-            size_t count = 0;
+        } else if (kind == TFR_KIND_FLOAT && wt == WT_FIXED32) {
+            if (end - p < 4) FAIL(TFR_ERR_MALFORMED);
+            CHECK(packed_run(p, p + 4, readable, kind, out)); /* one value reads like a run of one */
+            p += 4;
+        } else if (kind == TFR_KIND_INT64 && wt == WT_VARINT) {
             uint64_t v;
-            if (wt == WT_VARINT) {
-                if (tfr_varint(&p, stop, &v)) FAIL(TFR_ERR_MALFORMED);
-                if (dst) memcpy(dst, &v, 8);
-                count = 1;
-            } else if (dst) {
-                for (; p < stop; count++) {
-                    if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
-                    memcpy(dst + count, &v, 8);
-                }
-            } else {
-                for (; p < stop; count++)
-                    if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
-            }
-            if (out) out->values.len += count * 8;
+            if (tfr_varint(&p, end, &v)) FAIL(TFR_ERR_MALFORMED);
+            if (out && tfr_buf_append(&out->values, &v, 8)) FAIL(TFR_ERR_NOMEM);
         } else {
             if (tfr_skip(&p, end, wt, field, depth)) FAIL(TFR_ERR_MALFORMED);
         }
@@ -172,7 +178,7 @@ static int parse_feature(const uint8_t *p, const uint8_t *end, const uint8_t *re
             if (col) col_rollback(col, m);
             *kind = k;
         }
-        return parse_list(p + 2, end, readable, k, depth + 1, (col && k == want) ? col : NULL);
+        return packed_run(p + 4, end, readable, k, (col && k == want) ? col : NULL);
     }
     while (p < end) {
         uint32_t field;
