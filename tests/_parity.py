@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import FIXTURES, MANIFEST, needs_fixtures  # noqa: F401 - re-exported for the parity tests
 
 from tfrecord_beam import _columnar_py, _framing_py
-
-FIXTURES = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="golden fixtures folder is absent")
 
 try:
     from tfrecord_beam._native import _core as NATIVE
@@ -23,7 +18,7 @@ KIND_CODE = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
 
 
 def manifest() -> dict:
-    return json.loads((FIXTURES / "manifest.json").read_text())
+    return MANIFEST
 
 
 def same(a, b) -> bool:
