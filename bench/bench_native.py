@@ -276,11 +276,36 @@ def main(argv=None) -> int:
     env = (f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one thread, CPU time, "
            f"medians of {args.repeats} (slow engines {slow_repeats}), CRC32C hardware={_core.crc32c_hw()}"
            + (f", TensorFlow {tf['version']}" if tf else ", TensorFlow not measured"))
-    md = table.markdown()
+    md = table.markdown() + "\n\n" + targets(table)
     print("\n" + env + "\n\n" + md)
     if args.write:
         write_results(env, md)
     return 0
+
+
+def targets(table: Table) -> str:
+    """The issue's targets, checked against this run's rows."""
+    rate = {(d, op, eng): (n / s, b / s) for d, op, eng, n, b, s, _ in table.rows if s}
+    lines = ["Targets (issue 3):"]
+
+    def check(label: str, value: Optional[float], goal: float, unit: str) -> None:
+        if value is None:
+            lines.append(f"- {label}: not measured")
+        else:
+            lines.append(f"- {label}: {value:,.2f}{unit} (target >= {goal:g}{unit}) {'met' if value >= goal else 'NOT met'}")
+
+    for d in ("D2", "D3"):
+        ours, tf = rate.get((d, "decode", "ours native")), rate.get((d, "decode", "TensorFlow b4096"))
+        check(f"{d} decode vs TensorFlow batch 4096", ours[0] / tf[0] if ours and tf else None, 3, "x")
+    d1 = rate.get(("D1", "decode", "ours native"))
+    check("D1 decode", d1[1] / 1e9 if d1 else None, 2, " GB/s")
+    r1 = rate.get(("D1", "read+CRC", "ours native"))
+    check("D1 read+CRC", r1[1] / 1e9 if r1 else None, 3, " GB/s")
+    r2 = rate.get(("D2", "read+CRC", "ours native"))
+    check("D2 read+CRC", r2[0] / 1e6 if r2 else None, 5, "M records/s")
+    w, tfw = rate.get(("D2", "encode+frame", "ours native")), rate.get(("D2", "frame (write)", "TensorFlow"))
+    check("D2 write from columns vs TensorFlow's writer", w[0] / tfw[0] if w and tfw else None, 1, "x")
+    return "\n".join(lines)
 
 
 def write_results(env: str, md: str) -> None:
