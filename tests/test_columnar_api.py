@@ -164,3 +164,23 @@ def test_read_sequence_example_batches():
         n += len(ctx["length"])
         assert len(lists["tokens"]) == len(ctx["length"])
     assert n == 7
+
+
+@needs_fixtures
+def test_record_chunks_decode_directly_and_errors_name_them():
+    from tfrecord_beam.records import RecordReader
+
+    path = FIXTURES / "examples.tfrecord"
+    chunks = list(RecordReader(str(path), chunk_size=300).chunks())
+    assert len(chunks) > 1
+    total = sum(len(columnar.decode_examples(c, {"ints_edge": "int"})["ints_edge"]) for c in chunks)
+    assert total == 7
+    raised = 0
+    for chunk in chunks:
+        try:
+            columnar.decode_examples(chunk, {"ints_edge": "float"}, path=str(path))
+        except columnar.FeatureKindError as exc:
+            i = exc.record_number - chunk.first_record_number
+            assert 0 <= i < len(chunk) and exc.offset == int(chunk.record_offsets[i]) and exc.path == str(path)
+            raised += 1
+    assert raised >= 1

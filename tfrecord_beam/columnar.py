@@ -298,6 +298,15 @@ def _check_strict(columns: Mapping[str, Any], where: _Where) -> None:
             raise KeyError(f"{where.label(i)}: feature {name!r} {why}")
 
 
+def _chunk_args(records, offsets, lengths, first_record_number, record_offsets):
+    """Unpack a `tfrecord_beam.records.RecordChunk` given as `records` (buffer, offsets and the
+    record numbers/offsets its errors should name); anything else passes through."""
+    if offsets is None and hasattr(records, "payload_offsets") and hasattr(records, "buffer"):
+        c = records
+        return c.buffer, c.payload_offsets, c.payload_lengths, c.first_record_number, c.record_offsets
+    return records, offsets, lengths, first_record_number, record_offsets
+
+
 def _records_args(records, offsets, lengths):
     """(records, offsets, lengths) for the engine, and a way to iterate payloads for inference."""
     if offsets is None:
@@ -326,8 +335,9 @@ def decode_examples(
     """Decode a batch of serialized Examples into one `Column` per described feature.
 
     Args:
-        records: a sequence of bytes-like payloads, or (with `offsets` and `lengths`) one buffer
-            holding them, e.g. a file chunk as `scan_frames` / `RecordChunk` describe it.
+        records: a sequence of bytes-like payloads; or (with `offsets` and `lengths`) one buffer
+            holding them, as `scan_frames` describes a file chunk; or a
+            `tfrecord_beam.records.RecordChunk` (errors then name its records and offsets).
         description: `{name: "byte"|"float"|"int"}` (aliases such as "bytes", "int64",
             "float32" and stray spaces accepted), or a list of names whose kinds are then taken
             from the first record having them.
@@ -339,6 +349,8 @@ def decode_examples(
         DecodeError: a payload is not a valid Example (the error names the record).
         FeatureKindError: a feature holds another kind than described.
     """
+    records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
+        records, offsets, lengths, first_record_number, record_offsets)
     records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
     desc = _resolve(description, payloads)
     names, codes = _names_kinds(desc)
@@ -370,6 +382,8 @@ def decode_sequence_examples(
     `SequenceColumn` (record -> steps -> values). `strict` also requires every described
     feature list to be there. Arguments and errors as in `decode_examples`.
     """
+    records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
+        records, offsets, lengths, first_record_number, record_offsets)
     records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
     cdesc = _resolve(context_description, payloads, _context_map)
     sdesc = _resolve(sequence_description, payloads, _lists_map, _list_kind)
