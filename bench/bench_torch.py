@@ -68,17 +68,10 @@ def run(records: int = 100_000, repeats: int = 3, batch: int = 256, workers: Opt
         for name, seconds in results.items():
             rows.append([num_workers, name, f"{records / seconds:,.0f}",
                          f"{peer / seconds:.1f}x" if peer else "n/a"])
-    columnar = "columnar" if _batch_decoder_is_columnar() else "per-record decode_example"
     return print_table(
         f"DataLoader throughput, {records:,} D2 records, batch {batch}, engine={_engine.ENGINE}, "
-        f"batch decode={columnar}, median of {repeats}",
+        f"median of {repeats}",
         ["workers", "dataset", "records/s", "vs tfrecord"], rows)
-
-
-def _batch_decoder_is_columnar() -> bool:
-    from tfrecord_beam.torch import _collate
-
-    return getattr(_collate, "COLUMNAR", False)
 
 
 def main(argv=None) -> None:

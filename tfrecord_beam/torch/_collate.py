@@ -12,8 +12,8 @@ Batch layout (what `TFRecordDataset(batch_size=...)` yields), one entry per feat
   more than decoding them).
 
 `decode_batch` is the one place batches are decoded: payloads into columns (values + row
-splits), by `tfrecord_beam.columnar` where it is installed, else record by record;
-everything after that works on columns.
+splits) by `tfrecord_beam.columnar` (compiled, or its pure twin); everything after that
+works on columns.
 """
 
 from __future__ import annotations
@@ -23,22 +23,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .. import columnar
 from ..errors import DecodeError
-from ..example import BYTES, FLOAT, INT, decode_example, decode_sequence_example, parse_example
+from ..example import BYTES, decode_example, decode_sequence_example, parse_example
 from ._stream import AnyBlock, Block, Item
 
 LENGTHS_SUFFIX = "_lengths"
-_DTYPES = {FLOAT: np.float32, INT: np.int64}
-
-try:  # the compiled-core engineer's batch decoder (with its own pure twin), once it is on main
-    from .. import columnar as _columnar
-except ImportError:  # pragma: no cover - depends on the branch
-    _columnar = None
-COLUMNAR = _columnar is not None
 
 # A column: (kind, values, row_splits, value_offsets). Numbers: value_offsets is None. Bytes:
-# values is one uint8 buffer and value_offsets (n values + 1) cut it, or, from the per-record
-# fallback, values is already the list of per-row values and value_offsets is None.
+# values is one uint8 buffer and value_offsets (n values + 1) cut it.
 Column = Tuple[Optional[str], Any, Optional[np.ndarray], Optional[np.ndarray]]
 
 
@@ -79,8 +72,6 @@ def decode_batch(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Opt
     the described ones or, without a description, every feature seen in the batch (kinds
     from the first record that has each). Errors name the file and record.
     """
-    if _columnar is None:
-        return _decode_batch_per_record([item for block in blocks for item in block.items()], description)
     wanted = description if description is not None else _feature_names(blocks)
     if len(blocks) == 1 and isinstance(blocks[0], Block):
         block = blocks[0]
@@ -88,52 +79,11 @@ def decode_batch(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Opt
     else:
         records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
     try:
-        columns = _columnar.decode_examples(records, wanted, offsets=offsets, lengths=lengths, first_record_number=0)
+        columns = columnar.decode_examples(records, wanted, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead
         path, offset, number = _where(blocks, exc.record_number)
         raise type(exc)(path, offset, number, exc.reason) from None
     return {name: (c.kind, c.values, c.row_splits, c.value_offsets) for name, c in columns.items()}
-
-
-def _row_kind(value: Any) -> Optional[str]:
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray) and value.dtype == np.float32:
-        return FLOAT
-    if isinstance(value, np.ndarray) and value.dtype == np.int64:
-        return INT
-    return BYTES
-
-
-def _decode_batch_per_record(items: Sequence[Item], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
-    """`decode_batch` through `decode_example`, record by record (until the columnar decoder lands)."""
-    rows = [decode_record(item, description, None, False) for item in items]
-    names: List[str] = list(description) if description is not None else list(dict.fromkeys(k for r in rows for k in r))
-    columns: Dict[str, Column] = {}
-    for name in names:
-        values = [r.get(name) for r in rows]
-        kind = description.get(name) if description is not None else None
-        for item, value in zip(items, values):
-            row_kind = _row_kind(value)
-            if row_kind is None:
-                continue
-            if kind is None:
-                kind = row_kind
-            elif row_kind != kind and not (isinstance(value, np.ndarray) and value.size == 0):
-                raise DecodeError(item[1], item[2], item[3],
-                                  f"feature {name!r} holds {row_kind} values, but earlier records hold {kind}")
-        if kind in _DTYPES:
-            dtype = _DTYPES[kind]
-            arrays = [np.zeros(0, dtype) if v is None or v.size == 0 else v for v in values]
-            lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-            splits = np.zeros(len(arrays) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=splits[1:])
-            flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype)
-            columns[name] = (kind, flat.astype(dtype, copy=False), splits, None)
-        else:
-            rows_out = [[] if v is None else list(v) if isinstance(v, np.ndarray) else v for v in values]
-            columns[name] = (BYTES, rows_out, None, None)
-    return columns
 
 
 def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
@@ -197,7 +147,7 @@ def columns_to_batch(columns: Dict[str, Column]) -> Batch:
     batch = Batch()
     for name, (kind, values, splits, value_offsets) in columns.items():
         if kind == BYTES:
-            batch[name] = _object_array(values) if value_offsets is None else _bytes_rows(values, splits, value_offsets)
+            batch[name] = _bytes_rows(values, splits, value_offsets)
             continue
         dense, lengths = padded(values, splits)
         key = name + LENGTHS_SUFFIX
