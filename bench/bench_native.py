@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tfrecord_beam import _columnar_py, _framing_py  # noqa: E402
+from bench import _common  # noqa: E402
 from tfrecord_beam._native import _core  # noqa: E402
 from tfrecord_beam._proto import SequenceExample  # noqa: E402
 
@@ -123,13 +123,8 @@ def generate() -> Dict[str, list]:
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return statistics.median(times)
+    """CPU-time median (one thread; the shared machine's load swings wall-clock ratios)."""
+    return _common.median_seconds(fn, repeats, clock=time.process_time)
 
 
 class Table:

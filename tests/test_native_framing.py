@@ -13,7 +13,7 @@ from _parity import FIXTURES, NATIVE, both, needs_fixtures, needs_native
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.tfrecord")) if FIXTURES.is_dir() else [])
 def test_scan_fixture_parity(name):
     buf = (FIXTURES / name).read_bytes()
-    for verify in (True, False):
+    for verify in (True, False, 2):
         for max_records in (-1, 0, 1, 3):
             both("scan_frames", buf, verify, max_records)
     for cut in range(0, min(len(buf), 64)):
@@ -28,7 +28,7 @@ def test_scan_mutations_parity():
         b = bytearray(buf)
         for _ in range(rng.randint(1, 4)):
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-        both("scan_frames", bytes(b), rng.random() < 0.8)
+        both("scan_frames", bytes(b), rng.choice([True, True, False, 2]))
 
 
 def test_scan_many_records_and_memoryview():
@@ -48,3 +48,16 @@ def test_crc32c_paths_agree(size):
     assert NATIVE.crc32c(data, True) == want
     both("masked_crc32c", data)
     both("masked_crc32c", bytearray(data))
+
+
+def test_verify_lengths_checks_headers_but_not_payloads():
+    from tfrecord_beam._framing_py import STATUS_BAD_LENGTH_CRC, STATUS_OK, VERIFY_LENGTHS
+
+    framed = bytearray(both("frame_records", [b"abc", b"defg"]))
+    framed[13] ^= 1  # payload of record 0
+    offs, _, consumed, status = both("scan_frames", bytes(framed), VERIFY_LENGTHS)
+    assert (len(offs), consumed, status) == (2, len(framed), STATUS_OK)
+    framed[19 + 2] ^= 1  # length field of record 1
+    offs, _, consumed, status = both("scan_frames", bytes(framed), VERIFY_LENGTHS)
+    assert (len(offs), consumed, status) == (1, 19, STATUS_BAD_LENGTH_CRC)
+    assert both("scan_frames", bytes(framed), 3) is ValueError  # both engines refuse unknown levels

@@ -30,7 +30,7 @@ import numpy as np
 from google.protobuf.message import DecodeError as _PbDecodeError
 
 from . import _engine, _proto
-from .errors import DecodeError
+from .errors import DecodeError, FeatureKindError
 from .example import Description, feature_kind, normalize_description
 
 __all__ = [
@@ -52,10 +52,6 @@ _CODE = {"byte": 1, "float": 2, "int": 3}
 _KIND = {v: k for k, v in _CODE.items()}
 _DTYPE = {"byte": np.uint8, "float": np.float32, "int": np.int64}
 _ERR_MALFORMED, _ERR_KIND = 1, 2
-
-
-class FeatureKindError(DecodeError):
-    """A feature holds another kind of list than its description says (int64 vs float...)."""
 
 
 def _as_bytes_values(values: np.ndarray, value_offsets: np.ndarray, start: int = 0, stop: Optional[int] = None) -> List[bytes]:

@@ -15,7 +15,7 @@ import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from . import _proto
-from .errors import DecodeError
+from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
 BYTES, FLOAT, INT = "byte", "float", "int"
 KINDS = (BYTES, FLOAT, INT)
@@ -73,7 +73,13 @@ def feature_values(feature) -> Tuple[Optional[str], list]:
     return kind, list(getattr(feature, KIND_TO_FIELD[kind]).value)
 
 
-def _to_numpy(kind: str, values) -> Any:
+def empty_value(kind: str) -> Any:
+    """What a described but missing (or kind-less) feature decodes to: an empty array."""
+    return _EMPTY[kind]()
+
+
+def as_decoded(kind: str, values) -> Any:
+    """Values of one feature in the decoded convention (see the module docstring)."""
     if kind == FLOAT:
         return np.array(values, dtype=np.float32)
     if kind == INT:
@@ -109,11 +115,11 @@ def _decode_one(feature, wanted: Optional[str], name: str, where: _Where, strict
             raise KeyError(f"{where.name()}: feature {name!r} {what}")
         return _EMPTY[wanted]() if wanted else None
     if wanted is not None and kind != wanted:
-        raise TypeError(
-            f"{where.name()}: feature {name!r} is {kind!r} ({KIND_TO_FIELD[kind]}) "
-            f"but the description asks for {wanted!r}"
+        raise FeatureKindError(
+            where.path, where.offset, where.record,
+            f"feature {name!r} is {kind!r} ({KIND_TO_FIELD[kind]}) but the description asks for {wanted!r}",
         )
-    return _to_numpy(kind, getattr(feature, KIND_TO_FIELD[kind]).value)
+    return as_decoded(kind, getattr(feature, KIND_TO_FIELD[kind]).value)
 
 
 def _decode_features(feature_map, description: Optional[Dict[str, Optional[str]]], where: _Where, strict: bool):

@@ -66,7 +66,11 @@ static PyObject *py_scan_frames(PyObject *self, PyObject *args, PyObject *kw) {
     Py_buffer v;
     int verify = 1;
     long long max_records = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|pL", names, &v, &verify, &max_records)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|iL", names, &v, &verify, &max_records)) return NULL;
+    if (verify < TFR_VERIFY_NONE || verify > TFR_VERIFY_LENGTHS) {
+        PyBuffer_Release(&v);
+        return PyErr_Format(PyExc_ValueError, "verify must be 0, 1 (True) or 2 (lengths only), not %d", verify);
+    }
     tfr_buf offs = {0}, lens = {0};
     size_t pos = 0, total = 0;
     int status = TFR_SCAN_OK, nomem = 0;

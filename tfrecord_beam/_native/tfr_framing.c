@@ -29,7 +29,7 @@ size_t tfr_scan_frames(const uint8_t *buf, size_t size, int verify, int64_t max_
         if (verify && tfr_masked_crc32c(h, 8) != load_u32le(h + 8)) { *status = TFR_SCAN_BAD_LENGTH_CRC; break; }
         if (left < TFR_FRAME_OVERHEAD || length > left - TFR_FRAME_OVERHEAD) { *status = TFR_SCAN_INCOMPLETE; break; }
         const uint8_t *payload = h + TFR_HEADER_SIZE;
-        if (verify && tfr_masked_crc32c(payload, (size_t)length) != load_u32le(payload + length)) {
+        if (verify == TFR_VERIFY_ALL && tfr_masked_crc32c(payload, (size_t)length) != load_u32le(payload + length)) {
             *status = TFR_SCAN_BAD_DATA_CRC;
             break;
         }

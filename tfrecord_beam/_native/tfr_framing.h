@@ -12,6 +12,9 @@
 /* Same codes as _framing_py.STATUS_* */
 enum { TFR_SCAN_OK = 0, TFR_SCAN_INCOMPLETE = 1, TFR_SCAN_BAD_LENGTH_CRC = 2, TFR_SCAN_BAD_DATA_CRC = 3 };
 
+/* `verify` levels (same as _framing_py.VERIFY_*): none, both CRCs, or length CRCs only. */
+enum { TFR_VERIFY_NONE = 0, TFR_VERIFY_ALL = 1, TFR_VERIFY_LENGTHS = 2 };
+
 /* Scan complete frames at the start of buf[0..size). Writes up to `cap` payload offsets and
  * lengths; stops at `max_records` (<0: no limit), at the end of buf, or at the first bad or
  * incomplete frame. Returns the number of frames found; *consumed and *status say where and why
