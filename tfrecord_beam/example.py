@@ -41,15 +41,21 @@ def normalize_kind(kind: Optional[str], name: str = "?") -> Optional[str]:
     return _KIND_ALIASES[key]
 
 
+class _NormalizedDescription(dict):
+    """A description `normalize_description` already produced: passing it again costs nothing."""
+
+
 def normalize_description(description: Description) -> Optional[Dict[str, Optional[str]]]:
     """A description as {name: kind or None}; None or empty means "every feature present"."""
+    if isinstance(description, _NormalizedDescription):
+        return description  # the per-record loaders pass the same one for every record
     if not description:
         return None
     if isinstance(description, str):
         raise TypeError("description must be a list or dict of feature names, not a string")
     if isinstance(description, Mapping):
-        return {str(name): normalize_kind(kind, name) for name, kind in description.items()}
-    return {str(name): None for name in description}
+        return _NormalizedDescription((str(name), normalize_kind(kind, name)) for name, kind in description.items())
+    return _NormalizedDescription((str(name), None) for name in description)
 
 
 _EMPTY = {
