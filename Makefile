@@ -32,3 +32,9 @@ bench: install
 
 clean:
 	rm -rf build *.egg-info tfrecord_beam/_native/*.so .pytest_cache
+
+# Bounded libFuzzer run (ASan+UBSan) over the compiled core's plain-C layer; needs clang.
+FUZZ_SECONDS ?= 60
+fuzz:
+	PYTHON=$(PYTHON) fuzz/run_fuzz.sh $(FUZZ_SECONDS)
+.PHONY: fuzz

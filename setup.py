@@ -78,7 +78,7 @@ setup(
         "torch": [TORCH],
         "fast": ["isal>=1.6"],
         "all": [BEAM, TORCH, "isal>=1.6"],
-        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6"],
+        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6", "torchdata==0.11.0"],
     },
     entry_points={
         "console_scripts": [

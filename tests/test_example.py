@@ -42,8 +42,9 @@ def test_missing_and_kind_unset_features_decode_empty_or_raise_when_strict():
 
 def test_kind_mismatch_names_feature_and_record():
     payload = example.encode_example({"label": (1.5, "float")})
-    with pytest.raises(TypeError, match=r"f.tfrecord, record 3: feature 'label' is 'float'.*asks for 'int'"):
+    with pytest.raises(TypeError, match=r"f.tfrecord, record 3: feature 'label' is 'float'.*asks for 'int'") as info:
         example.decode_example(payload, {"label": "int"}, path="f.tfrecord", record_number=3)
+    assert isinstance(info.value, example.FeatureKindError) and info.value.record_number == 3
 
 
 def test_malformed_payload_is_a_decode_error_naming_the_record():

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 from conftest import REPO
 
 
 def _python_blocks():
     text = (REPO / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"^( *)```python\n(.*?)^ *```", text, flags=re.S | re.M)
+    return [textwrap.dedent(body) if indent else body for indent, body in blocks]
 
 
 def test_readme_python_examples_run(tmp_path, monkeypatch, capsys):

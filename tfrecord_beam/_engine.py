@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from . import _framing_py
+from . import _columnar_py, _framing_py
 
 PURE_REQUESTED = os.environ.get("TFRECORD_BEAM_PURE", "") not in ("", "0")
 
@@ -31,3 +31,8 @@ _impl = _native if NATIVE else _framing_py
 scan_frames = _impl.scan_frames
 frame_records = _impl.frame_records
 masked_crc32c = _impl.masked_crc32c
+
+_columnar = _native if NATIVE else _columnar_py
+decode_examples = _columnar.decode_examples
+decode_sequence_examples = _columnar.decode_sequence_examples
+encode_examples = _columnar.encode_examples

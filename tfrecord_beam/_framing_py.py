@@ -23,6 +23,11 @@ STATUS_INCOMPLETE = 1
 STATUS_BAD_LENGTH_CRC = 2
 STATUS_BAD_DATA_CRC = 3
 
+# scan_frames verify levels (shared with the C twin): VERIFY_ALL == True.
+VERIFY_NONE = 0
+VERIFY_ALL = 1
+VERIFY_LENGTHS = 2  # length CRCs only: framing trusted, payloads not checked (index building)
+
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _HEADER = struct.Struct("<QI")
@@ -36,8 +41,11 @@ def masked_crc32c(data) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def scan_frames(buf, verify: bool = True, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]:
+def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]:
     """Find the complete records at the start of `buf`.
+
+    `verify`: VERIFY_ALL (True) checks both CRCs, VERIFY_LENGTHS only the length CRCs,
+    VERIFY_NONE (False) neither.
 
     Returns `(payload_offsets, payload_lengths, consumed, status)`: offsets (int64) of each
     payload inside `buf`, their lengths, the number of bytes those frames cover, and why the
@@ -45,6 +53,9 @@ def scan_frames(buf, verify: bool = True, max_records: int = -1) -> Tuple[np.nda
     ends inside the frame starting at `consumed`), STATUS_BAD_LENGTH_CRC / STATUS_BAD_DATA_CRC
     (the frame starting at `consumed` fails a CRC; only when `verify`).
     """
+    if verify not in (VERIFY_NONE, VERIFY_ALL, VERIFY_LENGTHS):
+        raise ValueError(f"verify must be 0, 1 (True) or 2 (lengths only), not {verify!r}")
+    check_payloads = verify == VERIFY_ALL
     view = memoryview(buf).cast("B")
     size = len(view)
     offsets = []
@@ -63,7 +74,7 @@ def scan_frames(buf, verify: bool = True, max_records: int = -1) -> Tuple[np.nda
             status = STATUS_INCOMPLETE
             break
         start = pos + HEADER_SIZE
-        if verify:
+        if check_payloads:
             (data_crc,) = _U32.unpack_from(view, start + length)
             if masked_crc32c(view[start : start + length]) != data_crc:
                 status = STATUS_BAD_DATA_CRC

@@ -17,32 +17,67 @@ import numpy as np
 from . import example as _example
 from . import index as _index
 from . import iterator_utils
-from .records import RecordReader, RecordWriter
+from .records import RecordChunk, RecordReader, RecordWriter
 
 Description = _example.Description
 
 
-def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
-    """(record number, offset, payload) for the records of this shard."""
+def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
+                  ) -> typing.Iterator[typing.Tuple[RecordChunk, typing.Optional[np.ndarray]]]:
+    """The chunks holding this shard's records, each with the rows of it that belong to the shard.
+
+    With an index, shard (i, k) is the contiguous record range n*i//k .. n*(i+1)//k (rows None:
+    all of the chunk); without one, every k-th record starting at i.
+    """
     compression = "auto" if compression_type is None else compression_type
     if shard is not None:
         shard_idx, shard_count = shard
         if not 0 <= shard_idx < shard_count:
             raise ValueError(f"shard {shard!r}: index must be in [0, count)")
     if index_path is not None and shard is not None:
-        index = _index.load_index(index_path)
-        first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
+        first, last, start, end = _index.shard_range(_index.load_index(index_path), shard_idx, shard_count)
         if first == last:
             return
         reader = RecordReader(data_path, compression, verify=verify, start_offset=start,
                               end_offset=end, first_record_number=first)
-        for number, (offset, payload) in enumerate(reader.records_with_offsets(), start=first):
-            yield number, offset, payload
+        for chunk in reader.chunks():
+            yield chunk, None
         return
-    reader = RecordReader(data_path, compression, verify=verify)
-    for number, (offset, payload) in enumerate(reader.records_with_offsets()):
-        if shard is None or number % shard_count == shard_idx:
-            yield number, offset, payload
+    for chunk in RecordReader(data_path, compression, verify=verify).chunks():
+        if shard is None:
+            yield chunk, None
+        else:
+            numbers = chunk.first_record_number + np.arange(len(chunk))
+            yield chunk, np.flatnonzero(numbers % shard_count == shard_idx)
+
+
+def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+    """(record number, offset, payload) for the records of this shard."""
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
+        payloads = chunk.payloads()
+        offsets = chunk.record_offsets.tolist()
+        for i in range(len(chunk)) if rows is None else rows.tolist():
+            yield chunk.first_record_number + i, offsets[i], payloads[i]
+
+
+def _column_rows(columns, rows) -> typing.Iterator[typing.Dict[str, typing.Any]]:
+    """Per-record dicts, in `example.decode_example`'s convention, from a batch of columns."""
+    from .columnar import PRESENT
+
+    views = []
+    for name, col in columns.items():
+        flat = col.flat_values().tolist() if col.kind == _example.BYTES else col.values
+        views.append((name, col.kind, flat, col.row_splits.tolist(), (col.status == PRESENT).tolist()))
+    for i in rows:
+        record = {}
+        for name, kind, flat, splits, present in views:
+            if not present[i]:
+                record[name] = _example.empty_value(kind)
+            elif kind == _example.BYTES:
+                record[name] = _example.as_decoded(kind, flat[splits[i] : splits[i + 1]])
+            else:
+                record[name] = flat[splits[i] : splits[i + 1]].copy()
+        yield record
 
 
 def tfrecord_iterator(
@@ -69,8 +104,19 @@ def example_loader(
     compression_type: typing.Optional[str] = None,
     strict: bool = False,
 ) -> typing.Iterator[typing.Dict[str, typing.Any]]:
-    """Yield each Example as {name: value} (see `tfrecord_beam.example`)."""
+    """Yield each Example as {name: value} (see `tfrecord_beam.example`).
+
+    When every described feature has a kind (and not `strict`), records are decoded a chunk at
+    a time by the columnar decoder; otherwise one by one.
+    """
     description = _example.normalize_description(description)
+    if description and not strict and all(description.values()):
+        from . import columnar
+
+        for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
+            columns = columnar.decode_examples(chunk, description, path=data_path)
+            yield from _column_rows(columns, range(len(chunk)) if rows is None else rows.tolist())
+        return
     for number, offset, payload in _records(data_path, index_path, shard, compression_type):
         yield _example.decode_example(payload, description, strict=strict, path=data_path,
                                       offset=offset, record_number=number)

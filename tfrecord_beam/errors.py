@@ -50,3 +50,10 @@ class IndexMismatchError(TFRecordError):
 
 class DecodeError(TFRecordError):
     """A payload is not a valid Example / SequenceExample protobuf."""
+
+
+class FeatureKindError(DecodeError, TypeError):
+    """A feature holds another kind of list (bytes/float/int) than its description says.
+
+    Also a TypeError, as the `tfrecord` package raised for the same mistake.
+    """

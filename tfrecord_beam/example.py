@@ -15,7 +15,7 @@ import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from . import _proto
-from .errors import DecodeError
+from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
 BYTES, FLOAT, INT = "byte", "float", "int"
 KINDS = (BYTES, FLOAT, INT)
@@ -41,15 +41,21 @@ def normalize_kind(kind: Optional[str], name: str = "?") -> Optional[str]:
     return _KIND_ALIASES[key]
 
 
+class _NormalizedDescription(dict):
+    """A description `normalize_description` already produced: passing it again costs nothing."""
+
+
 def normalize_description(description: Description) -> Optional[Dict[str, Optional[str]]]:
     """A description as {name: kind or None}; None or empty means "every feature present"."""
+    if isinstance(description, _NormalizedDescription):
+        return description  # the per-record loaders pass the same one for every record
     if not description:
         return None
     if isinstance(description, str):
         raise TypeError("description must be a list or dict of feature names, not a string")
     if isinstance(description, Mapping):
-        return {str(name): normalize_kind(kind, name) for name, kind in description.items()}
-    return {str(name): None for name in description}
+        return _NormalizedDescription((str(name), normalize_kind(kind, name)) for name, kind in description.items())
+    return _NormalizedDescription((str(name), None) for name in description)
 
 
 _EMPTY = {
@@ -73,7 +79,13 @@ def feature_values(feature) -> Tuple[Optional[str], list]:
     return kind, list(getattr(feature, KIND_TO_FIELD[kind]).value)
 
 
-def _to_numpy(kind: str, values) -> Any:
+def empty_value(kind: str) -> Any:
+    """What a described but missing (or kind-less) feature decodes to: an empty array."""
+    return _EMPTY[kind]()
+
+
+def as_decoded(kind: str, values) -> Any:
+    """Values of one feature in the decoded convention (see the module docstring)."""
     if kind == FLOAT:
         return np.array(values, dtype=np.float32)
     if kind == INT:
@@ -109,11 +121,11 @@ def _decode_one(feature, wanted: Optional[str], name: str, where: _Where, strict
             raise KeyError(f"{where.name()}: feature {name!r} {what}")
         return _EMPTY[wanted]() if wanted else None
     if wanted is not None and kind != wanted:
-        raise TypeError(
-            f"{where.name()}: feature {name!r} is {kind!r} ({KIND_TO_FIELD[kind]}) "
-            f"but the description asks for {wanted!r}"
+        raise FeatureKindError(
+            where.path, where.offset, where.record,
+            f"feature {name!r} is {kind!r} ({KIND_TO_FIELD[kind]}) but the description asks for {wanted!r}",
         )
-    return _to_numpy(kind, getattr(feature, KIND_TO_FIELD[kind]).value)
+    return as_decoded(kind, getattr(feature, KIND_TO_FIELD[kind]).value)
 
 
 def _decode_features(feature_map, description: Optional[Dict[str, Optional[str]]], where: _Where, strict: bool):

@@ -9,20 +9,17 @@ start of the file (compressed streams cannot be entered mid-way).
 from __future__ import annotations
 
 import os
-import struct
 from typing import Iterable, Optional, Tuple, Union
 
 import numpy as np
 
 from . import fs
-from ._engine import masked_crc32c
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
-from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
-from .records import RecordReader, resolve_compression
+from ._framing_py import FRAME_OVERHEAD, VERIFY_ALL, VERIFY_LENGTHS
+from .errors import IndexMismatchError
+from .records import RecordReader
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
-_HEADER = struct.Struct("<QI")
 
 
 def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
@@ -38,49 +35,32 @@ def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
     return path + INDEX_SUFFIX
 
 
-def iter_frames(data_path, compression: Optional[str] = "auto", verify: bool = False) -> Iterable[Tuple[int, int]]:
-    """Yield (offset, frame length) of every record.
+def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterable[np.ndarray]:
+    """(k, 2) arrays of (offset, frame length), one per chunk read.
 
-    Uncompressed files without `verify` are walked by seeking over payloads (only the 12-byte
-    headers are read, each length CRC checked); otherwise every record is read.
+    Every length CRC is checked (framing must be sound for an index to mean anything);
+    payload CRCs only with `verify`. Reading the file in 1 MiB chunks and scanning the headers
+    in C measured faster than seeking from header to header, even for 16 KiB records.
     """
-    path = os.fspath(data_path)
-    kind = resolve_compression(path, compression)
-    if verify or kind is not None:
-        for chunk in RecordReader(path, kind, verify=verify).chunks():
-            sizes = chunk.payload_lengths + FRAME_OVERHEAD
-            yield from zip(chunk.record_offsets.tolist(), sizes.tolist())
-        return
-    yield from _seek_frames(path)
+    level = VERIFY_ALL if verify else VERIFY_LENGTHS
+    for chunk in RecordReader(os.fspath(data_path), compression, verify=level).chunks():
+        yield np.stack([chunk.record_offsets, chunk.payload_lengths + FRAME_OVERHEAD], axis=1)
 
 
-def _seek_frames(path: str) -> Iterable[Tuple[int, int]]:
-    total = fs.file_size(path)
-    with fs.open_input(path) as handle:
-        offset = 0
-        number = 0
-        while offset < total:
-            handle.seek(offset)
-            header = handle.read(HEADER_SIZE)
-            if len(header) < HEADER_SIZE:
-                raise TruncatedRecordError(path, offset, number, "data ends inside the record's header (truncated record)")
-            length, length_crc = _HEADER.unpack(header)
-            if masked_crc32c(header[:8]) != length_crc:
-                raise CorruptRecordError(path, offset, number, "length CRC mismatch (corrupted record)")
-            if length > total - offset - FRAME_OVERHEAD:
-                raise TruncatedRecordError(
-                    path, offset, number,
-                    f"length field says {length} payload bytes but the file ends first (truncated record)",
-                )
-            yield offset, FRAME_OVERHEAD + length
-            offset += FRAME_OVERHEAD + length
-            number += 1
+def iter_frames(data_path, compression: Optional[str] = "auto", verify: bool = False) -> Iterable[Tuple[int, int]]:
+    """Yield (offset, frame length) of every record (see `build_index`)."""
+    for frames in _frame_arrays(data_path, compression, verify):
+        yield from map(tuple, frames.tolist())
 
 
 def build_index(data_path, compression: Optional[str] = "auto", verify: bool = False) -> np.ndarray:
-    """The index of a data file as an (n, 2) int64 array of (offset, frame length)."""
-    pairs = list(iter_frames(data_path, compression, verify))
-    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    """The index of a data file as an (n, 2) int64 array of (offset, frame length).
+
+    Length CRCs are always checked, payload CRCs with `verify`; a corrupt or truncated file
+    raises CorruptRecordError / TruncatedRecordError naming the record.
+    """
+    parts = list(_frame_arrays(data_path, compression, verify))
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 2), dtype=np.int64)
 
 
 def format_index(index: np.ndarray) -> bytes:

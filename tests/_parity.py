@@ -1,0 +1,51 @@
+"""Shared helpers of the parity tests: fixtures, both engines, deep comparison of results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, MANIFEST, needs_fixtures  # noqa: F401 - re-exported for the parity tests
+
+from tfrecord_beam import _columnar_py, _framing_py
+
+try:
+    from tfrecord_beam._native import _core as NATIVE
+except ImportError:  # pragma: no cover - the extension is optional
+    NATIVE = None
+
+needs_native = pytest.mark.skipif(NATIVE is None, reason="compiled core not built")
+KIND_CODE = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
+
+
+def manifest() -> dict:
+    return MANIFEST
+
+
+def same(a, b) -> bool:
+    """Deep equality of engine results: arrays compared by dtype, shape and bytes (NaN bits)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and a.shape == b.shape and a.tobytes() == b.tobytes()
+        )
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def run(fn, *args, **kw):
+    """fn's result, or the class of the exception it raised."""
+    try:
+        return fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - the class is what the engines must agree on
+        return type(exc)
+
+
+def both(name: str, *args, **kw):
+    """Run `name` on the pure twin and the compiled core; assert identical results; return it."""
+    pure_mod = _framing_py if hasattr(_framing_py, name) else _columnar_py
+    expected = run(getattr(pure_mod, name), *args, **kw)
+    if NATIVE is not None:
+        got = run(getattr(NATIVE, name), *args, **kw)
+        assert same(expected, got), f"{name}: engines differ\npure:   {expected!r}\nnative: {got!r}"
+    return expected

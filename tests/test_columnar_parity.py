@@ -1,0 +1,269 @@
+"""Columnar decode/encode: compiled core and pure twin give identical results on fixtures,
+generated Examples/SequenceExamples encoded every valid way, and hostile bytes."""
+
+import random
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import _wire
+from _parity import FIXTURES, KIND_CODE, both, manifest, needs_fixtures
+from tfrecord_beam import _columnar_py, _framing_py
+from tfrecord_beam._proto import Example
+
+SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def frames(name):
+    buf = (FIXTURES / name).read_bytes()
+    offs, lens, _, _ = _framing_py.scan_frames(buf, verify=False)
+    return buf, offs, lens
+
+
+def fixture_description(name):
+    """{name: kind code} over a fixture's records (the first kind seen), as lists of bytes/ints."""
+    files = manifest()["files"][name]
+    kinds, lists = {}, {}
+    for rec in files["records"]:
+        c = rec["content"]
+        for k, f in c.get("features", c.get("context", {})).items():
+            if f["kind"]:
+                kinds.setdefault(k, KIND_CODE[f["kind"]])
+        for k, steps in c.get("feature_lists", {}).items():
+            for f in steps:
+                if f["kind"]:
+                    lists.setdefault(k, KIND_CODE[f["kind"]])
+    return kinds, lists
+
+
+def _decode_value(kind, v):
+    if kind == "bytes_list":
+        import base64
+
+        return base64.b64decode(v) if isinstance(v, str) else None
+    if kind == "float_list":
+        return int(v, 16)
+    return int(v)
+
+
+def _column_values(col, kind_code):
+    values, splits, voffs, status = col
+    if kind_code == 1:
+        raw = values.tobytes()
+        flat = [raw[voffs[k] : voffs[k + 1]] for k in range(len(voffs) - 1)]
+    elif kind_code == 2:
+        flat = values.view(np.uint32).tolist()
+    else:
+        flat = values.tolist()
+    return [flat[splits[i] : splits[i + 1]] for i in range(len(splits) - 1)], status.tolist()
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord"])
+def test_example_fixtures_match_manifest(name):
+    """Per record (one at a time, so one kind mismatch does not hide the rest): the decoded
+    values are what protobuf says the record holds."""
+    buf, offs, lens = frames(name)
+    records = manifest()["files"][name]["records"]
+    for i, rec in enumerate(records):
+        for feat, f in rec["content"]["features"].items():
+            for code in (1, 2, 3):
+                cols, err = both("decode_examples", buf, [feat.encode()], [code], offs[i : i + 1], lens[i : i + 1])
+                if f["kind"] is None:
+                    assert err is None and cols[0][3].tolist() == [1]
+                elif KIND_CODE[f["kind"]] != code:
+                    assert err == (2, 0, 0, KIND_CODE[f["kind"]])
+                else:
+                    assert err is None
+                    got, status = _column_values(cols[0], code)
+                    want = [_decode_value(f["kind"], v) for v in f["value"]]
+                    if None not in want:
+                        assert got == [want]
+                    assert status == [2]
+        cols, err = both("decode_examples", buf, [b"no such feature"], [3], offs[i : i + 1], lens[i : i + 1])
+        assert cols[0][3].tolist() == [0]
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord", "sequence_examples.tfrecord"])
+def test_fixture_batches_both_input_forms(name):
+    buf, offs, lens = frames(name)
+    kinds, lists = fixture_description(name)
+    names, codes = [k.encode() for k in kinds], list(kinds.values())
+    payloads = [buf[o : o + n] for o, n in zip(offs.tolist(), lens.tolist())]
+    if name.startswith("sequence"):
+        a = both("decode_sequence_examples", buf, names, codes, [k.encode() for k in lists], list(lists.values()), offs, lens)
+        b = both("decode_sequence_examples", payloads, names, codes, [k.encode() for k in lists], list(lists.values()))
+    else:
+        a = both("decode_examples", buf, names, codes, offs, lens)
+        b = both("decode_examples", [memoryview(p) for p in payloads], names, codes)
+    assert repr(a) == repr(b)
+
+
+@needs_fixtures
+def test_sequence_fixture_matches_manifest():
+    buf, offs, lens = frames("sequence_examples.tfrecord")
+    records = manifest()["files"]["sequence_examples.tfrecord"]["records"]
+    for i, rec in enumerate(records):
+        for feat, steps in rec["content"]["feature_lists"].items():
+            kinds = {KIND_CODE[s["kind"]] for s in steps if s["kind"]} or {3}
+            if len(kinds) > 1:
+                continue
+            code = kinds.pop()
+            ctx, lists, err = both("decode_sequence_examples", buf, [], [], [feat.encode()], [code], offs[i : i + 1], lens[i : i + 1])
+            assert err is None
+            values, row_splits, step_splits, voffs, status = lists[0]
+            assert row_splits.tolist() == [0, len(steps)] and status.tolist() == [2]
+            got, _ = _column_values((values, step_splits, voffs, np.zeros(len(steps), np.uint8)), code)
+            want = [[_decode_value(s["kind"], v) for v in s["value"]] if s["kind"] else [] for s in steps]
+            assert got == want
+
+
+@SETTINGS
+@given(st.lists(_wire.example(), max_size=6), _wire.DESCRIPTION)
+def test_generated_examples_parity(records, description):
+    names, codes = [k.encode() for k in description], list(description.values())
+    cols, err = both("decode_examples", records, names, codes)
+    for r in records:  # upb accepts every generated record
+        Example.FromString(r)
+    if err is None:
+        assert all(len(c[1]) == len(records) + 1 for c in cols)
+
+
+@SETTINGS
+@given(st.lists(_wire.sequence_example(), max_size=5), _wire.DESCRIPTION, _wire.DESCRIPTION)
+def test_generated_sequence_examples_parity(records, cdesc, sdesc):
+    both("decode_sequence_examples", records, [k.encode() for k in cdesc], list(cdesc.values()),
+         [k.encode() for k in sdesc], list(sdesc.values()))
+
+
+def _mutate(rng, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        op = rng.randrange(4)
+        if op == 0 and b:
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        elif op == 1 and b:
+            b[rng.randrange(len(b))] = rng.choice([0x00, 0x80, 0xFF, 0x0A, 0x12, 0x1A, 0x03, 0x04, 0x07])
+        elif op == 2:
+            del b[rng.randrange(len(b) + 1) :]
+        else:
+            pos = rng.randrange(len(b) + 1)
+            b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
+    return bytes(b)
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "sequence_examples.tfrecord"])
+def test_hostile_mutations_parity(name):
+    buf, offs, lens = frames(name)
+    kinds, lists = fixture_description(name)
+    names, codes = [k.encode() for k in kinds], list(kinds.values())
+    payloads = [buf[o : o + n] for o, n in zip(offs.tolist(), lens.tolist())]
+    rng = random.Random(name)
+    for _ in range(400):
+        rec = _mutate(rng, rng.choice(payloads))
+        if name.startswith("sequence"):
+            both("decode_sequence_examples", [rec], names, codes, [k.encode() for k in lists], list(lists.values()))
+        else:
+            both("decode_examples", [rec], names, codes)
+
+
+def test_hostile_arguments_same_errors():
+    both("decode_examples", b"abc", [b"a"], [3], [0], [4])  # length past the buffer
+    both("decode_examples", b"abc", [b"a"], [3], [-1], [1])
+    both("decode_examples", b"abc", [b"a"], [3], [0, 1], [1])
+    both("decode_examples", [b""], [b"a"], [7])
+    both("encode_examples", [(b"a", 3, np.arange(3), np.array([0, 2, 5]), None, None)], 2)
+    both("encode_examples", [(b"a", 3, np.arange(3), np.array([0, 2]), None, None)], 2)
+    both("encode_examples", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2)
+    assert both("encode_examples", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
+
+
+def test_depth_limit_parity():
+    def grp(d):
+        return _wire.tag(5, 3) * d + _wire.tag(5, 4) * d
+
+    for d in (96, 97, 99, 100, 101):
+        inner = _wire.ld(1, _wire.ld(1, _wire.ld(1, b"a") + _wire.ld(2, _wire.ld(3, grp(d)))))
+        both("decode_examples", [grp(d), inner], [b"a"], [3])
+        both("decode_examples", [inner], [b"a"], [3])
+
+
+# -- encode ----------------------------------------------------------------------------------
+
+ROWS = {
+    1: st.lists(st.lists(st.binary(max_size=5), max_size=4), min_size=1, max_size=6),
+    2: st.lists(st.lists(st.integers(0, 2**32 - 1), max_size=4), min_size=1, max_size=6),
+    3: st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4), min_size=1, max_size=6),
+}
+
+
+@st.composite
+def encode_columns(draw):
+    n = draw(st.integers(0, 6))
+    cols = []
+    for name in draw(st.lists(_wire.NAMES, unique=True, max_size=5)):
+        kind = draw(st.integers(1, 3))
+        rows = draw(st.lists(ROWS[kind].map(lambda r: r[0]), min_size=n, max_size=n))
+        lens = [len(r) for r in rows]
+        splits = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        flat = [v for r in rows for v in r]
+        voffs = None
+        if kind == 1:
+            values = np.frombuffer(b"".join(flat), np.uint8)
+            voffs = np.concatenate([[0], np.cumsum([len(v) for v in flat])]).astype(np.int64)
+        elif kind == 2:
+            values = np.array(flat, dtype=np.uint32).view(np.float32)
+        else:
+            values = np.array(flat, dtype=np.int64)
+        status = draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+        if status is not None:
+            status = np.array(status, dtype=np.uint8)
+        cols.append((name.encode(), kind, values, splits, voffs, status))
+    return n, cols
+
+
+@SETTINGS
+@given(encode_columns())
+def test_encode_parity_and_roundtrip(case):
+    n, cols = case
+    payloads, offsets = both("encode_examples", cols, n)
+    framed = both("encode_examples", cols, n, True)
+    records = [payloads[offsets[i] : offsets[i + 1]].tobytes() for i in range(n)]
+    assert framed == _framing_py.frame_records(records)
+    for r in records:  # upb writes the very same bytes
+        assert Example.FromString(r).SerializeToString(deterministic=True) == r
+    decoded, err = both("decode_examples", records, [c[0] for c in cols], [c[1] for c in cols])
+    assert err is None
+    for (name, kind, values, splits, voffs, status), (dv, ds, dvo, dst) in zip(cols, decoded):
+        st_ = np.full(n, 2, np.uint8) if status is None else status
+        assert dst.tolist() == st_.tolist()
+        keep = [i for i in range(n) if st_[i] == 2]
+        got, _ = _column_values((dv, ds, dvo, dst), kind)
+        want, _ = _column_values((values.view(np.uint32) if kind == 2 else values, splits, voffs, st_), kind)
+        if kind == 2:
+            want = [[int(x) for x in row] for row in want]
+        assert [got[i] for i in keep] == [want[i] for i in keep]
+
+
+def test_upb_key_order_is_mirrored():
+    names = ["ab", "a", "", "b", "abc", "aa", "é"]
+    cols = [(k.encode(), 3, np.array([1]), np.array([0, 1]), None, None) for k in names]
+    payloads, _ = both("encode_examples", cols, 1)
+    ex = Example()
+    for k in names:
+        ex.features.feature[k].int64_list.value.append(1)
+    assert payloads.tobytes() == ex.SerializeToString(deterministic=True)
+
+
+def test_float_bits_survive_both_ways():
+    bits = np.array([0x7FC00000, 0x7F800001, 0xFFC12345, 0x80000000, 1], dtype=np.uint32)
+    cols = [(b"f", 2, bits.view(np.float32), np.array([0, 5]), None, None)]
+    payloads, _ = both("encode_examples", cols, 1)
+    decoded, _ = both("decode_examples", [payloads.tobytes()], [b"f"], [2])
+    assert decoded[0][0].view(np.uint32).tolist() == bits.tolist()
+    assert struct.pack("<5I", *bits.tolist()) in payloads.tobytes()

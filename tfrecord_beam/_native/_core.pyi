@@ -1,0 +1,37 @@
+"""Type stub of the compiled core (tfrecord_beam._native._core); the pure twins are
+tfrecord_beam._framing_py and tfrecord_beam._columnar_py, with the same signatures."""
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+# (code, record, feature, found_kind): code 1 = malformed protobuf, 2 = kind mismatch
+ErrorTuple = Tuple[int, int, int, int]
+# (values, row_splits, value_offsets or None, status)
+ColumnTuple = Tuple[np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray]
+# (values, row_splits, step_splits, value_offsets or None, status)
+ListColumnTuple = Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray]
+# (name, kind 1|2|3, values, row_splits, value_offsets or None, status or None)
+EncodeColumn = Tuple[bytes, int, Any, Any, Any, Any]
+
+def masked_crc32c(data: Buffer) -> int: ...
+def crc32c(data: Buffer, table_only: bool = False) -> int: ...
+def crc32c_hw() -> bool: ...
+def scan_frames(buf: Buffer, verify: bool = True, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]: ...
+def frame_records(payloads: Sequence[Buffer]) -> bytes: ...
+def decode_examples(
+    records: Any, names: Sequence[bytes], kinds: Sequence[int], offsets: Any = None, lengths: Any = None
+) -> Tuple[Optional[List[ColumnTuple]], Optional[ErrorTuple]]: ...
+def decode_sequence_examples(
+    records: Any,
+    context_names: Sequence[bytes],
+    context_kinds: Sequence[int],
+    names: Sequence[bytes],
+    kinds: Sequence[int],
+    offsets: Any = None,
+    lengths: Any = None,
+) -> Tuple[Optional[List[ColumnTuple]], Optional[List[ListColumnTuple]], Optional[ErrorTuple]]: ...
+def encode_examples(
+    columns: Sequence[EncodeColumn], n: int, framed: bool = False
+) -> Union[Tuple[np.ndarray, np.ndarray], bytes]: ...

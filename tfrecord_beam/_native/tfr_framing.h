@@ -1,0 +1,31 @@
+/* TFRecord framing over a byte buffer: scan frames (checking both CRCs) and write frames.
+ * Plain C, no Python. Frame: uint64 length | masked crc32c(length) | payload | masked crc32c(payload). */
+#ifndef TFR_FRAMING_H
+#define TFR_FRAMING_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define TFR_HEADER_SIZE 12
+#define TFR_FOOTER_SIZE 4
+#define TFR_FRAME_OVERHEAD 16
+
+/* Same codes as _framing_py.STATUS_* */
+enum { TFR_SCAN_OK = 0, TFR_SCAN_INCOMPLETE = 1, TFR_SCAN_BAD_LENGTH_CRC = 2, TFR_SCAN_BAD_DATA_CRC = 3 };
+
+/* `verify` levels (same as _framing_py.VERIFY_*): none, both CRCs, or length CRCs only. */
+enum { TFR_VERIFY_NONE = 0, TFR_VERIFY_ALL = 1, TFR_VERIFY_LENGTHS = 2 };
+
+/* Scan complete frames at the start of buf[0..size). Writes up to `cap` payload offsets and
+ * lengths; stops at `max_records` (<0: no limit), at the end of buf, or at the first bad or
+ * incomplete frame. Returns the number of frames found; *consumed and *status say where and why
+ * it stopped. When it stops because `cap` is full, status is OK and the caller grows and resumes
+ * from *consumed. */
+size_t tfr_scan_frames(const uint8_t *buf, size_t size, int verify, int64_t max_records,
+                       int64_t *offsets, int64_t *lengths, size_t cap, size_t *consumed, int *status);
+
+/* Write the 12-byte header of a `length`-byte payload into out. */
+void tfr_write_header(uint8_t *out, uint64_t length);
+/* Write the 4-byte footer (masked CRC of the payload) into out. */
+void tfr_write_footer(uint8_t *out, const uint8_t *payload, size_t length);
+
+#endif

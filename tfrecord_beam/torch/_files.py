@@ -1,0 +1,155 @@
+"""One source of records for the datasets: its files, their indexes, and reading a shard's pieces.
+
+Records travel as `Block`s of a reader's chunk (see `_stream`), which remember where each
+record came from so that decode errors can name it (the record number is None when a reader
+started at a byte offset without an index and so does not know it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .. import fs
+from .. import index as _index
+from ..errors import IndexMismatchError
+from ..records import RecordReader, resolve_compression
+from ._stream import Block
+from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
+
+Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+_GLOB_CHARS = "*?["
+
+
+def _is_glob(path: str) -> bool:
+    return any(ch in path for ch in _GLOB_CHARS)
+
+
+def expand_data_paths(data_path: Paths) -> List[str]:
+    """A path, glob or list of them as a sorted-per-pattern list of files; raises when none match."""
+    paths = fs.expand(data_path)
+    if not paths:
+        raise FileNotFoundError(f"no TFRecord files match {data_path!r}")
+    return paths
+
+
+def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List[Optional[str]]:
+    """One index path (or None) per data file.
+
+    `index_path` may be None (no indexes), a list (one per data file, entries may be None),
+    a glob (expanded and sorted; must match the data files one for one), or a single path
+    when there is a single data file.
+    """
+    if index_path is None:
+        return [None] * len(data_paths)
+    if isinstance(index_path, (list, tuple)):
+        paths = [None if p is None else os.fspath(p) for p in index_path]
+    else:
+        text = os.fspath(index_path)
+        paths = fs.expand(text) if _is_glob(text) else [text]
+    if len(paths) != len(data_paths):
+        raise ValueError(
+            f"{len(data_paths)} data files but {len(paths)} index paths from {index_path!r}; "
+            "give one index per data file (a list, a glob matching as many, or None)"
+        )
+    return paths
+
+
+class FileSet:
+    """The data files of one source with their (optional) indexes and compression.
+
+    Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
+    """
+
+    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None) -> None:
+        self.paths = expand_data_paths(data_path)
+        self.index_paths = pair_index_paths(self.paths, index_path)
+        setting = "auto" if compression_type is None else compression_type
+        self.compressions = [resolve_compression(p, setting) for p in self.paths]
+        self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
+        self._infos: Optional[List[FileInfo]] = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def index(self, i: int) -> Optional[np.ndarray]:
+        """The (n, 2) index of file `i`, or None without one; a stale one raises IndexMismatchError."""
+        if self.index_paths[i] is None:
+            return None
+        if self._indexes[i] is None:
+            index = _index.load_index(self.index_paths[i])
+            if self.compressions[i] is None:
+                end = int(index[-1].sum()) if len(index) else 0
+                size = fs.file_size(self.paths[i])
+                if end != size:
+                    raise IndexMismatchError(
+                        self.index_paths[i], None, None,
+                        f"index covers {end} bytes but {self.paths[i]} has {size} (stale index)",
+                    )
+            self._indexes[i] = index
+        return self._indexes[i]
+
+    def infos(self) -> List[FileInfo]:
+        """What the shard planner needs for every file."""
+        if self._infos is None:
+            self._infos = []
+            for i, path in enumerate(self.paths):
+                index = self.index(i)
+                self._infos.append(FileInfo(self.compressions[i] is not None, fs.file_size(path),
+                                            None if index is None else len(index)))
+        return self._infos
+
+    def read(self, piece: Piece) -> Iterator[Block]:
+        """The records of one piece, in file order, one `Block` per chunk the reader returns."""
+        path = self.paths[piece.file]
+        compression = self.compressions[piece.file]
+        expected = None
+        if piece.kind == RECORDS:
+            index = self.index(piece.file)
+            first, last = piece.start, piece.stop
+            expected = last - first
+            end = int(index[last, 0]) if last < len(index) else None
+            reader = RecordReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
+                                  first_record_number=first)
+        elif piece.kind == BYTES:
+            reader = RecordReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
+                                  resync=piece.start > 0)
+        else:
+            reader = RecordReader(path, compression)
+        count = 0
+        for chunk in reader.chunks():
+            n = len(chunk)
+            first_number = chunk.first_record_number
+            numbers = None if first_number is None else np.arange(first_number, first_number + n, dtype=np.int64)
+            block = Block(chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path)
+            if piece.kind == STRIDE:
+                block = block.part(numbers % piece.stop == piece.start)
+            count += n
+            if len(block):
+                yield block
+        if expected is not None and count != expected:
+            raise IndexMismatchError(
+                self.index_paths[piece.file], None, piece.start,
+                f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
+            )
+
+    def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Block]:
+        """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed
+        pieces and the indexed part of a piece are skipped unread)."""
+        for piece in pieces:
+            if skip and piece.kind == RECORDS:
+                size = piece.stop - piece.start
+                if size <= skip:
+                    skip -= size
+                    continue
+                piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
+                skip = 0
+            for block in self.read(piece):
+                if skip >= len(block):
+                    skip -= len(block)
+                    continue
+                yield block.part(slice(skip, None)) if skip else block
+                skip = 0

@@ -1,0 +1,121 @@
+"""Map-style access to TFRecord files: `len()` and `dataset[i]` through `.tfindex` files.
+
+Random access needs seeking, so only uncompressed files are accepted. Each process keeps its
+own open file handles (reopened after a fork, dropped when pickled for `spawn` workers).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+import torch.utils.data
+
+from .. import _engine, fs
+from .. import index as _index
+from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
+from ..errors import CorruptRecordError, TruncatedRecordError
+from ..example import Description, normalize_description
+from ._collate import decode_record
+from ._files import FileSet, Paths
+
+
+class IndexedTFRecordDataset(torch.utils.data.Dataset):
+    """Records of one or more uncompressed TFRecord files, addressed by their global number.
+
+    Args:
+        data_path: a path, a glob, or a list of them (records are numbered file after file).
+        index_path: one index per data file (list, glob or single path), or None to build the
+            indexes in memory by scanning the files once.
+        description, transform, sequence_description: as for `TFRecordDataset`.
+        compression_type: must resolve to no compression; GZIP/ZLIB files raise ValueError.
+        verify: check both CRCs of every record read (default True).
+    """
+
+    def __init__(
+        self,
+        data_path: Paths,
+        index_path: Optional[Paths] = None,
+        description: Description = None,
+        transform: Optional[Callable[[Any], Any]] = None,
+        sequence_description: Description = None,
+        compression_type: Optional[str] = None,
+        verify: bool = True,
+    ) -> None:
+        self.files = FileSet(data_path, index_path, compression_type)
+        for path, kind in zip(self.files.paths, self.files.compressions):
+            if kind is not None:
+                raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed files for random access, "
+                                 f"but this one is {kind}; decompress it or use TFRecordDataset")
+        self.description = description
+        self.sequence_description = sequence_description
+        self.transform = transform
+        self.verify = verify
+        self._description = normalize_description(description)
+        self._sequence_description = normalize_description(sequence_description)
+        self._indexes = [self.files.index(i) if self.files.index_paths[i] is not None
+                         else _index.build_index(path, None) for i, path in enumerate(self.files.paths)]
+        self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
+        self._handles: Dict[int, Any] = {}
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def locate(self, i: int):
+        """(file number, record number in that file) of global record `i` (negative counts from the end)."""
+        if not isinstance(i, (numbers.Integral, np.integer)):
+            raise TypeError(f"record numbers are integers, not {type(i).__name__}")
+        n = len(self)
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n:
+            raise IndexError(f"record {i} is out of range for {n} records")
+        f = int(np.searchsorted(self._starts, j, side="right")) - 1
+        return f, j - int(self._starts[f])
+
+    def __getitem__(self, i: int) -> Any:
+        f, r = self.locate(i)
+        path = self.files.paths[f]
+        offset, length = (int(v) for v in self._indexes[f][r])
+        frame = self._read(f, offset, length)
+        payload = self._check(frame, path, offset, r, length)
+        sample = decode_record((payload, path, offset, r), self._description, self._sequence_description,
+                               self.sequence_description is not None)
+        return self.transform(sample) if self.transform is not None else sample
+
+    def _read(self, f: int, offset: int, length: int) -> bytes:
+        if self._pid != os.getpid():  # forked: do not share file positions with the parent
+            self._handles, self._pid = {}, os.getpid()
+        handle = self._handles.get(f)
+        if handle is None:
+            handle = self._handles[f] = fs.open_input(self.files.paths[f])
+        handle.seek(offset)
+        return handle.read(length)
+
+    def _check(self, frame: bytes, path: str, offset: int, r: int, length: int) -> bytes:
+        if len(frame) < length or length < FRAME_OVERHEAD:
+            raise TruncatedRecordError(path, offset, r, f"index says {length} bytes but only {len(frame)} "
+                                                        "are there (truncated file or stale index)")
+        offsets, lengths, consumed, status = _engine.scan_frames(frame, self.verify, 1)
+        if status != STATUS_OK or consumed != length:
+            what = "CRC mismatch" if status not in (STATUS_OK,) else f"frame of {consumed} bytes where the index says {length}"
+            raise CorruptRecordError(path, offset, r, f"{what} (corrupted record or stale index)")
+        return frame[HEADER_SIZE:HEADER_SIZE + int(lengths[0])]
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_handles"] = {}
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def __del__(self) -> None:
+        for handle in getattr(self, "_handles", {}).values():
+            try:
+                handle.close()
+            except Exception:  # noqa: BLE001
+                pass
