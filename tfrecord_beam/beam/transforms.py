@@ -1,5 +1,6 @@
-"""Public Beam PTransforms: ReadFromTFRecord, ReadAllFromTFRecord, WriteToTFRecord,
-DecodeExamples, EncodeExamples. Thin wrappers over `source.py`, `sink.py` and `_codec.py`.
+"""Public Beam PTransforms: ReadFromTFRecord, ReadFromTFRecordBatched, ReadAllFromTFRecord,
+WriteToTFRecord, DecodeExamples, EncodeExamples. Thin wrappers over `source.py`, `sink.py`,
+`_write.py` and `_codec.py`.
 
 Dead letters: with `skip_corrupt=True`, ReadFromTFRecord / ReadAllFromTFRecord /
 DecodeExamples return a tuple-like result with two PCollections, `result.records` (or
