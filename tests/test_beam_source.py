@@ -14,7 +14,7 @@ from apache_beam.io.range_trackers import OffsetRangeTracker  # noqa: E402
 from _beam_data import FIXTURES, nested_payloads, plain_payloads, write_file  # noqa: E402
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import CorruptRecord  # noqa: E402
-from tfrecord_beam.beam._resync import next_record_start  # noqa: E402
+from tfrecord_beam.records import find_record_start  # noqa: E402
 from tfrecord_beam.beam.source import _TFRecordSource  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.index import build_index  # noqa: E402
@@ -71,7 +71,7 @@ def test_resync_lands_on_true_boundaries(tmp_path):
     with open(path, "rb") as raw:
         for offset in range(1, size):
             expected = next((s for s in starts if s >= offset), size)
-            assert next_record_start(raw, offset, size) == expected, offset
+            assert find_record_start(raw, offset, size) == expected, offset
 
 
 def test_split_reader_uses_index_record_numbers(tmp_path):

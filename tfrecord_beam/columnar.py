@@ -35,6 +35,7 @@ from .example import Description, feature_kind, normalize_description
 
 __all__ = [
     "Column",
+    "to_records",
     "SequenceColumn",
     "FeatureKindError",
     "MISSING",
@@ -312,6 +313,33 @@ def _records_args(records, offsets, lengths):
     lengths = np.asarray(lengths, dtype=np.int64)
     view = memoryview(records).cast("B")
     return records, offsets, lengths, lambda: (view[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist()))
+
+
+def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = None) -> Iterator[Dict[str, Any]]:
+    """Per-record dicts, in `example.decode_example`'s convention, from a batch of columns.
+
+    What the drop-in loaders and Beam's DecodeExamples yield: float32 / int64 arrays (copies,
+    so a kept record does not pin the batch), a single bytes value as `bytes`, zero or several
+    as an object array, and an empty array for a missing or kind-less feature. `rows` picks
+    records (default: all).
+    """
+    from .example import BYTES, as_decoded, empty_value
+
+    views = []
+    for name, col in columns.items():
+        flat = col.flat_values().tolist() if col.kind == BYTES else col.values
+        views.append((name, col.kind, flat, col.row_splits.tolist(), (col.status == PRESENT).tolist()))
+    count = len(next(iter(columns.values()))) if columns else 0
+    for i in range(count) if rows is None else rows:
+        record = {}
+        for name, kind, flat, splits, present in views:
+            if not present[i]:
+                record[name] = empty_value(kind)
+            elif kind == BYTES:
+                record[name] = as_decoded(kind, flat[splits[i] : splits[i + 1]])
+            else:
+                record[name] = flat[splits[i] : splits[i + 1]].copy()
+        yield record
 
 
 # -- public decode / encode --------------------------------------------------------------------

@@ -60,26 +60,6 @@ def _records(data_path, index_path, shard, compression_type, verify=True) -> typ
             yield chunk.first_record_number + i, offsets[i], payloads[i]
 
 
-def _column_rows(columns, rows) -> typing.Iterator[typing.Dict[str, typing.Any]]:
-    """Per-record dicts, in `example.decode_example`'s convention, from a batch of columns."""
-    from .columnar import PRESENT
-
-    views = []
-    for name, col in columns.items():
-        flat = col.flat_values().tolist() if col.kind == _example.BYTES else col.values
-        views.append((name, col.kind, flat, col.row_splits.tolist(), (col.status == PRESENT).tolist()))
-    for i in rows:
-        record = {}
-        for name, kind, flat, splits, present in views:
-            if not present[i]:
-                record[name] = _example.empty_value(kind)
-            elif kind == _example.BYTES:
-                record[name] = _example.as_decoded(kind, flat[splits[i] : splits[i + 1]])
-            else:
-                record[name] = flat[splits[i] : splits[i + 1]].copy()
-        yield record
-
-
 def tfrecord_iterator(
     data_path: str,
     index_path: typing.Optional[str] = None,
@@ -115,7 +95,7 @@ def example_loader(
 
         for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
             columns = columnar.decode_examples(chunk, description, path=data_path)
-            yield from _column_rows(columns, range(len(chunk)) if rows is None else rows.tolist())
+            yield from columnar.to_records(columns, None if rows is None else rows.tolist())
         return
     for number, offset, payload in _records(data_path, index_path, shard, compression_type):
         yield _example.decode_example(payload, description, strict=strict, path=data_path,

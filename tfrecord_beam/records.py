@@ -30,7 +30,8 @@ from .errors import CorruptRecordError, TruncatedRecordError
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
-_HEADER = struct.Struct("<QI")
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
     "gzip": "gzip", "gz": "gzip",
@@ -255,62 +256,76 @@ def _skip(stream, count: int) -> None:
 RESYNC_LOOKAHEAD = 1 << 20
 
 
-def _valid_chain_at(raw: BinaryIO, offset: int, total: int) -> bool:
-    """True when a record with both CRCs valid starts at `offset` and valid headers follow.
+def _length_crc_ok(block, pos: int) -> bool:
+    length_crc = _U32.unpack_from(block, pos + 8)[0]
+    return _engine.masked_crc32c(memoryview(block)[pos : pos + 8]) == length_crc
 
-    After that first record, every header within RESYNC_LOOKAHEAD bytes (or up to EOF) must
-    carry a valid length CRC and the frames must tile the window; a window reaching the end of
-    the file must end exactly on a frame boundary. Payload CRCs after the first are not needed:
-    a false start inside a payload breaks at the header level, and a later damaged payload must
-    not push the resync point past good records.
+
+def _chain_is_sound(raw: BinaryIO, offset: int, total: int) -> bool:
+    """Whether valid headers (length CRCs) tile the file from `offset` for RESYNC_LOOKAHEAD bytes.
+
+    The chain must stay within the file: one that reaches the end of the file must end exactly
+    there. Payload CRCs are not needed: a false start inside a payload breaks at the header
+    level, and damaged payloads are for the reader to report.
     """
     raw.seek(offset)
-    header = raw.read(HEADER_SIZE)
-    if len(header) < HEADER_SIZE:
-        return False
-    (length,) = struct.unpack_from("<Q", header)
-    if length > total - offset - FRAME_OVERHEAD:
-        return False
-    window = max(RESYNC_LOOKAHEAD, FRAME_OVERHEAD + length + HEADER_SIZE)
-    raw.seek(offset)
-    block = raw.read(window)
-    _, _, pos, status = _engine.scan_frames(block, True, 1)
-    if pos == 0:
-        return False
-    view = memoryview(block)
-    while pos + HEADER_SIZE <= len(block):
-        length, length_crc = _HEADER.unpack_from(block, pos)
-        if _engine.masked_crc32c(view[pos : pos + 8]) != length_crc:
+    block = raw.read(RESYNC_LOOKAHEAD + HEADER_SIZE)
+    pos = 0
+    while pos + HEADER_SIZE <= len(block) and pos < RESYNC_LOOKAHEAD:
+        if not _length_crc_ok(block, pos):
             return False
+        (length,) = _U64.unpack_from(block, pos)
+        if length > total - offset - pos - FRAME_OVERHEAD:
+            return False  # the frame runs past the end of the file
         pos += FRAME_OVERHEAD + length
-    if offset + len(block) >= total:  # the window reaches EOF: the chain must end exactly there
-        return offset + pos == total
-    return True
+    return pos >= RESYNC_LOOKAHEAD or offset + pos == total
+
+
+def _inside_a_valid_record(raw: BinaryIO, offset: int, total: int) -> bool:
+    """Whether a record with both CRCs valid, starting within RESYNC_LOOKAHEAD bytes before
+    `offset`, spans over it (so `offset` lies inside that record's payload)."""
+    first = max(0, offset - RESYNC_LOOKAHEAD)
+    raw.seek(first)
+    block = raw.read(offset - first)
+    for h in range(len(block) - HEADER_SIZE, -1, -1):
+        if not _length_crc_ok(block, h):
+            continue
+        (length,) = _U64.unpack_from(block, h)
+        end = first + h + FRAME_OVERHEAD + length
+        if offset < end <= total:
+            raw.seek(first + h)
+            _, _, consumed, _ = _engine.scan_frames(raw.read(FRAME_OVERHEAD + length), True, 1)
+            if consumed:
+                return True
+    return False
 
 
 def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
-    """The offset of the first valid record at or after `offset` (or `total` when none).
+    """The offset of the first record boundary at or after `offset` (`total` when none).
 
-    A candidate needs a valid length CRC, then an unbroken chain of valid records (both CRCs)
-    for RESYNC_LOOKAHEAD bytes or to the end of the file, so header-like bytes inside a payload
-    (even a whole TFRecord stored as a payload) are not taken for a record boundary. Only a
-    payload embedding a valid chain longer than the lookahead could still mislead it; files
-    with a `.tfindex` are split at exact boundaries instead.
+    A candidate is a position whose 8 bytes carry a valid length CRC. It is taken when valid
+    headers tile the next RESYNC_LOOKAHEAD bytes (or the rest of the file) from it. When that
+    chain breaks (a damaged header, a truncated tail) the candidate is still taken, so that the
+    reader reaches the damage and reports it, unless a valid record before it spans over it:
+    then it is a record-like run of bytes inside that record's payload. So header-like bytes in
+    payloads, even whole TFRecords stored as payloads, are not taken for boundaries, and
+    damage near a split point is reported rather than skipped. Only a payload embedding a
+    valid chain longer than the lookahead could still mislead it; files with a `.tfindex`
+    are split at exact boundaries instead.
     """
     window = 1 << 16
     pos = offset
-    while pos < total:
+    while pos + HEADER_SIZE <= total:
         raw.seek(pos)
         block = raw.read(window + HEADER_SIZE)
-        if len(block) < HEADER_SIZE:
-            return total
-        view = memoryview(block)
         limit = min(len(block) - HEADER_SIZE + 1, window)
-        for i in range(limit):
-            length_crc = struct.unpack_from("<I", block, i + 8)[0]
-            if _engine.masked_crc32c(view[i : i + 8]) == length_crc and _valid_chain_at(raw, pos + i, total):
-                return pos + i
-        pos += limit
+        for i in range(max(limit, 0)):
+            if not _length_crc_ok(block, i):
+                continue
+            candidate = pos + i
+            if _chain_is_sound(raw, candidate, total) or not _inside_a_valid_record(raw, candidate, total):
+                return candidate
+        pos += max(limit, 1)
     return total
 
 

@@ -6,7 +6,8 @@ each record, so initial splits and dynamic splits (`split_at_fraction`) both wor
 
 * uncompressed with a `.tfindex` beside the file: start at the first indexed record at or
   after the range start (exact, and record numbers are known for error messages);
-* uncompressed without an index: start at the next true record boundary (`_resync`);
+* uncompressed without an index: start at the next true record boundary
+  (`records.find_record_start`);
 * GZIP / ZLIB: not splittable (Beam gives such files one unsplittable range); read whole.
 
 With `batched=True` it yields lists of payloads instead (one list per read chunk, about 1 MiB
@@ -29,10 +30,9 @@ from apache_beam.io.filebasedsource import FileBasedSource
 from .. import _engine, fs
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
-from ..records import RecordReader
+from ..records import RecordReader, find_record_start
 from . import _index_cache, _metrics, _paths
 from ._corrupt import CorruptRecord
-from ._resync import next_record_start
 
 
 class _TFRecordSource(FileBasedSource):
@@ -85,7 +85,7 @@ class _TFRecordSource(FileBasedSource):
         else:
             number = 0 if start == 0 else None
             with fs.open_input(file_name) as raw:
-                position = next_record_start(raw, start, total)
+                position = find_record_start(raw, start, total, file_name) if start > 0 else 0
         if position < total:
             yield from self._read_chain(file_name, None, range_tracker, position, number, total, offsets)
 
@@ -149,27 +149,29 @@ class _TFRecordSource(FileBasedSource):
             return
 
     def _past_range(self, file_name: str, boundary: int, total: int, offsets) -> Iterator[CorruptRecord]:
-        """Check the records from `boundary`, the first record boundary past this range.
+        """Report damage at `boundary`, the first record boundary past this range, that no resync finds.
 
-        Without an index the next range resynchronises to the next *valid* record, so corrupt
-        records sitting right at the boundary would be skipped by both readers: the reader
-        whose chain of records reaches them owns them. (With an index the next range starts
-        exactly at the boundary and owns them itself.)
+        Without an index the next range resynchronises to the next position with a valid length
+        CRC (`records.find_record_start`), so it lands on a record at `boundary` whose header is
+        sound, damaged payload or not, and owns it. A damaged header, or one cut short by the end
+        of the file, is a candidate for no resync: the reader whose chain reaches it owns it.
+        (With an index the next range starts exactly at the boundary and owns everything.)
         """
         while offsets is None and boundary < total:
-            chunks = RecordReader(
-                file_name, None, verify=self._verify, start_offset=boundary, end_offset=boundary + 1
-            ).chunks()
+            with fs.open_input(file_name) as raw:
+                raw.seek(boundary)
+                header = raw.read(HEADER_SIZE)
+            if len(header) == HEADER_SIZE and _engine.masked_crc32c(header[:8]) == struct.unpack_from("<I", header, 8)[0]:
+                return  # a sound header: the next range's resync lands on it
             try:
-                next(chunks, None)
-                return  # a valid record: the next range's resync lands on it
+                next(iter(RecordReader(file_name, None, verify=self._verify, start_offset=boundary,
+                                       end_offset=boundary + 1)), None)
+                return
             except CorruptRecordError as err:
                 if not self._skip_corrupt:
                     raise
                 yield self._report(file_name, boundary, err.reason)
                 boundary, _ = self._after_bad(file_name, boundary, total, offsets)
-            finally:
-                chunks.close()
 
     @staticmethod
     def _report(file_name: str, offset: int, reason: str) -> CorruptRecord:
@@ -193,7 +195,7 @@ class _TFRecordSource(FileBasedSource):
                 end = offset + FRAME_OVERHEAD + struct.unpack_from("<Q", header)[0]
                 if end <= total:
                     return end, None
-            return next_record_start(raw, offset + 1, total), None
+            return find_record_start(raw, offset + 1, total, file_name), None
 
 
 def _claim_all(tracker, starts) -> int:
