@@ -1,0 +1,223 @@
+"""Mix TFRecord sources by weight into N shuffled shards, with .tfindex files and a JSON manifest.
+
+Each `--source GLOB=WEIGHT` gets exactly round(N * w / sum(w)) records (largest-remainder
+rounding, so counts are within 1 of that and add up to N). A source with at least that many
+records is sampled without replacement; a smaller one is repeated: every record
+floor(count / available) times, plus a sample without replacement of the remainder. The
+selection and the order are a pure function of `--seed` and the inputs; records of all
+sources are interleaved at random across and within the output shards. The pipeline checks
+(count + order-independent checksum) that the shards hold exactly the selected records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import numpy as np
+
+from tfrecord_beam import fs
+from tfrecord_beam.records import RecordReader
+
+from . import _common, _stages
+from ._common import JobError, Summary
+from .reshard import finish, output_dir_of, output_spec
+
+EXAMPLES = """\
+  python -m pipelines.mix --source 'web/*.tfrecord=0.7' --source 'books/*.tfrecord=0.3' \\
+      --total_records 1000000 --output_prefix out/mix --num_shards 8 --seed 1
+  python -m pipelines.mix --source 'gs://b/a/*=2' --source 'gs://b/b/*=1' --total_records 50000 \\
+      --output_prefix gs://b/mixed --num_shards 4 --runner=DataflowRunner ...
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _common.make_parser("mix", __doc__.splitlines()[0], EXAMPLES)
+    parser.add_argument("--source", action="append", required=True, metavar="GLOB=WEIGHT",
+                        help="a source glob and its weight (> 0); repeatable")
+    parser.add_argument("--total_records", type=int, required=True, help="records in the output")
+    parser.add_argument("--output_prefix", required=True, help="output path prefix")
+    parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
+    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
+    parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
+    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
+                        help="read uncompressed inputs in byte ranges of this size, in parallel")
+    return parser
+
+
+def parse_sources(items: Sequence[str]) -> List[Tuple[str, float]]:
+    """[(glob, weight)] from GLOB=WEIGHT strings; JobError for a malformed or non-positive weight."""
+    out = []
+    for glob, weight in _common.parse_kv(items, "--source"):
+        try:
+            w = float(weight)
+        except ValueError:
+            raise JobError(f"--source {glob}={weight}: the weight must be a number") from None
+        if not np.isfinite(w) or w <= 0:
+            raise JobError(f"--source {glob}={weight}: the weight must be a positive number")
+        out.append((glob, w))
+    return out
+
+
+def allocate(total: int, weights: Sequence[float]) -> List[int]:
+    """Largest-remainder rounding of total * w / sum(w): each within 1 of its share, summing to total."""
+    w = np.asarray(weights, dtype=np.float64)
+    shares = total * w / w.sum()
+    counts = np.floor(shares).astype(np.int64)
+    short = total - int(counts.sum())
+    if short:
+        order = np.argsort(-(shares - counts), kind="stable")
+        counts[order[:short]] += 1
+    return counts.tolist()
+
+
+def selection(seed: int, source: int, available: int, wanted: int) -> np.ndarray:
+    """How many times each of `available` records is taken (int64 array), `wanted` in all."""
+    if wanted and not available:
+        raise JobError(f"source {source} has no records but {wanted} were asked of it")
+    rng = np.random.default_rng([seed & ((1 << 64) - 1), 0x6D6978, source])
+    full, rest = divmod(wanted, available) if available else (0, 0)
+    taken = np.full(available, full, dtype=np.int64)
+    if rest:
+        taken[rng.choice(available, rest, replace=False)] += 1
+    return taken
+
+
+def count_range(rng: _stages.FileRange) -> Tuple[tuple, int]:
+    """((file number, range start), records whose header starts in the range)."""
+    reader = RecordReader(rng.path, rng.compression, verify=False, start_offset=rng.start,
+                          end_offset=rng.end, resync=rng.start > 0)
+    return (rng.file_number, rng.start), sum(len(c) for c in reader.chunks())
+
+
+class SelectFn(beam.DoFn):
+    """Reads a range and emits its selected records (repeated as chosen), keyed by output shard."""
+
+    def __init__(self, seed: int, wanted: List[int], groups: List[int], num_shards: int) -> None:
+        self.seed, self.wanted, self.groups, self.num_shards = seed, wanted, groups, num_shards
+        self._plan = None
+
+    def _prepare(self, counts: List[Tuple[tuple, int]]):
+        if self._plan is None:
+            base: Dict[tuple, int] = {}
+            available = [0] * len(self.wanted)
+            for key, n in sorted(counts):
+                group = self.groups[key[0]]
+                base[key] = available[group]
+                available[group] += n
+            taken = [selection(self.seed, g, available[g], self.wanted[g]) for g in range(len(self.wanted))]
+            self._plan = (base, taken)
+        return self._plan
+
+    def process(self, rng: _stages.FileRange, counts):
+        base, taken = self._prepare(counts)
+        first = base[(rng.file_number, rng.start)]
+        group = rng.group
+        coverage: list = []
+        for batch in _stages.read_range(rng, True, coverage):
+            n = len(batch.payloads)
+            times = taken[group][first : first + n]
+            first += n
+            if not times.any():
+                continue
+            picked = np.repeat(np.arange(n), times)
+            payloads = [batch.payloads[i] for i in picked.tolist()]
+            keys = _stages.seeded_keys(self.seed, 0x6B6579, group, *batch.order, size=len(payloads))
+            chosen = _stages.Batch(batch.order, batch.record_offsets[picked], payloads, group)
+            yield beam.pvalue.TaggedOutput("digest", _stages.payload_digest(payloads))
+            yield from _stages.route(chosen, (keys % np.uint64(self.num_shards)).astype(np.int64), keys)
+        for c in coverage:
+            yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
+
+
+def run(args: argparse.Namespace, options) -> Summary:
+    sources = parse_sources(args.source)
+    if args.total_records < 0:
+        raise JobError("--total_records must be >= 0")
+    if args.num_shards < 1:
+        raise JobError("--num_shards must be at least 1")
+    files: List[str] = []
+    groups: List[int] = []
+    per_source_files: List[List[str]] = []
+    for number, (glob, _) in enumerate(sources):
+        found = _common.expand_inputs([glob], "--source")
+        per_source_files.append(found)
+        files += found
+        groups += [number] * len(found)
+    wanted = allocate(args.total_records, [w for _, w in sources])
+    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression, groups)
+    staged = _common.StagedOutput(output_dir_of(args.output_prefix))
+    spec = output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {args.total_records} records "
+                     f"{wanted} in {args.num_shards} shards")
+    seed, num_shards = args.seed, args.num_shards
+
+    def build(p):
+        plan = p | "Plan" >> beam.Create(ranges)
+        counts = plan | "Count" >> beam.Map(count_range)
+        selected = (
+            plan
+            | "Spread" >> beam.Reshuffle()
+            | "Select" >> beam.ParDo(SelectFn(seed, wanted, groups, num_shards), beam.pvalue.AsList(counts))
+            .with_outputs("digest", _stages.COVERAGE, main="routed")
+        )
+        _stages.check_coverages(selected[_stages.COVERAGE])
+        results = _stages.write_shards(selected.routed, spec, shuffled=True)
+        _stages.verify_digests(p, selected.digest, results, spec, "mix")
+
+        def save_counts(_, all_counts):
+            available = [0] * len(sources)
+            for (file_number, _start), n in all_counts:
+                available[groups[file_number]] += n
+            _stages._write_result(spec.path("_results"), "available.json", {"available": available})
+
+        _ = p | "Once" >> beam.Create([None]) | "SaveCounts" >> beam.Map(save_counts, beam.pvalue.AsList(counts))
+
+    manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
+    try:
+        _common.run_pipeline(build, options)
+        available = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]["available"]
+        results, check, finals = finish(staged, spec, "mix", True)
+        manifest = {
+            "total_records": args.total_records, "seed": seed, "num_shards": num_shards,
+            "sources": [
+                {
+                    "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),
+                    "files": per_source_files[i], "available_records": available[i], "selected_records": wanted[i],
+                    "sampling": "without replacement" if wanted[i] <= available[i] else
+                    f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
+                }
+                for i, (glob, weight) in enumerate(sources)
+            ],
+            "shards": [
+                {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * len(sources))[: len(sources)]}
+                for f, r in zip([x for x in finals if not x.endswith(".tfindex")], results)
+            ],
+            "checksum": {"records": check["written"][0], "bytes": check["written"][1],
+                         "blake2b64_sum": f"{check['written'][2]:016x}"},
+        }
+        _common.write_json(manifest_path, manifest)
+    except BaseException:
+        staged.abort()
+        raise
+    extra = {
+        "sources": len(sources), "per_source_records": wanted, "available_records": available,
+        "output_shards": num_shards, "manifest": manifest_path,
+        "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
+        "outputs": finals,
+    }
+    return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
+                   bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return _common.run_job("mix", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
