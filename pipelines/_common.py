@@ -230,14 +230,14 @@ def run_pipeline(build: Callable[[Any], None], options) -> Any:
     return result
 
 
-def parse_kv(items: Sequence[str], flag: str, sep: str = "=") -> List[Tuple[str, str]]:
+def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str = "=") -> List[Tuple[str, str]]:
     """`a=b` pairs of a repeatable flag; JobError naming the flag when one is malformed."""
     out = []
     for item in items or ():
         if sep not in item:
-            raise JobError(f"{flag} expects NAME{sep}VALUE, got {item!r}")
+            raise JobError(f"{flag} expects {form}, got {item!r}")
         key, value = item.rsplit(sep, 1)
         if not key or not value:
-            raise JobError(f"{flag} expects NAME{sep}VALUE, got {item!r}")
+            raise JobError(f"{flag} expects {form}, got {item!r}")
         out.append((key, value))
     return out

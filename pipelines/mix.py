@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_sources(items: Sequence[str]) -> List[Tuple[str, float]]:
     """[(glob, weight)] from GLOB=WEIGHT strings; JobError for a malformed or non-positive weight."""
     out = []
-    for glob, weight in _common.parse_kv(items, "--source"):
+    for glob, weight in _common.parse_kv(items, "--source", "GLOB=WEIGHT"):
         try:
             w = float(weight)
         except ValueError:

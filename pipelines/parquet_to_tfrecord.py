@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     schema = read_schema(files[0])
     encoder_options = dict(
         columns=_split(args.columns) or None,
-        rename=dict(_common.parse_kv(args.rename, "--rename")),
+        rename=dict(_common.parse_kv(args.rename, "--rename", "COLUMN=FEATURE")),
         sequence_columns=_split(args.sequence_columns),
         flatten_structs=args.flatten_structs,
         decimal_as=args.decimal_as,

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord")
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--num_shards", type=int, help="number of output shards")
-    size.add_argument("--target_shard_bytes", type=int, help="pick the shard count so shards hold about this many bytes")
+    size.add_argument("--target_shard_bytes", type=int, help="pick the shard count from the input files' total size (compressed size for compressed inputs)")
     parser.add_argument("--balance", choices=("records", "bytes"), default="records",
                         help="spread records evenly by count (default) or by bytes")
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
