@@ -76,8 +76,9 @@ setup(
     extras_require={
         "beam": [BEAM],
         "torch": [TORCH],
-        "all": [BEAM, TORCH],
-        "test": ["pytest>=7", "hypothesis>=6"],
+        "fast": ["isal>=1.6"],
+        "all": [BEAM, TORCH, "isal>=1.6"],
+        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6"],
     },
     entry_points={
         "console_scripts": [

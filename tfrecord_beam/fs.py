@@ -79,6 +79,16 @@ def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
     return out
 
 
+def data_files(target: PathLike) -> List[str]:
+    """TFRecord files named by a directory (its `*.tfrecord*`), a path or a glob; indexes excluded."""
+    target = os.fspath(target)
+    if "://" not in target and os.path.isdir(target):
+        candidates = sorted(_glob.glob(os.path.join(target, "*.tfrecord*")))
+    else:
+        candidates = expand(target)
+    return [p for p in candidates if not p.endswith(".tfindex") and not os.path.basename(p).startswith(".")]
+
+
 def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     import fnmatch
 

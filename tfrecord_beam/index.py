@@ -15,13 +15,14 @@ from typing import Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import fs
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_BAD_LENGTH_CRC
-from . import _engine
+from ._engine import masked_crc32c
+from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
 from .records import RecordReader, resolve_compression
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
+_HEADER = struct.Struct("<QI")
 
 
 def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
@@ -63,10 +64,9 @@ def _seek_frames(path: str) -> Iterable[Tuple[int, int]]:
             header = handle.read(HEADER_SIZE)
             if len(header) < HEADER_SIZE:
                 raise TruncatedRecordError(path, offset, number, "data ends inside the record's header (truncated record)")
-            _, _, _, status = _engine.scan_frames(header + b"\0" * 4, True, 1)
-            if status == STATUS_BAD_LENGTH_CRC:
+            length, length_crc = _HEADER.unpack(header)
+            if masked_crc32c(header[:8]) != length_crc:
                 raise CorruptRecordError(path, offset, number, "length CRC mismatch (corrupted record)")
-            (length,) = struct.unpack_from("<Q", header)
             if length > total - offset - FRAME_OVERHEAD:
                 raise TruncatedRecordError(
                     path, offset, number,
@@ -111,15 +111,20 @@ def load_index(index_path) -> np.ndarray:
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
         text = handle.read().decode("ascii", errors="replace")
-    rows = []
-    for number, line in enumerate(text.splitlines()):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}")
-        rows.append((int(parts[0]), int(parts[1])))
-    index = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    lines = [line for line in text.splitlines() if line.strip()]
+    tokens = text.split()
+    try:
+        if len(tokens) != 2 * len(lines):
+            raise ValueError
+        index = np.array(tokens, dtype=np.int64).reshape(-1, 2)
+        if np.any(index < 0):
+            raise ValueError
+    except ValueError:
+        for number, line in enumerate(lines):  # slow path only to name the bad line
+            parts = line.split()
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}") from None
+        raise
     if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
         bad = int(np.flatnonzero(index[1:, 0] != index[:-1, 0] + index[:-1, 1])[0]) + 1
         raise IndexMismatchError(path, int(index[bad, 0]), bad, "index entries are not contiguous")

@@ -30,6 +30,7 @@ from .errors import CorruptRecordError, TruncatedRecordError
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
+_HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
     "gzip": "gzip", "gz": "gzip",
@@ -165,7 +166,7 @@ class RecordReader:
                 return raw, total
             except (OSError, AttributeError, io.UnsupportedOperation):
                 total = None
-        stream = open_stream(raw, self.compression)
+        stream = open_stream(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
 
@@ -251,8 +252,18 @@ def _skip(stream, count: int) -> None:
         count -= len(got)
 
 
-def _valid_frame_at(raw: BinaryIO, offset: int, total: int) -> bool:
-    """True when a whole valid record starts at `offset` and is followed by a valid header or EOF."""
+RESYNC_LOOKAHEAD = 1 << 20
+
+
+def _valid_chain_at(raw: BinaryIO, offset: int, total: int) -> bool:
+    """True when a record with both CRCs valid starts at `offset` and valid headers follow.
+
+    After that first record, every header within RESYNC_LOOKAHEAD bytes (or up to EOF) must
+    carry a valid length CRC and the frames must tile the window; a window reaching the end of
+    the file must end exactly on a frame boundary. Payload CRCs after the first are not needed:
+    a false start inside a payload breaks at the header level, and a later damaged payload must
+    not push the resync point past good records.
+    """
     raw.seek(offset)
     header = raw.read(HEADER_SIZE)
     if len(header) < HEADER_SIZE:
@@ -260,20 +271,31 @@ def _valid_frame_at(raw: BinaryIO, offset: int, total: int) -> bool:
     (length,) = struct.unpack_from("<Q", header)
     if length > total - offset - FRAME_OVERHEAD:
         return False
+    window = max(RESYNC_LOOKAHEAD, FRAME_OVERHEAD + length + HEADER_SIZE)
     raw.seek(offset)
-    frame = raw.read(FRAME_OVERHEAD + length + HEADER_SIZE)
-    _, _, consumed, status = _engine.scan_frames(frame, True, 2)
-    if consumed != FRAME_OVERHEAD + length:
+    block = raw.read(window)
+    _, _, pos, status = _engine.scan_frames(block, True, 1)
+    if pos == 0:
         return False
-    return offset + consumed == total or (status != STATUS_BAD_LENGTH_CRC and len(frame) > consumed)
+    view = memoryview(block)
+    while pos + HEADER_SIZE <= len(block):
+        length, length_crc = _HEADER.unpack_from(block, pos)
+        if _engine.masked_crc32c(view[pos : pos + 8]) != length_crc:
+            return False
+        pos += FRAME_OVERHEAD + length
+    if offset + len(block) >= total:  # the window reaches EOF: the chain must end exactly there
+        return offset + pos == total
+    return True
 
 
 def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
     """The offset of the first valid record at or after `offset` (or `total` when none).
 
-    A candidate must pass the length CRC, the payload CRC, and be followed by a header whose
-    length CRC is valid (or by the end of the file), so header-like bytes inside a payload are
-    not taken for a record boundary. Used to split files by byte range when there is no index.
+    A candidate needs a valid length CRC, then an unbroken chain of valid records (both CRCs)
+    for RESYNC_LOOKAHEAD bytes or to the end of the file, so header-like bytes inside a payload
+    (even a whole TFRecord stored as a payload) are not taken for a record boundary. Only a
+    payload embedding a valid chain longer than the lookahead could still mislead it; files
+    with a `.tfindex` are split at exact boundaries instead.
     """
     window = 1 << 16
     pos = offset
@@ -283,12 +305,12 @@ def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str
         if len(block) < HEADER_SIZE:
             return total
         view = memoryview(block)
-        limit = len(block) - HEADER_SIZE + 1
-        for i in range(min(limit, window)):
+        limit = min(len(block) - HEADER_SIZE + 1, window)
+        for i in range(limit):
             length_crc = struct.unpack_from("<I", block, i + 8)[0]
-            if _engine.masked_crc32c(view[i : i + 8]) == length_crc and _valid_frame_at(raw, pos + i, total):
+            if _engine.masked_crc32c(view[i : i + 8]) == length_crc and _valid_chain_at(raw, pos + i, total):
                 return pos + i
-        pos += min(limit, window)
+        pos += limit
     return total
 
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import List, Optional
 
 from .. import fs
 from ..errors import TFRecordError
-from ..index import INDEX_SUFFIX, build_index, default_index_path, write_index
+from ..index import build_index, default_index_path, write_index
 
 
 def create_index(tfrecord_file: str, index_file: Optional[str] = None, verify: bool = False,
@@ -31,17 +30,9 @@ def create_index(tfrecord_file: str, index_file: Optional[str] = None, verify: b
     return len(index)
 
 
-def _data_files(target: str) -> List[str]:
-    if os.path.isdir(target):
-        candidates = sorted(glob.glob(os.path.join(target, "*.tfrecord*")))
-    else:
-        candidates = fs.expand(target)
-    return [p for p in candidates if not p.endswith(INDEX_SUFFIX) and not os.path.basename(p).startswith(".")]
-
-
 def create_indices(tfrecord_dir: str, verify: bool = False, progress=None) -> int:
     """Index every `*.tfrecord*` file (compressed too) of a directory or glob; returns files indexed."""
-    files = _data_files(tfrecord_dir)
+    files = fs.data_files(tfrecord_dir)
     for number, path in enumerate(files, start=1):
         count = create_index(path, verify=verify)
         if progress:
@@ -68,7 +59,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     started = time.monotonic()
     single = args.index is not None or (not os.path.isdir(args.target) and not any(c in args.target for c in "*?["))
-    files = [args.target] if single else _data_files(args.target)
+    files = [args.target] if single else fs.data_files(args.target)
     if not files:
         print(f"tfrecord2idx: no TFRecord files match {args.target}", file=sys.stderr)
         return 1

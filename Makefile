@@ -1,0 +1,34 @@
+# One venv, everything installed from nothing: `make test` is what CI runs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: install test test-pure demo bench clean
+
+$(VENV)/.installed: setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: a bare `torch` would resolve to a multi-GB CUDA build
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[all,test]"
+	$(PY) setup.py -q build_ext --inplace
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q
+
+test-pure: install
+	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q
+
+demo: install
+	$(PY) -m pipelines.demo
+
+bench: install
+	$(PIP) install -q "tfrecord==1.14.6"
+	$(PY) -m bench
+
+clean:
+	rm -rf build *.egg-info tfrecord_beam/_native/*.so .pytest_cache

@@ -1,0 +1,243 @@
+"""The modules under the command: record-type detection, statistics, description and Arrow schema
+inference (`tfrecord_beam.inspection`), and the text helpers (`tfrecord_beam._cli_format`)."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tfrecord_beam import _cli_format as fmt
+from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
+from tfrecord_beam.index import create_index, default_index_path
+from tfrecord_beam.inspection import (
+    EXAMPLE,
+    INVALID,
+    SEQUENCE_EXAMPLE,
+    DatasetStats,
+    SchemaInferenceError,
+    collect_stats,
+    count_records,
+    index_status,
+    infer_arrow_schema,
+    infer_description,
+    infer_schema,
+    parse_record,
+)
+from tfrecord_beam.records import write_records
+
+
+def stats_of(payloads) -> DatasetStats:
+    stats = DatasetStats()
+    for payload in payloads:
+        stats.add_record(payload)
+    return stats
+
+
+# -- record type -------------------------------------------------------------------------------
+
+
+def test_parse_record_types():
+    example = encode_example({"a": (1, "int")})
+    assert parse_record(example)[0] == EXAMPLE
+    assert parse_record(encode_sequence_example({"a": (1, "int")}, {"t": ([[1], [2, 3]], "int")}))[0] == SEQUENCE_EXAMPLE
+    assert parse_record(b"")[0] == EXAMPLE  # an empty Example
+    assert parse_record(b"\xff\xff\xff")[0] == INVALID
+    # field 2 that is no FeatureLists: still an Example with an unknown field
+    rtype, features, lists = parse_record(example + b"\x12\x03\xff\xff\xff")
+    assert rtype == EXAMPLE and list(features) == ["a"] and lists is None
+
+
+def test_sequence_dataset_counts_context_only_records():
+    stats = stats_of([
+        encode_sequence_example({"n": (1, "int")}, {"t": ([[1], [2]], "int")}),
+        encode_example({"n": (2, "int")}),  # a SequenceExample with only a context is the same bytes
+    ])
+    assert stats.record_type == SEQUENCE_EXAMPLE and stats.feature_section == "context"
+    assert stats.features["n"].records == 2 and stats.feature_lists["t"].records == 1
+    assert stats.feature_lists["t"].steps == (2, 2)
+
+
+def test_invalid_and_empty_datasets():
+    assert stats_of([]).record_type == "empty"
+    assert stats_of([b"\xff\xff"]).record_type == INVALID
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def test_feature_statistics():
+    stats = stats_of([
+        encode_example({"x": ([1.0, float("nan"), -2.5], "float"), "i": ([5, -7], "int"), "b": (b"\x89PNGjunk", "byte")}),
+        encode_example({"x": ([4.0], "float"), "b": ([b"hello", b""], "byte")}),
+    ])
+    x, i, b = stats.features["x"], stats.features["i"], stats.features["b"]
+    assert (x.records, x.values, x.values_mean) == (2, (1, 3), 2.0)
+    assert x.float_range == (-2.5, 4.0) and x.nan_count == 1
+    assert (i.records, i.int_range) == (1, (-7, 5))
+    assert b.bytes_count == 3 and b.bytes_length == (0, 8) and b.non_utf8 == 1
+    assert b.sample == b"\x89PNGjunk"
+    d = x.to_dict()
+    assert d["min"] == -2.5 and d["max"] == 4.0 and d["nan_count"] == 1
+
+
+# -- description and Arrow schema ---------------------------------------------------------------
+
+
+def rows_for(payloads, schema):
+    """Rows as a converter following the documented rules would build them."""
+    rows = []
+    for payload in payloads:
+        rtype, features, lists = parse_record(payload)
+        row = {}
+        for field in schema:
+            source = lists if field.metadata[b"tfrecord.section"] == b"feature_lists" else features
+            if source is None or field.name not in source:
+                row[field.name] = None
+            elif field.metadata[b"tfrecord.section"] == b"feature_lists":
+                _, steps = decode_sequence_example(payload)
+                row[field.name] = [np.atleast_1d(s).tolist() for s in steps[field.name]]
+            else:
+                value = decode_example(payload)[field.name]
+                values = [] if value is None else np.atleast_1d(value).tolist()
+                row[field.name] = values if pa.types.is_list(field.type) else values[0]
+        rows.append(row)
+    return rows
+
+
+def test_arrow_schema_rules_and_it_holds_the_data():
+    payloads = [
+        encode_example({"scalar": (1, "int"), "opt": (0.5, "float"), "vary": ([1, 2], "int"), "fixed": ([1.0, 2.0, 3.0], "float"),
+                        "text": ("héllo", "byte"), "blob": (b"\xff", "byte")}),
+        encode_example({"scalar": (2, "int"), "vary": ([3], "int"), "fixed": ([4.0, 5.0, 6.0], "float"),
+                        "text": ("x", "byte"), "blob": (b"\x00", "byte")}),
+    ]
+    stats = stats_of(payloads)
+    schema = infer_arrow_schema(stats)
+    types = {f.name: f.type for f in schema}
+    assert types == {"blob": pa.binary(), "fixed": pa.list_(pa.float32()), "opt": pa.float32(),
+                     "scalar": pa.int64(), "text": pa.binary(), "vary": pa.list_(pa.int64())}
+    assert all(f.nullable for f in schema)
+    assert schema.metadata[b"tfrecord.record_type"] == b"Example"
+    assert infer_arrow_schema(stats, strings=True).field("text").type == pa.string()
+    assert infer_arrow_schema(stats, strings=True).field("blob").type == pa.binary()
+    table = pa.Table.from_pylist(rows_for(payloads, schema), schema=schema)
+    assert table.column("opt").to_pylist() == [0.5, None]
+    assert table.column("vary").to_pylist() == [[1, 2], [3]]
+
+
+def test_arrow_schema_sequence_example():
+    payloads = [
+        encode_sequence_example({"len": (2, "int")}, {"tok": ([[1], [2, 3]], "int"), "w": ([b"a", b"b"], "byte")}),
+        encode_sequence_example({"len": (0, "int")}, {"tok": ([], "int")}),
+    ]
+    stats = stats_of(payloads)
+    schema = infer_arrow_schema(stats)
+    assert schema.field("len").type == pa.int64()
+    assert schema.field("tok").type == pa.list_(pa.list_(pa.int64()))
+    assert schema.field("w").type == pa.list_(pa.list_(pa.binary()))
+    assert schema.field("tok").metadata[b"tfrecord.section"] == b"feature_lists"
+    assert schema.field("len").metadata[b"tfrecord.section"] == b"context"
+    table = pa.Table.from_pylist(rows_for(payloads, schema), schema=schema)
+    assert table.column("tok").to_pylist() == [[[1], [2, 3]], []]
+    described = infer_description(stats)
+    assert described.description == {"len": "int"}
+    assert described.sequence_description == {"tok": "int", "w": "byte"}
+
+
+def test_no_kind_mixed_kinds_and_name_clash():
+    no_kind = b"\n\x0b\n\t\n\x07no_kind\x12\x00"  # Features{feature{"no_kind": Feature{}}}
+    stats = stats_of([no_kind])
+    assert stats.features["no_kind"].kind is None
+    assert infer_arrow_schema(stats).field("no_kind").type == pa.list_(pa.null())
+    assert infer_description(stats).description == {} and "never has a kind" in infer_description(stats).notes[0]
+
+    mixed = stats_of([encode_example({"m": (1, "int")}), encode_example({"m": (1.0, "float")})])
+    with pytest.raises(SchemaInferenceError, match="'m' has mixed kinds"):
+        infer_arrow_schema(mixed)
+    assert "m" not in infer_description(mixed).description
+
+    clash = stats_of([encode_sequence_example({"x": (1, "int")}, {"x": ([[1]], "int")})])
+    with pytest.raises(SchemaInferenceError, match="both as context feature and feature list"):
+        infer_arrow_schema(clash)
+
+
+def test_infer_schema_from_files(tmp_path):
+    for shard in range(2):
+        write_records(str(tmp_path / f"part-{shard}.tfrecord"), [encode_example({"v": ([shard] * (shard + 1), "int")})])
+    schema = infer_schema(str(tmp_path / "part-*.tfrecord"))
+    assert schema.field("v").type == pa.list_(pa.int64())  # 1 value in one shard, 2 in the other
+    assert infer_schema(str(tmp_path / "part-0.tfrecord")).field("v").type == pa.int64()
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes((tmp_path / "part-1.tfrecord").read_bytes()[:-3])
+    with pytest.raises(Exception, match="bad.tfrecord"):
+        infer_schema(str(bad))
+
+
+# -- index status and counting --------------------------------------------------------------------
+
+
+def test_index_status_and_count(tmp_path):
+    path = str(tmp_path / "d.tfrecord")
+    write_records(path, [encode_example({"i": (i, "int")}) for i in range(5)])
+    assert index_status(path).state == "absent"
+    assert count_records(path) == (5, "scan")
+    create_index(path)
+    assert index_status(path).state == "valid"
+    assert count_records(path) == (5, "index")
+    write_records(path, [encode_example({"i": (i, "int")}) for i in range(6)])  # index now stale
+    assert index_status(path).state == "stale"
+    assert count_records(path) == (6, "scan")
+    with open(default_index_path(path), "w") as handle:
+        handle.write("not an index\n")
+    assert index_status(path).state == "invalid"
+    gz = str(tmp_path / "d.tfrecord.gz")
+    write_records(gz, [b""] * 3, index_path=True)
+    assert index_status(gz).state == "unchecked"
+    assert count_records(gz) == (3, "scan")
+    assert collect_stats([gz]).files[0].index.state == "valid"  # a full read checks it exactly
+
+
+# -- text helpers ------------------------------------------------------------------------------
+
+
+def test_image_info():
+    png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", 7, 9)
+    assert fmt.image_info(png) == ("PNG", 7, 9)
+    assert fmt.image_info(png[:10]) == ("PNG", None, None)
+    sof = b"\xff\xc2" + struct.pack(">HBHH", 17, 8, 30, 40)
+    assert fmt.image_info(b"\xff\xd8\xff\xe0\x00\x04ab" + sof) == ("JPEG", 40, 30)
+    assert fmt.image_info(b"GIF89a" + struct.pack("<HH", 5, 6)) == ("GIF", 5, 6)
+    assert fmt.image_info(b"hello") is None
+
+
+def test_shorten_bytes_and_values():
+    assert fmt.shorten_bytes(b"abc") == "'abc'"
+    assert fmt.shorten_bytes(b"\x00\xff") == "b'\\x00\\xff'"
+    long = fmt.shorten_bytes(b"a" * 100, 10)
+    assert long.startswith("'aaaaaaaaaa'") and long.endswith("(100 bytes)")
+    assert fmt.shorten_bytes(b"abc", 10, total_length=5000).endswith("(5000 bytes)")
+    assert fmt.format_values("int", list(range(20)), max_items=3) == "[0, 1, 2, ... 17 more]"
+    assert fmt.format_values(None, []) == "(no kind set)"
+    assert fmt.human_bytes(1536) == "1.5 KiB" and fmt.human_bytes(12) == "12 B"
+
+
+def test_format_table_aligns():
+    text = fmt.format_table(["A", "NUM"], [["x", 1], ["long", 100]], right=[1])
+    lines = text.splitlines()
+    assert lines[0] == "A     NUM" and lines[2] == "x       1" and lines[3] == "long  100"
+
+
+def test_progress_is_throttled_and_optional():
+    stream = io.StringIO()
+    progress = fmt.Progress(stream=stream, delay=0, interval=0)
+    progress(1, 2, "f.tfrecord", 10, 2048)
+    assert stream.getvalue() == "[1/2] f.tfrecord: 10 records, 2.0 KiB, 0 s\n"
+    quiet = io.StringIO()
+    fmt.Progress(enabled=False, stream=quiet, delay=0)(1, 1, "f", 1, None)
+    late = io.StringIO()
+    fmt.Progress(stream=late, delay=60)(1, 1, "f", 1, None)
+    assert quiet.getvalue() == "" and late.getvalue() == ""

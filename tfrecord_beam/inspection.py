@@ -1,0 +1,571 @@
+"""What is in a TFRecord file: record type, per-feature statistics, a description, an Arrow schema.
+
+`collect_stats(paths)` reads records once and keeps, per feature, its kind, how many records
+have it, how many values it holds (min / mean / max), numeric ranges and a bytes sample. From
+those statistics follow the reader description (`infer_description`) and the Arrow schema that
+a TFRecord -> Parquet conversion would use (`infer_arrow_schema`); `infer_schema(paths)` does
+both steps for callers that just want the schema.
+
+Example or SequenceExample? The two messages share field 1 (`Example.features` and
+`SequenceExample.context` are both `Features`), so every Example is also a valid
+SequenceExample with only a context, and a SequenceExample parses as an Example with an unknown
+field 2. A record is therefore parsed once as a SequenceExample: when it carries field 2
+(`feature_lists`, even an empty one) it is a SequenceExample record, otherwise an Example
+record; when that parse fails it is parsed as an Example (the field-2 bytes may be some other
+unknown field), and a record neither parse accepts is "invalid". A dataset is a SequenceExample
+dataset when any scanned record is one (its records without feature lists are then
+SequenceExamples with only a context), an Example dataset when all records are Examples.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy as np
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from . import _proto, fs
+from ._cli_format import image_info
+from .errors import IndexMismatchError, TFRecordError
+from .example import BYTES, FLOAT, INT, feature_kind
+from .index import default_index_path, iter_frames, load_index
+from .records import FRAME_OVERHEAD, RecordReader, resolve_compression
+
+EXAMPLE, SEQUENCE_EXAMPLE, INVALID = "Example", "SequenceExample", "invalid"
+NO_KIND = "none"  # a Feature message with no kind set
+_FIELD = {BYTES: "bytes_list", FLOAT: "float_list", INT: "int64_list"}
+_SAMPLE_BYTES = 256  # how much of the first bytes value is kept as a sample
+
+Progress = Callable[[int, int, str, int, int], None]
+"""progress(file_number, file_count, path, records_done, bytes_done) for long scans."""
+
+
+class SchemaInferenceError(ValueError):
+    """The statistics do not determine one Arrow type for a feature (mixed kinds, name clash)."""
+
+
+# -- one record --------------------------------------------------------------------------------
+
+
+def parse_record(payload: bytes) -> Tuple[str, Any, Any]:
+    """(record type, feature map of field 1, feature-list map or None); see the module docstring.
+
+    The type is EXAMPLE, SEQUENCE_EXAMPLE or INVALID (both maps None then).
+    """
+    try:
+        message = _proto.SequenceExample.FromString(payload)
+    except _ProtoDecodeError:
+        message = None
+    if message is not None:
+        if message.HasField("feature_lists"):
+            return SEQUENCE_EXAMPLE, message.context.feature, message.feature_lists.feature_list
+        return EXAMPLE, message.context.feature, None
+    try:
+        return EXAMPLE, _proto.Example.FromString(payload).features.feature, None
+    except _ProtoDecodeError:
+        return INVALID, None, None
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def _minmax(current: Optional[Tuple[Any, Any]], lo: Any, hi: Any) -> Tuple[Any, Any]:
+    if current is None:
+        return lo, hi
+    return min(current[0], lo), max(current[1], hi)
+
+
+@dataclass
+class FeatureStats:
+    """Statistics of one feature (one feature list for `sequence=True`) over the scanned records.
+
+    Counts of values are per record; for a feature list, `values_*` count the values of all its
+    steps in a record, `steps_*` the steps per record and `step_values` the values per step.
+    """
+
+    name: str
+    sequence: bool = False
+    records: int = 0  # records in which the feature is present
+    kinds: Counter = field(default_factory=Counter)  # kind (or NO_KIND) -> Feature messages
+    values: Optional[Tuple[int, int]] = None  # (min, max) values per record
+    values_total: int = 0
+    steps: Optional[Tuple[int, int]] = None
+    steps_total: int = 0
+    step_values: Optional[Tuple[int, int]] = None
+    int_range: Optional[Tuple[int, int]] = None
+    float_range: Optional[Tuple[float, float]] = None  # NaN excluded
+    nan_count: int = 0
+    bytes_count: int = 0
+    bytes_length: Optional[Tuple[int, int]] = None
+    non_utf8: int = 0  # bytes values that are not valid UTF-8
+    images: Counter = field(default_factory=Counter)  # "PNG" / "JPEG" / ... -> values
+    sample: Optional[bytes] = None  # the start of the first non-empty bytes value
+    sample_length: int = 0
+
+    @property
+    def kind(self) -> Optional[str]:
+        """The one kind seen ("byte", "float", "int"); None when no Feature had a kind set.
+
+        Raises SchemaInferenceError when records disagree (an int here, a float there).
+        """
+        seen = [k for k in self.kinds if k != NO_KIND]
+        if len(seen) > 1:
+            detail = ", ".join(f"{k} in {n}" for k, n in sorted(self.kinds.items()))
+            raise SchemaInferenceError(f"feature {self.name!r} has mixed kinds ({detail} Feature messages)")
+        return seen[0] if seen else None
+
+    @property
+    def kind_label(self) -> str:
+        """The kind for display: "int", "mixed(float,int)" or "none"."""
+        seen = sorted(k for k in self.kinds if k != NO_KIND)
+        if not seen:
+            return NO_KIND
+        return seen[0] if len(seen) == 1 else f"mixed({','.join(seen)})"
+
+    @property
+    def values_mean(self) -> Optional[float]:
+        return self.values_total / self.records if self.records else None
+
+    @property
+    def steps_mean(self) -> Optional[float]:
+        return self.steps_total / self.records if self.records else None
+
+    def add_feature(self, feature) -> int:
+        """Account one Feature message's values; returns how many it holds."""
+        kind = feature_kind(feature)
+        if kind is None:
+            self.kinds[NO_KIND] += 1
+            return 0
+        self.kinds[kind] += 1
+        values = getattr(feature, _FIELD[kind]).value
+        count = len(values)
+        if not count:
+            return 0
+        if kind == INT:
+            self.int_range = _minmax(self.int_range, min(values), max(values))
+        elif kind == FLOAT:
+            total = sum(values)
+            if total == total:  # no NaN (inf + -inf also lands in the slow path)
+                self.float_range = _minmax(self.float_range, min(values), max(values))
+            else:
+                finite = [v for v in values if v == v]
+                self.nan_count += count - len(finite)
+                if finite:
+                    self.float_range = _minmax(self.float_range, min(finite), max(finite))
+        else:
+            self._add_bytes(values)
+        return count
+
+    def _add_bytes(self, values) -> None:
+        lengths = [len(v) for v in values]
+        self.bytes_count += len(lengths)
+        self.bytes_length = _minmax(self.bytes_length, min(lengths), max(lengths))
+        for value in values:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                self.non_utf8 += 1
+                image = image_info(value)
+                if image is not None:
+                    self.images[image[0]] += 1
+            if self.sample is None and value:
+                self.sample, self.sample_length = value[:_SAMPLE_BYTES], len(value)
+
+    def add_record(self, values: int) -> None:
+        """Close one record in which the feature held `values` values."""
+        self.records += 1
+        self.values_total += values
+        self.values = _minmax(self.values, values, values)
+
+    def add_sequence(self, feature_list) -> None:
+        """Account one record's FeatureList (its steps and their values)."""
+        steps = 0
+        total = 0
+        for feature in feature_list.feature:
+            count = self.add_feature(feature)
+            self.step_values = _minmax(self.step_values, count, count)
+            total += count
+            steps += 1
+        self.steps_total += steps
+        self.steps = _minmax(self.steps, steps, steps)
+        self.add_record(total)
+
+    def to_dict(self, section: Optional[str] = None) -> Dict[str, Any]:
+        """A JSON-ready dict (non-finite floats as strings, the bytes sample as text or repr)."""
+        out: Dict[str, Any] = {
+            "name": self.name,
+            "section": section or ("feature_lists" if self.sequence else "features"),
+            "kind": self.kind_label,
+            "kinds": dict(self.kinds),
+            "records": self.records,
+            "values_min": self.values[0] if self.values else None,
+            "values_mean": self.values_mean,
+            "values_max": self.values[1] if self.values else None,
+        }
+        if self.sequence:
+            out.update(
+                steps_min=self.steps[0] if self.steps else None,
+                steps_mean=self.steps_mean,
+                steps_max=self.steps[1] if self.steps else None,
+                step_values_min=self.step_values[0] if self.step_values else None,
+                step_values_max=self.step_values[1] if self.step_values else None,
+            )
+        if self.int_range is not None:
+            out.update(min=self.int_range[0], max=self.int_range[1])
+        if self.float_range is not None:
+            out.update(min=_json_float(self.float_range[0]), max=_json_float(self.float_range[1]))
+        if FLOAT in self.kinds:
+            out["nan_count"] = self.nan_count
+        if BYTES in self.kinds:
+            out.update(
+                bytes_values=self.bytes_count,
+                bytes_length_min=self.bytes_length[0] if self.bytes_length else None,
+                bytes_length_max=self.bytes_length[1] if self.bytes_length else None,
+                all_utf8=self.non_utf8 == 0,
+                images=dict(self.images),
+                sample=None if self.sample is None else _sample_text(self.sample),
+                sample_length=self.sample_length if self.sample is not None else None,
+            )
+        return out
+
+
+def _json_float(value: float) -> Union[float, str]:
+    return value if math.isfinite(value) else str(value)
+
+
+def _sample_text(sample: bytes) -> str:
+    try:
+        return sample.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(sample)
+
+
+@dataclass
+class IndexStatus:
+    """Whether a data file's `.tfindex` is there and describes it.
+
+    `state`: "absent", "valid", "stale" (describes some other data), "invalid" (not an index
+    file), or "unchecked" (present, but a compressed file would have to be inflated to check).
+    `index` holds the loaded (n, 2) array when it could be read.
+    """
+
+    path: str
+    state: str
+    detail: str = ""
+    index: Optional[np.ndarray] = None
+
+
+def index_status(data_path: str, compression: Optional[str] = "auto",
+                 frames: Optional[np.ndarray] = None, complete: bool = True) -> IndexStatus:
+    """Check the default `.tfindex` beside `data_path`.
+
+    With `frames` (the (n, 2) offsets and frame lengths read from the data, all of them when
+    `complete`) the index is compared entry by entry. Without them, an uncompressed file gets
+    the cheap check: the index's last record must end exactly at the end of the file (indexes
+    are contiguous from offset 0 by construction, `load_index` checks that).
+    """
+    ipath = default_index_path(data_path)
+    if not fs.exists(ipath):
+        return IndexStatus(ipath, "absent")
+    try:
+        index = load_index(ipath)
+    except (IndexMismatchError, OSError, UnicodeDecodeError) as exc:
+        return IndexStatus(ipath, "invalid", str(exc))
+    if len(index) and index[0, 0] != 0:
+        return IndexStatus(ipath, "stale", f"first record at offset {index[0, 0]}, not 0", index)
+    end = int(index[-1].sum()) if len(index) else 0
+    if frames is not None:
+        frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
+        common = min(len(frames), len(index))
+        diff = np.flatnonzero(np.any(index[:common] != frames[:common], axis=1))
+        if len(diff):
+            i = int(diff[0])
+            return IndexStatus(ipath, "stale", f"record {i}: index says offset {index[i, 0]} length "
+                               f"{index[i, 1]}, data has offset {frames[i, 0]} length {frames[i, 1]}", index)
+        if complete and len(index) != len(frames):
+            return IndexStatus(ipath, "stale", f"index lists {len(index)} records, data holds {len(frames)}", index)
+        if complete:
+            return IndexStatus(ipath, "valid", "", index)
+    if resolve_compression(data_path, compression) is not None:
+        return IndexStatus(ipath, "unchecked", "compressed data: only a full read can check it", index)
+    size = fs.file_size(data_path)
+    if end != size:
+        return IndexStatus(ipath, "stale", f"index ends at byte {end} but the file has {size} bytes", index)
+    return IndexStatus(ipath, "valid", "" if frames is None else "size and first records checked", index)
+
+
+@dataclass
+class FileStats:
+    """One file of a scan: its size, compression, records read, index state, and any error."""
+
+    path: str
+    compression: Optional[str] = None
+    size: Optional[int] = None  # bytes on disk
+    records: int = 0  # records read
+    data_bytes: int = 0  # uncompressed bytes of the records read (frames included)
+    complete: bool = False  # every record was read (no limit hit, no error)
+    index: Optional[IndexStatus] = None
+    error: Optional[str] = None
+    exception: Optional[BaseException] = field(default=None, repr=False)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "path": self.path,
+            "compression": self.compression or "none",
+            "size": self.size,
+            "records": self.records,
+            "data_bytes": self.data_bytes,
+            "complete": self.complete,
+            "index": None if self.index is None else {
+                "path": self.index.path, "state": self.index.state, "detail": self.index.detail},
+            "error": self.error,
+        }
+
+
+@dataclass
+class DatasetStats:
+    """Statistics over the scanned records of one or more files."""
+
+    files: List[FileStats] = field(default_factory=list)
+    features: Dict[str, FeatureStats] = field(default_factory=dict)  # field 1: features / context
+    feature_lists: Dict[str, FeatureStats] = field(default_factory=dict)
+    record_types: Counter = field(default_factory=Counter)
+
+    @property
+    def records(self) -> int:
+        return sum(self.record_types.values())
+
+    @property
+    def record_type(self) -> str:
+        """EXAMPLE, SEQUENCE_EXAMPLE, INVALID (no record parses), or "empty" (no records)."""
+        if not self.records:
+            return "empty"
+        if self.record_types[SEQUENCE_EXAMPLE]:
+            return SEQUENCE_EXAMPLE
+        if self.record_types[EXAMPLE]:
+            return EXAMPLE
+        return INVALID
+
+    @property
+    def feature_section(self) -> str:
+        """What field 1 is called: "context" in SequenceExample data, "features" otherwise."""
+        return "context" if self.record_type == SEQUENCE_EXAMPLE else "features"
+
+    def add_record(self, payload: bytes) -> str:
+        """Parse one payload and account its features; returns its record type."""
+        rtype, features, lists = parse_record(payload)
+        self.record_types[rtype] += 1
+        if features is not None:
+            for name, feature in features.items():
+                stats = self.features.get(name)
+                if stats is None:
+                    stats = self.features[name] = FeatureStats(name)
+                stats.add_record(stats.add_feature(feature))
+        if lists is not None:
+            for name, feature_list in lists.items():
+                stats = self.feature_lists.get(name)
+                if stats is None:
+                    stats = self.feature_lists[name] = FeatureStats(name, sequence=True)
+                stats.add_sequence(feature_list)
+        return rtype
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "record_type": self.record_type,
+            "records": self.records,
+            "record_types": dict(self.record_types),
+            "files": [f.to_dict() for f in self.files],
+            self.feature_section: [s.to_dict(self.feature_section) for _, s in sorted(self.features.items())],
+            "feature_lists": [s.to_dict() for _, s in sorted(self.feature_lists.items())],
+        }
+
+
+def _frames_of(chunk) -> np.ndarray:
+    return np.stack([chunk.record_offsets, chunk.payload_lengths + FRAME_OVERHEAD], axis=1).astype(np.int64)
+
+
+def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto", *, limit: Optional[int] = None,
+              progress: Optional[Progress] = None, file_number: int = 1, file_count: int = 1) -> FileStats:
+    """Read up to `limit` records of one file into `stats`; errors are kept in the FileStats.
+
+    The records before a corrupt one are counted; the error text names file, offset, record.
+    """
+    info = FileStats(path)
+    stats.files.append(info)
+    frames: List[np.ndarray] = []
+    try:
+        info.compression = resolve_compression(path, compression)
+        info.size = fs.file_size(path)
+        for chunk in RecordReader(path, info.compression).chunks():
+            payloads = chunk.payloads()
+            if limit is not None and info.records + len(payloads) >= limit:
+                payloads = payloads[: limit - info.records]
+            for payload in payloads:  # the one place records are decoded: a batch path goes here
+                stats.add_record(payload)
+            kept = _frames_of(chunk)[: len(payloads)]
+            frames.append(kept)
+            info.records += len(payloads)
+            info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0
+            if progress is not None:
+                progress(file_number, file_count, path, info.records, info.data_bytes)
+            if limit is not None and info.records >= limit:
+                break
+        else:
+            info.complete = True
+    except (TFRecordError, OSError, ValueError, zlib.error) as exc:
+        info.exception = exc
+        info.error = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
+    if info.error is None or info.size is not None:
+        try:
+            all_frames = np.concatenate(frames) if frames else np.zeros((0, 2), np.int64)
+            info.index = index_status(path, compression, all_frames, info.complete)
+        except OSError as exc:
+            info.index = IndexStatus(default_index_path(path), "invalid", str(exc))
+    return info
+
+
+def collect_stats(paths: Iterable[str], compression: Optional[str] = "auto", *, limit: Optional[int] = None,
+                  progress: Optional[Progress] = None) -> DatasetStats:
+    """Scan files (at most `limit` records of each) into one DatasetStats; see `scan_file`."""
+    paths = list(paths)
+    stats = DatasetStats()
+    for number, path in enumerate(paths, start=1):
+        scan_file(stats, path, compression, limit=limit, progress=progress, file_number=number,
+                  file_count=len(paths))
+    return stats
+
+
+# -- counting ----------------------------------------------------------------------------------
+
+
+def count_records(path: str, compression: Optional[str] = "auto", *, use_index: bool = True,
+                  progress: Optional[Callable[[int], None]] = None) -> Tuple[int, str]:
+    """(record count, "index" or "scan"): from a valid index when there is one, else by scanning.
+
+    The index is trusted only for uncompressed files whose index ends exactly at the end of
+    the file (`index_status`'s cheap check). The scan reads only the 12-byte headers of an
+    uncompressed file (each length CRC checked) and inflates a compressed one.
+    """
+    kind = resolve_compression(path, compression)
+    if use_index and kind is None:
+        status = index_status(path, kind)
+        if status.state == "valid":
+            return len(status.index), "index"
+    count = 0
+    for _ in iter_frames(path, kind):
+        count += 1
+        if progress is not None and not count & 0xFFFF:
+            progress(count)
+    return count, "scan"
+
+
+# -- description and Arrow schema ---------------------------------------------------------------
+
+
+@dataclass
+class InferredDescription:
+    """Descriptions for `TFRecordDataset(..., description=, sequence_description=)`.
+
+    `sequence_description` is None for Example data. Features whose kind cannot be told (never
+    set, or mixed) are left out and explained in `notes`.
+    """
+
+    description: Dict[str, str]
+    sequence_description: Optional[Dict[str, str]]
+    notes: List[str]
+
+
+def _describe(features: Dict[str, FeatureStats], notes: List[str], what: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for name, stats in sorted(features.items()):
+        try:
+            kind = stats.kind
+        except SchemaInferenceError as exc:
+            notes.append(f"{what} {exc}; left out")
+            continue
+        if kind is None:
+            notes.append(f"{what} feature {name!r} never has a kind set; left out")
+            continue
+        out[name] = kind
+    return out
+
+
+def infer_description(stats: DatasetStats) -> InferredDescription:
+    """The reader descriptions that decode every feature seen, with its kind."""
+    notes: List[str] = []
+    description = _describe(stats.features, notes, stats.feature_section)
+    sequence = None
+    if stats.record_type == SEQUENCE_EXAMPLE:
+        sequence = _describe(stats.feature_lists, notes, "feature_lists")
+    return InferredDescription(description, sequence, notes)
+
+
+def arrow_type(stats: FeatureStats, *, strings: bool = False):
+    """The Arrow type of one feature (see `infer_arrow_schema`)."""
+    import pyarrow as pa
+
+    kind = stats.kind
+    if kind is None:
+        item = pa.null()
+    elif kind == INT:
+        item = pa.int64()
+    elif kind == FLOAT:
+        item = pa.float32()
+    elif strings and stats.bytes_count and not stats.non_utf8:
+        item = pa.string()
+    else:
+        item = pa.binary()
+    if stats.sequence:
+        return pa.list_(pa.list_(item))
+    if kind is not None and stats.values == (1, 1):
+        return item
+    return pa.list_(item)
+
+
+def infer_arrow_schema(stats: DatasetStats, *, strings: bool = False):
+    """The Arrow schema that holds the scanned records, one column per feature.
+
+    - int -> int64, float -> float32, bytes -> binary; with `strings=True`, bytes features
+      whose every scanned value is valid UTF-8 become string (binary stays the default: it is
+      lossless, and a sample cannot prove that later values are text).
+    - a feature with exactly one value in every record that has it -> a scalar column;
+      zero, several or a varying number of values -> list<item>.
+    - SequenceExample feature lists -> list<list<item>> (steps, then values per step);
+      context features follow the Example rules.
+    - a feature that never has a kind set -> null (or list<null>).
+    - every field is nullable: a record without the feature gives null.
+    Field metadata `tfrecord.kind` ("byte", "float", "int", "none") and `tfrecord.section`
+    ("features", "context", "feature_lists") say where each column comes from; the schema
+    metadata `tfrecord.record_type` says Example or SequenceExample.
+
+    Raises SchemaInferenceError for a feature with mixed kinds, or a context feature and a
+    feature list of the same name.
+    """
+    import pyarrow as pa
+
+    clash = sorted(set(stats.features) & set(stats.feature_lists))
+    if clash:
+        raise SchemaInferenceError(f"names used both as context feature and feature list: {clash}")
+    fields = []
+    for section, features in ((stats.feature_section, stats.features), ("feature_lists", stats.feature_lists)):
+        for name, feature in sorted(features.items()):
+            meta = {"tfrecord.kind": feature.kind or NO_KIND, "tfrecord.section": section}
+            fields.append(pa.field(name, arrow_type(feature, strings=strings), nullable=True, metadata=meta))
+    return pa.schema(fields, metadata={"tfrecord.record_type": stats.record_type})
+
+
+def infer_schema(paths: Union[str, Iterable[str]], compression: Optional[str] = "auto", *,
+                 limit: Optional[int] = None, strings: bool = False):
+    """Scan files (or a glob) and return their Arrow schema (`infer_arrow_schema`).
+
+    Raises the first file's read error, since a schema from half a dataset would mislead.
+    """
+    stats = collect_stats(fs.expand(paths), compression, limit=limit)
+    for info in stats.files:
+        if info.exception is not None:
+            raise info.exception
+    return infer_arrow_schema(stats, strings=strings)

@@ -1,0 +1,188 @@
+"""Check every CRC of a TFRecord file and list each problem with its offset and record.
+
+A record whose *payload* CRC fails still has a trustworthy length (its own CRC passed), so the
+check steps over that one record and goes on with exact record numbers. When a *length* CRC
+fails the framing is lost: in an uncompressed file the check resyncs at the next valid record
+(`records.find_record_start`: length CRC, payload CRC and the following header must all be
+valid) and goes on, numbering records again only when the resync point is where the damaged
+length said the next record would be (otherwise the records in between are unknown and later
+problems carry no record number). A compressed file cannot be resynced (its stream would have
+to be searched inflated), so checking stops at its first lost framing; truncation always ends
+the check. At most `max_problems` problems are listed per file.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from . import _engine, fs
+from ._streams import open_stream
+from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
+from .inspection import INVALID, IndexStatus, index_status, parse_record
+from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, resolve_compression
+
+
+@dataclass
+class Problem:
+    """One problem: where (uncompressed offset, record number when known) and what."""
+
+    kind: str  # "corrupt", "truncated", "unreadable", "decode" or "index"
+    offset: Optional[int]
+    record: Optional[int]
+    message: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "offset": self.offset, "record": self.record, "message": self.message}
+
+
+@dataclass
+class VerifyResult:
+    """The outcome of `verify_file`: intact records read, problems found, index state."""
+
+    path: str
+    compression: Optional[str] = None
+    records: int = 0  # intact records
+    data_bytes: int = 0  # uncompressed bytes of the intact records
+    problems: List[Problem] = field(default_factory=list)
+    index: Optional[IndexStatus] = None
+    complete: bool = True  # False when checking stopped early (truncation, lost framing, limit)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "path": self.path,
+            "compression": self.compression or "none",
+            "ok": self.ok,
+            "records": self.records,
+            "data_bytes": self.data_bytes,
+            "complete": self.complete,
+            "index": None if self.index is None else {"state": self.index.state, "detail": self.index.detail},
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def _read_at(path: str, compression: Optional[str], offset: int, size: int) -> bytes:
+    """`size` bytes of the uncompressed stream at `offset` (inflating from the start if need be)."""
+    with fs.open_input(path) as raw:
+        if compression is None:
+            raw.seek(offset)
+            return raw.read(size)
+        stream = open_stream(raw, compression)
+        stream.skip(offset)
+        return stream.read(size)
+
+
+def _length_if_trusted(header: bytes) -> Optional[int]:
+    """The payload length of a header whose length CRC is valid, else None."""
+    if len(header) < HEADER_SIZE:
+        return None
+    length, crc = struct.unpack_from("<QI", header)
+    return length if _engine.masked_crc32c(header[:8]) == crc else None
+
+
+def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems: int = 100, parse: bool = False,
+                progress: Optional[Callable[[int, int], None]] = None) -> VerifyResult:
+    """Check every length and payload CRC of one file (and, with `parse`, that every payload is
+    an Example or SequenceExample); the index beside it is checked too when the data is clean.
+
+    `progress(records, bytes)` is called after each chunk read. Never raises for bad data: every
+    problem, an unreadable file included, is in the result.
+    """
+    result = VerifyResult(path)
+    try:
+        result.compression = kind = resolve_compression(path, compression)
+    except ValueError as exc:
+        result.problems.append(Problem("unreadable", None, None, f"{path}: {exc}"))
+        result.complete = False
+        return result
+    frames: List[np.ndarray] = []
+    start, number = 0, 0
+    while True:
+        try:
+            for chunk in RecordReader(path, kind, start_offset=start, first_record_number=number).chunks():
+                if parse:
+                    _check_payloads(result, chunk, max_problems)
+                sizes = chunk.payload_lengths + FRAME_OVERHEAD
+                frames.append(np.stack([chunk.record_offsets, sizes], axis=1))
+                result.records += len(chunk)
+                result.data_bytes += int(sizes.sum())
+                if progress is not None:
+                    progress(result.records, result.data_bytes)
+            break
+        except TruncatedRecordError as exc:
+            result.problems.append(Problem("truncated", exc.offset, exc.record_number, str(exc)))
+            result.complete = False
+            break
+        except CorruptRecordError as exc:
+            problem = Problem("corrupt", exc.offset, exc.record_number, str(exc))
+            result.problems.append(problem)
+            if len(result.problems) >= max_problems:
+                result.complete = False
+                break
+            resume = _resume_point(path, kind, exc.offset, exc.record_number, problem)
+            if resume is None:
+                result.complete = False
+                break
+            start, number = resume
+        except (TFRecordError, OSError, zlib.error) as exc:
+            text = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
+            result.problems.append(Problem("unreadable", getattr(exc, "offset", None), None, text))
+            result.complete = False
+            break
+    if not result.problems:
+        try:
+            all_frames = np.concatenate(frames) if frames else np.zeros((0, 2), np.int64)
+            result.index = index_status(path, kind, all_frames, complete=True)
+        except OSError as exc:
+            result.index = IndexStatus("", "invalid", str(exc))
+        if result.index.state in ("stale", "invalid"):
+            result.problems.append(Problem("index", None, None, f"{result.index.path}: {result.index.state} "
+                                           f"index: {result.index.detail}"))
+    return result
+
+
+def _check_payloads(result: VerifyResult, chunk, max_problems: int) -> None:
+    offsets = chunk.record_offsets.tolist()
+    for i, payload in enumerate(chunk.payloads()):
+        if parse_record(payload)[0] == INVALID and len(result.problems) < max_problems:
+            record = None if chunk.first_record_number is None else chunk.first_record_number + i
+            where = f"record {record}, " if record is not None else ""
+            result.problems.append(Problem(
+                "decode", offsets[i], record,
+                f"{result.path}, {where}byte offset {offsets[i]}: payload is neither an Example "
+                "nor a SequenceExample protobuf"))
+
+
+def _resume_point(path: str, kind: Optional[str], offset: int, record: Optional[int], problem: Problem):
+    """(offset, record number or None) at which to go on after a corrupt record, or None to stop.
+
+    Adds what was done to `problem.message`.
+    """
+    header = _read_at(path, kind, offset, HEADER_SIZE)
+    length = _length_if_trusted(header)
+    if length is not None:  # payload CRC failed; the length is sound: skip exactly one record
+        problem.message += "; skipped this record"
+        return offset + FRAME_OVERHEAD + length, None if record is None else record + 1
+    if kind is not None:
+        problem.message += f"; framing lost in a {kind} file: the rest of it was not checked"
+        return None
+    total = fs.file_size(path)
+    with fs.open_input(path) as raw:
+        found = find_record_start(raw, offset + 1, total, path)
+    if found >= total:
+        problem.message += f"; no valid record in the remaining {total - offset} bytes"
+        return None
+    claimed = struct.unpack_from("<Q", header)[0] if len(header) >= 8 else None
+    exact = record is not None and claimed is not None and found == offset + FRAME_OVERHEAD + claimed
+    problem.message += f"; resynced at byte offset {found} (skipped {found - offset} bytes)"
+    if not exact:
+        problem.message += ", record numbers after it unknown"
+    return found, record + 1 if exact else None
