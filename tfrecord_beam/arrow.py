@@ -350,8 +350,31 @@ def serialize_columns(
     place that dispatches to the compiled encoder (`columnar.encode_examples`) when it exists.
     """
     if sequences is None:
+        native = _native_encoder()
+        if native is not None:
+            return native(_native_columns(context), num_rows, False)
         return _encode_np.encode_examples(context, num_rows)
     return _encode_np.encode_sequence_examples(context, sequences, num_rows)
+
+
+_KIND_CODE = {BYTES: 1, FLOAT: 2, INT: 3}  # the compiled encoder's kind numbers
+
+
+def _native_encoder():
+    """The compiled columns -> Examples encoder when it is built (else None: use the numpy twin)."""
+    from . import _engine
+
+    return getattr(_engine, "encode_examples", None) if getattr(_engine, "NATIVE", False) else None
+
+
+def _native_columns(columns: Sequence[Column]) -> list:
+    """Columns in the compiled encoder's form: (name, kind, values, row_splits, value_offsets, status)."""
+    out = []
+    for c in columns:
+        status = None if c.present is None else np.where(c.present, 2, 0).astype(np.uint8)  # PRESENT / MISSING
+        out.append((c.name.encode("utf-8"), _KIND_CODE[c.kind], c.values, c.row_splits,
+                    c.value_offsets if c.kind == BYTES else None, status))
+    return out
 
 
 def record_batch_to_examples(batch: pa.RecordBatch, **options) -> List[bytes]:
