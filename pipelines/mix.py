@@ -4,7 +4,9 @@ Each `--source GLOB=WEIGHT` gets exactly round(N * w / sum(w)) records (largest-
 rounding, so counts are within 1 of that and add up to N). A source with at least that many
 records is sampled without replacement; a smaller one is repeated: every record
 floor(count / available) times, plus a sample without replacement of the remainder. The
-selection and the order are a pure function of `--seed` and the inputs; records of all
+selection and the order are a pure function of `--seed` and the inputs; `--until_exhausted`
+instead of `--total_records` takes the largest total needing no repetition (the first source
+to run out is used whole); records of all
 sources are interleaved at random across and within the output shards. The pipeline checks
 (count + order-independent checksum) that the shards hold exactly the selected records.
 """
@@ -28,6 +30,7 @@ from .reshard import finish, output_dir_of, output_spec
 EXAMPLES = """\
   python -m pipelines.mix --source 'web/*.tfrecord=0.7' --source 'books/*.tfrecord=0.3' \\
       --total_records 1000000 --output_prefix out/mix --num_shards 8 --seed 1
+  python -m pipelines.mix --source 'a/*.tfrecord=1' --source 'b/*.tfrecord=1' --until_exhausted --output_prefix out/even
   python -m pipelines.mix --source 'gs://b/a/*=2' --source 'gs://b/b/*=1' --total_records 50000 \\
       --output_prefix gs://b/mixed --num_shards 4 --runner=DataflowRunner ...
 """
@@ -37,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("mix", __doc__.splitlines()[0], EXAMPLES)
     parser.add_argument("--source", action="append", required=True, metavar="GLOB=WEIGHT",
                         help="a source glob and its weight (> 0); repeatable")
-    parser.add_argument("--total_records", type=int, required=True, help="records in the output")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--total_records", type=int, help="records in the output")
+    size.add_argument("--until_exhausted", action="store_true",
+                      help="as many records as possible with no repetition: stop when the first source runs out")
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
@@ -76,6 +82,16 @@ def allocate(total: int, weights: Sequence[float]) -> List[int]:
     return counts.tolist()
 
 
+def exhausting_total(available: Sequence[int], weights: Sequence[float]) -> int:
+    """The largest total for which no source needs more records than it has (stop at the first
+    exhausted source): min over sources of floor(available_i * sum(w) / w_i)."""
+    total_weight = float(sum(weights))
+    n = min(int(np.floor(a * total_weight / w + 1e-9)) for a, w in zip(available, weights))
+    while n > 0 and any(c > a for c, a in zip(allocate(n, weights), available)):
+        n -= 1  # guard against float rounding at the boundary
+    return n
+
+
 def selection(seed: int, source: int, available: int, wanted: int) -> np.ndarray:
     """How many times each of `available` records is taken (int64 array), `wanted` in all."""
     if wanted and not available:
@@ -98,19 +114,23 @@ def count_range(rng: _stages.FileRange) -> Tuple[tuple, int]:
 class SelectFn(beam.DoFn):
     """Reads a range and emits its selected records (repeated as chosen), keyed by output shard."""
 
-    def __init__(self, seed: int, wanted: List[int], groups: List[int], num_shards: int) -> None:
-        self.seed, self.wanted, self.groups, self.num_shards = seed, wanted, groups, num_shards
+    def __init__(self, seed: int, wanted: Optional[List[int]], weights: List[float], groups: List[int],
+                 num_shards: int) -> None:
+        self.seed, self.wanted, self.weights, self.groups, self.num_shards = seed, wanted, weights, groups, num_shards
         self._plan = None
 
     def _prepare(self, counts: List[Tuple[tuple, int]]):
         if self._plan is None:
             base: Dict[tuple, int] = {}
-            available = [0] * len(self.wanted)
+            available = [0] * len(self.weights)
             for key, n in sorted(counts):
                 group = self.groups[key[0]]
                 base[key] = available[group]
                 available[group] += n
-            taken = [selection(self.seed, g, available[g], self.wanted[g]) for g in range(len(self.wanted))]
+            wanted = self.wanted
+            if wanted is None:  # --until_exhausted
+                wanted = allocate(exhausting_total(available, self.weights), self.weights)
+            taken = [selection(self.seed, g, available[g], wanted[g]) for g in range(len(wanted))]
             self._plan = (base, taken)
         return self._plan
 
@@ -137,7 +157,7 @@ class SelectFn(beam.DoFn):
 
 def run(args: argparse.Namespace, options) -> Summary:
     sources = parse_sources(args.source)
-    if args.total_records < 0:
+    if args.total_records is not None and args.total_records < 0:
         raise JobError("--total_records must be >= 0")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
@@ -149,12 +169,13 @@ def run(args: argparse.Namespace, options) -> Summary:
         per_source_files.append(found)
         files += found
         groups += [number] * len(found)
-    wanted = allocate(args.total_records, [w for _, w in sources])
+    weights = [w for _, w in sources]
+    wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression, groups)
     staged = _common.StagedOutput(output_dir_of(args.output_prefix))
     spec = output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
-    _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {args.total_records} records "
-                     f"{wanted} in {args.num_shards} shards")
+    target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
+    _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
     seed, num_shards = args.seed, args.num_shards
 
     def build(p):
@@ -163,7 +184,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         selected = (
             plan
             | "Spread" >> beam.Reshuffle()
-            | "Select" >> beam.ParDo(SelectFn(seed, wanted, groups, num_shards), beam.pvalue.AsList(counts))
+            | "Select" >> beam.ParDo(SelectFn(seed, wanted, weights, groups, num_shards), beam.pvalue.AsList(counts))
             .with_outputs("digest", _stages.COVERAGE, main="routed")
         )
         _stages.check_coverages(selected[_stages.COVERAGE])
@@ -182,9 +203,12 @@ def run(args: argparse.Namespace, options) -> Summary:
     try:
         _common.run_pipeline(build, options)
         available = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]["available"]
+        if wanted is None:
+            wanted = allocate(exhausting_total(available, weights), weights)
+        total = sum(wanted)
         results, check, finals = finish(staged, spec, "mix", True)
         manifest = {
-            "total_records": args.total_records, "seed": seed, "num_shards": num_shards,
+            "total_records": total, "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": seed, "num_shards": num_shards,
             "sources": [
                 {
                     "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),

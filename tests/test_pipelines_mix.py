@@ -97,3 +97,20 @@ def test_empty_source_fails_and_leaves_nothing(tmp_path, capsys):
     code, _, err = _mix(tmp_path, capsys, "o")
     assert code == 1 and "no records" in err
     assert entries(tmp_path / "o") == []
+
+
+def test_until_exhausted_uses_the_smallest_source_whole(tmp_path, capsys):
+    a = write_files(tmp_path / "a", "a", [500], tag=1)
+    b = write_files(tmp_path / "b", "b", [40], tag=2)
+    code, out, err = run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source",
+                                        f"{tmp_path / 'b'}/*.tfrecord=1", "--until_exhausted", "--output_prefix",
+                                        str(tmp_path / "o" / "m"), "--num_shards", "2"] + FAST, capsys)
+    assert code == 0, err
+    flat = [p for s in read_shards(tmp_path / "o", "m-*.tfrecord") for p in s]
+    assert Counter(p for p in flat if p in set(b)) == Counter(b)  # every record of b, once
+    from_a = [p for p in flat if p in set(a)]
+    assert len(from_a) == 120 == len(set(from_a))
+    manifest = json.loads((tmp_path / "o" / "m.manifest.json").read_text())
+    assert manifest["total_records"] == 160 and manifest["mode"] == "until_exhausted"
+    assert mix.exhausting_total([500, 40], [3, 1]) == 160
+    assert mix.exhausting_total([10, 10, 0], [1, 1, 1]) == 0
