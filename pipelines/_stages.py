@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
+import google_crc32c
 import numpy as np
 
 from tfrecord_beam import fs
@@ -112,15 +114,14 @@ def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
         raise CorruptRecordError(path, pos, None, f"bytes {pos}..{size} hold no readable record (corrupt or truncated)")
 
 
-def payload_digest(payloads: Iterable[bytes]) -> Tuple[int, int, int]:
-    """(records, bytes, checksum): the checksum is the sum mod 2**64 of each payload's 64-bit
-    BLAKE2b, so it does not depend on order and changes when a record is lost, added or altered."""
-    count = size = total = 0
-    for p in payloads:
-        count += 1
-        size += len(p)
-        total += int.from_bytes(hashlib.blake2b(p, digest_size=8).digest(), "little")
-    return count, size, total & _MASK64
+def payload_digest(payloads: Sequence[bytes]) -> Tuple[int, int, int]:
+    """(records, bytes, checksum) of payloads. The checksum is the sum mod 2**64 of a 64-bit
+    fingerprint per payload (its CRC32C in the high half, its zlib CRC-32 in the low half):
+    it does not depend on order, and changes when a record is lost, added or altered. Both
+    CRCs run in C over each payload (about 2x faster than a per-record BLAKE2b)."""
+    total_c = sum(map(google_crc32c.value, payloads))
+    total_z = sum(map(zlib.crc32, payloads))
+    return len(payloads), sum(map(len, payloads)), ((total_c << 32) + total_z) & _MASK64
 
 
 def add_digests(a: Tuple[int, int, int], b: Tuple[int, int, int]) -> Tuple[int, int, int]:
@@ -205,7 +206,7 @@ class ShardSpec:
     suffix: str = ".tfrecord"
     compression: Optional[str] = None
     write_index: bool = True
-    checksum: bool = True  # BLAKE2b-sum the payloads written (reshard / mix prove their output)
+    checksum: bool = True  # fingerprint-sum the payloads written (reshard / mix prove their output)
 
     def name(self, shard: int) -> str:
         return shard_name(self.prefix, shard, self.num_shards, self.suffix)

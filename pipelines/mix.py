@@ -223,7 +223,7 @@ def run(args: argparse.Namespace, options) -> Summary:
                 for f, r in zip([x for x in finals if not x.endswith(".tfindex")], results)
             ],
             "checksum": {"records": check["written"][0], "bytes": check["written"][1],
-                         "blake2b64_sum": f"{check['written'][2]:016x}"},
+                         "fingerprint_sum": f"{check['written'][2]:016x}"},
         }
         _common.write_json(manifest_path, manifest)
     except BaseException:

@@ -1,7 +1,7 @@
 """Reshard TFRecord files: any number of inputs -> N balanced output shards with .tfindex files.
 
 The output holds exactly the input records as a multiset, and the job proves it: the count,
-the bytes and an order-independent checksum (sum of 64-bit BLAKE2b of each payload) of what
+the bytes and an order-independent checksum (sum of a 64-bit CRC32C + CRC-32 fingerprint of each payload) of what
 was read are compared inside the pipeline with what the shard writers wrote; a mismatch fails
 the job and nothing is moved into the output location.
 """
