@@ -21,6 +21,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import fs
 from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.records import resolve_compression
+
+from . import _stages
 
 TEMP_PREFIX = ".tfrecord_beam-tmp-"
 
@@ -241,3 +244,33 @@ def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str
             raise JobError(f"{flag} expects {form}, got {item!r}")
         out.append((key, value))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Shard outputs shared by reshard, mix and parquet_to_tfrecord
+
+
+def output_spec(output_prefix: str, num_shards: int, compression: Optional[str], staged, write_index: bool):
+    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib] inside the staging dir."""
+    kind = resolve_compression(None, compression)
+    suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zlib"}[kind]
+    return _stages.ShardSpec(staged.temp_dir, os.path.basename(output_prefix), num_shards, suffix, kind, write_index)
+
+
+def output_dir_of(prefix: str) -> str:
+    """The directory part of an output prefix ('.' for a bare name)."""
+    head = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
+    return head or "/"
+
+
+def finish(staged, spec: _stages.ShardSpec, job: str, verify: bool) -> tuple:
+    """Read the writers' results, add empty shards, move everything into place; (results, check, paths)."""
+    results = [r for r in read_json_results(staged, "_results") if "shard" in r]
+    check = [r for r in read_json_results(staged, "_results") if "expected" in r]
+    results += _stages.write_empty_shards(spec, [r["shard"] for r in results])
+    results.sort(key=lambda r: r["shard"])
+    if verify and not check:
+        raise JobError(f"{job}: the pipeline finished without its checksum proof")
+    names = [n for r in results for n in spec.names(r["shard"])]
+    finals = staged.commit(names)
+    return results, (check[0] if check else None), finals

@@ -128,15 +128,12 @@ def add_digests(a: Tuple[int, int, int], b: Tuple[int, int, int]) -> Tuple[int, 
     return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
 
 
-class DigestFn:
-    """CombineFn-like helpers for Beam's CombineGlobally over (records, bytes, checksum)."""
-
-    @staticmethod
-    def combine(digests: Iterable[Tuple[int, int, int]]) -> Tuple[int, int, int]:
-        out = (0, 0, 0)
-        for d in digests:
-            out = add_digests(out, d)
-        return out
+def combine_digests(digests: Iterable[Tuple[int, int, int]]) -> Tuple[int, int, int]:
+    """Sum of (records, bytes, checksum) triples (a CombineGlobally function)."""
+    out = (0, 0, 0)
+    for d in digests:
+        out = add_digests(out, d)
+    return out
 
 
 def seeded_keys(seed: int, *parts: int, size: int) -> np.ndarray:
@@ -333,11 +330,11 @@ def verify_digests(p, expected, results, spec: ShardSpec, what: str, label: str 
     `expected` is a PCollection of (records, bytes, checksum) triples. The comparison runs
     inside the pipeline (a mismatch fails it) and is saved as `_check.json` for the summary.
     """
-    exp = expected | f"{label}Expected" >> beam.CombineGlobally(DigestFn.combine)
+    exp = expected | f"{label}Expected" >> beam.CombineGlobally(combine_digests)
     got = (
         results
         | f"{label}Digests" >> beam.Map(lambda r: (r["records"], r["bytes"], r["checksum"]))
-        | f"{label}Written" >> beam.CombineGlobally(DigestFn.combine)
+        | f"{label}Written" >> beam.CombineGlobally(combine_digests)
     )
 
     def check(_, expected_digest, written_digest):

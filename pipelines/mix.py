@@ -20,12 +20,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import fs
 from tfrecord_beam.records import RecordReader
 
 from . import _common, _stages
 from ._common import JobError, Summary
-from .reshard import finish, output_dir_of, output_spec
 
 EXAMPLES = """\
   python -m pipelines.mix --source 'web/*.tfrecord=0.7' --source 'books/*.tfrecord=0.3' \\
@@ -172,8 +170,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression, groups)
-    staged = _common.StagedOutput(output_dir_of(args.output_prefix))
-    spec = output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
     seed, num_shards = args.seed, args.num_shards
@@ -206,7 +204,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         if wanted is None:
             wanted = allocate(exhausting_total(available, weights), weights)
         total = sum(wanted)
-        results, check, finals = finish(staged, spec, "mix", True)
+        results, check, finals = _common.finish(staged, spec, "mix", True)
         manifest = {
             "total_records": total, "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": seed, "num_shards": num_shards,
             "sources": [

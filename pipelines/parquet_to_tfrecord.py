@@ -23,7 +23,6 @@ from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
 
 from . import _common, _stages
 from ._common import JobError, Summary
-from .reshard import finish, output_dir_of, output_spec
 
 EXAMPLES = """\
   python -m pipelines.parquet_to_tfrecord --input 'data/*.parquet' --output_prefix out/train --num_shards 8
@@ -124,8 +123,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         if missing:
             raise JobError(f"{other}: lacks column(s) {missing} that {files[0]} has")
     rows = sum(parquet_rows(f) for f in files)
-    staged = _common.StagedOutput(output_dir_of(args.output_prefix))
-    spec = output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     spec.checksum = False  # the row count is the check here
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     _common.progress(f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows -> {args.num_shards} shards of {kind}")
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     try:
         _common.run_pipeline(build, options)
-        results, _, finals = finish(staged, spec, "parquet_to_tfrecord", False)
+        results, _, finals = _common.finish(staged, spec, "parquet_to_tfrecord", False)
         written = sum(r["records"] for r in results)
         if written != rows:
             raise JobError(f"the Parquet files hold {rows} rows but {written} records were written")

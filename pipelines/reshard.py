@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from typing import Optional, Sequence
 
@@ -51,33 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def output_spec(output_prefix: str, num_shards: int, compression: Optional[str], staged, write_index: bool):
-    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib] inside the staging dir."""
-    from tfrecord_beam.records import resolve_compression
-
-    kind = resolve_compression(None, compression)
-    suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zlib"}[kind]
-    return _stages.ShardSpec(staged.temp_dir, os.path.basename(output_prefix), num_shards, suffix, kind, write_index)
-
-
-def output_dir_of(prefix: str) -> str:
-    head = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
-    return head or "/"
-
-
-def finish(staged, spec: _stages.ShardSpec, job: str, verify: bool) -> tuple:
-    """Read the writers' results, add empty shards, move everything into place; (results, check)."""
-    results = [r for r in _common.read_json_results(staged, "_results") if "shard" in r]
-    check = [r for r in _common.read_json_results(staged, "_results") if "expected" in r]
-    results += _stages.write_empty_shards(spec, [r["shard"] for r in results])
-    results.sort(key=lambda r: r["shard"])
-    if verify and not check:
-        raise JobError(f"{job}: the pipeline finished without its checksum proof")
-    names = [n for r in results for n in spec.names(r["shard"])]
-    finals = staged.commit(names)
-    return results, (check[0] if check else None), finals
-
-
 def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     total_bytes = sum(fs.file_size(f) for f in files)
@@ -87,8 +59,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(output_dir_of(args.output_prefix))
-    spec = output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
     _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} shards")
     shuffle, seed, balance = args.shuffle, args.seed, args.balance
 
@@ -108,7 +80,7 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     try:
         _common.run_pipeline(build, options)
-        results, check, finals = finish(staged, spec, "reshard", not args.no_verify)
+        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
     except BaseException:
         staged.abort()
         raise

@@ -24,7 +24,6 @@ from tfrecord_beam.records import RecordReader
 
 from . import _common, _stages
 from ._common import JobError, Summary
-from .reshard import output_dir_of
 
 EXAMPLES = """\
   python -m pipelines.tfrecord_to_parquet --input 'out/train-*.tfrecord' --output_prefix pq/train --num_shards 4
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     except (TypeError, ValueError) as err:
         raise JobError(str(err)) from None
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(output_dir_of(args.output_prefix))
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     prefix = args.output_prefix.rsplit("/", 1)[-1]
     _common.progress(f"tfrecord_to_parquet: {len(files)} files -> {args.num_shards} Parquet files; schema:\n{schema}")
     sequence = args.sequence
