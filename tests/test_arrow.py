@@ -315,3 +315,15 @@ def test_encoder_columns_api_exposes_columnar_form():
     assert col.present.tolist() == [True, False, True]
     data, offsets = arrow.serialize_columns([col], None, 3)
     assert len(offsets) == 4 and offsets[-1] == len(data)
+
+
+def test_large_gathers_are_split_into_slices(monkeypatch):
+    """Batches over _GATHER_BYTES copy in row slices; the bytes must not change."""
+    from tfrecord_beam import _encode_np
+
+    rows = [[bytes([i % 256]) * (i % 300) for _ in range(i % 4)] for i in range(400)]
+    batch = pa.record_batch({"x": pa.array(rows, pa.list_(pa.binary())), "s": [b"q" * (i % 700) for i in range(400)]})
+    want = [encode_example({"x": (r, "byte"), "s": (b"q" * (i % 700), "byte")}) for i, r in enumerate(rows)]
+    monkeypatch.setattr(_encode_np, "_GATHER_BYTES", 1000)
+    context, _ = ExampleEncoder(batch.schema).to_columns(batch)
+    assert _encode_np.split_payloads(*_encode_np.encode_examples(context, batch.num_rows)) == want

@@ -22,6 +22,7 @@ import numpy as np
 BYTES, FLOAT, INT = "byte", "float", "int"
 _KIND_TAG = {BYTES: 0x0A, FLOAT: 0x12, INT: 0x1A}  # Feature.bytes_list / float_list / int64_list
 _SHORT = 12  # pieces up to this long are copied position by position
+_GATHER_BYTES = 1 << 22  # copy at most this many bytes per gather (bounds the index arrays)
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 
 
@@ -135,6 +136,13 @@ def _gather(out: np.ndarray, dest: np.ndarray, buf, src: Optional[np.ndarray], l
                 dest, src, length = dest[more], src[more], length[more]
             out[dest + k] = buf[src + k]
         return
+    if total > _GATHER_BYTES and len(length) > 1:  # bounded index arrays: gather in slices of rows
+        ends = np.cumsum(length)
+        cuts = np.searchsorted(ends, np.arange(_GATHER_BYTES, total, _GATHER_BYTES), side="right")
+        bounds = [0, *sorted(set(cuts.tolist()) - {0, len(length)}), len(length)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            _gather(out, dest[a:b], buf, src[a:b], length[a:b])
+        return
     first = int(src[0])
     contiguous = int(src[-1] + length[-1]) - first == total and np.array_equal(src[1:], src[:-1] + length[:-1])
     index = np.repeat(dest - (src - first) if contiguous else dest, length)
@@ -150,7 +158,8 @@ _ARANGE = np.arange(0, dtype=np.int64)
 
 
 def _arange(n: int) -> np.ndarray:
-    """A read-only view of 0..n-1, kept between calls (allocating big aranges is what costs)."""
+    """A read-only view of 0..n-1, kept between calls (allocating big aranges is what costs);
+    `_gather` never asks for more than _GATHER_BYTES, so it stays at most 32 MiB."""
     global _ARANGE
     if len(_ARANGE) < n:
         _ARANGE = np.arange(max(n, 2 * len(_ARANGE)), dtype=np.int64)
