@@ -65,6 +65,12 @@ def test_columns_rename_and_multi_processing(tmp_path, capsys):
     (shard,) = read_shards(tmp_path / "tf", "t-*.tfrecord")
     names = {n for p in shard for n in examples_to_record_batch([p]).schema.names}
     assert names == {"id", "text"}
+    code, _, err = run_job(tfrecord_to_parquet.main, ["--input", str(tmp_path / "tf" / "t-*.tfrecord"), "--output_prefix",
+                                                      str(tmp_path / "back" / "b")] + MULTI, capsys)
+    assert code == 0, err
+    back = pq.read_table(str(tmp_path / "back")).sort_by("id")
+    assert back.column("id").to_pylist() == list(range(50))
+    assert back.column("text").to_pylist() == [None if i % 7 == 0 else f"s{i}".encode() for i in range(50)]
 
 
 def test_sequence_columns_and_back(tmp_path, capsys):
