@@ -7,7 +7,8 @@ floor(count / available) times, plus a sample without replacement of the remaind
 selection and the order are a pure function of `--seed` and the inputs; `--until_exhausted`
 instead of `--total_records` takes the largest total needing no repetition (the first source
 to run out is used whole); records of all
-sources are interleaved at random across and within the output shards. The pipeline checks
+sources are interleaved across the output shards (every shard gets an equal share of every
+source, within one record) and shuffled within each shard. The pipeline checks
 (count + order-independent checksum) that the shards hold exactly the selected records.
 """
 
@@ -129,26 +130,32 @@ class SelectFn(beam.DoFn):
             if wanted is None:  # --until_exhausted
                 wanted = allocate(exhausting_total(available, self.weights), self.weights)
             taken = [selection(self.seed, g, available[g], wanted[g]) for g in range(len(wanted))]
-            self._plan = (base, taken)
+            # Occurrence k of source g (counting in record order) goes to shard
+            # (k + offset_g) % num_shards: shards get equal shares of every source.
+            before = [np.concatenate([[0], np.cumsum(t)[:-1]]).astype(np.int64) for t in taken]
+            offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
+            self._plan = (base, taken, before, offsets)
         return self._plan
 
     def process(self, rng: _stages.FileRange, counts):
-        base, taken = self._prepare(counts)
+        base, taken, before, offsets = self._prepare(counts)
         first = base[(rng.file_number, rng.start)]
         group = rng.group
         coverage: list = []
         for batch in _stages.read_range(rng, True, coverage):
             n = len(batch.payloads)
             times = taken[group][first : first + n]
+            starts = before[group][first : first + n]
             first += n
             if not times.any():
                 continue
             picked = np.repeat(np.arange(n), times)
+            occurrence = np.repeat(starts, times) + (np.arange(len(picked)) - np.repeat(np.cumsum(times) - times, times))
             payloads = [batch.payloads[i] for i in picked.tolist()]
             keys = _stages.seeded_keys(self.seed, 0x6B6579, group, *batch.order, size=len(payloads))
             chosen = _stages.Batch(batch.order, batch.record_offsets[picked], payloads, group)
             yield beam.pvalue.TaggedOutput("digest", _stages.payload_digest(payloads))
-            yield from _stages.route(chosen, (keys % np.uint64(self.num_shards)).astype(np.int64), keys)
+            yield from _stages.route(chosen, (occurrence + offsets[group]) % self.num_shards, keys)
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
 
