@@ -48,10 +48,16 @@ def make_parser(prog: str, description: str, examples: str) -> argparse.Argument
 
 
 def pipeline_options(beam_args: Sequence[str]):
-    """Beam PipelineOptions from the leftover arguments; DirectRunner unless --runner is given."""
+    """Beam PipelineOptions from the leftover arguments; DirectRunner unless --runner is given.
+
+    An argument neither the job nor Beam knows is an error (JobError), not silently dropped.
+    """
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     options = PipelineOptions(list(beam_args))
+    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options()))
+    if unknown:  # a typo would otherwise be dropped with only a log line
+        raise JobError("unknown argument(s), neither this job's nor Beam's: " + ", ".join("--" + u for u in unknown))
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "DirectRunner"

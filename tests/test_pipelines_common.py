@@ -28,6 +28,14 @@ def test_unknown_arguments_go_to_beam_and_runner_defaults_to_direct():
     assert _common.pipeline_options(["--runner=FnApiRunner"]).view_as(StandardOptions).runner == "FnApiRunner"
 
 
+def test_unknown_arguments_are_errors(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [3])
+    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
+                                          str(tmp_path / "o" / "p"), "--num_shards", "1", "--shufle"], capsys)
+    assert code == 1 and "--shufle" in err
+    assert entries(tmp_path / "o") == []
+
+
 def test_beam_flags_reach_the_pipeline(tmp_path, capsys):
     write_files(tmp_path / "in", "a", [10])
     code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
