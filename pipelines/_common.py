@@ -101,15 +101,21 @@ class Summary:
 
 
 def expand_inputs(patterns: Sequence[str], what: str = "--input") -> List[str]:
-    """Sorted files matching the globs; JobError when a pattern matches nothing."""
+    """Sorted files matching the globs (file:// URIs as plain paths); JobError when a pattern
+    matches nothing."""
     files: List[str] = []
     for pattern in patterns:
-        found = [f for f in fs.expand(pattern) if fs.exists(f)]
+        found = [beam_path(f) for f in fs.expand(pattern) if fs.exists(f)]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
     seen = set()
     return [f for f in files if not (f in seen or seen.add(f))]
+
+
+def beam_path(path: str) -> str:
+    """A path Beam's FileSystems accept: `file://` URIs become plain local paths."""
+    return path[len("file://"):] if path.startswith("file://") else path
 
 
 def _join(directory: str, name: str) -> str:
@@ -126,7 +132,7 @@ class StagedOutput:
         from apache_beam.io.filesystems import FileSystems
 
         self._fs = FileSystems
-        self.output_dir = output_dir or "."
+        self.output_dir = beam_path(output_dir or ".")
         self.temp_dir = _join(self.output_dir, TEMP_PREFIX + uuid.uuid4().hex[:12])
         try:
             if not FileSystems.exists(self.output_dir):

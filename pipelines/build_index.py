@@ -126,6 +126,7 @@ def _metric(result, name: str, kind: str = "counters"):
 def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     if args.output_dir:
+        args.output_dir = _common.beam_path(args.output_dir)
         try:
             from apache_beam.io.filesystems import FileSystems
 

@@ -77,3 +77,20 @@ def test_summary_prints_counts_and_json(capsys):
     out = capsys.readouterr().out
     assert "records: 10" in out and "(5 records/s)" in out and "k: v" in out
     assert '"records": 10' in out
+
+
+def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines import parquet_to_tfrecord
+
+    pq.write_table(pa.table({"a": [1, 2, 3]}), str(tmp_path / "t.parquet"))
+    code, _, err = run_job(parquet_to_tfrecord.main, ["--input", f"file://{tmp_path}/*.parquet", "--output_prefix",
+                                                      f"file://{tmp_path}/tf/t", "--runner=FnApiRunner"], capsys)
+    assert code == 0, err
+    code, _, err = run_job(reshard.main, ["--input", f"file://{tmp_path}/tf/*.tfrecord", "--output_prefix",
+                                          f"file://{tmp_path}/rs/r", "--num_shards", "2", "--runner=FnApiRunner"], capsys)
+    assert code == 0, err
+    assert entries(tmp_path / "rs") == ["r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
+                                        "r-00001-of-00002.tfindex", "r-00001-of-00002.tfrecord"]
