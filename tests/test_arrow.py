@@ -327,3 +327,19 @@ def test_large_gathers_are_split_into_slices(monkeypatch):
     monkeypatch.setattr(_encode_np, "_GATHER_BYTES", 1000)
     context, _ = ExampleEncoder(batch.schema).to_columns(batch)
     assert _encode_np.split_payloads(*_encode_np.encode_examples(context, batch.num_rows)) == want
+
+
+def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
+    """With a schema, decoding goes through columnar.decode_examples when it is built: same batch."""
+    if arrow._columnar_decoder() is None:
+        pytest.skip("the compiled batch decoder (columnar.decode_examples) is not built here")
+    batch = pa.record_batch({
+        "i": pa.array([1, None, -3], pa.int32()), "f": [0.5, None, 2.0], "s": ["a", None, ""],
+        "l": pa.array([[1, 2], [], None]), "b": pa.array([[b"x"], None, [b"", b"yz"]]),
+        "ts": pa.array([5, None, 7], pa.timestamp("s")),
+    })
+    payloads = record_batch_to_examples(batch) + [encode_example({"i": 9})]
+    fast = examples_to_record_batch(payloads, schema=batch.schema)
+    monkeypatch.setattr(arrow, "_columnar_decoder", lambda: None)
+    assert fast.equals(examples_to_record_batch(payloads, schema=batch.schema))
+    assert fast.slice(0, 3).equals(batch)

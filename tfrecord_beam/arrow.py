@@ -23,7 +23,8 @@ values; a null inside a list is an error naming column and row. Dictionary colum
 Encoding never loops over cells in Python: each column becomes numpy `values` + `row_splits`
 straight from the Arrow buffers, and `serialize_columns` turns a whole batch into payloads
 (byte-identical to `example.encode_example`). The reverse, `examples_to_record_batch`, takes a
-description or a schema, or infers one (a feature with exactly one value in every record where
+description or a schema (a flat schema decodes through the compiled `columnar.decode_examples`
+when it is built), or infers one (a feature with exactly one value in every record where
 it appears becomes a scalar column, otherwise a list column).
 """
 
@@ -516,6 +517,10 @@ def examples_to_record_batch(
     one value wherever it appears is a scalar column (int64 / float32 / binary), otherwise a
     list column; SequenceExample feature lists are list<list<...>> columns.
     """
+    if schema is not None and not sequence and description is None:
+        batch = _decode_with_columnar(payloads, schema)
+        if batch is not None:
+            return batch
     if schema is not None:
         desc = {f.name: None for f in schema}
     else:
@@ -563,3 +568,66 @@ def examples_to_record_batch(
     if schema is not None:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
     return pa.RecordBatch.from_arrays(arrays, names=names) if names else pa.RecordBatch.from_pydict({})
+
+
+def _columnar_decoder():
+    """The compiled batch decoder (`columnar.decode_examples`) when built, else None."""
+    from . import _engine
+
+    if not getattr(_engine, "NATIVE", False):
+        return None
+    try:
+        from . import columnar
+    except ImportError:
+        return None
+    return getattr(columnar, "decode_examples", None)
+
+
+def _schema_kinds(schema: pa.Schema) -> Optional[Dict[str, str]]:
+    """{name: feature kind} of a flat schema (scalars and single lists), or None if not flat."""
+    kinds = {}
+    for field in schema:
+        t = field.type
+        if _is_list(t):
+            t = t.value_type
+        if _is_list(t) or pa.types.is_decimal(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+            return None
+        try:
+            kinds[field.name] = _leaf_kind(field.name, t, None)
+        except ArrowConversionError:
+            return None
+    return kinds
+
+
+def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema) -> Optional[pa.RecordBatch]:
+    """`examples_to_record_batch` for a flat schema through the compiled batch decoder:
+    no per-record Python. None when the decoder is not built or the schema is not flat."""
+    decode = _columnar_decoder()
+    kinds = _schema_kinds(schema) if decode is not None else None
+    if not kinds:
+        return None
+    columns = decode(list(payloads), kinds)
+    arrays = []
+    for field in schema:
+        col = columns[field.name]
+        present = np.asarray(col.status) != 0  # MISSING = 0; a kind-less feature counts as present, empty
+        if col.kind == BYTES:
+            offsets = np.asarray(col.value_offsets, dtype=np.int64)
+            leaf = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(np.asarray(col.values))]
+            )
+        else:
+            leaf = pa.array(np.asarray(col.values))
+        counts = np.diff(np.asarray(col.row_splits, dtype=np.int64))
+        if _is_list(field.type):
+            mask = None if present.all() else pa.array(~present)
+            arr = pa.LargeListArray.from_arrays(pa.array(np.asarray(col.row_splits, dtype=np.int64)), leaf, mask=mask)
+        else:
+            bad = np.flatnonzero(present & (counts != 1))
+            if len(bad):
+                raise ArrowConversionError(
+                    f"feature {field.name!r}, record {int(bad[0])}: {int(counts[bad[0]])} values for a scalar column"
+                )
+            arr = _spread(leaf, present)
+        arrays.append(_cast_to(arr, field.type, field.name))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
