@@ -343,3 +343,15 @@ def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
     monkeypatch.setattr(arrow, "_columnar_decoder", lambda: None)
     assert fast.equals(examples_to_record_batch(payloads, schema=batch.schema))
     assert fast.slice(0, 3).equals(batch)
+
+
+def test_null_list_cells_backed_by_values_are_skipped():
+    """A null list whose slot still spans values (legal in Arrow) must not leak them."""
+    arr = pa.ListArray.from_arrays(pa.array([0, 2, 4, 5], pa.int32()), pa.array([1, 2, 3, 4, 5]),
+                                   mask=pa.array([False, True, False]))
+    expect(one_column(arr), [[1, 2], None, [5]], "int")
+    seq = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), pa.array([[1], [2, 2], [3]]),
+                                   mask=pa.array([False, True, False]))
+    assert record_batch_to_examples(pa.record_batch({"s": seq}), sequence_columns=["s"]) == [
+        encode_sequence_example({}, {"s": ([[1]], "int")}), encode_sequence_example({}, {}),
+        encode_sequence_example({}, {"s": ([[3]], "int")})]
