@@ -1,0 +1,105 @@
+"""Reshard TFRecord files: any number of inputs -> N balanced output shards with .tfindex files.
+
+The output holds exactly the input records as a multiset, and the job proves it: the count,
+the bytes and an order-independent checksum (sum of a 64-bit CRC32C + CRC-32 fingerprint of each payload) of what
+was read are compared inside the pipeline with what the shard writers wrote; a mismatch fails
+the job and nothing is moved into the output location.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+
+from tfrecord_beam import fs
+
+from . import _common, _stages
+from ._common import JobError, Summary
+
+EXAMPLES = """\
+  python -m pipelines.reshard --input 'data/train-*.tfrecord' --output_prefix out/train --num_shards 16
+  python -m pipelines.reshard --input 'gs://b/raw/*' --output_prefix gs://b/train \\
+      --target_shard_bytes 200000000 --shuffle --seed 7 --output_compression gzip
+  python -m pipelines.reshard --input a.tfrecord --input 'b/*.tfrecord.gz' --output_prefix out/all --num_shards 4 \\
+      --direct_running_mode=multi_processing --direct_num_workers=2
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _common.make_parser("reshard", __doc__.splitlines()[0], EXAMPLES)
+    parser.add_argument("--input", action="append", required=True, help="input glob (repeatable; local or remote)")
+    parser.add_argument("--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord")
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument("--num_shards", type=int, help="number of output shards")
+    size.add_argument("--target_shard_bytes", type=int, help="pick the shard count from the input files' total size (compressed size for compressed inputs)")
+    parser.add_argument("--balance", choices=("records", "bytes"), default="records",
+                        help="spread records evenly by count (default) or by bytes")
+    parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
+    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
+    parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
+    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
+                        help="read uncompressed inputs in byte ranges of this size, in parallel")
+    return parser
+
+
+def run(args: argparse.Namespace, options) -> Summary:
+    files = _common.expand_inputs(args.input)
+    total_bytes = sum(fs.file_size(f) for f in files)
+    if args.num_shards is not None and args.num_shards < 1:
+        raise JobError("--num_shards must be at least 1")
+    if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
+        raise JobError("--target_shard_bytes must be positive")
+    num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
+    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} shards")
+    shuffle, seed, balance = args.shuffle, args.seed, args.balance
+
+    def assign(batch: _stages.Batch):
+        if shuffle:
+            keys = _stages.seeded_keys(seed, *batch.order, size=len(batch.payloads))
+            return _stages.route(batch, (keys % num_shards).astype(np.int64), keys)
+        return _stages.route(batch, _stages.round_robin(batch, num_shards, balance), None)
+
+    def build(p):
+        batches = _stages.read_batches(p, ranges)
+        routed = batches | "Route" >> beam.FlatMap(assign)
+        results = _stages.write_shards(routed, spec, shuffle)
+        if not args.no_verify:
+            digests = batches | "DigestInput" >> beam.Map(lambda b: _stages.payload_digest(b.payloads))
+            _stages.verify_digests(p, digests, results, spec, "reshard")
+
+    try:
+        _common.run_pipeline(build, options)
+        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
+    except BaseException:
+        staged.abort()
+        raise
+    records = sum(r["records"] for r in results)
+    sizes = [r["records"] for r in results]
+    extra = {
+        "output_shards": num_shards,
+        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
+        "input_files": len(files), "input_bytes": total_bytes,
+        "verified": "no (--no_verify)" if check is None else
+        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        "outputs": finals,
+    }
+    return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return _common.run_job("reshard", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

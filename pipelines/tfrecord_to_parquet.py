@@ -1,0 +1,147 @@
+"""Convert TFRecord files of tf.train.Example (or SequenceExample) to Parquet.
+
+The Arrow schema comes from `--features` (name:kind pairs; scalar or list is then decided by
+the sample) or is inferred from the first `--infer_records` records: a feature with exactly one
+value wherever it appears becomes a scalar column (int64 / float32 / binary), otherwise a list
+column; SequenceExample feature lists become list<list<...>> columns. Features not in the
+schema are dropped; a feature whose kind differs from the schema's fails the job naming the
+record. The job checks that the Parquet files hold as many rows as records were read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from typing import List, Optional, Sequence
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.parquetio import WriteToParquetBatched
+
+from tfrecord_beam.arrow import examples_to_record_batch
+from tfrecord_beam.records import RecordReader
+
+from . import _common, _stages
+from ._common import JobError, Summary
+
+EXAMPLES = """\
+  python -m pipelines.tfrecord_to_parquet --input 'out/train-*.tfrecord' --output_prefix pq/train --num_shards 4
+  python -m pipelines.tfrecord_to_parquet --input 'seq/*.tfrecord' --output_prefix pq/seq --sequence
+  python -m pipelines.tfrecord_to_parquet --input 'x/*.tfrecord' --output_prefix pq/x --features id:int,text:byte,score:float
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _common.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
+    parser.add_argument("--input", action="append", required=True, help="TFRecord glob (repeatable)")
+    parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
+    parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
+    parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
+    parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
+    parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
+    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
+                        help="read uncompressed inputs in byte ranges of this size, in parallel")
+    return parser
+
+
+def parse_features(text: Optional[str]):
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        name, sep, kind = item.strip().rpartition(":")
+        if not sep or not name:
+            raise JobError(f"--features expects name:kind pairs, got {item!r}")
+        out[name] = kind
+    return out
+
+
+def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool) -> pa.Schema:
+    """The schema of the first `limit` records of the files (in order)."""
+
+    def sample():
+        for path in files:
+            yield from RecordReader(path, compression)
+
+    payloads = list(itertools.islice(sample(), max(limit, 1)))
+    if not payloads:
+        raise JobError("the input files hold no records: cannot infer a schema (pass --features)")
+    if sequence:
+        batch = examples_to_record_batch(payloads, None if description is None else description, sequence=True)
+    else:
+        batch = examples_to_record_batch(payloads, description)
+    if batch.num_columns == 0:
+        raise JobError("no features found in the sampled records")
+    return batch.schema
+
+
+def run(args: argparse.Namespace, options) -> Summary:
+    files = _common.expand_inputs(args.input)
+    if args.num_shards < 1:
+        raise JobError("--num_shards must be at least 1")
+    description = parse_features(args.features)
+    try:
+        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence)
+    except (TypeError, ValueError) as err:
+        raise JobError(str(err)) from None
+    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    prefix = args.output_prefix.rsplit("/", 1)[-1]
+    _common.progress(f"tfrecord_to_parquet: {len(files)} files -> {args.num_shards} Parquet files; schema:\n{schema}")
+    sequence = args.sequence
+
+    def to_table(batch: _stages.Batch) -> pa.Table:
+        return pa.Table.from_batches([examples_to_record_batch(batch.payloads, schema=schema, sequence=sequence)])
+
+    def build(p):
+        batches = _stages.read_batches(p, ranges)
+        tables = batches | "Decode" >> beam.Map(to_table)
+        _ = tables | "Write" >> WriteToParquetBatched(
+            staged.temp_path(prefix), schema=schema, num_shards=args.num_shards, file_name_suffix=".parquet")
+        _ = (
+            batches
+            | "CountIn" >> beam.Map(lambda b: len(b.payloads))
+            | "Sum" >> beam.CombineGlobally(sum)
+            | "SaveCount" >> beam.Map(lambda n: _stages._write_result(staged.temp_path("_results"), "count.json", {"records": n}))
+        )
+
+    try:
+        _common.run_pipeline(build, options)
+        read = [r for r in _common.read_json_results(staged, "_results") if "records" in r][0]["records"]
+        names = _written_parquet(staged, prefix)
+        rows = sum(_parquet_rows(staged.temp_path(n)) for n in names)
+        if rows != read:
+            raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+        finals = staged.commit(names)
+    except BaseException:
+        staged.abort()
+        raise
+    from apache_beam.io.filesystems import FileSystems
+
+    size = sum(m.size_in_bytes for f in finals for m in FileSystems.match([f])[0].metadata_list)
+    extra = {"input_files": len(files), "columns": len(schema), "verified": f"yes: {rows} rows == {read} records",
+             "outputs": finals}
+    return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
+
+
+def _written_parquet(staged, prefix: str) -> List[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    matches = FileSystems.match([staged.temp_path(prefix) + "*.parquet"])[0].metadata_list
+    return sorted(m.path.rstrip("/").rsplit("/", 1)[-1] for m in matches)
+
+
+def _parquet_rows(path: str) -> int:
+    from .parquet_to_tfrecord import parquet_rows
+
+    return parquet_rows(path)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return _common.run_job("tfrecord_to_parquet", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

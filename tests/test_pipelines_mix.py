@@ -1,0 +1,119 @@
+"""mix: exact per-source counts, sampling with/without repetition, determinism, manifest, bad input."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+from pipelines import mix
+from pipelines._common import JobError
+from tfrecord_beam.example import decode_example
+from tfrecord_beam.index import verify_index
+
+
+@given(st.integers(0, 10**7), st.lists(st.floats(0.001, 1000), min_size=1, max_size=8))
+def test_allocation_is_exact(total, weights):
+    counts = mix.allocate(total, weights)
+    assert sum(counts) == total
+    shares = total * np.asarray(weights) / sum(weights)
+    assert np.all(np.abs(np.asarray(counts) - shares) < 1)
+
+
+def test_selection_without_and_with_repetition():
+    taken = mix.selection(3, 0, 100, 40)
+    assert taken.sum() == 40 and taken.max() == 1
+    assert np.array_equal(taken, mix.selection(3, 0, 100, 40))
+    assert not np.array_equal(taken, mix.selection(4, 0, 100, 40))
+    repeated = mix.selection(3, 1, 10, 25)
+    assert repeated.sum() == 25 and set(repeated.tolist()) == {2, 3} and (repeated == 3).sum() == 5
+    with pytest.raises(JobError, match="no records"):
+        mix.selection(0, 0, 0, 5)
+
+
+def _mix(tmp_path, capsys, name, seed=1, extra=(), runner=FAST):
+    return run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source", f"{tmp_path / 'b'}/*.tfrecord=1",
+                              "--total_records", "400", "--output_prefix", str(tmp_path / name / "m"),
+                              "--num_shards", "3", "--seed", str(seed), "--split_bytes", "6000", *extra] + runner, capsys)
+
+
+def test_mix_counts_manifest_and_interleaving(tmp_path, capsys):
+    a = write_files(tmp_path / "a", "a", [200, 300], tag=1)  # 500 available, 300 wanted: sampled
+    b = write_files(tmp_path / "b", "b", [40], tag=2)  # 40 available, 100 wanted: repeated
+    code, out, err = _mix(tmp_path, capsys, "o1")
+    assert code == 0, err
+    shards = read_shards(tmp_path / "o1", "m-*-of-00003.tfrecord")
+    flat = [p for s in shards for p in s]
+    assert len(flat) == 400
+    tags = Counter(int(decode_example(p)["tag"][0]) for p in flat)
+    assert tags == {1: 300, 2: 100}
+    from_a = [p for p in flat if p in set(a)]
+    assert len(set(from_a)) == 300  # without replacement
+    counts_b = Counter(p for p in flat if p in set(b))
+    assert sorted(set(counts_b.values())) == [2, 3] and len(counts_b) == 40
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    for s in shards:  # every shard holds an equal share of each source
+        per_tag = Counter(int(decode_example(p)["tag"][0]) for p in s)
+        assert per_tag[1] in (100,) and per_tag[2] in (33, 34)
+    assert shards[0] != sorted(shards[0])  # shuffled within the shard
+    for path in (tmp_path / "o1").glob("m-*.tfrecord"):
+        verify_index(str(path).replace(".tfrecord", ".tfindex"), str(path))
+    manifest = json.loads((tmp_path / "o1" / "m.manifest.json").read_text())
+    assert [s["selected_records"] for s in manifest["sources"]] == [300, 100]
+    assert [s["available_records"] for s in manifest["sources"]] == [500, 40]
+    assert manifest["sources"][1]["sampling"].startswith("repeated")
+    assert sum(s["records"] for s in manifest["shards"]) == 400
+    assert [sum(s["per_source"][i] for s in manifest["shards"]) for i in (0, 1)] == [300, 100]
+    assert summary_json(out)["verified"].startswith("yes")
+
+
+def test_mix_is_deterministic_for_a_seed(tmp_path, capsys):
+    write_files(tmp_path / "a", "a", [120], tag=1)
+    write_files(tmp_path / "b", "b", [80], tag=2)
+    assert _mix(tmp_path, capsys, "x1", seed=9)[0] == 0
+    assert _mix(tmp_path, capsys, "x2", seed=9, runner=MULTI)[0] == 0
+    assert _mix(tmp_path, capsys, "x3", seed=10)[0] == 0
+    one, two, three = (read_shards(tmp_path / n, "m-*.tfrecord") for n in ("x1", "x2", "x3"))
+    assert one == two
+    assert one != three
+
+
+@pytest.mark.parametrize("source,message", [
+    ("{a}/*.tfrecord=0", "positive"), ("{a}/*.tfrecord=-1", "positive"), ("{a}/*.tfrecord=abc", "number"),
+    ("{a}/*.tfrecord", "GLOB=WEIGHT"), ("{a}/nothing*=1", "matches no files"),
+])
+def test_bad_sources_fail_cleanly(tmp_path, capsys, source, message):
+    write_files(tmp_path / "a", "a", [10])
+    out = tmp_path / "o"
+    code, _, err = run_job(mix.main, ["--source", source.format(a=tmp_path / "a"), "--total_records", "5",
+                                      "--output_prefix", str(out / "m")] + FAST, capsys)
+    assert code == 1 and message in err
+    assert entries(out) == []
+
+
+def test_empty_source_fails_and_leaves_nothing(tmp_path, capsys):
+    write_files(tmp_path / "a", "a", [10])
+    write_files(tmp_path / "b", "b", [0])
+    code, _, err = _mix(tmp_path, capsys, "o")
+    assert code == 1 and "no records" in err
+    assert entries(tmp_path / "o") == []
+
+
+def test_until_exhausted_uses_the_smallest_source_whole(tmp_path, capsys):
+    a = write_files(tmp_path / "a", "a", [500], tag=1)
+    b = write_files(tmp_path / "b", "b", [40], tag=2)
+    code, out, err = run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source",
+                                        f"{tmp_path / 'b'}/*.tfrecord=1", "--until_exhausted", "--output_prefix",
+                                        str(tmp_path / "o" / "m"), "--num_shards", "2"] + FAST, capsys)
+    assert code == 0, err
+    flat = [p for s in read_shards(tmp_path / "o", "m-*.tfrecord") for p in s]
+    assert Counter(p for p in flat if p in set(b)) == Counter(b)  # every record of b, once
+    from_a = [p for p in flat if p in set(a)]
+    assert len(from_a) == 120 == len(set(from_a))
+    manifest = json.loads((tmp_path / "o" / "m.manifest.json").read_text())
+    assert manifest["total_records"] == 160 and manifest["mode"] == "until_exhausted"
+    assert mix.exhausting_total([500, 40], [3, 1]) == 160
+    assert mix.exhausting_total([10, 10, 0], [1, 1, 1]) == 0

@@ -1,0 +1,633 @@
+"""Arrow schema / RecordBatch <-> tf.train.Example (and SequenceExample), vectorised per batch.
+
+Type mapping (Arrow -> Example feature):
+
+| Arrow type                                              | Feature                               |
+|---------------------------------------------------------|---------------------------------------|
+| int8..int64, uint8..uint64, bool                         | int64_list (uint64 > int64 max: error) |
+| float16, float32                                         | float_list                            |
+| float64                                                  | float_list, rounded to float32        |
+| string, large_string, string_view, dictionary<string>    | bytes_list (UTF-8)                    |
+| binary, large_binary, binary_view, fixed_size_binary     | bytes_list                            |
+| timestamp, duration, time32/64, date64                   | int64_list, in the type's own unit    |
+| date32                                                   | int64_list, days since 1970-01-01     |
+| list / large_list / fixed_size_list of the above         | the same list, several values         |
+| list<list<...>> named in `sequence_columns`              | SequenceExample feature_list          |
+| struct                                                   | error, or `a.b` features with `flatten_structs` |
+| decimal                                                  | error, or float / UTF-8 text with `decimal_as` |
+| map, union, list<list> not in `sequence_columns`         | error naming the column               |
+
+A null cell leaves the feature out of that record; an empty list writes the feature with no
+values; a null inside a list is an error naming column and row. Dictionary columns are decoded.
+
+Encoding never loops over cells in Python: each column becomes numpy `values` + `row_splits`
+straight from the Arrow buffers, and `serialize_columns` turns a whole batch into payloads
+(byte-identical to `example.encode_example`). The reverse, `examples_to_record_batch`, takes a
+description or a schema (a flat schema decodes through the compiled `columnar.decode_examples`
+when it is built), or infers one (a feature with exactly one value in every record where
+it appears becomes a scalar column, otherwise a list column).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _encode_np
+from ._encode_np import BYTES, FLOAT, INT, Column
+from .example import Description, feature_values, normalize_description, parse_example, parse_sequence_example
+
+_INT64_MAX = (1 << 63) - 1
+DECIMAL_MODES = (None, "float", "bytes")
+
+
+class ArrowConversionError(ValueError):
+    """An Arrow column or value that has no Example mapping (names the column, and the row)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema checks
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or (
+        hasattr(pa.types, "is_list_view") and (pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+    )
+
+
+def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
+    """The feature kind of a non-list Arrow type, or ArrowConversionError naming the column."""
+    if pa.types.is_dictionary(t):
+        return _leaf_kind(name, t.value_type, decimal_as)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
+        if pa.types.is_interval(t):
+            raise ArrowConversionError(f"column {name!r}: interval type {t} has no Example mapping")
+        return INT
+    if pa.types.is_floating(t):
+        return FLOAT
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_fixed_size_binary(t) or _is_view(t):
+        return BYTES
+    if pa.types.is_decimal(t):
+        if decimal_as == "float":
+            return FLOAT
+        if decimal_as == "bytes":
+            return BYTES
+        raise ArrowConversionError(
+            f"column {name!r}: decimal type {t} has no exact Example mapping; choose decimal_as='float' "
+            "(rounded to float32) or decimal_as='bytes' (its text, e.g. b'12.34')"
+        )
+    if pa.types.is_null(t):
+        return INT  # every cell is null: the feature is never written
+    if pa.types.is_struct(t):
+        raise ArrowConversionError(f"column {name!r}: struct columns need flatten_structs=True (giving 'a.b' names)")
+    if pa.types.is_map(t):
+        raise ArrowConversionError(f"column {name!r}: map type {t} has no Example mapping")
+    if _is_list(t):
+        raise ArrowConversionError(
+            f"column {name!r}: nested list type {t} is only allowed as a sequence column (sequence_columns)"
+        )
+    raise ArrowConversionError(f"column {name!r}: Arrow type {t} has no Example mapping")
+
+
+def _is_view(t: pa.DataType) -> bool:
+    return any(getattr(pa.types, f, lambda _t: False)(t) for f in ("is_string_view", "is_binary_view"))
+
+
+def _plan_field(name: str, t: pa.DataType, sequence: bool, decimal_as: Optional[str]) -> Tuple[str, int]:
+    """(kind, list depth) of a column: depth 0 scalar, 1 list, 2 sequence (list<list>)."""
+    depth = 0
+    while _is_list(t) and depth < 2:
+        t = t.value_type
+        depth += 1
+    if sequence and depth != 2:
+        raise ArrowConversionError(f"column {name!r}: a sequence column must be list<list<...>>, not {t if depth == 0 else 'a list of ' + str(t)}")
+    if not sequence and depth == 2:
+        raise ArrowConversionError(
+            f"column {name!r}: list<list<...>> columns must be named in sequence_columns (they become "
+            "SequenceExample feature lists)"
+        )
+    return _leaf_kind(name, t, decimal_as), depth
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow -> columns
+
+
+def _first_null_row(valid_values: np.ndarray, splits: np.ndarray) -> int:
+    bad = int(np.flatnonzero(~valid_values)[0])
+    return int(np.searchsorted(splits, bad, side="right") - 1)
+
+
+def _leaf_values(name: str, arr: pa.Array, kind: str, row_of, decimal_as: Optional[str]):
+    """(values, value_offsets) of a null-free leaf array as numpy (bytes: uint8 buffer + offsets)."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if kind == BYTES:
+        arr = arr.cast(pa.string() if pa.types.is_decimal(t) else arr.type).cast(pa.large_binary())
+        _, offsets_buf, data_buf = arr.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8) if offsets_buf else np.zeros(1, np.int64)
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.zeros(0, np.uint8)
+        return data, offsets
+    if kind == FLOAT:
+        if pa.types.is_decimal(t):
+            arr = arr.cast(pa.float64())
+        return arr.to_numpy(zero_copy_only=False).astype(np.float32), None
+    if pa.types.is_null(t):
+        return np.zeros(0, dtype=np.int64), None
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        arr = arr.cast(pa.int32())
+    elif pa.types.is_temporal(t):
+        arr = arr.cast(pa.int64())
+    values = arr.to_numpy(zero_copy_only=False)
+    if values.dtype == np.uint64 and len(values) and values.max() > _INT64_MAX:
+        at = int(np.flatnonzero(values > _INT64_MAX)[0])
+        raise ArrowConversionError(
+            f"column {name!r}, row {row_of(at)}: value {int(values[at])} is above the int64 maximum"
+        )
+    return values.astype(np.int64), None
+
+
+def _splits_from_lengths(lengths: np.ndarray) -> np.ndarray:
+    splits = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=splits[1:])
+    return splits
+
+
+def _valid_mask(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _list_level(name: str, arr: pa.Array, row_of, what: str) -> Tuple[pa.Array, np.ndarray]:
+    """(flattened values, splits) of one list level; nulls among the values are errors."""
+    lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.flatten()
+    splits = _splits_from_lengths(lengths)
+    if values.null_count:
+        at = _first_null_row(_valid_mask(values), splits)
+        raise ArrowConversionError(f"column {name!r}, row {row_of(at)}: null {what} (nulls are only allowed as whole cells)")
+    return values, splits
+
+
+def column_from_arrow(
+    name: str,
+    arr: pa.Array,
+    *,
+    sequence: bool = False,
+    decimal_as: Optional[str] = None,
+    first_row: int = 0,
+) -> Column:
+    """One Arrow column (no structs) as a `Column`; `first_row` numbers rows in error messages."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    kind, depth = _plan_field(name, arr.type, sequence, decimal_as)
+    present = _valid_mask(arr)
+    step_splits = None
+    if depth == 0:
+        if _is_view(arr.type):  # filter kernels lack view types
+            arr = arr.cast(pa.large_binary())
+        values_arr = arr.drop_null() if arr.null_count else arr
+        splits = _splits_from_lengths(present.astype(np.int64))
+        leaf_row = lambda i: first_row + int(np.flatnonzero(present)[i])  # noqa: E731
+    else:
+        what = "step inside a sequence" if depth == 2 else "value inside a list"
+        values_arr, splits = _list_level(name, arr, lambda r: first_row + r, what)
+        leaf_row = lambda i: first_row + int(np.searchsorted(splits, i, side="right") - 1)  # noqa: E731
+        if depth == 2:
+            step_splits = splits
+            values_arr, splits = _list_level(
+                name, values_arr, lambda s: first_row + int(np.searchsorted(step_splits, s, side="right") - 1),
+                "value inside a list",
+            )
+            outer = step_splits
+            leaf_row = lambda i: first_row + int(  # noqa: E731
+                np.searchsorted(outer, np.searchsorted(splits, i, side="right") - 1, side="right") - 1
+            )
+    values, offsets = _leaf_values(name, values_arr, kind, leaf_row, decimal_as)
+    return Column(name, kind, values, splits, offsets, None if present.all() else present, step_splits)
+
+
+def _flatten_struct_columns(names: List[str], arrays: List[pa.Array], flatten_structs: bool):
+    """Struct columns expanded to `parent.child` columns (parent nulls become child nulls)."""
+    out_names, out_arrays = [], []
+    for name, arr in zip(names, arrays):
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_struct(arr.type) and flatten_structs:
+            children = arr.flatten()
+            sub_names = [f"{name}.{arr.type.field(i).name}" for i in range(arr.type.num_fields)]
+            n2, a2 = _flatten_struct_columns(sub_names, children, flatten_structs)
+            out_names += n2
+            out_arrays += a2
+        else:
+            out_names.append(name)
+            out_arrays.append(arr)
+    return out_names, out_arrays
+
+
+def _flatten_schema_names(schema: pa.Schema, flatten_structs: bool) -> List[Tuple[str, pa.DataType]]:
+    out = []
+
+    def walk(name, t):
+        if pa.types.is_struct(t) and flatten_structs:
+            for i in range(t.num_fields):
+                walk(f"{name}.{t.field(i).name}", t.field(i).type)
+        else:
+            out.append((name, t))
+
+    for field in schema:
+        walk(field.name, field.type)
+    return out
+
+
+class ExampleEncoder:
+    """Encodes Arrow RecordBatches of one schema into serialized Example / SequenceExample payloads.
+
+    The schema is checked once, when the encoder is built: unsupported types, duplicate names
+    (after `rename` and struct flattening), unknown `columns` / `sequence_columns` / `rename`
+    keys all raise ArrowConversionError naming the column, before any data is read.
+
+    Args:
+        schema: the Arrow schema of the batches.
+        columns: keep only these columns (by their original name; struct parents select all
+            their children); None keeps all.
+        rename: {original name: feature name} (flattened names like "a.b" are renamable too).
+        sequence_columns: list<list<...>> columns to write as SequenceExample feature lists;
+            when any is given every record is a SequenceExample (other columns are context).
+        flatten_structs: struct columns become "parent.child" features instead of an error.
+        decimal_as: None (error), "float" (float32) or "bytes" (the decimal's text, UTF-8).
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        *,
+        columns: Optional[Sequence[str]] = None,
+        rename: Optional[Mapping[str, str]] = None,
+        sequence_columns: Sequence[str] = (),
+        flatten_structs: bool = False,
+        decimal_as: Optional[str] = None,
+    ) -> None:
+        if decimal_as not in DECIMAL_MODES:
+            raise ValueError(f"decimal_as must be None, 'float' or 'bytes', not {decimal_as!r}")
+        self.schema = schema
+        self.flatten_structs = flatten_structs
+        self.decimal_as = decimal_as
+        names = schema.names
+        seen = set()
+        for name in names:
+            if name in seen:
+                raise ArrowConversionError(f"column {name!r} appears more than once in the schema")
+            seen.add(name)
+        if columns is not None:
+            unknown = [c for c in columns if c not in seen]
+            if unknown:
+                raise ArrowConversionError(f"unknown column(s) {unknown}; the data has {names}")
+        self.columns = list(columns) if columns is not None else list(names)
+        selected = pa.schema([schema.field(c) for c in self.columns])
+        flat = _flatten_schema_names(selected, flatten_structs)
+        flat_names = [n for n, _ in flat]
+        self.rename = dict(rename or {})
+        unknown = [k for k in self.rename if k not in flat_names]
+        if unknown:
+            raise ArrowConversionError(f"cannot rename unknown column(s) {unknown}; the columns are {flat_names}")
+        self.sequence_columns = set(sequence_columns)
+        unknown = [k for k in self.sequence_columns if k not in flat_names]
+        if unknown:
+            raise ArrowConversionError(f"unknown sequence column(s) {sorted(unknown)}; the columns are {flat_names}")
+        self.feature_names: Dict[str, str] = {}
+        out_seen: Dict[str, str] = {}
+        for name, t in flat:
+            feature = self.rename.get(name, name)
+            if feature in out_seen:
+                raise ArrowConversionError(
+                    f"column {name!r} would be written as feature {feature!r}, which column "
+                    f"{out_seen[feature]!r} already uses (duplicate feature name)"
+                )
+            out_seen[feature] = name
+            _plan_field(name, t, name in self.sequence_columns, decimal_as)
+            self.feature_names[name] = feature
+        self.is_sequence = bool(self.sequence_columns)
+
+    def to_columns(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[List[Column], List[Column]]:
+        """(context or Example columns, sequence columns) of a batch; `first_row` for messages."""
+        if batch.schema.names != self.schema.names:
+            missing = [c for c in self.columns if c not in batch.schema.names]
+            if missing:
+                raise ArrowConversionError(f"batch lacks column(s) {missing}")
+        arrays = [batch.column(batch.schema.get_field_index(c)) for c in self.columns]
+        names, arrays = _flatten_struct_columns(self.columns, arrays, self.flatten_structs)
+        context, sequences = [], []
+        for name, arr in zip(names, arrays):
+            is_seq = name in self.sequence_columns
+            col = column_from_arrow(name, arr, sequence=is_seq, decimal_as=self.decimal_as, first_row=first_row)
+            col.name = self.feature_names[name]
+            (sequences if is_seq else context).append(col)
+        return context, sequences
+
+    def encode(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """The batch's records as (uint8 buffer, int64 offsets n+1)."""
+        context, sequences = self.to_columns(batch, first_row)
+        return serialize_columns(context, sequences if self.is_sequence else None, batch.num_rows)
+
+    def encode_payloads(self, batch: pa.RecordBatch, first_row: int = 0) -> List[bytes]:
+        """The batch's records as a list of serialized payloads."""
+        return _encode_np.split_payloads(*self.encode(batch, first_row))
+
+
+def serialize_columns(
+    context: Sequence[Column], sequences: Optional[Sequence[Column]], num_rows: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Columns -> serialized records (uint8 buffer, offsets): THE one columns-to-bytes step.
+
+    `sequences` None writes Examples; a list (even empty) writes SequenceExamples. This is the
+    place that dispatches to the compiled encoder (`columnar.encode_examples`) when it exists.
+    """
+    if sequences is None:
+        native = _native_encoder()
+        if native is not None:
+            return native(_native_columns(context), num_rows, False)
+        return _encode_np.encode_examples(context, num_rows)
+    return _encode_np.encode_sequence_examples(context, sequences, num_rows)
+
+
+_KIND_CODE = {BYTES: 1, FLOAT: 2, INT: 3}  # the compiled encoder's kind numbers
+
+
+def _native_encoder():
+    """The compiled columns -> Examples encoder when it is built (else None: use the numpy twin)."""
+    from . import _engine
+
+    return getattr(_engine, "encode_examples", None) if getattr(_engine, "NATIVE", False) else None
+
+
+def _native_columns(columns: Sequence[Column]) -> list:
+    """Columns in the compiled encoder's form: (name, kind, values, row_splits, value_offsets, status)."""
+    out = []
+    for c in columns:
+        status = None if c.present is None else np.where(c.present, 2, 0).astype(np.uint8)  # PRESENT / MISSING
+        out.append((c.name.encode("utf-8"), _KIND_CODE[c.kind], c.values, c.row_splits,
+                    c.value_offsets if c.kind == BYTES else None, status))
+    return out
+
+
+def record_batch_to_examples(batch: pa.RecordBatch, **options) -> List[bytes]:
+    """Convenience: one batch (or Table) to serialized payloads (`ExampleEncoder` options)."""
+    if isinstance(batch, pa.Table):
+        encoder = ExampleEncoder(batch.schema, **options)
+        out: List[bytes] = []
+        row = 0
+        for b in batch.to_batches():
+            out += encoder.encode_payloads(b, row)
+            row += b.num_rows
+        return out
+    return ExampleEncoder(batch.schema, **options).encode_payloads(batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Examples -> Arrow
+
+_ARROW_OF_KIND = {INT: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
+
+
+class _Collector:
+    """Values of one feature over a batch of records: per row the value count, or absent."""
+
+    def __init__(self, name: str, kind: Optional[str], depth: int) -> None:
+        self.name, self.kind, self.depth = name, kind, depth
+        self.present: List[bool] = []
+        self.counts: List[int] = []  # values per row (depth 1) or steps per row (depth 2)
+        self.step_counts: List[int] = []  # values per step (depth 2)
+        self.values: list = []
+
+    def _kind_of(self, kind: Optional[str], row: int) -> None:
+        if kind is None:
+            return
+        if self.kind is None:
+            self.kind = kind
+        elif kind != self.kind:
+            raise TypeError(f"record {row}: feature {self.name!r} is {kind!r} but was {self.kind!r} before (or described so)")
+
+    def add_missing(self) -> None:
+        self.present.append(False)
+        self.counts.append(0)
+
+    def add_feature(self, feature, row: int) -> None:
+        kind, values = feature_values(feature)
+        self._kind_of(kind, row)
+        self.present.append(True)
+        self.counts.append(len(values))
+        self.values.extend(values)
+
+    def add_steps(self, features, row: int) -> None:
+        self.present.append(True)
+        self.counts.append(len(features))
+        for feature in features:
+            kind, values = feature_values(feature)
+            self._kind_of(kind, row)
+            self.step_counts.append(len(values))
+            self.values.extend(values)
+
+    def to_arrow(self, target: Optional[pa.DataType]) -> pa.Array:
+        leaf = pa.array(self.values, type=_ARROW_OF_KIND[self.kind] if self.kind else pa.null())
+        mask = pa.array(~np.asarray(self.present, dtype=bool)) if not all(self.present) else None
+        counts = np.asarray(self.counts, dtype=np.int64)
+        if self.depth == 2:
+            inner = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(np.asarray(self.step_counts, np.int64))), leaf)
+            arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), inner, mask=mask)
+        else:
+            present = np.asarray(self.present, dtype=bool)
+            if target is not None:
+                scalar = not _is_list(target)
+            else:
+                scalar = bool(present.any()) and bool(np.all(counts[present] == 1))
+            if scalar:
+                bad = np.flatnonzero(np.asarray(self.present, bool) & (counts != 1))
+                if len(bad):
+                    raise ArrowConversionError(
+                        f"feature {self.name!r}, record {int(bad[0])}: {int(counts[bad[0]])} values for a scalar column"
+                    )
+                arr = _spread(leaf, np.asarray(self.present, bool))
+            else:
+                arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), leaf, mask=mask)
+        if target is None:
+            return arr.cast(_default_type(arr.type))
+        return _cast_to(arr, target, self.name)
+
+
+def _default_type(t: pa.DataType) -> pa.DataType:
+    """Inferred schemas use list<...> (int32 offsets) rather than large_list."""
+    if pa.types.is_large_list(t):
+        return pa.list_(_default_type(t.value_type))
+    return t
+
+
+def _spread(leaf: pa.Array, present: np.ndarray) -> pa.Array:
+    if present.all():
+        return leaf
+    index = np.full(len(present), -1, dtype=np.int64)
+    index[present] = np.arange(len(leaf))
+    return leaf.take(pa.array(index, mask=~present))
+
+
+def _cast_to(arr: pa.Array, target: pa.DataType, name: str) -> pa.Array:
+    """Cast decoded values to the type a schema asks for (int64 -> timestamp, binary -> string...)."""
+    if _is_list(target):
+        if not _is_list(arr.type):
+            raise ArrowConversionError(f"feature {name!r}: cannot build list type {target} from {arr.type}")
+        values = _cast_to(arr.values if not arr.offset else arr.flatten(), target.value_type, name)
+        offsets = arr.offsets
+        if pa.types.is_fixed_size_list(target):
+            built = pa.LargeListArray.from_arrays(offsets, values, mask=arr.is_null() if arr.null_count else None)
+            return built.cast(target)
+        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+        offsets = offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32())
+        return cls.from_arrays(offsets, values, type=target, mask=arr.is_null() if arr.null_count else None)
+    try:
+        if pa.types.is_date32(target) or pa.types.is_time32(target):
+            arr = arr.cast(pa.int32())
+        elif pa.types.is_boolean(target):
+            return pc.not_equal(arr, 0)
+        return arr.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ArrowConversionError(f"feature {name!r}: cannot convert {arr.type} values to {target}: {exc}") from None
+
+
+def examples_to_record_batch(
+    payloads: Iterable[bytes],
+    description: Description = None,
+    *,
+    schema: Optional[pa.Schema] = None,
+    sequence_description: Description = None,
+    sequence: bool = False,
+) -> pa.RecordBatch:
+    """Serialized Examples (or SequenceExamples with `sequence=True`) -> one Arrow RecordBatch.
+
+    Columns come from `schema` (names and types; values are cast to them), else from
+    `description` ({name: kind} or names), else from every feature seen (in the order first
+    seen; names new in the same record sorted).
+    A feature missing from a record is null there. Without a schema, a feature with exactly
+    one value wherever it appears is a scalar column (int64 / float32 / binary), otherwise a
+    list column; SequenceExample feature lists are list<list<...>> columns.
+    """
+    if schema is not None and not sequence and description is None:
+        batch = _decode_with_columnar(payloads, schema)
+        if batch is not None:
+            return batch
+    if schema is not None:
+        desc = {f.name: None for f in schema}
+    else:
+        desc = normalize_description(description)
+    seq_desc = normalize_description(sequence_description)
+    collectors: Dict[str, _Collector] = {}
+    if desc:
+        for name, kind in desc.items():
+            target = schema.field(name).type if schema is not None else None
+            depth = 2 if (target is not None and _is_list(target) and _is_list(target.value_type)) else 1
+            if depth == 2 and not sequence:
+                raise ArrowConversionError(f"column {name!r}: list<list> columns need sequence=True")
+            collectors[name] = _Collector(name, kind, depth)
+    if seq_desc:
+        for name, kind in seq_desc.items():
+            collectors[name] = _Collector(name, kind, 2)
+    fixed = bool(desc) or bool(seq_desc)
+    rows = 0
+    for row, payload in enumerate(payloads):
+        if sequence:
+            message = parse_sequence_example(payload, record_number=row)
+            feature_map = message.context.feature
+            lists = message.feature_lists.feature_list
+        else:
+            message = parse_example(payload, record_number=row)
+            feature_map, lists = message.features.feature, {}
+        for name in sorted(feature_map) + sorted(lists):
+            if name not in collectors and not fixed:
+                collectors[name] = _Collector(name, None, 2 if name in lists else 1)
+                collectors[name].present = [False] * row
+                collectors[name].counts = [0] * row
+        for name, col in collectors.items():
+            if col.depth == 2:
+                if name in lists:
+                    col.add_steps(lists[name].feature, row)
+                else:
+                    col.add_missing()
+            elif name in feature_map:
+                col.add_feature(feature_map[name], row)
+            else:
+                col.add_missing()
+        rows += 1
+    names = list(collectors)
+    arrays = [collectors[n].to_arrow(schema.field(n).type if schema is not None else None) for n in names]
+    if schema is not None:
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, names=names) if names else pa.RecordBatch.from_pydict({})
+
+
+def _columnar_decoder():
+    """The compiled batch decoder (`columnar.decode_examples`) when built, else None."""
+    from . import _engine
+
+    if not getattr(_engine, "NATIVE", False):
+        return None
+    try:
+        from . import columnar
+    except ImportError:
+        return None
+    return getattr(columnar, "decode_examples", None)
+
+
+def _schema_kinds(schema: pa.Schema) -> Optional[Dict[str, str]]:
+    """{name: feature kind} of a flat schema (scalars and single lists), or None if not flat."""
+    kinds = {}
+    for field in schema:
+        t = field.type
+        if _is_list(t):
+            t = t.value_type
+        if _is_list(t) or pa.types.is_decimal(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+            return None
+        try:
+            kinds[field.name] = _leaf_kind(field.name, t, None)
+        except ArrowConversionError:
+            return None
+    return kinds
+
+
+def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema) -> Optional[pa.RecordBatch]:
+    """`examples_to_record_batch` for a flat schema through the compiled batch decoder:
+    no per-record Python. None when the decoder is not built or the schema is not flat."""
+    decode = _columnar_decoder()
+    kinds = _schema_kinds(schema) if decode is not None else None
+    if not kinds:
+        return None
+    columns = decode(list(payloads), kinds)
+    arrays = []
+    for field in schema:
+        col = columns[field.name]
+        present = np.asarray(col.status) != 0  # MISSING = 0; a kind-less feature counts as present, empty
+        if col.kind == BYTES:
+            offsets = np.asarray(col.value_offsets, dtype=np.int64)
+            leaf = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(np.asarray(col.values))]
+            )
+        else:
+            leaf = pa.array(np.asarray(col.values))
+        counts = np.diff(np.asarray(col.row_splits, dtype=np.int64))
+        if _is_list(field.type):
+            mask = None if present.all() else pa.array(~present)
+            arr = pa.LargeListArray.from_arrays(pa.array(np.asarray(col.row_splits, dtype=np.int64)), leaf, mask=mask)
+        else:
+            bad = np.flatnonzero(present & (counts != 1))
+            if len(bad):
+                raise ArrowConversionError(
+                    f"feature {field.name!r}, record {int(bad[0])}: {int(counts[bad[0]])} values for a scalar column"
+                )
+            arr = _spread(leaf, present)
+        arrays.append(_cast_to(arr, field.type, field.name))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
