@@ -22,8 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from tfrecord_beam import fs
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.records import resolve_compression
-
-from . import _stages
+from tfrecord_beam.beam import stages as _stages
 
 TEMP_PREFIX = ".tfrecord_beam-tmp-"
 

@@ -25,8 +25,9 @@ from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import build_index as build_file_index
 from tfrecord_beam.index import default_index_path, write_index
 from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import stages as _stages
 
-from . import _common, _stages
+from . import _common
 from ._common import JobError, Summary
 
 EXAMPLES = """\

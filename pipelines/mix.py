@@ -22,8 +22,9 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import stages as _stages
 
-from . import _common, _stages
+from . import _common
 from ._common import JobError, Summary
 
 EXAMPLES = """\

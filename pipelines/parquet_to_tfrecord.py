@@ -20,8 +20,9 @@ import pyarrow as pa
 from apache_beam.io.parquetio import ReadAllFromParquetBatched
 
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
+from tfrecord_beam.beam import stages as _stages
 
-from . import _common, _stages
+from . import _common
 from ._common import JobError, Summary
 
 EXAMPLES = """\

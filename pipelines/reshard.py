@@ -17,8 +17,9 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import fs
+from tfrecord_beam.beam import stages as _stages
 
-from . import _common, _stages
+from . import _common
 from ._common import JobError, Summary
 
 EXAMPLES = """\

@@ -21,8 +21,9 @@ from apache_beam.io.parquetio import WriteToParquetBatched
 
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import stages as _stages
 
-from . import _common, _stages
+from . import _common
 from ._common import JobError, Summary
 
 EXAMPLES = """\

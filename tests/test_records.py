@@ -181,6 +181,49 @@ def test_byte_ranges_with_resync_partition_the_records(tmp_path):
         assert got == payloads, parts
 
 
+def _read_ranges(path, parts):
+    size = path.stat().st_size
+    bounds = [size * i // parts for i in range(parts + 1)]
+    got = []
+    for a, b in zip(bounds, bounds[1:]):
+        got.extend(RecordReader(path, start_offset=a, end_offset=b, resync=True))
+    return got
+
+
+@pytest.mark.parametrize("damage", ["payload", "length", "truncated"])
+def test_byte_ranges_report_damage_near_split_points_instead_of_skipping_it(tmp_path, damage):
+    payloads = [bytes([i]) * (20 + i) for i in range(40)]
+    clean = tmp_path / "clean.tfrecord"
+    records.write_records(str(clean), payloads)
+    offsets = [o for o, _ in RecordReader(clean).records_with_offsets()]
+    data = bytearray(clean.read_bytes())
+    if damage == "payload":
+        data[offsets[20] + 14] ^= 1
+    elif damage == "length":
+        data[offsets[20] + 1] ^= 1
+    else:
+        data = data[: offsets[39] + 20]
+    path = tmp_path / "damaged.tfrecord"
+    path.write_bytes(bytes(data))
+    expected_error = TruncatedRecordError if damage == "truncated" else CorruptRecordError
+    for parts in (2, 3, 5, 8, 13, 40, 97):
+        with pytest.raises(expected_error):
+            _read_ranges(path, parts)
+    # wherever a split falls: the damage is reported by one of the two ranges, and a range
+    # that does not raise returns exactly its records
+    size = len(data)
+    for cut in range(1, size):
+        outcomes = []
+        for kwargs in ({"end_offset": cut}, {"start_offset": cut, "resync": True}):
+            try:
+                outcomes.append(list(RecordReader(path, **kwargs)))
+            except expected_error:
+                outcomes.append(None)
+        assert None in outcomes, cut
+        if outcomes[0] is not None:
+            assert outcomes[0] == [p for o, p in zip(offsets, payloads) if o < cut], cut
+
+
 def test_resync_refuses_compressed_files(tmp_path):
     with pytest.raises(ValueError, match="resync needs an uncompressed file"):
         RecordReader(tmp_path / "x.tfrecord.gz", resync=True)

@@ -96,8 +96,8 @@ class RecordReader:
         first_record_number: the number of the record at `start_offset`, for error messages.
         allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
             data ends inside the last record (a file still being written, say).
-        resync: `start_offset` may fall inside a record: skip to the next valid record
-            (length CRC, payload CRC and the following header all valid). Uncompressed only.
+        resync: `start_offset` may fall inside a record: skip to the next record boundary
+            (`find_record_start`). Uncompressed only.
     """
 
     def __init__(
@@ -180,10 +180,11 @@ class RecordReader:
         need = 0
         eof = False
         while True:
-            if end is not None and pos >= end and not buf:
-                return
             if not eof:
-                want = max(self.chunk_size, min(need - len(buf), 1 << 26))
+                if end is not None and pos >= end:
+                    want = HEADER_SIZE  # only the next range's first header, to check it
+                else:
+                    want = max(self.chunk_size, min(need - len(buf), 1 << 26))
                 data = stream.read(want)
                 if data:
                     buf = buf + data if buf else data
@@ -205,12 +206,18 @@ class RecordReader:
             if stop:
                 return
             here = pos + consumed
+            if end is not None and here >= end and status == STATUS_BAD_DATA_CRC:
+                return  # the next range's record (its header is sound): that range reports it
             if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC):
                 what = "length" if status == STATUS_BAD_LENGTH_CRC else "payload"
                 raise CorruptRecordError(self.path, here, number, f"{what} CRC mismatch (corrupted record)")
             rest = buf[consumed:]
             need = 0
             if status == STATUS_INCOMPLETE:
+                if end is not None and here >= end and len(rest) >= HEADER_SIZE:
+                    # The next range's record: its header is sound (the scan checked its length
+                    # CRC), so that range's resync lands on it and reports anything wrong with it.
+                    return
                 if len(rest) >= HEADER_SIZE:
                     (length,) = struct.unpack_from("<Q", rest)
                     need = HEADER_SIZE + length + FOOTER_SIZE

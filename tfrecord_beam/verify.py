@@ -3,8 +3,7 @@
 A record whose *payload* CRC fails still has a trustworthy length (its own CRC passed), so the
 check steps over that one record and goes on with exact record numbers. When a *length* CRC
 fails the framing is lost: in an uncompressed file the check resyncs at the next valid record
-(`records.find_record_start`: length CRC, payload CRC and the following header must all be
-valid) and goes on, numbering records again only when the resync point is where the damaged
+(`records.find_record_start`) and goes on, numbering records again only when the resync point is where the damaged
 length said the next record would be (otherwise the records in between are unknown and later
 problems carry no record number). A compressed file cannot be resynced (its stream would have
 to be searched inflated), so checking stops at its first lost framing; truncation always ends

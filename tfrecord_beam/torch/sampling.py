@@ -12,7 +12,7 @@ computes the same plan from the same file list, so no communication is needed):
 * **Uncompressed files without an index** are laid end to end as one sequence of bytes and
   cut into `S` equal byte ranges; a record belongs to the range holding its header's first
   byte. Readers start mid-file with `RecordReader(resync=True)`, which skips to the next
-  header whose length CRC, payload CRC and following header are all valid.
+  record boundary (`records.find_record_start`).
 * **Compressed files** (GZIP/ZLIB) cannot be entered mid-stream. With at least `S` of them
   each shard gets whole files (greedily balanced by record count, or compressed size when
   unindexed). With fewer: indexed ones are cut by record range (each reader inflates up to

@@ -1,8 +1,13 @@
-"""Beam stages the jobs share: read TFRecord byte ranges in chunks, route records to output
-shards, write shards (+ .tfindex) into a staging directory, and checksum payloads.
+"""Batched Beam stages for whole-dataset jobs (the `pipelines` are thin CLIs over them).
+
+Read TFRecord byte ranges in chunks with deterministic order keys and a proof that the
+ranges tile every file, route records to output shards (round robin, seeded keys), write
+shards (+ .tfindex) into a staging directory, and checksum payloads order-independently so a
+job can prove its output holds exactly its input.
 
 Records travel in batches (one Beam element per chunk of records, not per record): the
-per-element cost of a runner is paid once per ~thousand records.
+per-element cost of a runner is paid once per ~thousand records. `ReadFromTFRecord` /
+`WriteToTFRecord` are the per-record (or per-list) IO for general pipelines.
 """
 
 from __future__ import annotations
