@@ -22,10 +22,14 @@ def _split_uri(path: str):
         return None, path[len("file://") :]
     if "://" not in path:
         return None, path
+    return _from_uri(path)
+
+
+def _from_uri(uri: str):
+    """pyarrow's (filesystem, path) for a URI (one place, so tests can stand in a local one)."""
     from pyarrow import fs as pafs
 
-    filesystem, inner = pafs.FileSystem.from_uri(path)
-    return filesystem, inner
+    return pafs.FileSystem.from_uri(uri)
 
 
 def is_remote(path: PathLike) -> bool:

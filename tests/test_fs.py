@@ -1,0 +1,53 @@
+"""Remote paths go through pyarrow.fs: reading, atomic writing, globbing and sizes.
+
+A pyarrow LocalFileSystem stands in for gs:// here (the same code path as GCS, S3 or HDFS,
+without a network): `FileSystem.from_uri` is patched to hand it out for the fake bucket.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pafs = pytest.importorskip("pyarrow.fs")
+
+from tfrecord_beam import fs, index, records  # noqa: E402
+
+
+@pytest.fixture
+def bucket(tmp_path, monkeypatch):
+    root = tmp_path / "bucket"
+    root.mkdir()
+    real = fs._from_uri
+
+    def from_uri(uri):
+        if uri.startswith("gs://bucket/"):  # paths inside it are "bucket/...", as on GCS
+            return pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), uri[len("gs://"):]
+        return real(uri)
+
+    monkeypatch.setattr(fs, "_from_uri", from_uri)
+    return root
+
+
+def test_remote_write_read_index_and_glob(bucket):
+    payloads = [b"a", b"bb" * 100, b""]
+    for name in ("train-0.tfrecord", "train-1.tfrecord.gz"):
+        records.write_records(f"gs://bucket/{name}", payloads, index_path=True)
+    assert sorted(p.name for p in bucket.iterdir()) == [
+        "train-0.tfindex", "train-0.tfrecord", "train-1.tfrecord.gz", "train-1.tfrecord.gz.tfindex"]
+    files = fs.expand("gs://bucket/train-*.tfrecord*")
+    assert [f for f in files if not f.endswith(".tfindex")] == [
+        "gs://bucket/train-0.tfrecord", "gs://bucket/train-1.tfrecord.gz"]
+    for uri in ("gs://bucket/train-0.tfrecord", "gs://bucket/train-1.tfrecord.gz"):
+        assert list(records.RecordReader(uri)) == payloads
+        index.verify_index(index.default_index_path(uri), uri)
+    assert fs.exists("gs://bucket/train-0.tfrecord") and not fs.exists("gs://bucket/nope")
+    assert fs.file_size("gs://bucket/train-0.tfrecord") == (bucket / "train-0.tfrecord").stat().st_size
+    assert fs.data_files("gs://bucket/*") == ["gs://bucket/train-0.tfrecord", "gs://bucket/train-1.tfrecord.gz"]
+
+
+def test_remote_interrupted_write_leaves_nothing(bucket):
+    with pytest.raises(RuntimeError):
+        with records.RecordWriter("gs://bucket/x.tfrecord", index_path=True) as writer:
+            writer.write(b"partial")
+            raise RuntimeError("crash")
+    assert list(bucket.iterdir()) == []
