@@ -112,3 +112,28 @@ def test_shard_ranges_partition_records():
 def test_verify_fixture_indexes():
     for name in ("examples", "hand_encoded", "large_record", "sequence_examples", "empty"):
         index.verify_index(FIXTURES / f"{name}.tfindex", FIXTURES / f"{name}.tfrecord")
+
+
+def test_an_index_missing_its_first_lines_is_refused(tmp_path):
+    path = _write(tmp_path / "d.tfrecord", [b"aaaa", b"bbbb", b"cccc"])
+    index.create_index(path)
+    idx = tmp_path / "d.tfindex"
+    idx.write_text("".join(idx.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(IndexMismatchError, match="does not start at offset 0"):
+        index.load_index(idx)
+
+
+def test_huge_numbers_in_an_index_name_the_line(tmp_path):
+    bad = tmp_path / "bad.tfindex"
+    bad.write_text("0 20\n99999999999999999999 5\n")
+    with pytest.raises(IndexMismatchError, match="line 2"):
+        index.load_index(bad)
+
+
+def test_check_index_compares_the_end_with_the_data_size(tmp_path):
+    path = _write(tmp_path / "d.tfrecord", [b"aaaa", b"bbbb"])
+    built = index.create_index(path)
+    assert index.check_index(built, path.stat().st_size) is built
+    with pytest.raises(IndexMismatchError, match="stale index"):
+        index.check_index(built, path.stat().st_size + 20, "d.tfindex", "d.tfrecord")
+    assert index.check_index(built, None) is built  # compressed data: size unknown

@@ -295,3 +295,42 @@ def test_errors_are_picklable():
     err = CorruptRecordError("f", 10, 2, "payload CRC mismatch")
     again = pickle.loads(pickle.dumps(err))
     assert (again.path, again.offset, again.record_number, str(again)) == ("f", 10, 2, str(err))
+
+
+def test_resync_on_a_non_seekable_source_is_refused(tmp_path):
+    path = tmp_path / "d.tfrecord"
+    records.write_records(str(path), PAYLOADS)
+
+    class Stream(io.RawIOBase):
+        def __init__(self, data):
+            self._inner = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            return self._inner.readinto(b)
+
+        def seek(self, *a):
+            raise io.UnsupportedOperation("not seekable")
+
+    with pytest.raises(ValueError, match="resync needs a seekable file"):
+        list(RecordReader(Stream(path.read_bytes()), None, start_offset=5, resync=True))
+    assert list(RecordReader(Stream(path.read_bytes()), None)) == PAYLOADS
+
+
+def test_an_empty_range_owns_nothing(tmp_path):
+    path = tmp_path / "d.tfrecord"
+    path.write_bytes(_framing_py.frame_records([b"abc"])[:5])  # cut inside record 0's header
+    assert list(RecordReader(path, start_offset=0, end_offset=0)) == []
+    with pytest.raises(TruncatedRecordError):
+        list(RecordReader(path, start_offset=0, end_offset=1))
+
+
+def test_zero_padding_after_a_gzip_stream_is_ignored(tmp_path):
+    path = tmp_path / "padded.tfrecord.gz"
+    path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS)) + b"\0" * 4096)
+    assert list(RecordReader(path)) == PAYLOADS
+    path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS)) + b"\0" * 8 + b"junk")
+    with pytest.raises(CorruptRecordError):
+        list(RecordReader(path))

@@ -75,6 +75,10 @@ class InflatingReader:
             if not rest:
                 self._raw_eof = True
                 return b""
+            if not rest.strip(b"\0"):  # zero padding after the last member (tape, block devices)
+                if not self._raw.read(_READ_SIZE).strip(b"\0"):
+                    self._raw_eof = True
+                    return b""
             # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
             self._inflater = inflater = self._zlib.decompressobj(self._wbits)
             return self._decompress(rest, want)

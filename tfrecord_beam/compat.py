@@ -17,7 +17,9 @@ import numpy as np
 from . import example as _example
 from . import index as _index
 from . import iterator_utils
+from . import fs
 from .records import RecordChunk, RecordReader, RecordWriter
+from .records import resolve_compression as _resolve
 
 Description = _example.Description
 
@@ -35,7 +37,10 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
         if not 0 <= shard_idx < shard_count:
             raise ValueError(f"shard {shard!r}: index must be in [0, count)")
     if index_path is not None and shard is not None:
-        first, last, start, end = _index.shard_range(_index.load_index(index_path), shard_idx, shard_count)
+        index = _index.load_index(index_path)
+        if _resolve(data_path, compression) is None:
+            _index.check_index(index, fs.file_size(data_path), index_path, data_path)
+        first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
         if first == last:
             return
         reader = RecordReader(data_path, compression, verify=verify, start_offset=start,

@@ -65,7 +65,8 @@ def build_index(data_path, compression: Optional[str] = "auto", verify: bool = F
 
 def format_index(index: np.ndarray) -> bytes:
     """The `.tfindex` text of an (n, 2) array."""
-    return "".join(f"{o} {n}\n" for o, n in np.asarray(index).reshape(-1, 2).tolist()).encode("ascii")
+    flat = np.asarray(index).reshape(-1).tolist()
+    return (("%d %d\n" * (len(flat) // 2)) % tuple(flat)).encode("ascii")  # one C-level format
 
 
 def write_index(index: np.ndarray, index_path) -> None:
@@ -87,7 +88,11 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
 
 
 def load_index(index_path) -> np.ndarray:
-    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array."""
+    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array.
+
+    The entries must start at offset 0 and follow each other (each offset the previous one
+    plus its length); `check_index` also compares the end with the data file's size.
+    """
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
         text = handle.read().decode("ascii", errors="replace")
@@ -99,15 +104,32 @@ def load_index(index_path) -> np.ndarray:
         index = np.array(tokens, dtype=np.int64).reshape(-1, 2)
         if np.any(index < 0):
             raise ValueError
-    except ValueError:
+    except (ValueError, OverflowError):
         for number, line in enumerate(lines):  # slow path only to name the bad line
             parts = line.split()
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            if len(parts) != 2 or not all(p.isdigit() and int(p) < 1 << 63 for p in parts):
                 raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}") from None
         raise
+    if len(index) and index[0, 0] != 0:
+        raise IndexMismatchError(path, int(index[0, 0]), 0, "index does not start at offset 0 (lines missing)")
     if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
         bad = int(np.flatnonzero(index[1:, 0] != index[:-1, 0] + index[:-1, 1])[0]) + 1
         raise IndexMismatchError(path, int(index[bad, 0]), bad, "index entries are not contiguous")
+    return index
+
+
+def check_index(index: np.ndarray, data_size: Optional[int], index_path=None, data_path=None) -> np.ndarray:
+    """Cheap staleness check of a loaded index against its uncompressed data file's size.
+
+    The last entry must end exactly at the end of the file (a file that grew or shrank since
+    the index was written fails); returns the index. `data_size` None (compressed) skips it.
+    """
+    end = int(index[-1].sum()) if len(index) else 0
+    if data_size is not None and end != data_size:
+        raise IndexMismatchError(
+            None if index_path is None else os.fspath(index_path), None, None,
+            f"index ends at byte {end} but {data_path} has {data_size} bytes (stale index)",
+        )
     return index
 
 

@@ -160,18 +160,22 @@ class RecordReader:
         if self.compression is None:
             try:
                 total = raw.seek(0, io.SEEK_END)
+            except (OSError, AttributeError, io.UnsupportedOperation):
+                if self.resync and start > 0:
+                    raise ValueError(f"{self.path}: resync needs a seekable file") from None
+            else:
                 if self.resync and start > 0:
                     start = find_record_start(raw, start, total, self.path)
                     self.start_offset = start
                 raw.seek(start)
                 return raw, total
-            except (OSError, AttributeError, io.UnsupportedOperation):
-                total = None
         stream = open_stream(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
 
     def _scan(self, raw: BinaryIO) -> Iterator[RecordChunk]:
+        if self.end_offset is not None and self.start_offset >= self.end_offset:
+            return  # an empty range owns no record
         stream, total = self._position(raw)
         pos = self.start_offset  # stream offset of buf[0]
         number = self.first_record_number
@@ -184,8 +188,8 @@ class RecordReader:
                 if end is not None and pos >= end:
                     want = HEADER_SIZE  # only the next range's first header, to check it
                 else:
-                    want = max(self.chunk_size, min(need - len(buf), 1 << 26))
-                data = stream.read(want)
+                    want = max(self.chunk_size, need - len(buf))
+                data = _read_at_least(stream, want)
                 if data:
                     buf = buf + data if buf else data
                 else:
@@ -245,6 +249,25 @@ class RecordReader:
                 return
             buf = rest
             pos = here
+
+
+def _read_at_least(stream, want: int) -> bytes:
+    """Read `want` bytes (fewer only at EOF) in pieces of at most 64 MiB joined once.
+
+    A record's length field decides `want`; reading piecewise means a corrupt length in a
+    compressed stream costs only the data really there, not an allocation of that length.
+    """
+    piece = 1 << 26
+    if want <= piece:
+        return stream.read(want)
+    parts = []
+    while want > 0:
+        data = stream.read(min(want, piece))
+        if not data:
+            break
+        parts.append(data)
+        want -= len(data)
+    return b"".join(parts)
 
 
 def _skip(stream, count: int) -> None:
@@ -374,7 +397,7 @@ class RecordWriter:
             from ._streams import WBITS
 
             self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
-        self._index_lines: Optional[List[str]] = [] if self.index_path else None
+        self._frame_sizes: Optional[List[np.ndarray]] = [] if self.index_path else None
         self.offset = 0  # uncompressed bytes written
         self.records_written = 0
         self.closed = False
@@ -396,11 +419,8 @@ class RecordWriter:
         sizes = [int(s) for s in record_sizes]
         if sum(sizes) != len(framed):
             raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
-        if self._index_lines is not None:
-            offset = self.offset
-            for size in sizes:
-                self._index_lines.append(f"{offset} {size}\n")
-                offset += size
+        if self._frame_sizes is not None:
+            self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
         self._emit(framed)
         self.offset += len(framed)
         self.records_written += len(sizes)
@@ -423,10 +443,12 @@ class RecordWriter:
             self._file.write(self._deflater.flush())
         self._commit()
         self.closed = True
-        if self._index_lines is not None:
-            with fs.atomic_output(self.index_path) as (handle, commit):
-                handle.write("".join(self._index_lines).encode("ascii"))
-                commit()
+        if self._frame_sizes is not None:
+            from . import index as _index
+
+            sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
+            offsets = np.cumsum(sizes) - sizes
+            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path)
 
     def abort(self) -> None:
         """Drop everything written so far; neither the data nor the index appears."""

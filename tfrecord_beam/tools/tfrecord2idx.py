@@ -12,29 +12,29 @@ import argparse
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .. import fs
 from ..errors import TFRecordError
-from ..index import build_index, default_index_path, write_index
+from .. import index as _index
 
 
 def create_index(tfrecord_file: str, index_file: Optional[str] = None, verify: bool = False,
                  compression: Optional[str] = "auto") -> int:
     """Write the index of one file (beside it by default); returns its record count.
 
-    A corrupt file raises before anything is written: no partial index is left.
+    The `tfrecord` package's name for `tfrecord_beam.index.create_index`; a corrupt file raises
+    before anything is written, so no partial index is left.
     """
-    index = build_index(tfrecord_file, compression, verify)
-    write_index(index, index_file or default_index_path(tfrecord_file))
-    return len(index)
+    return len(_index.create_index(tfrecord_file, index_file, compression, verify))
 
 
-def create_indices(tfrecord_dir: str, verify: bool = False, progress=None) -> int:
+def create_indices(tfrecord_dir: str, verify: bool = False, progress: Optional[Callable[[str], None]] = None,
+                   compression: Optional[str] = "auto") -> int:
     """Index every `*.tfrecord*` file (compressed too) of a directory or glob; returns files indexed."""
     files = fs.data_files(tfrecord_dir)
     for number, path in enumerate(files, start=1):
-        count = create_index(path, verify=verify)
+        count = create_index(path, verify=verify, compression=compression)
         if progress:
             progress(f"[{number}/{len(files)}] {path}: {count} records")
     return len(files)

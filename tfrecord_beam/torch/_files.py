@@ -81,15 +81,8 @@ class FileSet:
             return None
         if self._indexes[i] is None:
             index = _index.load_index(self.index_paths[i])
-            if self.compressions[i] is None:
-                end = int(index[-1].sum()) if len(index) else 0
-                size = fs.file_size(self.paths[i])
-                if end != size:
-                    raise IndexMismatchError(
-                        self.index_paths[i], None, None,
-                        f"index covers {end} bytes but {self.paths[i]} has {size} (stale index)",
-                    )
-            self._indexes[i] = index
+            size = fs.file_size(self.paths[i]) if self.compressions[i] is None else None
+            self._indexes[i] = _index.check_index(index, size, self.index_paths[i], self.paths[i])
         return self._indexes[i]
 
     def infos(self) -> List[FileInfo]:
