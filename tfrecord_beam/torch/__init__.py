@@ -5,6 +5,7 @@ TFRecordDataset` did, with exactly-once sharding over DDP ranks and DataLoader w
 seeded shuffling, resumable iteration, batched tensors and a map-style indexed dataset.
 """
 
+from ._collate import SequenceBatch
 from .dataset import IndexedTFRecordDataset, MultiTFRecordDataset, TFRecordDataset
 
-__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
+__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "SequenceBatch"]

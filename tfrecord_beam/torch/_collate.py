@@ -11,28 +11,44 @@ Batch layout (what `TFRecordDataset(batch_size=...)` yields), one entry per feat
   because the DataLoader's `default_convert` walks lists element by element, which costs
   more than decoding them).
 
-`decode_batch` is the one place batches are decoded: payloads into columns (values + row
-splits) by `tfrecord_beam.columnar` (compiled, or its pure twin); everything after that
-works on columns.
+A batch of SequenceExamples is a `SequenceBatch(context, sequences)` (a named tuple, so
+`context, sequences = batch` works and the DataLoader keeps it a tuple):
+
+* `context`: the context features, laid out exactly as an Example batch above.
+* numeric feature list `s`: `sequences["s"]` is a float32 / int64 tensor [B, T, L], T the most
+  steps of any record in the batch and L the longest step, zero-padded;
+  `sequences["s_steps"]` (int64 [B]) is each record's number of steps and
+  `sequences["s_lengths"]` (int64 [B, T]) each step's number of values (0 for padding steps).
+  Record i's step t holds `s[i, t, :s_lengths[i, t]]` for `t < s_steps[i]`.
+* bytes feature list `s`: `sequences["s"]` is a 1-D numpy object array of B entries, each a
+  list of the record's steps (possibly empty), each step `bytes` when it holds exactly one
+  value, else a list of `bytes` (possibly empty): the Example convention, one level deeper.
+  No `s_steps` / `s_lengths`: the lists carry their lengths.
+* A missing feature list has 0 steps (and a step whose Feature has no kind set, 0 values), as
+  in `tfrecord_beam.columnar`.
+
+Decoding happens in one place, `_decode`: payloads into columns (values + splits) by
+`tfrecord_beam.columnar` (compiled, or its pure twin); everything after that works on the
+columnar decoder's `Column`s / `SequenceColumn`s.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from .. import columnar
+from ..columnar import Column, SequenceColumn
 from ..errors import DecodeError
-from ..example import BYTES, decode_example, decode_sequence_example, parse_example
+from ..example import BYTES, decode_example, decode_sequence_example, parse_example, parse_sequence_example
 from ._stream import AnyBlock, Block, Item
 
 LENGTHS_SUFFIX = "_lengths"
+STEPS_SUFFIX = "_steps"
 
-# A column: (kind, values, row_splits, value_offsets). Numbers: value_offsets is None. Bytes:
-# values is one uint8 buffer and value_offsets (n values + 1) cut it.
-Column = Tuple[Optional[str], Any, Optional[np.ndarray], Optional[np.ndarray]]
+Names = Optional[Dict[str, Optional[str]]]  # a normalized description; None = every feature
 
 
 def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
@@ -45,15 +61,22 @@ def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
     return decode_example(payload, description, path=path, offset=offset, record_number=number)
 
 
-def _feature_names(blocks: Sequence[AnyBlock]) -> Dict[str, None]:
-    """Every feature name in the batch, in order of first appearance (for description=None)."""
-    names: Dict[str, None] = {}
+def _feature_names(blocks: Sequence[AnyBlock], sequence: bool) -> Tuple[Dict[str, None], Dict[str, None]]:
+    """(context / Example feature names, feature list names) in the batch, in order of first
+    appearance: what a description of None stands for."""
+    features: Dict[str, None] = {}
+    lists: Dict[str, None] = {}
     for block in blocks:
         for i, payload in enumerate(block.payloads()):
             path, offset, number = block.where(i)
-            for name in parse_example(payload, path=path, offset=offset, record_number=number).features.feature:
-                names.setdefault(name, None)
-    return names
+            if sequence:
+                message = parse_sequence_example(payload, path=path, offset=offset, record_number=number)
+                features.update(dict.fromkeys(message.context.feature))
+                lists.update(dict.fromkeys(message.feature_lists.feature_list))
+            else:
+                features.update(dict.fromkeys(
+                    parse_example(payload, path=path, offset=offset, record_number=number).features.feature))
+    return features, lists
 
 
 def _where(blocks: Sequence[AnyBlock], i: int) -> Tuple[str, int, Optional[int]]:
@@ -65,25 +88,41 @@ def _where(blocks: Sequence[AnyBlock], i: int) -> Tuple[str, int, Optional[int]]
     raise IndexError(i)
 
 
-def decode_batch(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Dict[str, Column]:
-    """Decode a batch of Examples into columns: the one place batches are decoded.
-
-    A batch inside one reader chunk is decoded straight from the chunk's buffer. Features are
-    the described ones or, without a description, every feature seen in the batch (kinds
-    from the first record that has each). Errors name the file and record.
-    """
-    wanted = description if description is not None else _feature_names(blocks)
+def _decode(blocks: Sequence[AnyBlock], decoder: Callable[..., Any], *descriptions: Any) -> Any:
+    """`decoder(records, *descriptions, ...)` over the batch's records: the one place batches
+    are decoded. A batch inside one reader chunk is decoded straight from the chunk's buffer;
+    errors name the file and record instead of the batch position."""
     if len(blocks) == 1 and isinstance(blocks[0], Block):
         block = blocks[0]
         records, offsets, lengths = block.buffer, block.payload_offsets, block.payload_lengths
     else:
         records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
     try:
-        columns = columnar.decode_examples(records, wanted, offsets=offsets, lengths=lengths, first_record_number=0)
+        return decoder(records, *descriptions, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead
         path, offset, number = _where(blocks, exc.record_number)
         raise type(exc)(path, offset, number, exc.reason) from None
-    return {name: (c.kind, c.values, c.row_splits, c.value_offsets) for name, c in columns.items()}
+
+
+def decode_batch(blocks: Sequence[AnyBlock], description: Names) -> Dict[str, Column]:
+    """Decode a batch of Examples into columns.
+
+    Features are the described ones or, without a description, every feature seen in the
+    batch (kinds from the first record that has each).
+    """
+    wanted = description if description is not None else _feature_names(blocks, False)[0]
+    return _decode(blocks, columnar.decode_examples, wanted)
+
+
+def decode_sequence_batch(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names
+                          ) -> Tuple[Dict[str, Column], Dict[str, SequenceColumn]]:
+    """Decode a batch of SequenceExamples into (context columns, feature-list columns); a
+    description of None means every context feature / feature list seen in the batch."""
+    if description is None or sequence_description is None:
+        features, lists = _feature_names(blocks, True)
+        description = features if description is None else description
+        sequence_description = lists if sequence_description is None else sequence_description
+    return _decode(blocks, columnar.decode_sequence_examples, description, sequence_description)
 
 
 def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
@@ -142,23 +181,84 @@ def _rebuild_batch(tensors: Dict[str, np.ndarray], others: Dict[str, Any], order
     return Batch((k, torch.from_numpy(tensors[k]) if k in tensors else others[k]) for k in order)
 
 
+def _check_clash(name: str, columns: Dict[str, Any], suffixes: Tuple[str, ...]) -> None:
+    for suffix in suffixes:
+        if name + suffix in columns:
+            raise ValueError(f"feature {name + suffix!r} clashes with the {suffix[1:]} of feature {name!r} in a batch; "
+                             "rename one of them or use a description without it")
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
 def columns_to_batch(columns: Dict[str, Column]) -> Batch:
     """Columns as tensors (numbers) and object arrays (bytes), laid out as the module docstring says."""
     batch = Batch()
-    for name, (kind, values, splits, value_offsets) in columns.items():
-        if kind == BYTES:
-            batch[name] = _bytes_rows(values, splits, value_offsets)
+    for name, col in columns.items():
+        if col.kind == BYTES:
+            batch[name] = _bytes_rows(col.values, col.row_splits, col.value_offsets)
             continue
-        dense, lengths = padded(values, splits)
-        key = name + LENGTHS_SUFFIX
-        if key in columns:
-            raise ValueError(f"feature {key!r} clashes with the lengths of feature {name!r} in a batch; "
-                             "rename one of them or use a description without it")
-        batch[name] = torch.from_numpy(np.ascontiguousarray(dense))
-        batch[key] = torch.from_numpy(np.ascontiguousarray(lengths))
+        _check_clash(name, columns, (LENGTHS_SUFFIX,))
+        dense, lengths = padded(col.values, col.row_splits)
+        batch[name] = _tensor(dense)
+        batch[name + LENGTHS_SUFFIX] = _tensor(lengths)
     return batch
 
 
-def collate_examples(blocks: Sequence[AnyBlock], description: Optional[Dict[str, Optional[str]]]) -> Batch:
-    """A batch of Examples (parts of blocks) as tensors: `decode_batch` then `columns_to_batch`."""
-    return columns_to_batch(decode_batch(blocks, description))
+def padded_steps(values: np.ndarray, row_splits: np.ndarray, step_splits: np.ndarray
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values as a zero-padded [B, T, L] array, steps [B], step lengths [B, T]) from values +
+    row splits (record -> steps) + step splits (step -> values)."""
+    rows, step_lengths = padded(values, step_splits)  # [all steps, L]
+    steps = row_splits[1:] - row_splits[:-1]
+    records = len(steps)
+    most = int(steps.max()) if records else 0
+    if records and np.all(steps == most):
+        return rows.reshape(records, most, rows.shape[1]), steps, step_lengths.reshape(records, most)
+    real = np.arange(most) < steps[:, None]  # [B, T]: True for a record's steps, in order
+    out = np.zeros((records, most, rows.shape[1]), dtype=rows.dtype)
+    out[real] = rows
+    lengths = np.zeros((records, most), dtype=np.int64)
+    lengths[real] = step_lengths
+    return out, steps, lengths
+
+
+def _bytes_steps(col: SequenceColumn) -> np.ndarray:
+    """Per record, the list of its steps, each as `_bytes_rows` gives a row."""
+    steps = _bytes_rows(col.values, col.step_splits, col.value_offsets).tolist()
+    splits = col.row_splits.tolist()
+    return _object_array([steps[a:b] for a, b in zip(splits[:-1], splits[1:])])
+
+
+def sequences_to_batch(lists: Dict[str, SequenceColumn]) -> Batch:
+    """Feature lists as [B, T, L] tensors with steps and lengths (numbers) or nested lists
+    (bytes), laid out as the module docstring says."""
+    batch = Batch()
+    for name, col in lists.items():
+        if col.kind == BYTES:
+            batch[name] = _bytes_steps(col)
+            continue
+        _check_clash(name, lists, (STEPS_SUFFIX, LENGTHS_SUFFIX))
+        dense, steps, lengths = padded_steps(col.values, col.row_splits, col.step_splits)
+        batch[name] = _tensor(dense)
+        batch[name + STEPS_SUFFIX] = _tensor(steps)
+        batch[name + LENGTHS_SUFFIX] = _tensor(lengths)
+    return batch
+
+
+class SequenceBatch(NamedTuple):
+    """A batch of SequenceExamples: (context features, feature lists), each a `Batch`."""
+
+    context: Batch
+    sequences: Batch
+
+
+def collate_batch(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names,
+                  sequence: bool) -> Union[Batch, SequenceBatch]:
+    """A batch of records (parts of blocks) as tensors: a `Batch` of Examples, or a
+    `SequenceBatch` of SequenceExamples when `sequence`."""
+    if not sequence:
+        return columns_to_batch(decode_batch(blocks, description))
+    context, lists = decode_sequence_batch(blocks, description, sequence_description)
+    return SequenceBatch(columns_to_batch(context), sequences_to_batch(lists))

@@ -20,7 +20,7 @@ import torch.utils.data
 from ..example import Description, normalize_description
 from ..iterator_utils import shuffle_iterator
 from . import sampling
-from ._collate import collate_examples, decode_record
+from ._collate import collate_batch, decode_record
 from ._files import FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from .indexed import IndexedTFRecordDataset
@@ -56,9 +56,6 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         super().__init__()
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-        if batch_size is not None and sequence_description is not None:
-            raise ValueError("batch_size is not supported for SequenceExamples yet: leave it None and "
-                             "give the DataLoader a collate_fn")
         if shuffle_queue_size is not None and int(shuffle_queue_size) < 0:
             raise ValueError(f"shuffle_queue_size must be >= 0 or None, got {shuffle_queue_size}")
         self.sources = sources
@@ -175,7 +172,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             size = sum(len(block) for block in chunk)
             if not size or (self.drop_last and size < self.batch_size):
                 return
-            batch = collate_examples(chunk, self._description)
+            batch = collate_batch(chunk, self._description, self._sequence_description, self._sequence)
             yield self.transform(batch) if self.transform is not None else batch
 
     def _source_blocks(self, source: int, position: List[int], topology: List[int]) -> Iterator[PassBlock]:
@@ -227,7 +224,8 @@ class TFRecordDataset(_ShardedIterable):
         compression_type: None (from the file name), "gzip" or "zlib".
         seed: seeds file order and shuffle buffer together with epoch, rank and worker (0 when
             None, so that every rank agrees on the file order).
-        batch_size: yield batches of this many records as tensors (see `_collate`); use the
+        batch_size: yield batches of this many records as tensors (see `_collate`): a dict, or
+            a `SequenceBatch(context, sequences)` with `sequence_description`; use the
             DataLoader with `batch_size=None` then.
         drop_last: drop each worker's last, short batch.
         rank, world_size: this process's DDP rank; default from `torch.distributed`.
