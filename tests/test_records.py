@@ -334,3 +334,27 @@ def test_zero_padding_after_a_gzip_stream_is_ignored(tmp_path):
     path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS)) + b"\0" * 8 + b"junk")
     with pytest.raises(CorruptRecordError):
         list(RecordReader(path))
+
+
+def test_resync_inside_a_big_record_with_a_header_like_run_deep_in_it(tmp_path):
+    # 12 bytes that pass the length CRC, 2 MiB into a 3 MiB payload (beyond the 1 MiB look-back)
+    planted = _framing_py.frame_header(1 << 40)
+    big = bytearray(os.urandom(3 << 20))
+    big[2 << 20 : (2 << 20) + 12] = planted
+    payloads = [b"first", bytes(big), b"after"]
+    path = tmp_path / "big.tfrecord"
+    records.write_records(str(path), payloads)
+    offsets = [o for o, _ in RecordReader(path).records_with_offsets()]
+    cut = offsets[1] + 1000
+    assert list(RecordReader(path, start_offset=cut, resync=True)) == [b"after"]
+    assert list(RecordReader(path, end_offset=cut)) == payloads[:2]
+
+
+def test_resync_skips_a_small_fake_frame_inside_a_payload(tmp_path):
+    fake = _framing_py.frame_header(28) + b"x" * 28  # a header whose record would not check out
+    payloads = [b"a" * 10, fake, b"b" * 10]
+    path = tmp_path / "d.tfrecord"
+    records.write_records(str(path), payloads)
+    offsets = [o for o, _ in RecordReader(path).records_with_offsets()]
+    for cut in range(offsets[1] + 1, offsets[2] + 1):
+        assert list(RecordReader(path, start_offset=cut, resync=True)) == [b"b" * 10], cut

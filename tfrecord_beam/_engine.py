@@ -31,6 +31,7 @@ _impl = _native if NATIVE else _framing_py
 scan_frames = _impl.scan_frames
 frame_records = _impl.frame_records
 masked_crc32c = _impl.masked_crc32c
+find_length_crc = _impl.find_length_crc
 
 _columnar = _native if NATIVE else _columnar_py
 decode_examples = _columnar.decode_examples

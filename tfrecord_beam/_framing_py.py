@@ -90,6 +90,18 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     )
 
 
+def find_length_crc(buf, start: int = 0) -> int:
+    """The first position >= start whose 8 bytes carry their masked CRC32C in the next 4 (a
+    candidate record header), or -1 when none does before the end of `buf`."""
+    if start < 0:
+        raise ValueError("start must be >= 0")
+    view = memoryview(buf).cast("B")
+    for i in range(start, len(view) - HEADER_SIZE + 1):
+        if masked_crc32c(view[i : i + 8]) == _U32.unpack_from(view, i + 8)[0]:
+            return i
+    return -1
+
+
 def frame_header(length: int) -> bytes:
     """The 12-byte header of a record of `length` payload bytes."""
     raw = _U64.pack(length)

@@ -283,7 +283,9 @@ def _skip(stream, count: int) -> None:
         count -= len(got)
 
 
-RESYNC_LOOKAHEAD = 1 << 20
+RESYNC_LOOKAHEAD = 1 << 20  # bytes of valid headers a boundary must start
+RESYNC_LOOKBACK = 1 << 20  # bytes searched for a record spanning a candidate
+RESYNC_DEEP_LOOKBACK = 1 << 26  # the same, for a candidate whose own record or chain is damaged
 
 
 def _length_crc_ok(block, pos: int) -> bool:
@@ -291,12 +293,26 @@ def _length_crc_ok(block, pos: int) -> bool:
     return _engine.masked_crc32c(memoryview(block)[pos : pos + 8]) == length_crc
 
 
+def _first_record_ok(raw: BinaryIO, offset: int, total: int) -> bool:
+    """Whether a record with both CRCs valid starts at `offset` and fits in the file."""
+    raw.seek(offset)
+    header = raw.read(HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        return False
+    (length,) = _U64.unpack_from(header)
+    if length > total - offset - FRAME_OVERHEAD:
+        return False
+    raw.seek(offset)
+    _, _, consumed, _ = _engine.scan_frames(raw.read(FRAME_OVERHEAD + length), True, 1)
+    return consumed == FRAME_OVERHEAD + length
+
+
 def _chain_is_sound(raw: BinaryIO, offset: int, total: int) -> bool:
     """Whether valid headers (length CRCs) tile the file from `offset` for RESYNC_LOOKAHEAD bytes.
 
     The chain must stay within the file: one that reaches the end of the file must end exactly
-    there. Payload CRCs are not needed: a false start inside a payload breaks at the header
-    level, and damaged payloads are for the reader to report.
+    there. Payload CRCs after the first record are not needed: a false start inside a payload
+    breaks at the header level.
     """
     raw.seek(offset)
     block = raw.read(RESYNC_LOOKAHEAD + HEADER_SIZE)
@@ -311,51 +327,50 @@ def _chain_is_sound(raw: BinaryIO, offset: int, total: int) -> bool:
     return pos >= RESYNC_LOOKAHEAD or offset + pos == total
 
 
-def _inside_a_valid_record(raw: BinaryIO, offset: int, total: int) -> bool:
-    """Whether a record with both CRCs valid, starting within RESYNC_LOOKAHEAD bytes before
-    `offset`, spans over it (so `offset` lies inside that record's payload)."""
-    first = max(0, offset - RESYNC_LOOKAHEAD)
+def _inside_a_valid_record(raw: BinaryIO, offset: int, total: int, lookback: int) -> bool:
+    """Whether a record with both CRCs valid, starting within `lookback` bytes before `offset`,
+    spans over it (so `offset` lies inside that record's payload)."""
+    first = max(0, offset - lookback)
     raw.seek(first)
-    block = raw.read(offset - first)
-    for h in range(len(block) - HEADER_SIZE, -1, -1):
-        if not _length_crc_ok(block, h):
-            continue
+    block = raw.read(offset - first + HEADER_SIZE - 1)  # headers that start before `offset`
+    h = _engine.find_length_crc(block, 0)
+    while h >= 0:
         (length,) = _U64.unpack_from(block, h)
-        end = first + h + FRAME_OVERHEAD + length
-        if offset < end <= total:
-            raw.seek(first + h)
-            _, _, consumed, _ = _engine.scan_frames(raw.read(FRAME_OVERHEAD + length), True, 1)
-            if consumed:
-                return True
+        if offset < first + h + FRAME_OVERHEAD + length <= total and _first_record_ok(raw, first + h, total):
+            return True
+        h = _engine.find_length_crc(block, h + 1)
     return False
 
 
 def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
     """The offset of the first record boundary at or after `offset` (`total` when none).
 
-    A candidate is a position whose 8 bytes carry a valid length CRC. It is taken when valid
-    headers tile the next RESYNC_LOOKAHEAD bytes (or the rest of the file) from it. When that
-    chain breaks (a damaged header, a truncated tail) the candidate is still taken, so that the
-    reader reaches the damage and reports it, unless a valid record before it spans over it:
-    then it is a record-like run of bytes inside that record's payload. So header-like bytes in
-    payloads, even whole TFRecords stored as payloads, are not taken for boundaries, and
-    damage near a split point is reported rather than skipped. Only a payload embedding a
-    valid chain longer than the lookahead could still mislead it; files with a `.tfindex`
-    are split at exact boundaries instead.
+    A candidate is a position whose 8 bytes carry a valid length CRC (found in C). It is not a
+    boundary when a record with both CRCs valid, starting up to 1 MiB before it, spans over it
+    (record-like bytes inside that record's payload). Otherwise it is one when its own record
+    passes both CRCs and valid headers tile the next RESYNC_LOOKAHEAD bytes (or the rest of
+    the file, ending exactly at its end). When its record or that chain is damaged (a bad
+    payload, a damaged header, a truncated tail), it is still taken, so that the reader
+    reaches the damage and reports it, unless a deeper search (64 MiB back) finds a valid
+    record spanning it. So header-like bytes in payloads, even whole TFRecords stored as
+    payloads, are not taken for boundaries, and damage near a split point is reported rather
+    than skipped. Files with a `.tfindex` are split at exact boundaries instead.
     """
-    window = 1 << 16
+    window = 1 << 20
     pos = offset
     while pos + HEADER_SIZE <= total:
         raw.seek(pos)
-        block = raw.read(window + HEADER_SIZE)
-        limit = min(len(block) - HEADER_SIZE + 1, window)
-        for i in range(max(limit, 0)):
-            if not _length_crc_ok(block, i):
-                continue
+        block = raw.read(window + HEADER_SIZE - 1)
+        i = _engine.find_length_crc(block, 0)
+        while i >= 0:
             candidate = pos + i
-            if _chain_is_sound(raw, candidate, total) or not _inside_a_valid_record(raw, candidate, total):
-                return candidate
-        pos += max(limit, 1)
+            if not _inside_a_valid_record(raw, candidate, total, RESYNC_LOOKBACK):
+                if _first_record_ok(raw, candidate, total) and _chain_is_sound(raw, candidate, total):
+                    return candidate
+                if not _inside_a_valid_record(raw, candidate, total, RESYNC_DEEP_LOOKBACK):
+                    return candidate
+            i = _engine.find_length_crc(block, i + 1)
+        pos += window
     return total
 
 

@@ -59,6 +59,19 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *py_find_length_crc(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    Py_ssize_t start = 0;
+    if (!PyArg_ParseTuple(args, "y*|n", &v, &start)) return NULL;
+    if (start < 0) { PyBuffer_Release(&v); return PyErr_Format(PyExc_ValueError, "start must be >= 0"); }
+    int64_t found;
+    Py_BEGIN_ALLOW_THREADS
+    found = tfr_find_length_crc((const uint8_t *)v.buf, (size_t)v.len, (size_t)start);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromLongLong(found);
+}
+
 static PyObject *py_crc32c_hw(PyObject *self, PyObject *noargs) { return PyBool_FromLong(tfr_crc32c_hw()); }
 
 static PyObject *py_scan_frames(PyObject *self, PyObject *args, PyObject *kw) {
@@ -438,6 +451,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"masked_crc32c", py_masked_crc32c, METH_O, "TFRecord's masked CRC32C of a bytes-like object."},
+    {"find_length_crc", py_find_length_crc, METH_VARARGS,
+     "find_length_crc(buf, start=0): first position >= start holding a header with a valid length CRC, or -1."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, table_only=False): plain CRC32C (tests)."},
     {"crc32c_hw", py_crc32c_hw, METH_NOARGS, "True when the SSE4.2 instruction is in use."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_VARARGS | METH_KEYWORDS,

@@ -42,6 +42,13 @@ size_t tfr_scan_frames(const uint8_t *buf, size_t size, int verify, int64_t max_
     return n;
 }
 
+int64_t tfr_find_length_crc(const uint8_t *buf, size_t size, size_t start) {
+    for (size_t i = start; size >= TFR_HEADER_SIZE && i <= size - TFR_HEADER_SIZE; i++) {
+        if (tfr_masked_crc32c(buf + i, 8) == load_u32le(buf + i + 8)) return (int64_t)i;
+    }
+    return -1;
+}
+
 void tfr_write_header(uint8_t *out, uint64_t length) {
     for (int i = 0; i < 8; i++) out[i] = (uint8_t)(length >> (8 * i));
     store_u32le(out + 8, tfr_masked_crc32c(out, 8));

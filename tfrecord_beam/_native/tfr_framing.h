@@ -23,6 +23,10 @@ enum { TFR_VERIFY_NONE = 0, TFR_VERIFY_ALL = 1, TFR_VERIFY_LENGTHS = 2 };
 size_t tfr_scan_frames(const uint8_t *buf, size_t size, int verify, int64_t max_records,
                        int64_t *offsets, int64_t *lengths, size_t cap, size_t *consumed, int *status);
 
+/* The first position i >= start where buf[i..i+8) carries its masked CRC32C in buf[i+8..i+12)
+ * (a candidate record header), or -1 when none does before the end of buf. */
+int64_t tfr_find_length_crc(const uint8_t *buf, size_t size, size_t start);
+
 /* Write the 12-byte header of a `length`-byte payload into out. */
 void tfr_write_header(uint8_t *out, uint64_t length);
 /* Write the 4-byte footer (masked CRC of the payload) into out. */
