@@ -61,3 +61,17 @@ def test_verify_lengths_checks_headers_but_not_payloads():
     offs, _, consumed, status = both("scan_frames", bytes(framed), VERIFY_LENGTHS)
     assert (len(offs), consumed, status) == (1, 19, STATUS_BAD_LENGTH_CRC)
     assert both("scan_frames", bytes(framed), 3) is ValueError  # both engines refuse unknown levels
+
+
+def test_find_length_crc_parity():
+    framed = both("frame_records", [b"abc", b"", os.urandom(300), b"x" * 70])
+    rng = random.Random(5)
+    for start in range(0, len(framed) + 2):
+        both("find_length_crc", framed, start)
+    noisy = bytearray(framed)
+    for _ in range(40):
+        noisy[rng.randrange(len(noisy))] ^= 1 << rng.randrange(8)
+        for start in (0, 1, 17, 200):
+            both("find_length_crc", bytes(noisy), start)
+    assert both("find_length_crc", b"short", 0) == -1
+    assert both("find_length_crc", framed, -1) is ValueError
