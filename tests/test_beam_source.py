@@ -199,3 +199,22 @@ def test_truncated_gzip_with_skip_corrupt_keeps_the_good_prefix(tmp_path):
     got = source_test_utils.read_from_source(_TFRecordSource(path, skip_corrupt=True))
     assert got[:-1] == good and isinstance(got[-1], CorruptRecord)
     assert got[-1].file == path and "rest of this gzip file" in got[-1].reason
+
+
+def test_auto_compression_names_both_rules_disagree_on_are_refused(tmp_path):
+    from tfrecord_beam.beam import WriteToTFRecord
+    from tfrecord_beam.beam._paths import check_auto
+
+    check_auto("x.tfrecord.gz")
+    check_auto("x.tfrecord")
+    with pytest.raises(ValueError, match="pass compression_type='zlib'"):
+        check_auto("x.tfrecord.zlib")
+    path = write_file(tmp_path / "data.tfrecord", plain_payloads(3))
+    zpath = tmp_path / "data.tfrecord.zlib"
+    records.write_records(str(zpath), plain_payloads(3))
+    with pytest.raises(ValueError, match="compression_type='zlib'"):
+        source_test_utils.read_from_source(_TFRecordSource(str(zpath)))
+    assert source_test_utils.read_from_source(_TFRecordSource(str(zpath), "zlib")) == plain_payloads(3)
+    assert source_test_utils.read_from_source(_TFRecordSource(path)) == plain_payloads(3)
+    with pytest.raises(ValueError, match="compression_type='zlib'"):
+        WriteToTFRecord(str(tmp_path / "out"), file_name_suffix=".tfrecord.zlib")

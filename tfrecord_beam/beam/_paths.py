@@ -14,6 +14,8 @@ from typing import Optional, Union
 
 from apache_beam.io.filesystem import CompressionTypes
 
+from ..records import resolve_compression
+
 Compression = Union[None, str]
 
 _BY_NAME = {
@@ -41,8 +43,26 @@ def to_beam(compression: Compression) -> str:
     )
 
 
+def check_auto(path: str) -> None:
+    """Refuse a name whose compression Beam's AUTO rule and the core's read differently.
+
+    The core takes `.zlib`, `.zz` and `.gzip` as compressed; Beam's AUTO rule does not, so Beam
+    would split such a file by byte range (or write it uncompressed). Ask for an explicit type.
+    """
+    beam_kind = _TO_CORE.get(CompressionTypes.detect_compression_type(path))
+    core_kind = resolve_compression(path, "auto")
+    if beam_kind != core_kind:
+        raise ValueError(
+            f"{path}: the name says {core_kind or 'uncompressed'} to tfrecord_beam but "
+            f"{beam_kind or 'uncompressed'} to Beam's AUTO rule; pass compression_type="
+            f"{core_kind!r} (or rename the file)"
+        )
+
+
 def for_file(path: str, compression: str) -> Optional[str]:
     """The core's compression name (None, "gzip", "zlib") for one file under a Beam type."""
+    if compression == CompressionTypes.AUTO:
+        check_auto(path)
     kind = CompressionTypes.detect_compression_type(path) if compression == CompressionTypes.AUTO else compression
     if kind not in _TO_CORE:
         raise ValueError(f"{path}: TFRecord files can be uncompressed, GZIP or ZLIB (DEFLATE), not {kind}")

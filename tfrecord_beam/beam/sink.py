@@ -100,6 +100,8 @@ class _TFRecordSink(FileBasedSink):
         write_index: bool = True,
         max_records_per_shard: Optional[int] = None,
     ) -> None:
+        if _paths.to_beam(compression_type) == CompressionTypes.AUTO:
+            _paths.check_auto(str(file_name_suffix))
         super().__init__(
             _paths.local_absolute(file_path_prefix),
             coder=coders.BytesCoder(),
