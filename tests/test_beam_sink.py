@@ -127,6 +127,37 @@ def test_crash_between_index_and_data_rename_recovers(tmp_path, monkeypatch):
     verify_index(default_index_path(final[0]), final[0])
 
 
+def test_crash_while_overwriting_never_leaves_a_new_index_beside_old_data(tmp_path, monkeypatch):
+    prefix = str(tmp_path / "out")
+
+    def committed_writes(payloads):
+        sink = _TFRecordSink(prefix, num_shards=0)
+        init = sink.initialize_write()
+        writer = sink.open_writer(init, "only")
+        for payload in payloads:
+            writer.write(payload)
+        return sink, init, [writer.close()]
+
+    sink, init, committed = committed_writes(plain_payloads(3))
+    old = list(sink.finalize_write(init, committed, None))
+    sink, init, committed = committed_writes(plain_payloads(9))
+    real_rename = beam.io.filesystems.FileSystems.rename
+
+    def flaky_rename(sources, targets):
+        if any(s.endswith(".tfrecord") for s in sources):
+            raise OSError("simulated crash before the data rename")
+        return real_rename(sources, targets)
+
+    monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(flaky_rename))
+    with pytest.raises(Exception, match="simulated crash"):
+        list(sink.finalize_write(init, committed, None))
+    assert _shards(prefix) == []  # the old data is gone; the new index has no data beside it
+    monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(real_rename))
+    final = list(sink.finalize_write(init, committed, None))
+    assert final == old and _read_all(final) == plain_payloads(9)
+    verify_index(default_index_path(final[0]), final[0])
+
+
 class _FailAfter(beam.DoFn):
     def __init__(self, limit):
         self._limit = limit

@@ -32,6 +32,7 @@ Source = Union[str, "os.PathLike[str]", BinaryIO]
 DEFAULT_CHUNK_SIZE = 1 << 20
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
+_HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
     "gzip": "gzip", "gz": "gzip",
@@ -288,9 +289,17 @@ RESYNC_LOOKBACK = 1 << 20  # bytes searched for a record spanning a candidate
 RESYNC_DEEP_LOOKBACK = 1 << 26  # the same, for a candidate whose own record or chain is damaged
 
 
+def header_length(buf, pos: int = 0) -> Optional[int]:
+    """The payload length in the 12-byte header at `buf[pos:]` when its length CRC is valid,
+    else None (also when fewer than 12 bytes are there)."""
+    if len(buf) - pos < HEADER_SIZE:
+        return None
+    length, length_crc = _HEADER.unpack_from(buf, pos)
+    return length if _engine.masked_crc32c(memoryview(buf)[pos : pos + 8]) == length_crc else None
+
+
 def _length_crc_ok(block, pos: int) -> bool:
-    length_crc = _U32.unpack_from(block, pos + 8)[0]
-    return _engine.masked_crc32c(memoryview(block)[pos : pos + 8]) == length_crc
+    return header_length(block, pos) is not None
 
 
 def _first_record_ok(raw: BinaryIO, offset: int, total: int) -> bool:

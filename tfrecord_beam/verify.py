@@ -19,11 +19,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import _engine, fs
+from . import fs
 from ._streams import open_stream
 from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
 from .inspection import INVALID, IndexStatus, index_status, parse_record
-from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, resolve_compression
+from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, header_length, resolve_compression
 
 
 @dataclass
@@ -77,14 +77,6 @@ def _read_at(path: str, compression: Optional[str], offset: int, size: int) -> b
         stream = open_stream(raw, compression)
         stream.skip(offset)
         return stream.read(size)
-
-
-def _length_if_trusted(header: bytes) -> Optional[int]:
-    """The payload length of a header whose length CRC is valid, else None."""
-    if len(header) < HEADER_SIZE:
-        return None
-    length, crc = struct.unpack_from("<QI", header)
-    return length if _engine.masked_crc32c(header[:8]) == crc else None
 
 
 def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems: int = 100, parse: bool = False,
@@ -166,7 +158,7 @@ def _resume_point(path: str, kind: Optional[str], offset: int, record: Optional[
     Adds what was done to `problem.message`.
     """
     header = _read_at(path, kind, offset, HEADER_SIZE)
-    length = _length_if_trusted(header)
+    length = header_length(header)
     if length is not None:  # payload CRC failed; the length is sound: skip exactly one record
         problem.message += "; skipped this record"
         return offset + FRAME_OVERHEAD + length, None if record is None else record + 1

@@ -10,8 +10,9 @@ final shard name).
 Indexes ride along: each temporary shard gets its index beside it
 (`index.default_index_path(temp_path)`), written from the frame sizes as the records are
 written (no second pass over the data). Just before Beam renames the data files, each index is
-renamed to `default_index_path(final_shard)`. Index first, data second: a crash between
-the two leaves an index without its shard, never a shard with a missing or stale index. With
+renamed to `default_index_path(final_shard)`, after any old data at the final names is
+deleted. Index first, data second: a crash between the two leaves an index without its
+shard, never a shard with a missing index, nor a new index beside old data. With
 `write_index=False` an old index at a final name is deleted instead, so no stale index
 survives next to new data.
 """
@@ -153,4 +154,9 @@ class _TFRecordSink(FileBasedSink):
             elif not FileSystems.exists(dst_index):  # neither moved before nor written
                 raise BeamIOError(f"index {src_index} of temporary shard {src} is missing")
         if sources:
+            # Old data at the final names goes first: a crash between the index and the data
+            # renames then leaves a new index without data, never a new index beside old data.
+            old = [d for d in dst_files if FileSystems.exists(d)]
+            if old:
+                FileSystems.delete(old)
             FileSystems.rename(sources, targets)

@@ -21,16 +21,15 @@ dead-letter output.
 
 from __future__ import annotations
 
-import struct
 from typing import Iterator, Optional, Tuple, Union
 
 from apache_beam import coders
 from apache_beam.io.filebasedsource import FileBasedSource
 
-from .. import _engine, fs
+from .. import fs
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
-from ..records import RecordReader, find_record_start
+from ..records import RecordReader, find_record_start, header_length
 from . import _index_cache, _metrics, _paths
 from ._corrupt import CorruptRecord
 
@@ -161,7 +160,7 @@ class _TFRecordSource(FileBasedSource):
             with fs.open_input(file_name) as raw:
                 raw.seek(boundary)
                 header = raw.read(HEADER_SIZE)
-            if len(header) == HEADER_SIZE and _engine.masked_crc32c(header[:8]) == struct.unpack_from("<I", header, 8)[0]:
+            if header_length(header) is not None:
                 return  # a sound header: the next range's resync lands on it
             try:
                 next(iter(RecordReader(file_name, None, verify=self._verify, start_offset=boundary,
@@ -191,10 +190,9 @@ class _TFRecordSource(FileBasedSource):
         with fs.open_input(file_name) as raw:
             raw.seek(offset)
             header = raw.read(HEADER_SIZE)
-            if len(header) == HEADER_SIZE and _engine.masked_crc32c(header[:8]) == struct.unpack_from("<I", header, 8)[0]:
-                end = offset + FRAME_OVERHEAD + struct.unpack_from("<Q", header)[0]
-                if end <= total:
-                    return end, None
+            length = header_length(header)
+            if length is not None and offset + FRAME_OVERHEAD + length <= total:
+                return offset + FRAME_OVERHEAD + length, None
             return find_record_start(raw, offset + 1, total, file_name), None
 
 
