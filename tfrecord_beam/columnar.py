@@ -63,8 +63,8 @@ def _as_bytes_values(values: np.ndarray, value_offsets: np.ndarray, start: int =
     return [buf[offs[k] : offs[k + 1]] for k in range(start, stop)]
 
 
-class Column:
-    """One feature of a batch of records, in columnar form (see the module docstring)."""
+class _Batched:
+    """What a Column and a SequenceColumn share: a feature of a batch, values split per record."""
 
     __slots__ = ("name", "kind", "values", "row_splits", "value_offsets", "status")
 
@@ -86,6 +86,12 @@ class Column:
 
     def __len__(self) -> int:
         return len(self.row_splits) - 1
+
+
+class Column(_Batched):
+    """One feature of a batch of records, in columnar form (see the module docstring)."""
+
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"Column({self.name!r}, {self.kind!r}, records={len(self)}, values={self.num_values()})"
@@ -155,26 +161,18 @@ class Column:
         return cls(name, kind, np.asarray(flat, dtype=_DTYPE[kind]).reshape(-1), splits, None, st)
 
 
-class SequenceColumn:
+class SequenceColumn(_Batched):
     """One feature list of a batch of SequenceExamples: record -> steps -> values.
 
     `row_splits` (n+1) index steps, `step_splits` (steps+1) index values. A feature list that is
     absent has status MISSING and no steps; a step whose Feature has no kind set has no values.
     """
 
-    __slots__ = ("name", "kind", "values", "row_splits", "step_splits", "value_offsets", "status")
+    __slots__ = ("step_splits",)
 
     def __init__(self, name, kind, values, row_splits, step_splits, value_offsets=None, status=None) -> None:
-        self.name = name
-        self.kind = kind
-        self.values = values
-        self.row_splits = row_splits
+        super().__init__(name, kind, values, row_splits, value_offsets, status)
         self.step_splits = step_splits
-        self.value_offsets = value_offsets
-        self.status = np.full(len(row_splits) - 1, PRESENT, np.uint8) if status is None else status
-
-    def __len__(self) -> int:
-        return len(self.row_splits) - 1
 
     def __repr__(self) -> str:
         return f"SequenceColumn({self.name!r}, {self.kind!r}, records={len(self)}, steps={len(self.step_splits) - 1})"
