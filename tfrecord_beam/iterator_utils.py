@@ -25,6 +25,55 @@ def cycle(iterator_fn: typing.Callable[[], typing.Iterable]) -> typing.Iterator:
             return
 
 
+class WeightedMixer:
+    """Draw items from several streams in proportion to weights, with a resumable state.
+
+    Its state (RNG state and which sources are still live) can be saved, so a resumed run
+    draws exactly as the interrupted one would have (the torch datasets do that).
+    Sources with weight 0 are never drawn; an exhausted source is dropped and the remaining
+    weights renormalised; iteration ends when no live source is left.
+    """
+
+    def __init__(self, weights: typing.Sequence[float], generator: np.random.Generator,
+                 state: typing.Optional[typing.Dict[str, typing.Any]] = None, *, name: str = "weights") -> None:
+        w = np.asarray(weights, dtype=np.float64)
+        if len(w) == 0 or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
+            raise ValueError(f"{name} must be non-negative, finite and not all zero: {w.tolist()}")
+        self.weights = w
+        self.generator = generator
+        self.live = [bool(x > 0) for x in w]
+        if state is not None:
+            self.generator.bit_generator.state = state["rng"]
+            self.live = list(state["live"])
+        self._cumulative = None
+        self._refresh()
+
+    def _refresh(self) -> None:
+        live = np.where(self.live, self.weights, 0.0)
+        total = live.sum()
+        self._cumulative = np.cumsum(live) / total if total > 0 else None
+
+    def state(self) -> typing.Dict[str, typing.Any]:
+        """A picklable snapshot to pass back as `state=`."""
+        return {"rng": self.generator.bit_generator.state, "live": list(self.live)}
+
+    def mix(self, streams: typing.Sequence[typing.Iterator]) -> typing.Iterator:
+        """Yield items drawn from `streams` (iterators, one per weight)."""
+        cumulative = self._cumulative
+        while cumulative is not None:
+            choice = min(int(np.searchsorted(cumulative, self.generator.random(), side="right")), len(self.live) - 1)
+            while not self.live[choice]:  # float rounding at the edges: take the next live one
+                choice = (choice + 1) % len(self.live)
+            try:
+                item = next(streams[choice])
+            except StopIteration:
+                self.live[choice] = False
+                self._refresh()
+                cumulative = self._cumulative
+                continue
+            yield item
+
+
 def sample_iterators(
     iterators: typing.List[typing.Callable[[], typing.Iterable]],
     ratios: typing.Sequence[float],
@@ -38,21 +87,10 @@ def sample_iterators(
     ratios = np.asarray(ratios, dtype=np.float64)
     if len(ratios) != len(iterators):
         raise ValueError(f"{len(iterators)} iterators but {len(ratios)} ratios")
-    if len(ratios) and (np.any(ratios < 0) or not np.isfinite(ratios).all() or ratios.sum() <= 0):
-        raise ValueError(f"ratios must be non-negative, finite and not all zero: {ratios.tolist()}")
-    rng = _rng(seed)
-    live = [cycle(fn) if infinite else iter(fn()) for fn in iterators]
-    weights = ratios / ratios.sum() if len(ratios) else ratios
-    while live:
-        choice = int(rng.choice(len(weights), p=weights))
-        try:
-            yield next(live[choice])
-        except StopIteration:
-            del live[choice]
-            weights = np.delete(weights, choice)
-            if not live or weights.sum() <= 0:
-                return
-            weights = weights / weights.sum()
+    if not iterators:
+        return
+    mixer = WeightedMixer(ratios, _rng(seed), name="ratios")  # validates before any source opens
+    yield from mixer.mix([cycle(fn) if infinite else iter(fn()) for fn in iterators])
 
 
 def shuffle_iterator(iterator: typing.Iterator, queue_size: int, seed: Seed = None) -> typing.Iterator:

@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..iterator_utils import WeightedMixer  # noqa: F401 (the datasets' mixer lives in the core)
+
 RECORDS, BYTES, STRIDE, WHOLE = "records", "bytes", "stride", "whole"
 
 
@@ -160,54 +162,6 @@ def file_order(num_files: int, shuffle: bool, *keys: int) -> List[int]:
 
 # ---------------------------------------------------------------------------------------------
 # Weighted mixing with a checkpointable state
-
-
-class WeightedMixer:
-    """Draw items from several streams in proportion to weights, with a resumable state.
-
-    Unlike `iterator_utils.sample_iterators` it exposes its state (RNG state and which
-    sources are still live) so a resumed run draws exactly as the interrupted one would have.
-    Sources with weight 0 are never drawn; an exhausted source is dropped and the remaining
-    weights renormalised; iteration ends when no live source is left.
-    """
-
-    def __init__(self, weights: Sequence[float], generator: np.random.Generator, state: Optional[Dict[str, Any]] = None) -> None:
-        w = np.asarray(weights, dtype=np.float64)
-        if len(w) == 0 or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
-            raise ValueError(f"weights must be non-negative, finite and not all zero: {list(weights)}")
-        self.weights = w
-        self.generator = generator
-        self.live = [bool(x > 0) for x in w]
-        if state is not None:
-            self.generator.bit_generator.state = state["rng"]
-            self.live = list(state["live"])
-        self._cumulative = None
-        self._refresh()
-
-    def _refresh(self) -> None:
-        live = np.where(self.live, self.weights, 0.0)
-        total = live.sum()
-        self._cumulative = np.cumsum(live) / total if total > 0 else None
-
-    def state(self) -> Dict[str, Any]:
-        """A picklable snapshot to pass back as `state=`."""
-        return {"rng": self.generator.bit_generator.state, "live": list(self.live)}
-
-    def mix(self, streams: Sequence[Any]):
-        """Yield items drawn from `streams` (iterators, one per weight)."""
-        cumulative = self._cumulative
-        while cumulative is not None:
-            choice = min(int(np.searchsorted(cumulative, self.generator.random(), side="right")), len(self.live) - 1)
-            while not self.live[choice]:  # float rounding at the edges: take the next live one
-                choice = (choice + 1) % len(self.live)
-            try:
-                item = next(streams[choice])
-            except StopIteration:
-                self.live[choice] = False
-                self._refresh()
-                cumulative = self._cumulative
-                continue
-            yield item
 
 
 def shard_of(rank: int, world_size: int, worker: int, num_workers: int) -> Tuple[int, int]:
