@@ -31,7 +31,6 @@ Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 _U64 = struct.Struct("<Q")
-_U32 = struct.Struct("<I")
 _HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
@@ -224,7 +223,7 @@ class RecordReader:
                     # CRC), so that range's resync lands on it and reports anything wrong with it.
                     return
                 if len(rest) >= HEADER_SIZE:
-                    (length,) = struct.unpack_from("<Q", rest)
+                    (length,) = _U64.unpack_from(rest)
                     need = HEADER_SIZE + length + FOOTER_SIZE
                     if total is not None and length > total - here - FRAME_OVERHEAD:
                         if self.allow_truncated_tail:
@@ -298,10 +297,6 @@ def header_length(buf, pos: int = 0) -> Optional[int]:
     return length if _engine.masked_crc32c(memoryview(buf)[pos : pos + 8]) == length_crc else None
 
 
-def _length_crc_ok(block, pos: int) -> bool:
-    return header_length(block, pos) is not None
-
-
 def _first_record_ok(raw: BinaryIO, offset: int, total: int) -> bool:
     """Whether a record with both CRCs valid starts at `offset` and fits in the file."""
     raw.seek(offset)
@@ -327,9 +322,9 @@ def _chain_is_sound(raw: BinaryIO, offset: int, total: int) -> bool:
     block = raw.read(RESYNC_LOOKAHEAD + HEADER_SIZE)
     pos = 0
     while pos + HEADER_SIZE <= len(block) and pos < RESYNC_LOOKAHEAD:
-        if not _length_crc_ok(block, pos):
+        length = header_length(block, pos)
+        if length is None:
             return False
-        (length,) = _U64.unpack_from(block, pos)
         if length > total - offset - pos - FRAME_OVERHEAD:
             return False  # the frame runs past the end of the file
         pos += FRAME_OVERHEAD + length
