@@ -41,12 +41,17 @@ _COMPRESSION_ALIASES = {
 _SUFFIX_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
 
 
-def resolve_compression(path: Optional[str], compression: Optional[str] = "auto") -> Optional[str]:
-    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does."""
+def normalize_compression(compression: Optional[str]) -> Optional[str]:
+    """None, "gzip", "zlib" or "auto" for any accepted spelling ("GZIP", "deflate", "none", ...)."""
     key = compression.strip().lower() if isinstance(compression, str) else compression
     if key not in _COMPRESSION_ALIASES:
         raise ValueError(f"unknown compression {compression!r}: use None, 'gzip', 'zlib' or 'auto'")
-    kind = _COMPRESSION_ALIASES[key]
+    return _COMPRESSION_ALIASES[key]
+
+
+def resolve_compression(path: Optional[str], compression: Optional[str] = "auto") -> Optional[str]:
+    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does."""
+    kind = normalize_compression(compression)
     if kind != "auto":
         return kind
     name = os.fspath(path) if path is not None and not hasattr(path, "read") else ""

@@ -14,33 +14,32 @@ from typing import Optional, Union
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from ..records import resolve_compression
+from ..records import normalize_compression, resolve_compression
 
 Compression = Union[None, str]
 
-_BY_NAME = {
-    None: CompressionTypes.UNCOMPRESSED, "": CompressionTypes.UNCOMPRESSED,
-    "none": CompressionTypes.UNCOMPRESSED, "uncompressed": CompressionTypes.UNCOMPRESSED,
-    "auto": CompressionTypes.AUTO,
-    "gzip": CompressionTypes.GZIP, "gz": CompressionTypes.GZIP,
-    "zlib": CompressionTypes.DEFLATE, "deflate": CompressionTypes.DEFLATE,
-}
 _TO_CORE = {
     CompressionTypes.UNCOMPRESSED: None,
     CompressionTypes.GZIP: "gzip",
     CompressionTypes.DEFLATE: "zlib",
 }
+_FROM_CORE = {kind: beam for beam, kind in _TO_CORE.items()}
 
 
 def to_beam(compression: Compression) -> str:
-    """Beam's CompressionTypes value for None / "auto" / "gzip" / "zlib" / a CompressionTypes."""
-    key = compression.strip().lower() if isinstance(compression, str) else compression
-    if key in _BY_NAME:
-        return _BY_NAME[key]
-    raise ValueError(
-        f"unsupported TFRecord compression {compression!r}: use None, 'auto', 'gzip' or 'zlib' "
-        "(or apache_beam.io.filesystem.CompressionTypes.UNCOMPRESSED/AUTO/GZIP/DEFLATE)"
-    )
+    """Beam's CompressionTypes value for None / "auto" / "gzip" / "zlib" / a CompressionTypes.
+
+    Spellings are the core's (`records.normalize_compression`); Beam's own type values
+    ("uncompressed", "auto", "gzip", "deflate") are among them.
+    """
+    try:
+        kind = normalize_compression(compression)
+    except ValueError:
+        raise ValueError(
+            f"unsupported TFRecord compression {compression!r}: use None, 'auto', 'gzip' or 'zlib' "
+            "(or apache_beam.io.filesystem.CompressionTypes.UNCOMPRESSED/AUTO/GZIP/DEFLATE)"
+        ) from None
+    return CompressionTypes.AUTO if kind == "auto" else _FROM_CORE[kind]
 
 
 def check_auto(path: str) -> None:
