@@ -100,7 +100,9 @@ def test_compressed_files_are_read_whole(tmp_path, suffix):
 
 def test_stale_index_is_an_error(tmp_path):
     path = write_file(tmp_path / "data.tfrecord", plain_payloads(10), index=True)
-    write_file(path, plain_payloads(12))  # rewrite the data, keep the old index
+    old_index = (tmp_path / "data.tfindex").read_bytes()
+    write_file(path, plain_payloads(12))  # rewrite the data (the writer drops the old index) ...
+    (tmp_path / "data.tfindex").write_bytes(old_index)  # ... and put it back by hand
     with pytest.raises(IndexMismatchError, match="stale index"):
         source_test_utils.read_from_source(_TFRecordSource(path))
     assert source_test_utils.read_from_source(_TFRecordSource(path, use_index=False)) == plain_payloads(12)

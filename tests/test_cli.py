@@ -362,7 +362,9 @@ def test_verify_stale_index_and_parse(capsys, tmp_path):
     path, offsets = _make_file(tmp_path, n=3)
     create_index(str(path))
     assert run(capsys, "verify", path)[0] == 0
-    write_records(str(path), [encode_example({"i": (1, "int")})] * 2)  # rewritten: index now stale
+    old_index = Path(default_index_path(str(path))).read_bytes()
+    write_records(str(path), [encode_example({"i": (1, "int")})] * 2)  # rewritten (old index dropped) ...
+    Path(default_index_path(str(path))).write_bytes(old_index)  # ... and put back: now stale
     code, result, _ = run_json(capsys, "verify", path)
     assert code == 1 and result["files"][0]["problems"][0]["kind"] == "index"
     junk = tmp_path / "junk.tfrecord"

@@ -188,7 +188,10 @@ def test_index_status_and_count(tmp_path):
     create_index(path)
     assert index_status(path).state == "valid"
     assert count_records(path) == (5, "index")
-    write_records(path, [encode_example({"i": (i, "int")}) for i in range(6)])  # index now stale
+    old_index = open(default_index_path(path), "rb").read()
+    write_records(path, [encode_example({"i": (i, "int")}) for i in range(6)])  # drops the old index ...
+    with open(default_index_path(path), "wb") as handle:  # ... put it back: now stale
+        handle.write(old_index)
     assert index_status(path).state == "stale"
     assert count_records(path) == (6, "scan")
     with open(default_index_path(path), "w") as handle:

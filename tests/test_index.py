@@ -44,10 +44,13 @@ def test_verify_detects_a_stale_index(tmp_path):
     path = _write(tmp_path / "d.tfrecord", [b"a", b"bb", b"ccc"])
     index.create_index(path)
     assert len(index.verify_index(tmp_path / "d.tfindex", path)) == 3
-    _write(path, [b"a", b"bbbb", b"ccc"])
+    old_index = (tmp_path / "d.tfindex").read_bytes()
+    _write(path, [b"a", b"bbbb", b"ccc"])  # the writer drops the old index; put it back: stale
+    (tmp_path / "d.tfindex").write_bytes(old_index)
     with pytest.raises(IndexMismatchError, match="record 1.*stale index"):
         index.verify_index(tmp_path / "d.tfindex", path)
     _write(path, [b"a", b"bb", b"ccc", b"d"])
+    (tmp_path / "d.tfindex").write_bytes(old_index)
     with pytest.raises(IndexMismatchError, match="lists 3 records but .* holds 4"):
         index.verify_index(tmp_path / "d.tfindex", path)
 

@@ -21,8 +21,10 @@ from .compat import (
 )
 from .errors import (
     CorruptRecordError,
+    CorruptStreamError,
     DecodeError,
     IndexMismatchError,
+    OverwriteRefusedError,
     TFRecordError,
     TruncatedRecordError,
 )

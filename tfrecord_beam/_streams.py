@@ -10,7 +10,7 @@ import os
 import zlib
 from typing import BinaryIO, Dict, Optional
 
-from .errors import CorruptRecordError
+from .errors import CorruptStreamError
 
 _READ_SIZE = 1 << 20
 
@@ -96,7 +96,7 @@ class InflatingReader:
         try:
             return self._inflater.decompress(data, max(want, _READ_SIZE))
         except self._zlib.error as exc:
-            raise CorruptRecordError(
+            raise CorruptStreamError(
                 self._path, self.position, None,
                 f"invalid {self._compression} data near uncompressed offset {self.position}: {exc}",
             ) from None

@@ -171,13 +171,16 @@ class TFRecordWriter:
     """The `tfrecord` package's writer: `write(datum, sequence_datum=None)` then `close()`.
 
     Writes atomically (the file appears on `close()`), optionally with an index
-    (`index_path`), GZIP/ZLIB by `compression_type` or the file name.
+    (`index_path`), GZIP/ZLIB by `compression_type` or the file name. As with the package, a
+    writer that is never closed keeps its data: it is committed when garbage-collected or at
+    interpreter exit, with an `UnclosedWriterWarning` naming the file; nothing is committed
+    when a `with` block exits on an exception or the program ends on an uncaught one.
     """
 
     def __init__(self, data_path: str, compression_type: typing.Optional[str] = None,
                  index_path: typing.Union[None, bool, str] = None) -> None:
         self._writer = RecordWriter(data_path, "auto" if compression_type is None else compression_type,
-                                    index_path=index_path)
+                                    index_path=index_path, commit_unclosed=True)
 
     def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:
         """Write an Example, or a SequenceExample (context `datum`) when `sequence_datum` is given."""

@@ -44,8 +44,21 @@ class TruncatedRecordError(CorruptRecordError):
     """The data ends inside a record (its header, payload or footer)."""
 
 
+class CorruptStreamError(CorruptRecordError):
+    """A compressed (GZIP / ZLIB) stream is damaged: nothing after the damage can be inflated.
+
+    `offset` is the uncompressed offset where the damage begins; every record before it was
+    delivered intact.
+    """
+
+
 class IndexMismatchError(TFRecordError):
     """A `.tfindex` file does not describe its data file (stale, truncated or malformed)."""
+
+
+class OverwriteRefusedError(TFRecordError, ValueError):
+    """A write would replace a file that is not what the write produces (e.g. an index over a
+    data file): refused, since no command of this package overwrites a data file."""
 
 
 class DecodeError(TFRecordError):
@@ -57,3 +70,7 @@ class FeatureKindError(DecodeError, TypeError):
 
     Also a TypeError, as the `tfrecord` package raised for the same mistake.
     """
+
+
+class UnclosedWriterWarning(UserWarning):
+    """A writer was garbage-collected or left open at interpreter exit without `close()`."""

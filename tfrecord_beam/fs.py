@@ -106,6 +106,16 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     )
 
 
+def delete(paths: List[str]) -> None:
+    """Delete files (local paths or URIs)."""
+    for path in paths:
+        filesystem, inner = _split_uri(os.fspath(path))
+        if filesystem is None:
+            os.remove(inner)
+        else:
+            filesystem.delete_file(inner)
+
+
 def _temp_name(inner: str) -> str:
     head, tail = os.path.split(inner)
     return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
@@ -139,8 +149,16 @@ class _Commit:
         self.filesystem, self.temp, self.final, self.handle = filesystem, temp, final, handle
         self.done = False
 
-    def __call__(self) -> None:
+    def finish(self) -> None:
+        """Close the temporary file without moving it (the caller orders the moves)."""
         self.handle.close()
+
+    def __call__(self) -> None:
+        self.finish()
+        self.move()
+
+    def move(self) -> None:
+        """Move the finished temporary file into place (after `finish`)."""
         if self.filesystem is None:
             os.replace(self.temp, self.final)
         else:

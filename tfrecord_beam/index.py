@@ -15,7 +15,7 @@ import numpy as np
 
 from . import fs
 from ._framing_py import FRAME_OVERHEAD, VERIFY_ALL, VERIFY_LENGTHS
-from .errors import IndexMismatchError
+from .errors import IndexMismatchError, OverwriteRefusedError
 from .records import RecordReader
 
 INDEX_SUFFIX = ".tfindex"
@@ -69,8 +69,39 @@ def format_index(index: np.ndarray) -> bytes:
     return (("%d %d\n" * (len(flat) // 2)) % tuple(flat)).encode("ascii")  # one C-level format
 
 
+_INDEX_BYTES = frozenset(b"0123456789 \t\r\n")
+_SNIFF_BYTES = 1 << 16
+
+
+def looks_like_index(path) -> bool:
+    """Whether an existing file may be replaced by an index: its name is not a data file's
+    (`*.tfrecord*`) and its first 64 KiB hold only index text (digits, spaces, newlines)."""
+    name = os.path.basename(os.fspath(path).split("?", 1)[0])
+    if ".tfrecord" in name and not name.endswith(INDEX_SUFFIX):
+        return False
+    with fs.open_input(path) as handle:
+        head = handle.read(_SNIFF_BYTES)
+    return set(head) <= _INDEX_BYTES
+
+
+def check_index_target(index_path, data_path=None) -> None:
+    """Raise OverwriteRefusedError when writing an index to `index_path` would replace a file
+    that is not an index (a data file named by an unquoted glob, the data file itself)."""
+    target = os.fspath(index_path)
+    if data_path is not None and os.path.abspath(target) == os.path.abspath(os.fspath(data_path)):
+        raise OverwriteRefusedError(target, None, None, "the index path is the data file itself")
+    if fs.exists(target) and not looks_like_index(target):
+        raise OverwriteRefusedError(
+            target, None, None,
+            "refusing to write an index over this file: it is not a .tfindex file (it holds data or "
+            "other bytes). To index several files, quote the glob or pass a directory: "
+            "tfrecord2idx 'train-*.tfrecord'",
+        )
+
+
 def write_index(index: np.ndarray, index_path) -> None:
-    """Write an index atomically (temporary name, then rename)."""
+    """Write an index atomically (temporary name, then rename); never over a non-index file."""
+    check_index_target(index_path)
     with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
         handle.write(format_index(index))
         commit()
@@ -82,8 +113,10 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
     A corrupt or truncated data file raises before anything is written, so no partial index
     is left behind.
     """
+    index_path = index_path or default_index_path(data_path)
+    check_index_target(index_path, data_path)  # before the (possibly long) build
     index = build_index(data_path, compression, verify)
-    write_index(index, index_path or default_index_path(data_path))
+    write_index(index, index_path)
     return index
 
 

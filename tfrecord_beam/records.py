@@ -7,9 +7,13 @@ masked_crc32c(payload)`, little-endian. GZIP and ZLIB files compress that whole 
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import struct
+import sys
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -25,7 +29,7 @@ from ._framing_py import (
     STATUS_INCOMPLETE,
 )
 from ._streams import InflatingReader, open_stream
-from .errors import CorruptRecordError, TruncatedRecordError
+from .errors import CorruptRecordError, TruncatedRecordError, UnclosedWriterWarning
 
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
@@ -396,6 +400,11 @@ class RecordWriter:
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
         compression_level: zlib level (default: zlib's default, as TensorFlow).
+        commit_unclosed: what happens to a writer that is garbage-collected, or still open at
+            interpreter exit, without `close()`: False (default) drops its data, True commits
+            it (the `tfrecord` package's behaviour, used by `TFRecordWriter`); either way an
+            `UnclosedWriterWarning` names the file. Nothing is committed when the interpreter
+            ends on an uncaught exception, nor when a `with` block exits on one.
     """
 
     def __init__(
@@ -404,6 +413,8 @@ class RecordWriter:
         compression: Optional[str] = "auto",
         index_path: Union[None, bool, str] = None,
         compression_level: int = -1,
+        *,
+        commit_unclosed: bool = False,
     ) -> None:
         from . import index as _index  # index imports records: import late
 
@@ -412,6 +423,8 @@ class RecordWriter:
         if index_path is True:
             index_path = _index.default_index_path(self.path)
         self.index_path = os.fspath(index_path) if index_path else None
+        if self.index_path is not None:
+            _index.check_index_target(self.index_path, self.path)
         self._data_cm = fs.atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
@@ -425,6 +438,8 @@ class RecordWriter:
         self.offset = 0  # uncompressed bytes written
         self.records_written = 0
         self.closed = False
+        self._commit_unclosed = commit_unclosed
+        _open_writers.add(self)
 
     def write(self, payload: bytes) -> None:
         """Frame and write one serialized record."""
@@ -460,25 +475,62 @@ class RecordWriter:
         self._file.flush()
 
     def close(self) -> None:
-        """Finish the file and its index and move both into place."""
+        """Finish the file and its index and move both into place in `_publish`'s order (old
+        index out, data in, new index in), so a crash or a full disk never leaves data beside
+        an index of other data. A stale index at the data's default index name is removed
+        when no new index is written."""
         if self.closed:
             return
-        if self._deflater is not None:
-            self._file.write(self._deflater.flush())
-        self._commit()
-        self.closed = True
-        if self._frame_sizes is not None:
-            from . import index as _index
+        from . import _publish
+        from . import index as _index
 
-            sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
-            offsets = np.cumsum(sizes) - sizes
-            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path)
+        index_commit = None
+        try:
+            if self._deflater is not None:
+                self._file.write(self._deflater.flush())
+            self._commit.finish()
+            if self._frame_sizes is not None:
+                index_commit = self._finish_index(_index)
+                index_final = self.index_path
+            else:  # a stale index at the default name goes; a non-index file there is never touched
+                index_final = _index.default_index_path(self.path)
+                if fs.exists(index_final) and not _index.looks_like_index(index_final):
+                    index_final = None
+            if index_final is not None:
+                _publish.remove_old_indexes([index_final], exists=fs.exists, delete=fs.delete)
+            self._commit.move()
+            if index_commit is not None:
+                _publish.move_new_indexes([index_commit], [index_final],
+                                          rename=lambda commits, _finals: [c.move() for c in commits])
+        except BaseException:
+            self._commit.abort()
+            if index_commit is not None:
+                index_commit.abort()
+            raise
+        finally:
+            self.closed = True
+            _open_writers.discard(self)
+
+    def _finish_index(self, _index):
+        """Write the index under a temporary name beside its target; returns its commit."""
+        sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
+        offsets = np.cumsum(sizes) - sizes
+        self._index_cm = fs.atomic_output(self.index_path)
+        handle, commit = self._index_cm.__enter__()
+        try:
+            handle.write(_index.format_index(np.stack([offsets, sizes], axis=1)))
+            commit.finish()
+        except BaseException:
+            commit.abort()
+            raise
+        return commit
 
     def abort(self) -> None:
         """Drop everything written so far; neither the data nor the index appears."""
         if not self.closed:
             self._commit.abort()
             self.closed = True
+            _open_writers.discard(self)
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -489,11 +541,41 @@ class RecordWriter:
         else:
             self.abort()
 
-    def __del__(self) -> None:  # a writer dropped without close(): leave no partial file
+    def __del__(self) -> None:
         try:
-            self.abort()
-        except Exception:  # noqa: BLE001
+            self._unclosed(at_exit=False)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
+
+    def _unclosed(self, at_exit: bool) -> None:
+        """A writer dropped (or left open at exit) without `close()`: commit it when it was made
+        with `commit_unclosed=True` and the interpreter is not ending on an uncaught exception,
+        otherwise drop its data; either way warn, naming the file."""
+        if self.closed:
+            return
+        failed = at_exit and (getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None)
+        if self._commit_unclosed and not failed:
+            warnings.warn(f"{self.path}: writer was never closed; committing its {self.records_written} "
+                          "records now (call close() or use `with`)", UnclosedWriterWarning, stacklevel=2)
+            self.close()
+        else:
+            why = "the program ended on an uncaught exception" if failed else "it was never closed"
+            warnings.warn(f"{self.path}: {why}; its {self.records_written} records were discarded "
+                          "(call close() or use `with`)", UnclosedWriterWarning, stacklevel=2)
+            self.abort()
+
+
+_open_writers: "weakref.WeakSet[RecordWriter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _settle_open_writers() -> None:
+    """At interpreter exit, settle every writer still open (see `RecordWriter._unclosed`)."""
+    for writer in list(_open_writers):
+        try:
+            writer._unclosed(at_exit=True)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the others
+            sys.stderr.write(f"tfrecord_beam: could not settle unclosed writer {writer.path}: {exc}\n")
 
 
 def read_records(path: Source, compression: Optional[str] = "auto", **kwargs) -> Iterator[bytes]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import fs
 from ._streams import open_stream
-from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
+from .errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from .inspection import INVALID, IndexStatus, index_status, parse_record
 from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, header_length, resolve_compression
 
@@ -112,32 +112,46 @@ def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems:
             result.problems.append(Problem("truncated", exc.offset, exc.record_number, str(exc)))
             result.complete = False
             break
+        except CorruptStreamError as exc:  # nothing after damage in a compressed stream can be read
+            result.problems.append(Problem("corrupt", exc.offset, exc.record_number,
+                                           f"{exc}; the rest of the {kind} stream cannot be inflated"))
+            result.complete = False
+            break
         except CorruptRecordError as exc:
             problem = Problem("corrupt", exc.offset, exc.record_number, str(exc))
             result.problems.append(problem)
             if len(result.problems) >= max_problems:
                 result.complete = False
                 break
-            resume = _resume_point(path, kind, exc.offset, exc.record_number, problem)
+            try:
+                resume = _resume_point(path, kind, exc.offset, exc.record_number, problem)
+            except (TFRecordError, OSError, zlib.error, EOFError) as again:  # re-reading failed too
+                problem.message += f"; the rest of the file could not be read ({_text(path, again)})"
+                resume = None
             if resume is None:
                 result.complete = False
                 break
             start, number = resume
-        except (TFRecordError, OSError, zlib.error) as exc:
-            text = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
-            result.problems.append(Problem("unreadable", getattr(exc, "offset", None), None, text))
+        except (TFRecordError, OSError, zlib.error, EOFError, ValueError) as exc:
+            result.problems.append(Problem("unreadable", getattr(exc, "offset", None), None, _text(path, exc)))
             result.complete = False
             break
     if not result.problems:
         try:
             all_frames = np.concatenate(frames) if frames else np.zeros((0, 2), np.int64)
             result.index = index_status(path, kind, all_frames, complete=True)
-        except OSError as exc:
-            result.index = IndexStatus("", "invalid", str(exc))
+        except (TFRecordError, OSError, ValueError) as exc:
+            result.index = IndexStatus("", "invalid", _text(path, exc))
         if result.index.state in ("stale", "invalid"):
             result.problems.append(Problem("index", None, None, f"{result.index.path}: {result.index.state} "
                                            f"index: {result.index.detail}"))
     return result
+
+
+def _text(path: str, exc: BaseException) -> str:
+    """An error's message, naming the file when the error itself does not."""
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, TFRecordError) or path in text else f"{path}: {text}"
 
 
 def _check_payloads(result: VerifyResult, chunk, max_problems: int) -> None:

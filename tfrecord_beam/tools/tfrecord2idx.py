@@ -4,6 +4,11 @@
     tfrecord2idx data/                           every *.tfrecord* in a directory
     tfrecord2idx 'gs://bucket/train-*.tfrecord'  a glob; indexes beside each file
     tfrecord2idx --verify data/                  also check every payload CRC
+    tfrecord2idx a.tfrecord b.tfrecord c.tfrecord  several files (3 or more): each indexed beside itself
+
+Two paths mean DATA INDEX, as in the `tfrecord` package; an INDEX that exists and is not an
+index file (an unquoted glob that matched two data files) is refused, so no data file is ever
+overwritten.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", help="a TFRecord file, a directory, or a glob")
-    parser.add_argument("index", nargs="?", help="index path (single file only; default beside the data)")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="DATA [INDEX]: a TFRecord file, a directory or a glob, and optionally the index "
+                             "path of a single file; or three or more data files")
     parser.add_argument("--verify", action="store_true", help="check every payload CRC too")
     parser.add_argument("--compression", default="auto", help="none, gzip, zlib or auto (default)")
     return parser
@@ -58,15 +64,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Console entry point; returns the exit status (1 on any corrupt or unreadable file)."""
     args = _parser().parse_args(argv)
     started = time.monotonic()
-    single = args.index is not None or (not os.path.isdir(args.target) and not any(c in args.target for c in "*?["))
-    files = [args.target] if single else fs.data_files(args.target)
+    index_path = None
+    if len(args.paths) == 2:
+        target, index_path = args.paths
+        try:
+            _index.check_index_target(index_path, target)
+        except TFRecordError as exc:
+            print(f"tfrecord2idx: {exc} (nothing written)", file=sys.stderr)
+            return 2
+        files = [target]
+    elif len(args.paths) > 2:
+        files = list(args.paths)
+    else:
+        target = args.paths[0]
+        single = not os.path.isdir(target) and not any(c in target for c in "*?[")
+        files = [target] if single else fs.data_files(target)
     if not files:
-        print(f"tfrecord2idx: no TFRecord files match {args.target}", file=sys.stderr)
+        print(f"tfrecord2idx: no TFRecord files match {args.paths[0]}", file=sys.stderr)
         return 1
     failures = records = 0
     for number, path in enumerate(files, start=1):
         try:
-            count = create_index(path, args.index if single else None, args.verify, args.compression)
+            count = create_index(path, index_path, args.verify, args.compression)
         except (TFRecordError, OSError, ValueError) as exc:
             failures += 1
             print(f"tfrecord2idx: {exc} (no index written)", file=sys.stderr)
