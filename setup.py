@@ -2,12 +2,20 @@
 
 import glob
 import os
+import re
 import sys
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version():
+    """The version from tfrecord_beam/_version.py (one place; the package is not imported)."""
+    with open(os.path.join(HERE, "tfrecord_beam", "_version.py"), encoding="utf-8") as handle:
+        return re.search(r'__version__ = "([^"]+)"', handle.read()).group(1)
+
 NATIVE_SOURCES = sorted(
     os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "tfrecord_beam", "_native", "*.c"))
 )
@@ -56,7 +64,7 @@ BEAM = "apache-beam>=2.77,<2.78"
 
 setup(
     name="tfrecord_beam",
-    version="0.1.0",
+    version=_version(),
     description="Write, read, index, reshard, mix and convert TFRecord data without TensorFlow.",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
     if os.path.exists(os.path.join(HERE, "README.md"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import fs
+from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.beam import stages as _stages
@@ -40,10 +41,13 @@ def make_parser(prog: str, description: str, examples: str) -> argparse.Argument
         "  --runner=DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py\n"
         "  --runner=FlinkRunner --flink_master=HOST:8081\n"
     )
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog=f"python -m pipelines.{prog}", description=description, epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=describe_engine(),
+                        help="print the version and the engine in use, then exit")
+    return parser
 
 
 def pipeline_options(beam_args: Sequence[str]):

@@ -45,7 +45,8 @@ from .index import (
 from .iterator_utils import cycle, sample_iterators, shuffle_iterator
 from .records import RecordReader, RecordWriter, read_records, write_records
 
-__version__ = "0.1.0"
+from ._engine_info import engine_info
+from ._version import __version__
 
 # `tfrecord.reader` / `tfrecord.writer` were modules of the `tfrecord` package: alias them.
 reader = writer = compat

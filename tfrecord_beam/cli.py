@@ -10,7 +10,7 @@
 FILE arguments are paths, globs (quote them), directories (their *.tfrecord* files) or remote
 URIs (gs://, s3://, hdfs:// through pyarrow.fs). Compression comes from the name (.gz, .zlib)
 unless --compression says otherwise. Exit status: 0 ok, 1 bad or unreadable data, 2 usage.
-The work is in `inspect.py` and `verify.py`; this module parses arguments and prints.
+The work is in `inspection.py` and `verify.py`; this module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _cli_format as fmt
+from . import _engine_info
 from . import fs
 from .errors import TFRecordError
 from .example import feature_values
@@ -341,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n", 2)[2].split("\nThe work is in")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_engine_info.describe(),
+                        help="print the version and the engine in use (native or pure, CRC32C, inflater)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

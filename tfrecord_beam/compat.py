@@ -23,6 +23,66 @@ from .records import resolve_compression as _resolve
 
 Description = _example.Description
 
+TYPENAME_MAPPING = {"byte": "bytes_list", "float": "float_list", "int": "int64_list"}
+
+
+def process_feature(feature, typename: typing.Optional[str], typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING,
+                    key: str = "?") -> typing.Any:
+    """The `tfrecord` package's helper: one protobuf `Feature` -> its decoded value (float32 /
+    int64 array; bytes: the value itself when there is one, else a list).
+
+    `typename` ("byte", "float", "int" or None) is checked against the feature's kind
+    (FeatureKindError, a TypeError as in the package). A feature with no kind set decodes to
+    an empty value of `typename` (the package raised IndexError).
+    """
+    kind = _example.feature_kind(feature)
+    wanted = _example.normalize_kind(typename, key) if typename is not None else None
+    if wanted is not None and typename_mapping.get(typename, _example.KIND_TO_FIELD[wanted]) != _example.KIND_TO_FIELD[wanted]:
+        raise ValueError(f"typename_mapping maps {typename!r} to {typename_mapping[typename]!r}, not "
+                         f"{_example.KIND_TO_FIELD[wanted]!r}")
+    if kind is None:
+        return _example.empty_value(wanted) if wanted else np.zeros(0, dtype=np.float32)
+    if wanted is not None and kind != wanted:
+        from .errors import FeatureKindError
+
+        raise FeatureKindError(None, None, None, f"Incompatible type '{typename}' for `{key}` "
+                               f"(should be '{kind}')")
+    return _example.as_decoded(kind, getattr(feature, _example.KIND_TO_FIELD[kind]).value)
+
+
+def extract_feature_dict(features, description: Description,
+                         typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING) -> typing.Dict[str, typing.Any]:
+    """The `tfrecord` package's helper: a `Features` message -> {name: value}, or a
+    `FeatureLists` message -> {name: [value per step]}, for the names of `description` (a
+    list, a {name: typename} dict, or None / empty for every feature). A described name the
+    message lacks raises KeyError naming the names it has, as in the package."""
+    from . import _proto
+
+    if isinstance(features, _proto.FeatureLists):
+        table = features.feature_list
+
+        def value(key, typename):
+            return [process_feature(f, typename, typename_mapping, key) for f in table[key].feature]
+    elif isinstance(features, _proto.Features):
+        table = features.feature
+
+        def value(key, typename):
+            return process_feature(table[key], typename, typename_mapping, key)
+    else:
+        raise TypeError(f"features should be an example_pb2.Features or example_pb2.FeatureLists, "
+                        f"not {type(features).__name__}")
+    names = list(table.keys())
+    if not description:
+        description = dict.fromkeys(names)
+    elif isinstance(description, (list, tuple)):
+        description = dict.fromkeys(description)
+    out = {}
+    for key, typename in description.items():
+        if key not in table:
+            raise KeyError(f"Key {key} doesn't exist (select from {names})!")
+        out[key] = value(key, typename)
+    return out
+
 
 def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
                   ) -> typing.Iterator[typing.Tuple[RecordChunk, typing.Optional[np.ndarray]]]:

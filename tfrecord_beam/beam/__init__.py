@@ -28,9 +28,13 @@ Public API:
     records_written, bytes_written, examples_decoded, examples_encoded, undecodable_records).
 """
 
-from ._corrupt import CORRUPT_TAG, CorruptRecord
-from ._metrics import NAMESPACE as METRICS_NAMESPACE
-from .transforms import (
+from .._extras import require_beam
+
+require_beam()  # a clear error without the [beam] extra; Beam's import-time log noise dropped
+
+from ._corrupt import CORRUPT_TAG, CorruptRecord  # noqa: E402
+from ._metrics import NAMESPACE as METRICS_NAMESPACE  # noqa: E402
+from .transforms import (  # noqa: E402
     DecodeExamples,
     EncodeExamples,
     ReadAllFromTFRecord,

@@ -5,7 +5,11 @@ TFRecordDataset` did, with exactly-once sharding over DDP ranks and DataLoader w
 seeded shuffling, resumable iteration, batched tensors and a map-style indexed dataset.
 """
 
-from ._collate import SequenceBatch
-from .dataset import IndexedTFRecordDataset, MultiTFRecordDataset, TFRecordDataset
+from .._extras import require
+
+require("torch", "tfrecord_beam.torch")
+
+from ._collate import SequenceBatch  # noqa: E402
+from .dataset import IndexedTFRecordDataset, MultiTFRecordDataset, TFRecordDataset  # noqa: E402
 
 __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "SequenceBatch"]
