@@ -103,17 +103,25 @@ class Summary:
         stream.flush()
 
 
-def expand_inputs(patterns: Sequence[str], what: str = "--input") -> List[str]:
-    """Sorted files matching the globs (file:// URIs as plain paths); JobError when a pattern
-    matches nothing."""
+def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str = "*.tfrecord*") -> List[str]:
+    """Sorted files matching the globs, or in the directories (their `dir_glob` files), with
+    file:// URIs as plain paths; our own sidecars (`.tfindex`, dot-files, `_MANIFEST.json`-style
+    `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     for pattern in patterns:
-        found = [beam_path(f) for f in fs.expand(pattern) if fs.exists(f)]
+        if fs.is_dir(pattern):
+            pattern = pattern.rstrip("/") + "/" + dir_glob
+        found = [beam_path(f) for f in fs.expand(pattern) if fs.exists(f) and not _is_sidecar(f)]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
     seen = set()
     return [f for f in files if not (f in seen or seen.add(f))]
+
+
+def _is_sidecar(path: str) -> bool:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.endswith(".tfindex") or name.startswith((".", "_"))
 
 
 def beam_path(path: str) -> str:

@@ -41,7 +41,7 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("build_index", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument("--input", action="append", required=True, help="input glob (repeatable; local or remote)")
+    parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
     parser.add_argument("--output_dir", default=None,
                         help="write indexes here (named after each file) instead of beside the data")
     parser.add_argument("--verify", action="store_true", help="check every record's CRCs (reads all the data)")

@@ -35,7 +35,7 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument("--input", action="append", required=True, help="Parquet glob (repeatable)")
+    parser.add_argument("--input", action="append", required=True, help="Parquet file, glob or directory (its *.parquet files; repeatable)")
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--columns", default=None, help="comma-separated columns to convert (default all)")
@@ -103,7 +103,7 @@ class EncodeFn(beam.DoFn):
 
 
 def run(args: argparse.Namespace, options) -> Summary:
-    files = _common.expand_inputs(args.input)
+    files = _common.expand_inputs(args.input, dir_glob="*.parquet")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     schema = read_schema(files[0])

@@ -51,3 +51,15 @@ def test_remote_interrupted_write_leaves_nothing(bucket):
             writer.write(b"partial")
             raise RuntimeError("crash")
     assert list(bucket.iterdir()) == []
+
+
+def test_remote_directory_lists_its_data_files(bucket, capsys):
+    from tfrecord_beam import cli
+
+    (bucket / "sub").mkdir()
+    for name in ("a.tfrecord", "b.tfrecord.gz", "sub/c.tfrecord"):
+        records.write_records(f"gs://bucket/{name}", [b"x", b"yy"], index_path=True)
+    assert fs.is_dir("gs://bucket/") and fs.is_dir("gs://bucket/sub") and not fs.is_dir("gs://bucket/a.tfrecord")
+    assert fs.data_files("gs://bucket/") == ["gs://bucket/a.tfrecord", "gs://bucket/b.tfrecord.gz"]
+    assert cli.main(["count", "--json", "gs://bucket/"]) == 0
+    assert '"total": 4' in capsys.readouterr().out

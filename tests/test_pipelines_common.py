@@ -94,3 +94,30 @@ def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):
     assert code == 0, err
     assert entries(tmp_path / "rs") == ["r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
                                         "r-00001-of-00002.tfindex", "r-00001-of-00002.tfrecord"]
+
+
+def test_inputs_may_be_directories_and_leave_sidecars_out(tmp_path):
+    from tfrecord_beam.records import write_records
+
+    for name in ("a.tfrecord", "b.tfrecord.gz"):
+        write_records(str(tmp_path / name), [b"x"], index_path=True)
+    (tmp_path / "_MANIFEST.json").write_text("{}")
+    (tmp_path / "t.parquet").write_bytes(b"PAR1")
+    assert _common.expand_inputs([str(tmp_path)]) == [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord.gz")]
+    assert _common.expand_inputs([str(tmp_path) + "/*"]) == [
+        str(tmp_path / n) for n in ("a.tfrecord", "b.tfrecord.gz", "t.parquet")]
+    assert _common.expand_inputs([str(tmp_path)], dir_glob="*.parquet") == [str(tmp_path / "t.parquet")]
+    with pytest.raises(_common.JobError, match="matches no files"):
+        _common.expand_inputs([str(tmp_path / "empty_dir_glob*")])
+
+
+def test_reshard_reads_a_directory(tmp_path, capsys):
+    from tfrecord_beam.records import RecordReader, write_records
+
+    src = tmp_path / "in"
+    src.mkdir()
+    write_records(str(src / "a.tfrecord"), [b"a%d" % i for i in range(5)], index_path=True)
+    write_records(str(src / "b.tfrecord"), [b"b%d" % i for i in range(3)], index_path=True)
+    assert reshard.main(["--input", str(src), "--output_prefix", str(tmp_path / "out" / "r"), "--num_shards", "2"]) == 0
+    got = sorted(p for f in sorted((tmp_path / "out").glob("r-*.tfrecord")) for p in RecordReader(str(f)))
+    assert got == sorted([b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(3)])

@@ -83,11 +83,24 @@ def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
     return out
 
 
+def is_dir(path: PathLike) -> bool:
+    """Whether a path or URI names an existing directory (a prefix with objects under it)."""
+    filesystem, inner = _split_uri(os.fspath(path))
+    if filesystem is None:
+        return os.path.isdir(inner)
+    from pyarrow import fs as pafs
+
+    return filesystem.get_file_info(inner.rstrip("/")).type == pafs.FileType.Directory
+
+
 def data_files(target: PathLike) -> List[str]:
-    """TFRecord files named by a directory (its `*.tfrecord*`), a path or a glob; indexes excluded."""
+    """TFRecord files named by a directory (its `*.tfrecord*`, local or remote), a path or a
+    glob; indexes and dot-files excluded."""
     target = os.fspath(target)
-    if "://" not in target and os.path.isdir(target):
-        candidates = sorted(_glob.glob(os.path.join(target, "*.tfrecord*")))
+    if is_dir(target):
+        base, _, query = target.partition("?")
+        pattern = base.rstrip("/") + "/*.tfrecord*"
+        candidates = expand(pattern + ("?" + query if query else ""))
     else:
         candidates = expand(target)
     return [p for p in candidates if not p.endswith(".tfindex") and not os.path.basename(p).startswith(".")]
@@ -101,9 +114,13 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     base = inner.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0].rsplit("/", 1)[0]
     scheme = pattern.split("://", 1)[0]
     infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
-    return sorted(
-        f"{scheme}://{i.path}" for i in infos if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, inner)
-    )
+    wanted = inner.split("/")  # as a local glob: `*` stays within one path segment
+
+    def matches(path: str) -> bool:
+        parts = path.split("/")
+        return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
+
+    return sorted(f"{scheme}://{i.path}" for i in infos if i.type == pafs.FileType.File and matches(i.path))
 
 
 def delete(paths: List[str]) -> None:
