@@ -6,7 +6,7 @@ import struct
 import sys
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "golden"
 
 
 def main(out: str) -> None:

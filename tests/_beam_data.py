@@ -9,7 +9,7 @@ from typing import List
 from tfrecord_beam import _engine, example, records
 from tfrecord_beam.index import create_index
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from _golden import GOLDEN as FIXTURES  # noqa: E402
 
 
 def plain_payloads(n: int = 30) -> List[bytes]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, MANIFEST, needs_fixtures  # noqa: F401 - re-exported for the parity tests
+from conftest import FIXTURES, MANIFEST  # noqa: F401 - re-exported for the parity tests
 
 from tfrecord_beam import _columnar_py, _framing_py
 

@@ -11,7 +11,7 @@ from tfrecord_beam.example import encode_example
 from tfrecord_beam.index import create_index
 from tfrecord_beam.records import write_records
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from _golden import GOLDEN as FIXTURES  # noqa: E402
 
 
 def payload(uid: int) -> bytes:

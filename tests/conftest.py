@@ -12,30 +12,20 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+from _golden import GOLDEN as FIXTURES  # noqa: E402
+from _golden import MANIFEST  # noqa: E402
 
 
-def _manifest():
-    path = FIXTURES / "manifest.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-MANIFEST = _manifest()
-needs_fixtures = pytest.mark.skipif(MANIFEST is None, reason=f"golden fixtures not found at {FIXTURES}")
 
 
 def fixture_files(predicate=lambda name, meta: True):
-    """Names of manifest files matching `predicate` (empty when the fixtures are absent)."""
-    if MANIFEST is None:
-        return []
+    """Names of manifest files matching `predicate`."""
     return sorted(name for name, meta in MANIFEST["files"].items() if predicate(name, meta))
 
 
 @pytest.fixture
 def fixtures_copy(tmp_path):
-    """A writable copy of the fixtures folder (never write into the shared one)."""
-    if MANIFEST is None:
-        pytest.skip(f"golden fixtures not found at {FIXTURES}")
+    """A writable copy of the golden folder (tests never write into it)."""
     dest = tmp_path / "fixtures"
     shutil.copytree(FIXTURES, dest)
     for p in dest.iterdir():

@@ -114,7 +114,6 @@ def _corrupt_copy(tmp_path, name):
     return str(target)
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
 @pytest.mark.parametrize("name", ["corrupt_data_crc.tfrecord", "corrupt_length_crc.tfrecord", "truncated_mid_payload.tfrecord"])
 def test_corrupt_fixture_fails_with_location_by_default(tmp_path, name):
     path = _corrupt_copy(tmp_path, name)
@@ -191,7 +190,6 @@ def test_index_lookup_in_place_and_malformed_fallback(tmp_path):
         source_test_utils.read_from_source(_TFRecordSource(path))
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
 def test_truncated_gzip_with_skip_corrupt_keeps_the_good_prefix(tmp_path):
     path = _corrupt_copy(tmp_path, "truncated.tfrecord.gz")
     good = []

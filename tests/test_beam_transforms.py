@@ -155,7 +155,6 @@ def test_batched_read_feeds_write_directly(tmp_path):
     assert list(records.read_records(shard)) == payloads  # one batch stays in order
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures absent")
 def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
     """Files TensorFlow wrote: every record's sha256 and offset match the manifest, plain and compressed."""
     import hashlib
@@ -165,7 +164,7 @@ def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
     manifest = json.loads((FIXTURES / "manifest.json").read_text())["files"]
     names = ["examples.tfrecord", "examples.tfrecord.gz", "examples.tfrecord.zlib", "sequence_examples.tfrecord", "large_record.tfrecord"]
     for name in names:
-        shutil.copy(FIXTURES / name, tmp_path / name)  # never read indexes beside the shared copies
+        shutil.copy(FIXTURES / name, tmp_path / name)  # never write beside the golden files
     expected = {name: [r["sha256"] for r in manifest[name]["records"]] for name in names}
     with _pipeline() as p:
         for name in names:

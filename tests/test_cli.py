@@ -23,9 +23,8 @@ from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import RecordReader, write_records
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text()) if (FIXTURES / "manifest.json").exists() else None
-pytestmark = pytest.mark.skipif(MANIFEST is None, reason=f"golden fixtures not found at {FIXTURES}")
+from _golden import GOLDEN as FIXTURES  # noqa: E402
+from _golden import MANIFEST  # noqa: E402
 
 KIND = {"bytes_list": "byte", "float_list": "float", "int64_list": "int"}
 
@@ -39,8 +38,6 @@ def fixture(name) -> str:
 
 
 def files_where(predicate):
-    if MANIFEST is None:
-        return []
     return sorted(n for n, m in MANIFEST["files"].items() if predicate(n, m))
 
 

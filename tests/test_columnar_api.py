@@ -4,7 +4,7 @@ dense/ragged views, errors naming records, encode round trips, batched file read
 import numpy as np
 import pytest
 
-from _parity import FIXTURES, needs_fixtures
+from _parity import FIXTURES
 from tfrecord_beam import _framing_py, columnar
 from tfrecord_beam._proto import Example, SequenceExample
 from tfrecord_beam.errors import DecodeError
@@ -129,7 +129,6 @@ def test_sequence_examples_two_levels():
         columnar.decode_sequence_examples([ex.SerializeToString(), empty.SerializeToString()], {}, {"tok": "int"}, strict=True)
 
 
-@needs_fixtures
 @pytest.mark.parametrize("batch_size", [1, 3, 7, 100])
 def test_read_example_batches_across_chunks(batch_size):
     path = FIXTURES / "examples.tfrecord"
@@ -148,7 +147,6 @@ def test_read_example_batches_across_chunks(batch_size):
         assert sum((lens for _, lens in got[k]), []) == whole[k].lengths().tolist()
 
 
-@needs_fixtures
 def test_read_batches_error_names_file_record():
     path = FIXTURES / "examples.tfrecord"
     with pytest.raises(columnar.FeatureKindError) as info:
@@ -156,7 +154,6 @@ def test_read_batches_error_names_file_record():
     assert info.value.record_number == 0 and info.value.path == str(path) and info.value.offset == 0
 
 
-@needs_fixtures
 def test_read_sequence_example_batches():
     path = FIXTURES / "sequence_examples.tfrecord"
     n = 0
@@ -166,7 +163,6 @@ def test_read_sequence_example_batches():
     assert n == 7
 
 
-@needs_fixtures
 def test_record_chunks_decode_directly_and_errors_name_them():
     from tfrecord_beam.records import RecordReader
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import _wire
-from _parity import FIXTURES, KIND_CODE, both, manifest, needs_fixtures
+from _parity import FIXTURES, KIND_CODE, both, manifest
 from tfrecord_beam import _columnar_py, _framing_py
 from tfrecord_beam._proto import Example
 
@@ -61,7 +61,6 @@ def _column_values(col, kind_code):
     return [flat[splits[i] : splits[i + 1]] for i in range(len(splits) - 1)], status.tolist()
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord"])
 def test_example_fixtures_match_manifest(name):
     """Per record (one at a time, so one kind mismatch does not hide the rest): the decoded
@@ -87,7 +86,6 @@ def test_example_fixtures_match_manifest(name):
         assert cols[0][3].tolist() == [0]
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord", "sequence_examples.tfrecord"])
 def test_fixture_batches_both_input_forms(name):
     buf, offs, lens = frames(name)
@@ -103,7 +101,6 @@ def test_fixture_batches_both_input_forms(name):
     assert repr(a) == repr(b)
 
 
-@needs_fixtures
 def test_sequence_fixture_matches_manifest():
     buf, offs, lens = frames("sequence_examples.tfrecord")
     records = manifest()["files"]["sequence_examples.tfrecord"]["records"]
@@ -156,7 +153,6 @@ def _mutate(rng, data: bytes) -> bytes:
     return bytes(b)
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "sequence_examples.tfrecord"])
 def test_hostile_mutations_parity(name):
     buf, offs, lens = frames(name)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tfrecord_beam import _proto, example
 from tfrecord_beam.errors import DecodeError
 
-from conftest import FIXTURES, MANIFEST, needs_fixtures, same_floats
+from conftest import FIXTURES, MANIFEST, same_floats
 
 
 def test_descriptions_accept_the_spellings_people_write():
@@ -130,7 +130,6 @@ def test_sequence_example_round_trip_and_missing_lists():
         example.encode_sequence_example({}, {"e": [[], []]})
 
 
-@needs_fixtures
 def test_hand_encoded_fixture_follows_protobuf_semantics():
     from tfrecord_beam.records import RecordReader
 

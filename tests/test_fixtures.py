@@ -11,9 +11,8 @@ from tfrecord_beam import example, index
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
 
-from conftest import FIXTURES, MANIFEST, fixture_files, manifest_value, needs_fixtures
+from conftest import FIXTURES, MANIFEST, fixture_files, manifest_value
 
-pytestmark = needs_fixtures
 
 READABLE = fixture_files(lambda n, m: "records" in m)
 DAMAGED = fixture_files(lambda n, m: "corruption" in m)

@@ -10,7 +10,7 @@ import pytest
 from tfrecord_beam import index, records
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
 
-from conftest import FIXTURES, needs_fixtures
+from conftest import FIXTURES
 
 
 def _write(path, payloads, **kw):
@@ -111,7 +111,6 @@ def test_shard_ranges_partition_records():
         index.shard_range(idx, 3, 3)
 
 
-@needs_fixtures
 def test_verify_fixture_indexes():
     for name in ("examples", "hand_encoded", "large_record", "sequence_examples", "empty"):
         index.verify_index(FIXTURES / f"{name}.tfindex", FIXTURES / f"{name}.tfrecord")

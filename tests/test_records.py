@@ -15,7 +15,7 @@ from tfrecord_beam import _framing_py, records
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader, RecordWriter, find_record_start, resolve_compression
 
-from conftest import FIXTURES, MANIFEST, needs_fixtures
+from conftest import FIXTURES, MANIFEST
 
 PAYLOADS = [b"", b"a", b"hello world" * 3, bytes(range(256)) * 40, b"\x00" * 5000]
 
@@ -49,7 +49,6 @@ def test_unknown_compression_is_a_clear_error():
         resolve_compression("x", "lz4")
 
 
-@needs_fixtures
 def test_framing_is_byte_identical_to_tensorflow(tmp_path):
     for name in ("examples.tfrecord", "large_record.tfrecord", "hand_encoded.tfrecord", "sequence_examples.tfrecord"):
         payloads = list(RecordReader(FIXTURES / name))
@@ -58,7 +57,6 @@ def test_framing_is_byte_identical_to_tensorflow(tmp_path):
         assert out.read_bytes() == (FIXTURES / name).read_bytes()
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["examples.tfrecord.gz", "examples.tfrecord.zlib"])
 def test_compressed_writes_decompress_to_tensorflows_stream(tmp_path, name):
     payloads = list(RecordReader(FIXTURES / name))

@@ -131,8 +131,6 @@ def test_lengths_key_clash_is_an_error(tmp_path):
 
 
 def test_sequence_examples(tmp_path):
-    if not (FIXTURES / "sequence_examples.tfrecord").exists():
-        pytest.skip("shared fixtures absent")
     path = tmp_path / "s.tfrecord"
     shutil.copy(FIXTURES / "sequence_examples.tfrecord", path)
     got = list(TFRecordDataset(str(path), None, description=[], sequence_description=[]))
@@ -143,8 +141,6 @@ def test_sequence_examples(tmp_path):
 
 
 def test_golden_fixtures_plain_and_compressed(tmp_path):
-    if not (FIXTURES / "examples.tfrecord").exists():
-        pytest.skip("shared fixtures absent")
     import json
 
     manifest = json.loads((FIXTURES / "manifest.json").read_text())

@@ -31,7 +31,7 @@ from tfrecord_beam.index import create_index  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import MultiTFRecordDataset, SequenceBatch, TFRecordDataset  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from _golden import GOLDEN as FIXTURES  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 CONTEXT = {"id": "int", "label": "float", "name": "byte", "tags": "byte"}
@@ -337,10 +337,8 @@ def test_multi_dataset_batches(tmp_path, engine):
     assert Counter(check_all(ds, by_id)) == Counter(list(by_id))
 
 
-def test_shared_fixture(tmp_path, engine):
+def test_golden_file(tmp_path, engine):
     source = FIXTURES / "sequence_examples.tfrecord"
-    if not source.exists():
-        pytest.skip(f"shared fixtures absent at {FIXTURES}")
     path = tmp_path / "sequence_examples.tfrecord"  # read a copy: never touch the shared folder
     shutil.copy(source, path)
     payloads = _payloads(str(path))
