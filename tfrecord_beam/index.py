@@ -14,6 +14,7 @@ from typing import Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import fs
+from .blockgzip import MemberTable, strip_trailer
 from ._framing_py import FRAME_OVERHEAD, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import IndexMismatchError
 from .records import RecordReader
@@ -69,10 +70,13 @@ def format_index(index: np.ndarray) -> bytes:
     return (("%d %d\n" * (len(flat) // 2)) % tuple(flat)).encode("ascii")  # one C-level format
 
 
-def write_index(index: np.ndarray, index_path) -> None:
-    """Write an index atomically (temporary name, then rename)."""
+def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None) -> None:
+    """Write an index atomically (temporary name, then rename); a block-gzip file's member
+    table (`blockgzip`) goes after the records as `#` lines."""
     with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
         handle.write(format_index(index))
+        if members is not None:
+            handle.write(members.format())
         commit()
 
 
@@ -88,14 +92,15 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
 
 
 def load_index(index_path) -> np.ndarray:
-    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array.
+    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array (`#` lines, such
+    as a block-gzip member table, are skipped).
 
     The entries must start at offset 0 and follow each other (each offset the previous one
     plus its length); `check_index` also compares the end with the data file's size.
     """
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
-        text = handle.read().decode("ascii", errors="replace")
+        text = strip_trailer(handle.read().decode("ascii", errors="replace"))
     lines = [line for line in text.splitlines() if line.strip()]
     tokens = text.split()
     try:

@@ -24,6 +24,7 @@ from ._framing_py import (
     STATUS_BAD_LENGTH_CRC,
     STATUS_INCOMPLETE,
 )
+from . import _blockgzip_write, blockgzip
 from ._streams import InflatingReader, open_stream
 from .errors import CorruptRecordError, TruncatedRecordError
 
@@ -103,6 +104,9 @@ class RecordReader:
             data ends inside the last record (a file still being written, say).
         resync: `start_offset` may fall inside a record: skip to the next record boundary
             (`find_record_start`). Uncompressed only.
+        members: a block-gzip file's `blockgzip.MemberTable`, so that a read from
+            `start_offset` > 0 inflates from the member holding it, not from the file's start.
+            None: looked up in the index beside a GZIP file named by path; False: never.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class RecordReader:
         allow_truncated_tail: bool = False,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         resync: bool = False,
+        members: Union[None, bool, "blockgzip.MemberTable"] = None,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -130,6 +135,7 @@ class RecordReader:
         self.allow_truncated_tail = allow_truncated_tail
         self.chunk_size = max(int(chunk_size), 64)
         self.resync = resync
+        self.members = members
         if resync and self.compression is not None:
             raise ValueError(f"{self.path}: resync needs an uncompressed file (got {self.compression})")
 
@@ -174,9 +180,22 @@ class RecordReader:
                     self.start_offset = start
                 raw.seek(start)
                 return raw, total
+        members = self._member_table(start)
+        if members is not None:
+            stream, at = blockgzip.open_at(raw, members, start, self.path)
+            _skip(stream, start - at)
+            return stream, total
         stream = open_stream(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
+
+    def _member_table(self, start: int):
+        """The block-gzip member table to seek by, or None (inflate from the start)."""
+        if self.compression != "gzip" or start <= 0 or self.members is False:
+            return None
+        if self.members is None and isinstance(self.source, (str, os.PathLike)):
+            self.members = blockgzip.member_table_for(self.path) or False
+        return self.members or None
 
     def _scan(self, raw: BinaryIO) -> Iterator[RecordChunk]:
         if self.end_offset is not None and self.start_offset >= self.end_offset:
@@ -396,6 +415,10 @@ class RecordWriter:
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
         compression_level: zlib level (default: zlib's default, as TensorFlow).
+        block_bytes: GZIP only: write block-gzip (`blockgzip`): gzip members of whole records,
+            about this many uncompressed bytes each, whose table goes at the end of the index,
+            so readers can seek. None (default): 1 MiB blocks when an index is written, else
+            one gzip stream; 0: one stream. Ignored for uncompressed files.
     """
 
     def __init__(
@@ -404,6 +427,8 @@ class RecordWriter:
         compression: Optional[str] = "auto",
         index_path: Union[None, bool, str] = None,
         compression_level: int = -1,
+        *,
+        block_bytes: Optional[int] = None,
     ) -> None:
         from . import index as _index  # index imports records: import late
 
@@ -415,7 +440,9 @@ class RecordWriter:
         self._data_cm = fs.atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
-        if self.compression is not None:
+        self._blocks = _blockgzip_write.compressor_for(self._file, self.compression, bool(self.index_path),
+                                                       block_bytes, compression_level, self.path)
+        if self.compression is not None and self._blocks is None:
             import zlib
 
             from ._streams import WBITS
@@ -445,7 +472,10 @@ class RecordWriter:
             raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
         if self._frame_sizes is not None:
             self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
-        self._emit(framed)
+        if self._blocks is not None:
+            self._blocks.add(framed, sizes)
+        else:
+            self._emit(framed)
         self.offset += len(framed)
         self.records_written += len(sizes)
 
@@ -465,6 +495,7 @@ class RecordWriter:
             return
         if self._deflater is not None:
             self._file.write(self._deflater.flush())
+        members = self._blocks.finish() if self._blocks is not None else None
         self._commit()
         self.closed = True
         if self._frame_sizes is not None:
@@ -472,7 +503,7 @@ class RecordWriter:
 
             sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
             offsets = np.cumsum(sizes) - sizes
-            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path)
+            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path, members)
 
     def abort(self) -> None:
         """Drop everything written so far; neither the data nor the index appears."""
