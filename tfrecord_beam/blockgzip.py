@@ -242,3 +242,20 @@ def scan_members(raw: BinaryIO, path: Optional[str] = None) -> Optional[MemberTa
         sizes.append((size, usize))
         pos += size
     return from_members(sizes) if sizes else None
+
+
+def checked_member_table(data_path, index_path, index: np.ndarray,
+                         opener: Callable[[str], BinaryIO] = fs.open_input) -> Optional[MemberTable]:
+    """`member_table_for`, also checked against the loaded index: the members must cover the
+    records exactly and start at record boundaries (else IndexMismatchError)."""
+    table = member_table_for(data_path, index_path, opener)
+    if table is None:
+        return None
+    end = int(index[-1].sum()) if len(index) else 0
+    starts = table.uncompressed[:-1]
+    at = np.searchsorted(index[:, 0], starts) if len(index) else np.zeros(len(starts), np.int64)
+    inside = at < len(index)
+    if table.data_size != end or not np.array_equal(index[at[inside], 0], starts[inside]) or np.any(starts[~inside] != end):
+        raise IndexMismatchError(os.fspath(index_path), None, None,
+                                 f"gzip member table of {data_path} does not match the index's records (stale index)")
+    return table
