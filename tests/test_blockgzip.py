@@ -173,3 +173,17 @@ def test_golden_file_reads_as_its_manifest():
     assert hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in payloads)).hexdigest() == manifest["sha256"]
     assert gzip.decompress(Path(path).read_bytes()) == _framing_py.frame_records(payloads)
     assert len(blockgzip.member_table_for(path)) == manifest["members"] > 1
+
+
+def test_a_range_read_inflates_only_its_own_members(tmp_path, engine):
+    path = _write(tmp_path / "a.tfrecord.gz", block_bytes=4096)
+    ix = index.load_index(index.default_index_path(path))
+    table = blockgzip.member_table_for(path)
+    data = bytearray(Path(path).read_bytes())
+    data[int(table.compressed[6]) + 60] ^= 0xFF  # damage member 6 only
+    Path(path).write_bytes(bytes(data))
+    first, mid = (int(np.searchsorted(ix[:, 0], table.uncompressed[k])) for k in (0, 6))
+    assert list(RecordReader(path, end_offset=int(ix[mid, 0]))) == PAYLOADS[:mid]
+    assert list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid, 0]))) == PAYLOADS[mid - 3:mid]
+    with pytest.raises(CorruptRecordError):
+        list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid + 1, 0])))

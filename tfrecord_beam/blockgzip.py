@@ -192,14 +192,41 @@ def member_ranges(data_path, index_path=None) -> Optional[List[Tuple[int, int, i
 
 
 # -- reading ------------------------------------------------------------------------------------
-def open_at(raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] = None) -> Tuple[InflatingReader, int]:
+def open_at(raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] = None,
+            end: Optional[int] = None) -> Tuple[InflatingReader, int]:
     """An inflating stream that starts at the member holding uncompressed `offset`, and the
-    uncompressed offset it starts at (skip `offset - that` bytes to reach `offset`)."""
+    uncompressed offset it starts at (skip `offset - that` bytes to reach `offset`).
+
+    With `end` (an uncompressed offset), the stream stops after the member holding `end`
+    (or just before the member starting at `end`): a range read inflates its own members
+    only, so damage beyond them is the next range's to find.
+    """
     m = table.member_at(offset)
-    raw.seek(int(table.compressed[m]))
+    start = int(table.compressed[m])
+    raw.seek(start)
+    if end is not None and end < table.data_size:
+        last = table.member_at(end)
+        stop = int(table.compressed[last if int(table.uncompressed[last]) == end else last + 1])
+        raw = _Window(raw, stop - start)  # type: ignore[assignment]
     stream = InflatingReader(raw, "gzip", path)
     stream.position = int(table.uncompressed[m])
     return stream, int(table.uncompressed[m])
+
+
+class _Window:
+    """The next `size` bytes of a binary file, as a file that ends there (read and close only)."""
+
+    def __init__(self, raw: BinaryIO, size: int) -> None:
+        self._raw, self._left = raw, max(int(size), 0)
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._raw.read(n) if n else b""
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def inflate_member(data: bytes, path: Optional[str], uncompressed_offset: int, expected: int) -> bytes:

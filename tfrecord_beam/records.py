@@ -104,8 +104,8 @@ class RecordReader:
             data ends inside the last record (a file still being written, say).
         resync: `start_offset` may fall inside a record: skip to the next record boundary
             (`find_record_start`). Uncompressed only.
-        members: a block-gzip file's `blockgzip.MemberTable`, so that a read from
-            `start_offset` > 0 inflates from the member holding it, not from the file's start.
+        members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
+            from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
     """
 
@@ -182,7 +182,7 @@ class RecordReader:
                 return raw, total
         members = self._member_table(start)
         if members is not None:
-            stream, at = blockgzip.open_at(raw, members, start, self.path)
+            stream, at = blockgzip.open_at(raw, members, start, self.path, self.end_offset)
             _skip(stream, start - at)
             return stream, total
         stream = open_stream(raw, self.compression, self.path)
@@ -191,7 +191,7 @@ class RecordReader:
 
     def _member_table(self, start: int):
         """The block-gzip member table to seek by, or None (inflate from the start)."""
-        if self.compression != "gzip" or start <= 0 or self.members is False:
+        if self.compression != "gzip" or (start <= 0 and self.end_offset is None) or self.members is False:
             return None
         if self.members is None and isinstance(self.source, (str, os.PathLike)):
             self.members = blockgzip.member_table_for(self.path) or False

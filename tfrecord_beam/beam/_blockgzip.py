@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from .. import blockgzip
-from ..errors import CorruptRecordError
+from apache_beam.io.range_trackers import OffsetRangeTracker
+
+from ..errors import CorruptRecordError, IndexMismatchError
 from ..records import RecordReader
 from . import _fs, _metrics, _paths
 
@@ -39,6 +41,18 @@ def mark_splittable(concat, compression_type) -> None:
         if _paths.for_file(name, compression_type) == "gzip" and member_table(name) is not None:
             single._splittable = True
     concat._tfrecord_beam_marked = True
+
+
+def check_whole_range(file_name: str, tracker) -> None:
+    """Refuse a split range of a compressed file that has no member table (any more): it was
+    split as block-gzip, but now only a whole read is possible, and ranges read as whole
+    files would duplicate records."""
+    if tracker.start_position() > 0 or tracker.stop_position() != OffsetRangeTracker.OFFSET_INFINITY:
+        raise IndexMismatchError(
+            file_name, None, None,
+            f"range [{tracker.start_position()}, {tracker.stop_position()}) of a compressed file without a gzip "
+            "member table: it was split as block-gzip but its index is gone or has no table (changed mid-job)",
+        )
 
 
 def read_members(source, file_name: str, tracker, table) -> Iterator:

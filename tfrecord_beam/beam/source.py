@@ -86,6 +86,7 @@ class _TFRecordSource(FileBasedSource):
             yield from _blockgzip.read_members(self, file_name, range_tracker, table)
             return
         if compression is not None:
+            _blockgzip.check_whole_range(file_name, range_tracker)
             yield from self._read_chain(file_name, compression, range_tracker, 0, 0, None, None)
             return
         total = fs.file_size(file_name)
