@@ -187,3 +187,32 @@ def test_a_range_read_inflates_only_its_own_members(tmp_path, engine):
     assert list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid, 0]))) == PAYLOADS[mid - 3:mid]
     with pytest.raises(CorruptRecordError):
         list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid + 1, 0])))
+
+
+def test_create_index_rebuilds_the_member_table_from_the_data(tmp_path):
+    path = str(tmp_path / "a.tfrecord.gz")
+    with RecordWriter(path, block_bytes=4096) as writer:  # blocks, but no index written
+        writer.write_many(PAYLOADS)
+    assert blockgzip.layout(path)[0] == "unindexed"
+    index.create_index(path)
+    state, members, _ = blockgzip.layout(path)
+    assert state == "indexed" and members == len(blockgzip.scan_members(open(path, "rb"))) > 10
+    plain = str(tmp_path / "b.tfrecord.gz")
+    with RecordWriter(plain) as writer:
+        writer.write_many(PAYLOADS)
+    index.create_index(plain)
+    assert blockgzip.layout(plain)[0] == "stream" and "#" not in Path(plain + ".tfindex").read_text()
+
+
+def test_inspect_says_whether_a_gzip_file_is_block_indexed(tmp_path, capsys):
+    from tfrecord_beam import cli
+
+    block = _write(tmp_path / "a.tfrecord.gz", block_bytes=8192)
+    stream = _write(tmp_path / "b.tfrecord.gz", block_bytes=0)
+    members = len(blockgzip.member_table_for(block))
+    assert cli.main(["inspect", block, stream]) == 0
+    out = capsys.readouterr().out
+    assert f"gzip, block-indexed ({members} members)" in out and "gzip, one stream" in out
+    assert cli.main(["inspect", "--json", block]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["files"][0]["gzip_blocks"] == {"state": "indexed", "members": members, "detail": ""}

@@ -271,18 +271,51 @@ def scan_members(raw: BinaryIO, path: Optional[str] = None) -> Optional[MemberTa
     return from_members(sizes) if sizes else None
 
 
-def checked_member_table(data_path, index_path, index: np.ndarray,
-                         opener: Callable[[str], BinaryIO] = fs.open_input) -> Optional[MemberTable]:
-    """`member_table_for`, also checked against the loaded index: the members must cover the
-    records exactly and start at record boundaries (else IndexMismatchError)."""
-    table = member_table_for(data_path, index_path, opener)
-    if table is None:
-        return None
+def matches_index(table: MemberTable, index: np.ndarray) -> bool:
+    """Whether the members cover the index's records exactly and start at record boundaries."""
     end = int(index[-1].sum()) if len(index) else 0
     starts = table.uncompressed[:-1]
     at = np.searchsorted(index[:, 0], starts) if len(index) else np.zeros(len(starts), np.int64)
     inside = at < len(index)
-    if table.data_size != end or not np.array_equal(index[at[inside], 0], starts[inside]) or np.any(starts[~inside] != end):
+    return table.data_size == end and np.array_equal(index[at[inside], 0], starts[inside]) \
+        and not np.any(starts[~inside] != end)
+
+
+def checked_member_table(data_path, index_path, index: np.ndarray,
+                         opener: Callable[[str], BinaryIO] = fs.open_input) -> Optional[MemberTable]:
+    """`member_table_for`, also checked against the loaded index (`matches_index`, else
+    IndexMismatchError)."""
+    table = member_table_for(data_path, index_path, opener)
+    if table is not None and not matches_index(table, index):
         raise IndexMismatchError(os.fspath(index_path), None, None,
                                  f"gzip member table of {data_path} does not match the index's records (stale index)")
     return table
+
+
+def table_from_data(data_path, index: np.ndarray) -> Optional[MemberTable]:
+    """The member table of a block-gzip file rebuilt from its members' headers, when they agree
+    with `index` (its records, built from the data); None for other files."""
+    with fs.open_input(os.fspath(data_path)) as raw:
+        table = scan_members(raw)
+    return table if table is not None and matches_index(table, index) else None
+
+
+def layout(data_path, index_path=None) -> Tuple[str, Optional[int], str]:
+    """How a GZIP file is laid out, for `inspect`: (state, member count or None, detail).
+
+    state: "indexed" (block-gzip with a member table in its index: splits and seeks),
+    "unindexed" (block-gzip members, but the index has no table: `index.create_index`
+    rebuilds it), "stale" (the table does not match the data), or "stream" (an ordinary
+    gzip file: read whole).
+    """
+    try:
+        table = member_table_for(data_path, index_path)
+    except IndexMismatchError as exc:
+        return "stale", None, str(exc)
+    if table is not None:
+        return "indexed", len(table), ""
+    with fs.open_input(os.fspath(data_path)) as raw:
+        scanned = scan_members(raw)
+    if scanned is not None:
+        return "unindexed", len(scanned), "block-gzip members but no member table in the index"
+    return "stream", None, ""

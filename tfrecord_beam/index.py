@@ -14,10 +14,10 @@ from typing import Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import fs
-from .blockgzip import MemberTable, strip_trailer
+from .blockgzip import MemberTable, strip_trailer, table_from_data
 from ._framing_py import FRAME_OVERHEAD, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import IndexMismatchError
-from .records import RecordReader
+from .records import RecordReader, resolve_compression
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
@@ -84,10 +84,12 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
     """Build the index of `data_path` and write it (beside the data by default); returns it.
 
     A corrupt or truncated data file raises before anything is written, so no partial index
-    is left behind.
+    is left behind. A block-gzip file's member table is rebuilt from its members' headers.
     """
     index = build_index(data_path, compression, verify)
-    write_index(index, index_path or default_index_path(data_path))
+    gzip = resolve_compression(os.fspath(data_path), compression) == "gzip"
+    members = table_from_data(data_path, index) if gzip else None  # block-gzip: keep it seekable
+    write_index(index, index_path or default_index_path(data_path), members)
     return index
 
 

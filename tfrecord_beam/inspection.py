@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from . import _proto, fs
+from . import _proto, blockgzip, fs
 from ._cli_format import image_info
 from .errors import IndexMismatchError, TFRecordError
 from .example import BYTES, FLOAT, INT, feature_kind
@@ -309,6 +309,7 @@ class FileStats:
     data_bytes: int = 0  # uncompressed bytes of the records read (frames included)
     complete: bool = False  # every record was read (no limit hit, no error)
     index: Optional[IndexStatus] = None
+    gzip_layout: Optional[Tuple[str, Optional[int], str]] = None  # GZIP only: `blockgzip.layout`
     error: Optional[str] = None
     exception: Optional[BaseException] = field(default=None, repr=False)
 
@@ -322,6 +323,8 @@ class FileStats:
             "complete": self.complete,
             "index": None if self.index is None else {
                 "path": self.index.path, "state": self.index.state, "detail": self.index.detail},
+            "gzip_blocks": None if self.gzip_layout is None else {
+                "state": self.gzip_layout[0], "members": self.gzip_layout[1], "detail": self.gzip_layout[2]},
             "error": self.error,
         }
 
@@ -400,6 +403,8 @@ def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto
     try:
         info.compression = resolve_compression(path, compression)
         info.size = fs.file_size(path)
+        if info.compression == "gzip":
+            info.gzip_layout = blockgzip.layout(path)
         for chunk in RecordReader(path, info.compression).chunks():
             payloads = chunk.payloads()
             if limit is not None and info.records + len(payloads) >= limit:
