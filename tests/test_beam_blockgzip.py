@@ -77,3 +77,16 @@ def test_pipeline_reads_block_gzip_once_and_reports_a_damaged_member(tmp_path):
         assert_that(result.records, equal_to([x for i, x in enumerate(PAYLOADS) if i not in lost]))
         bad = result.corrupt | beam.Map(lambda c: (isinstance(c, CorruptRecord), "gzip member 3" in c.reason))
         assert_that(bad, equal_to([(True, True)]), label="corrupt")
+
+
+def test_write_to_tfrecord_writes_block_gzip_shards_with_their_tables(tmp_path):
+    from tfrecord_beam.beam import WriteToTFRecord
+
+    payloads = [b"%06d" % i * 50 for i in range(4000)]  # ~1.2 MB per shard: two members at 1 MiB blocks
+    with beam.Pipeline() as p:
+        _ = p | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(
+            str(tmp_path / "out"), file_name_suffix=".tfrecord.gz", num_shards=1)
+    (shard,) = [str(x) for x in tmp_path.glob("out-*.tfrecord.gz")]
+    table = blockgzip.member_table_for(shard)
+    assert len(table) == 2 and sorted(source_test_utils.read_from_source(_TFRecordSource(shard))) == sorted(payloads)
+    assert len(list(_TFRecordSource(shard).split(desired_bundle_size=table.file_size // 2 + 1))) == 2

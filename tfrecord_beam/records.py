@@ -414,7 +414,8 @@ class RecordWriter:
         compression: None, "gzip", "zlib" or "auto" (from the file name).
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
-        compression_level: zlib level (default: zlib's default, as TensorFlow).
+        compression_level: zlib level (default: zlib's default, as TensorFlow). Block-gzip
+            members are deflated by ISA-L when installed, levels mapped onto its 1-3.
         block_bytes: GZIP only: write block-gzip (`blockgzip`): gzip members of whole records,
             about this many uncompressed bytes each, whose table goes at the end of the index,
             so readers can seek. None (default): 1 MiB blocks when an index is written, else
