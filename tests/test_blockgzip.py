@@ -216,3 +216,19 @@ def test_inspect_says_whether_a_gzip_file_is_block_indexed(tmp_path, capsys):
     assert cli.main(["inspect", "--json", block]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["files"][0]["gzip_blocks"] == {"state": "indexed", "members": members, "detail": ""}
+
+
+def test_planner_ranges_merge_members_and_count_trusts_a_matching_table(tmp_path):
+    from tfrecord_beam.inspection import count_records
+
+    path = _write(tmp_path / "a.tfrecord.gz", block_bytes=4096)
+    members = blockgzip.member_ranges(path)
+    merged = blockgzip.member_ranges(path, split_bytes=5000)
+    assert 1 < len(merged) < len(members) and merged[0][0] == 0 and merged[-1][1] == members[-1][1]
+    assert all(a[1] == b[0] and b[2] - a[2] >= 5000 for a, b in zip(merged, merged[1:]))
+    assert {m[2] for m in merged} <= {m[2] for m in members}
+    got = [p for start, end, _ in merged for p in RecordReader(path, start_offset=start, end_offset=end)]
+    assert got == PAYLOADS
+    assert count_records(path) == (len(PAYLOADS), "index")
+    stream = _write(tmp_path / "b.tfrecord.gz", block_bytes=0)
+    assert count_records(stream) == (len(PAYLOADS), "scan") and blockgzip.member_ranges(stream) is None

@@ -180,15 +180,28 @@ def member_table_for(data_path, index_path=None, opener: Callable[[str], BinaryI
     return table.check(fs.file_size(data_path) if file_size is None else file_size, ipath, data_path)
 
 
-def member_ranges(data_path, index_path=None) -> Optional[List[Tuple[int, int, int]]]:
+def member_ranges(data_path, index_path=None, split_bytes: Optional[int] = None) -> Optional[List[Tuple[int, int, int]]]:
     """(uncompressed start, uncompressed end, compressed member offset) of each gzip member of a
     block-gzip file, from its index; None for a file without a member table.
 
     For planners: each range is a set of whole records that `RecordReader(path, "gzip",
-    start_offset=start, end_offset=end)` reads by inflating that member only.
+    start_offset=start, end_offset=end)` reads by inflating that range's members only. With
+    `split_bytes`, consecutive members are merged into ranges of at least that many bytes on
+    disk (the last may be shorter); the offset is then that of the range's first member.
     """
     table = member_table_for(data_path, index_path)
-    return None if table is None else table.ranges()
+    if table is None:
+        return None
+    ranges = table.ranges()
+    if not split_bytes or not ranges:
+        return ranges
+    merged = [list(ranges[0])]
+    for start, end, offset in ranges[1:]:
+        if offset - merged[-1][2] >= split_bytes:
+            merged.append([start, end, offset])
+        else:
+            merged[-1][1] = end
+    return [(a, b, c) for a, b, c in merged]
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -452,7 +452,8 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
     """(record count, "index" or "scan"): from a valid index when there is one, else by scanning.
 
     The index is trusted only for uncompressed files whose index ends exactly at the end of
-    the file (`index_status`'s cheap check). The scan reads only the 12-byte headers of an
+    the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
+    at the end of the file and matches the index. The scan reads only the 12-byte headers of an
     uncompressed file (each length CRC checked) and inflates a compressed one.
     """
     kind = resolve_compression(path, compression)
@@ -460,12 +461,28 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
         status = index_status(path, kind)
         if status.state == "valid":
             return len(status.index), "index"
+    if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
+        indexed = _block_gzip_count(path)
+        if indexed is not None:
+            return indexed, "index"
     count = 0
     for _ in iter_frames(path, kind):
         count += 1
         if progress is not None and not count & 0xFFFF:
             progress(count)
     return count, "scan"
+
+
+def _block_gzip_count(path: str) -> Optional[int]:
+    """The record count of a block-gzip file from its index, when its member table matches
+    both the file (size on disk) and the index (records); else None."""
+    ipath = default_index_path(path)
+    try:
+        index = load_index(ipath)
+        table = blockgzip.checked_member_table(path, ipath, index)
+    except (IndexMismatchError, OSError, UnicodeDecodeError):
+        return None
+    return None if table is None else len(index)
 
 
 # -- description and Arrow schema ---------------------------------------------------------------
