@@ -15,7 +15,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, fs
+from . import _blockgzip_write, _engine, blockgzip, fs
 from ._framing_py import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -24,7 +24,6 @@ from ._framing_py import (
     STATUS_BAD_LENGTH_CRC,
     STATUS_INCOMPLETE,
 )
-from . import _blockgzip_write, blockgzip
 from ._streams import InflatingReader, open_stream
 from .errors import CorruptRecordError, TruncatedRecordError
 
