@@ -232,3 +232,18 @@ def test_planner_ranges_merge_members_and_count_trusts_a_matching_table(tmp_path
     assert count_records(path) == (len(PAYLOADS), "index")
     stream = _write(tmp_path / "b.tfrecord.gz", block_bytes=0)
     assert count_records(stream) == (len(PAYLOADS), "scan") and blockgzip.member_ranges(stream) is None
+
+
+def test_compat_loader_shards_seek_by_a_non_default_index(tmp_path):
+    from tfrecord_beam import compat
+
+    path = _write(tmp_path / "a.tfrecord.gz", block_bytes=4096)
+    moved = str(tmp_path / "elsewhere.idx")
+    os.replace(index.default_index_path(path), moved)
+    data = bytearray(Path(path).read_bytes())
+    data[50] ^= 0xFF  # damage member 0: shard 1 of 2 must not inflate it
+    Path(path).write_bytes(bytes(data))
+    got = [bytes(r) for r in compat.tfrecord_iterator(path, moved, (1, 2))]
+    assert got == PAYLOADS[len(PAYLOADS) // 2:]
+    with pytest.raises(CorruptRecordError):
+        list(compat.tfrecord_iterator(path, moved, (0, 2)))
