@@ -247,3 +247,12 @@ def test_compat_loader_shards_seek_by_a_non_default_index(tmp_path):
     assert got == PAYLOADS[len(PAYLOADS) // 2:]
     with pytest.raises(CorruptRecordError):
         list(compat.tfrecord_iterator(path, moved, (0, 2)))
+
+
+def test_the_tfrecord_package_reads_our_file_and_index(tmp_path):
+    """The peer (installed by `make bench`) shards a block-gzip file by our index unchanged."""
+    peer = pytest.importorskip("tfrecord.reader")
+    path = _write(tmp_path / "a.tfrecord.gz", block_bytes=4096)
+    ipath = index.default_index_path(path)
+    got = [bytes(r) for s in range(3) for r in peer.tfrecord_iterator(path, ipath, (s, 3), "gzip")]
+    assert got == PAYLOADS
