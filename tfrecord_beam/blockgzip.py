@@ -43,7 +43,8 @@ MARKER = "#block-gzip 1"
 EXTRA_ID = b"TB"
 _EXTRA = struct.Struct("<QQ")  # member size on disk, uncompressed size
 # ID1 ID2 CM FLG(FEXTRA) MTIME(0) XFL OS(unknown) XLEN, then SI1 SI2 LEN and the subfield
-HEADER_PREFIX = b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff" + struct.pack("<H", 4 + _EXTRA.size) + EXTRA_ID + struct.pack("<H", _EXTRA.size)
+HEADER_PREFIX = (b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff" + struct.pack("<H", 4 + _EXTRA.size)
+                 + EXTRA_ID + struct.pack("<H", _EXTRA.size))
 HEADER_SIZE = len(HEADER_PREFIX) + _EXTRA.size
 _TAIL_READ = 1 << 16
 
@@ -128,8 +129,8 @@ def parse_trailer(text: str, index_path=None) -> Optional[MemberTable]:
         raise IndexMismatchError(None if index_path is None else os.fspath(index_path), None, None,
                                  "malformed gzip member table (lines '#m C U' then '#end C U')") from None
     result = MemberTable(np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1]))
-    if len(result) < 1 or result.compressed[0] != 0 or result.uncompressed[0] != 0 or np.any(np.diff(result.compressed) <= 0) \
-            or np.any(np.diff(result.uncompressed) < 0):
+    starts_at_zero = len(result) >= 1 and result.compressed[0] == 0 and result.uncompressed[0] == 0
+    if not starts_at_zero or np.any(np.diff(result.compressed) <= 0) or np.any(np.diff(result.uncompressed) < 0):
         raise IndexMismatchError(None if index_path is None else os.fspath(index_path), None, None,
                                  "gzip member table does not start at 0 or does not increase")
     return result
