@@ -90,3 +90,17 @@ def test_write_to_tfrecord_writes_block_gzip_shards_with_their_tables(tmp_path):
     table = blockgzip.member_table_for(shard)
     assert len(table) == 2 and sorted(source_test_utils.read_from_source(_TFRecordSource(shard))) == sorted(payloads)
     assert len(list(_TFRecordSource(shard).split(desired_bundle_size=table.file_size // 2 + 1))) == 2
+
+
+def test_read_all_splits_block_gzip_files_and_reads_them_once(tmp_path):
+    from tfrecord_beam.beam import ReadAllFromTFRecord
+    from tfrecord_beam.beam._blockgzip import _ExpandWithMembers
+
+    block = _write(tmp_path / "a.tfrecord.gz")
+    stream = _write(tmp_path / "b.tfrecord.gz", [p + b"!" for p in PAYLOADS], block_bytes=0)
+    expand = _ExpandWithMembers(True, "auto", 2000, 0, use_index=True)
+    assert len(list(expand.process(block))) > 2 and len(list(expand.process(stream))) == 1
+    assert len(list(_ExpandWithMembers(True, "auto", 2000, 0, use_index=False).process(block))) == 1
+    with beam.Pipeline() as p:
+        got = p | beam.Create([str(tmp_path / "*.gz")]) | ReadAllFromTFRecord(desired_bundle_size=2000)
+        assert_that(got, equal_to(PAYLOADS + [p + b"!" for p in PAYLOADS]))

@@ -6,6 +6,8 @@ any member, so `mark_splittable` turns its range splittable again. Positions are
 offsets *in the file on disk*: a record belongs to the range holding the file offset of the
 gzip member it lies in; the reader claims each member's offset before reading the member,
 so initial splits and dynamic splits (`split_at_fraction`) fall between members.
+`ReadAllFiles` does the same for ReadAllFromTFRecord (Beam's expands compressed files into one
+range each).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from .. import blockgzip
+from apache_beam import ParDo, Reshuffle
+from apache_beam.io import filebasedsource
 from apache_beam.io.range_trackers import OffsetRangeTracker
+from apache_beam.io.restriction_trackers import OffsetRange
 
 from ..errors import CorruptRecordError, IndexMismatchError
 from ..records import RecordReader
@@ -89,3 +94,41 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
                       "was skipped")
             yield source._report(file_name, int(err.offset), reason)
         m += 1
+
+
+class _ExpandWithMembers(filebasedsource._ExpandIntoRanges):
+    """Beam's expansion of files into ranges, plus block-gzip files split into byte ranges too
+    (Beam's own gives every compressed file one unsplittable range)."""
+
+    def __init__(self, splittable, compression_type, desired_bundle_size, min_bundle_size, use_index: bool) -> None:
+        super().__init__(splittable, compression_type, desired_bundle_size, min_bundle_size)
+        self._use_index = use_index
+
+    def process(self, element, *args, **kwargs):
+        for metadata, rng in super().process(element, *args, **kwargs):
+            size = metadata.size_in_bytes
+            if (rng.stop == OffsetRangeTracker.OFFSET_INFINITY and self._splittable and self._use_index and size > 0
+                    and _paths.for_file(metadata.path, self._compression_type) == "gzip"
+                    and member_table(metadata.path, size) is not None):
+                for split in OffsetRange(0, size).split(self._desired_bundle_size, self._min_bundle_size):
+                    yield metadata, split
+            else:
+                yield metadata, rng
+
+
+class ReadAllFiles(filebasedsource.ReadAllFiles):
+    """Beam's ReadAllFiles whose range expansion also splits block-gzip files (read at members
+    by the source's `read_members`); `use_index=False` keeps them whole, as the source reads them."""
+
+    def __init__(self, *args, use_index: bool = True, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._use_index = use_index
+
+    def expand(self, pvalue):
+        pvalue = pvalue | "ExpandIntoRanges" >> ParDo(_ExpandWithMembers(
+            self._splittable, self._compression_type, self._desired_bundle_size, self._min_bundle_size,
+            self._use_index))
+        if self._is_reshuffle:
+            pvalue = pvalue | "Reshard" >> Reshuffle()
+        return pvalue | "ReadRange" >> ParDo(filebasedsource._ReadRange(self._source_from_file,
+                                                                           with_filename=self._with_filename))
