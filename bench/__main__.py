@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ["core", "native", "torch", "beam", "pipelines"]
+ALL = ["core", "native", "torch", "beam", "pipelines", "blockgzip"]
 
 
 def main(argv=None) -> None:

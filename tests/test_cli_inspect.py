@@ -3,6 +3,7 @@ inference (`tfrecord_beam.inspection`), and the text helpers (`tfrecord_beam._cl
 
 from __future__ import annotations
 
+import gzip
 import io
 import struct
 
@@ -200,8 +201,13 @@ def test_index_status_and_count(tmp_path):
     gz = str(tmp_path / "d.tfrecord.gz")
     write_records(gz, [b""] * 3, index_path=True)
     assert index_status(gz).state == "unchecked"
-    assert count_records(gz) == (3, "scan")
+    assert count_records(gz) == (3, "index")  # block-gzip: its member table ties the index to the file
     assert collect_stats([gz]).files[0].index.state == "valid"  # a full read checks it exactly
+    create_index(gz, compression="gzip")  # the same index, table rebuilt from the members' headers
+    assert count_records(gz) == (3, "index")
+    with open(gz, "ab") as handle:  # the file grew: the table no longer ends at its end
+        handle.write(gzip.compress(b""))
+    assert count_records(gz) == (3, "scan")
 
 
 # -- text helpers ------------------------------------------------------------------------------

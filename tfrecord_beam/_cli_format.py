@@ -287,6 +287,18 @@ def format_feature_table(features, total_records: int, sequence: bool = False) -
     return format_table(headers, rows, right=[2])
 
 
+_GZIP_LAYOUT = {"indexed": "gzip, block-indexed ({} members)", "unindexed": "gzip, blocks ({} members), no table",
+                "stale": "gzip, stale member table", "stream": "gzip, one stream"}
+
+
+def _compression_label(info) -> str:
+    """"none", "zlib", or for GZIP how it is laid out (block-gzip files split and seek)."""
+    if info.gzip_layout is None:
+        return info.compression or "none"
+    state, members, _ = info.gzip_layout
+    return _GZIP_LAYOUT[state].format(members)
+
+
 def format_file_table(files) -> str:
     """The per-file table of `inspect` from `FileStats` objects."""
     rows = []
@@ -294,7 +306,7 @@ def format_file_table(files) -> str:
         records = f"{info.records}" + ("" if info.complete else ("+" if info.error is None else " (error)"))
         index = "-" if info.index is None else info.index.state
         rows.append([info.path, records, human_bytes(info.size), human_bytes(info.data_bytes),
-                     info.compression or "none", index])
+                     _compression_label(info), index])
     return format_table(["FILE", "RECORDS", "SIZE", "DATA", "COMPRESSION", "INDEX"], rows, right=[1, 2, 3])
 
 

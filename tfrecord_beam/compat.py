@@ -14,6 +14,7 @@ import typing
 
 import numpy as np
 
+from . import blockgzip
 from . import example as _example
 from . import index as _index
 from . import iterator_utils
@@ -98,13 +99,15 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
             raise ValueError(f"shard {shard!r}: index must be in [0, count)")
     if index_path is not None and shard is not None:
         index = _index.load_index(index_path)
-        if _resolve(data_path, compression) is None:
+        kind = _resolve(data_path, compression)
+        if kind is None:
             _index.check_index(index, fs.file_size(data_path), index_path, data_path)
+        members = blockgzip.checked_member_table(data_path, index_path, index) if kind == "gzip" else None
         first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
         if first == last:
             return
         reader = RecordReader(data_path, compression, verify=verify, start_offset=start,
-                              end_offset=end, first_record_number=first)
+                              end_offset=end, first_record_number=first, members=members or False)
         for chunk in reader.chunks():
             yield chunk, None
         return

@@ -14,9 +14,10 @@ from typing import Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import fs
+from .blockgzip import MemberTable, strip_trailer, table_from_data
 from ._framing_py import FRAME_OVERHEAD, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import IndexMismatchError, OverwriteRefusedError
-from .records import RecordReader
+from .records import RecordReader, resolve_compression
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
@@ -75,13 +76,16 @@ _SNIFF_BYTES = 1 << 16
 
 def looks_like_index(path) -> bool:
     """Whether an existing file may be replaced by an index: its name is not a data file's
-    (`*.tfrecord*`) and its first 64 KiB hold only index text (digits, spaces, newlines)."""
+    (`*.tfrecord*`) and its first 64 KiB hold only index text (lines of digits and spaces, or
+    `#` lines such as a block-gzip member table)."""
     name = os.path.basename(os.fspath(path).split("?", 1)[0])
     if ".tfrecord" in name and not name.endswith(INDEX_SUFFIX):
         return False
     with fs.open_input(path) as handle:
         head = handle.read(_SNIFF_BYTES)
-    return set(head) <= _INDEX_BYTES
+    lines = head.split(b"\n")
+    return all(set(line) <= _INDEX_BYTES or line.startswith(b"#") for line in lines[:-1]) and (
+        set(lines[-1]) <= _INDEX_BYTES or lines[-1].startswith(b"#"))
 
 
 def check_index_target(index_path, data_path=None) -> None:
@@ -99,11 +103,14 @@ def check_index_target(index_path, data_path=None) -> None:
         )
 
 
-def write_index(index: np.ndarray, index_path) -> None:
-    """Write an index atomically (temporary name, then rename); never over a non-index file."""
+def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None) -> None:
+    """Write an index atomically (temporary name, then rename), never over a non-index file; a
+    block-gzip file's member table (`blockgzip`) goes after the records as `#` lines."""
     check_index_target(index_path)
     with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
         handle.write(format_index(index))
+        if members is not None:
+            handle.write(members.format())
         commit()
 
 
@@ -111,24 +118,27 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
     """Build the index of `data_path` and write it (beside the data by default); returns it.
 
     A corrupt or truncated data file raises before anything is written, so no partial index
-    is left behind.
+    is left behind. A block-gzip file's member table is rebuilt from its members' headers.
     """
     index_path = index_path or default_index_path(data_path)
     check_index_target(index_path, data_path)  # before the (possibly long) build
     index = build_index(data_path, compression, verify)
-    write_index(index, index_path)
+    gzip = resolve_compression(os.fspath(data_path), compression) == "gzip"
+    members = table_from_data(data_path, index) if gzip else None  # block-gzip: keep it seekable
+    write_index(index, index_path, members)
     return index
 
 
 def load_index(index_path) -> np.ndarray:
-    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array.
+    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array (`#` lines, such
+    as a block-gzip member table, are skipped).
 
     The entries must start at offset 0 and follow each other (each offset the previous one
     plus its length); `check_index` also compares the end with the data file's size.
     """
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
-        text = handle.read().decode("ascii", errors="replace")
+        text = strip_trailer(handle.read().decode("ascii", errors="replace"))
     lines = [line for line in text.splitlines() if line.strip()]
     tokens = text.split()
     try:

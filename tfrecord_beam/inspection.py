@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from . import _proto, fs
+from . import _proto, blockgzip, fs
 from ._cli_format import image_info
 from .errors import IndexMismatchError, TFRecordError
 from .example import BYTES, FLOAT, INT, feature_kind
@@ -309,6 +309,7 @@ class FileStats:
     data_bytes: int = 0  # uncompressed bytes of the records read (frames included)
     complete: bool = False  # every record was read (no limit hit, no error)
     index: Optional[IndexStatus] = None
+    gzip_layout: Optional[Tuple[str, Optional[int], str]] = None  # GZIP only: `blockgzip.layout`
     error: Optional[str] = None
     exception: Optional[BaseException] = field(default=None, repr=False)
 
@@ -322,6 +323,8 @@ class FileStats:
             "complete": self.complete,
             "index": None if self.index is None else {
                 "path": self.index.path, "state": self.index.state, "detail": self.index.detail},
+            "gzip_blocks": None if self.gzip_layout is None else {
+                "state": self.gzip_layout[0], "members": self.gzip_layout[1], "detail": self.gzip_layout[2]},
             "error": self.error,
         }
 
@@ -400,6 +403,8 @@ def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto
     try:
         info.compression = resolve_compression(path, compression)
         info.size = fs.file_size(path)
+        if info.compression == "gzip":
+            info.gzip_layout = blockgzip.layout(path)
         for chunk in RecordReader(path, info.compression).chunks():
             payloads = chunk.payloads()
             if limit is not None and info.records + len(payloads) >= limit:
@@ -447,7 +452,8 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
     """(record count, "index" or "scan"): from a valid index when there is one, else by scanning.
 
     The index is trusted only for uncompressed files whose index ends exactly at the end of
-    the file (`index_status`'s cheap check). The scan reads only the 12-byte headers of an
+    the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
+    at the end of the file and matches the index. The scan reads only the 12-byte headers of an
     uncompressed file (each length CRC checked) and inflates a compressed one.
     """
     kind = resolve_compression(path, compression)
@@ -455,12 +461,28 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
         status = index_status(path, kind)
         if status.state == "valid":
             return len(status.index), "index"
+    if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
+        indexed = _block_gzip_count(path)
+        if indexed is not None:
+            return indexed, "index"
     count = 0
     for _ in iter_frames(path, kind):
         count += 1
         if progress is not None and not count & 0xFFFF:
             progress(count)
     return count, "scan"
+
+
+def _block_gzip_count(path: str) -> Optional[int]:
+    """The record count of a block-gzip file from its index, when its member table matches
+    both the file (size on disk) and the index (records); else None."""
+    ipath = default_index_path(path)
+    try:
+        index = load_index(ipath)
+        table = blockgzip.checked_member_table(path, ipath, index)
+    except (IndexMismatchError, OSError, UnicodeDecodeError):
+        return None
+    return None if table is None else len(index)
 
 
 # -- description and Arrow schema ---------------------------------------------------------------

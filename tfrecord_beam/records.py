@@ -19,7 +19,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, fs
+from . import _blockgzip_write, _engine, blockgzip, fs
 from ._framing_py import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -107,6 +107,9 @@ class RecordReader:
             data ends inside the last record (a file still being written, say).
         resync: `start_offset` may fall inside a record: skip to the next record boundary
             (`find_record_start`). Uncompressed only.
+        members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
+            from the member holding `start_offset` up to the one holding `end_offset` only.
+            None: looked up in the index beside a GZIP file named by path; False: never.
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class RecordReader:
         allow_truncated_tail: bool = False,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         resync: bool = False,
+        members: Union[None, bool, "blockgzip.MemberTable"] = None,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -134,6 +138,7 @@ class RecordReader:
         self.allow_truncated_tail = allow_truncated_tail
         self.chunk_size = max(int(chunk_size), 64)
         self.resync = resync
+        self.members = members
         if resync and self.compression is not None:
             raise ValueError(f"{self.path}: resync needs an uncompressed file (got {self.compression})")
 
@@ -178,9 +183,22 @@ class RecordReader:
                     self.start_offset = start
                 raw.seek(start)
                 return raw, total
+        members = self._member_table(start)
+        if members is not None:
+            stream, at = blockgzip.open_at(raw, members, start, self.path, self.end_offset)
+            _skip(stream, start - at)
+            return stream, total
         stream = open_stream(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
+
+    def _member_table(self, start: int):
+        """The block-gzip member table to seek by, or None (inflate from the start)."""
+        if self.compression != "gzip" or (start <= 0 and self.end_offset is None) or self.members is False:
+            return None
+        if self.members is None and isinstance(self.source, (str, os.PathLike)):
+            self.members = blockgzip.member_table_for(self.path) or False
+        return self.members or None
 
     def _scan(self, raw: BinaryIO) -> Iterator[RecordChunk]:
         if self.end_offset is not None and self.start_offset >= self.end_offset:
@@ -399,7 +417,12 @@ class RecordWriter:
         compression: None, "gzip", "zlib" or "auto" (from the file name).
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
-        compression_level: zlib level (default: zlib's default, as TensorFlow).
+        compression_level: zlib level (default: zlib's default, as TensorFlow). Block-gzip
+            members are deflated by ISA-L when installed, levels mapped onto its 1-3.
+        block_bytes: GZIP only: write block-gzip (`blockgzip`): gzip members of whole records,
+            about this many uncompressed bytes each, whose table goes at the end of the index,
+            so readers can seek. None (default): 1 MiB blocks when an index is written, else
+            one gzip stream; 0: one stream. Ignored for uncompressed files.
         commit_unclosed: what happens to a writer that is garbage-collected, or still open at
             interpreter exit, without `close()`: False (default) drops its data, True commits
             it (the `tfrecord` package's behaviour, used by `TFRecordWriter`); either way an
@@ -414,6 +437,7 @@ class RecordWriter:
         index_path: Union[None, bool, str] = None,
         compression_level: int = -1,
         *,
+        block_bytes: Optional[int] = None,
         commit_unclosed: bool = False,
     ) -> None:
         from . import index as _index  # index imports records: import late
@@ -428,7 +452,9 @@ class RecordWriter:
         self._data_cm = fs.atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
-        if self.compression is not None:
+        self._blocks = _blockgzip_write.compressor_for(self._file, self.compression, bool(self.index_path),
+                                                       block_bytes, compression_level, self.path)
+        if self.compression is not None and self._blocks is None:
             import zlib
 
             from ._streams import WBITS
@@ -460,7 +486,10 @@ class RecordWriter:
             raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
         if self._frame_sizes is not None:
             self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
-        self._emit(framed)
+        if self._blocks is not None:
+            self._blocks.add(framed, sizes)
+        else:
+            self._emit(framed)
         self.offset += len(framed)
         self.records_written += len(sizes)
 
@@ -488,9 +517,10 @@ class RecordWriter:
         try:
             if self._deflater is not None:
                 self._file.write(self._deflater.flush())
+            members = self._blocks.finish() if self._blocks is not None else None
             self._commit.finish()
             if self._frame_sizes is not None:
-                index_commit = self._finish_index(_index)
+                index_commit = self._finish_index(_index, members)
                 index_final = self.index_path
             else:  # a stale index at the default name goes; a non-index file there is never touched
                 index_final = _index.default_index_path(self.path)
@@ -511,14 +541,17 @@ class RecordWriter:
             self.closed = True
             _open_writers.discard(self)
 
-    def _finish_index(self, _index):
-        """Write the index under a temporary name beside its target; returns its commit."""
+    def _finish_index(self, _index, members):
+        """Write the index (and a block-gzip member table) under a temporary name beside its
+        target; returns its commit."""
         sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
         offsets = np.cumsum(sizes) - sizes
         self._index_cm = fs.atomic_output(self.index_path)
         handle, commit = self._index_cm.__enter__()
         try:
             handle.write(_index.format_index(np.stack([offsets, sizes], axis=1)))
+            if members is not None:
+                handle.write(members.format())
             commit.finish()
         except BaseException:
             commit.abort()

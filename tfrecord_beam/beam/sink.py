@@ -14,7 +14,9 @@ renamed to `default_index_path(final_shard)`, after any old data at the final na
 deleted. Index first, data second: a crash between the two leaves an index without its
 shard, never a shard with a missing index, nor a new index beside old data. With
 `write_index=False` an old index at a final name is deleted instead, so no stale index
-survives next to new data.
+survives next to new data. GZIP shards written with an index are block-gzip
+(`tfrecord_beam.blockgzip`: whole records per gzip member, the member table in the index), so
+they split and seek like uncompressed ones.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from .. import _engine
+from .._blockgzip_write import DEFAULT_BLOCK_BYTES, BlockCompressor
 from .._framing_py import FRAME_OVERHEAD
 from ..index import default_index_path, format_index
 from . import _metrics, _paths
@@ -40,9 +43,10 @@ DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
 class _ShardFile:
     """One temporary shard: buffers payloads, frames them in bulk, records frame sizes."""
 
-    def __init__(self, handle, index_path: Optional[str]) -> None:
+    def __init__(self, handle, index_path: Optional[str], blocks: Optional[BlockCompressor] = None) -> None:
         self._handle = handle
         self._index_path = index_path
+        self._blocks = blocks  # block-gzip: members go to the (uncompressed) handle, the table to the index
         self._pending: List[bytes] = []
         self._pending_bytes = 0
         self._sizes: List[np.ndarray] = []
@@ -67,8 +71,12 @@ class _ShardFile:
         payloads = self._pending
         if not payloads:
             return
-        self._handle.write(_engine.frame_records(payloads))
+        framed = _engine.frame_records(payloads)
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        if self._blocks is not None:
+            self._blocks.add(framed, lengths + FRAME_OVERHEAD)
+        else:
+            self._handle.write(framed)
         if self._index_path is not None:
             self._sizes.append(lengths + FRAME_OVERHEAD)
         _metrics.counter(_metrics.RECORDS_WRITTEN).inc(len(payloads))
@@ -78,6 +86,7 @@ class _ShardFile:
 
     def close(self) -> None:
         self.flush()
+        members = self._blocks.finish() if self._blocks is not None else None
         self._handle.close()
         if self._index_path is None:
             return
@@ -86,6 +95,8 @@ class _ShardFile:
         index = np.stack([offsets, sizes], axis=1)
         with FileSystems.create(self._index_path, "text/plain", CompressionTypes.UNCOMPRESSED) as out:
             out.write(format_index(index))
+            if members is not None:
+                out.write(members.format())
 
 
 class _TFRecordSink(FileBasedSink):
@@ -118,6 +129,10 @@ class _TFRecordSink(FileBasedSink):
     # -- per bundle ---------------------------------------------------------------------------
     def open(self, temp_path: str) -> _ShardFile:
         index_path = default_index_path(temp_path) if self.write_index else None
+        if index_path is not None and _paths.for_file(temp_path, self.compression_type) == "gzip":
+            # block-gzip (`tfrecord_beam.blockgzip`): we write the gzip members ourselves
+            handle = FileSystems.create(temp_path, self.mime_type, CompressionTypes.UNCOMPRESSED)
+            return _ShardFile(handle, index_path, BlockCompressor(handle, DEFAULT_BLOCK_BYTES))
         return _ShardFile(super().open(temp_path), index_path)
 
     def write_record(self, file_handle: _ShardFile, value: Union[bytes, List[bytes]]) -> None:

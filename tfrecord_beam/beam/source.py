@@ -8,7 +8,9 @@ each record, so initial splits and dynamic splits (`split_at_fraction`) both wor
   after the range start (exact, and record numbers are known for error messages);
 * uncompressed without an index: start at the next true record boundary
   (`records.find_record_start`);
-* GZIP / ZLIB: not splittable (Beam gives such files one unsplittable range); read whole.
+* block-gzip (GZIP with a gzip member table in its `.tfindex`): split at gzip members,
+  positions being file offsets (`_blockgzip`);
+* other GZIP / ZLIB: not splittable (Beam gives such files one unsplittable range); read whole.
 
 With `batched=True` it yields lists of payloads instead (one list per read chunk, about 1 MiB
 of records, each record still claimed on its own), which saves Beam's per-element cost.
@@ -30,7 +32,7 @@ from .. import fs
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
 from ..records import RecordReader, find_record_start, header_length
-from . import _index_cache, _metrics, _paths
+from . import _blockgzip, _index_cache, _metrics, _paths
 from ._corrupt import CorruptRecord
 
 
@@ -70,10 +72,21 @@ class _TFRecordSource(FileBasedSource):
             return coders.TupleCoder([coders.StrUtf8Coder(), coders.BytesCoder()])
         return coders.BytesCoder()
 
+    def _get_concat_source(self):
+        concat = super()._get_concat_source()
+        if self._use_index:  # block-gzip files split at their gzip members
+            _blockgzip.mark_splittable(concat, self._compression_type)
+        return concat
+
     # -- reading -----------------------------------------------------------------------------
     def read_records(self, file_name: str, range_tracker) -> Iterator[Union[bytes, tuple, CorruptRecord]]:
         compression = _paths.for_file(file_name, self._compression_type)
+        table = _blockgzip.member_table(file_name) if compression == "gzip" and self._use_index else None
+        if table is not None:
+            yield from _blockgzip.read_members(self, file_name, range_tracker, table)
+            return
         if compression is not None:
+            _blockgzip.check_whole_range(file_name, range_tracker)
             yield from self._read_chain(file_name, compression, range_tracker, 0, 0, None, None)
             return
         total = fs.file_size(file_name)

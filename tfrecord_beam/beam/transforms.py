@@ -15,12 +15,11 @@ from functools import partial
 from typing import Any, List, Optional
 
 import apache_beam as beam
-from apache_beam.io.filebasedsource import ReadAllFiles
 from apache_beam.io.iobase import Read
 from apache_beam.utils.windowed_value import WindowedValue
 
 from .. import example
-from . import _codec, _metrics, _paths
+from . import _blockgzip, _codec, _metrics, _paths
 from ._corrupt import CORRUPT_TAG, CorruptRecord
 from ._write import WriteShards
 from .sink import _TFRecordSink
@@ -136,7 +135,7 @@ class ReadAllFromTFRecord(beam.PTransform):
         super().__init__()
         self._skip_corrupt = skip_corrupt
         beam_compression = _paths.to_beam(compression_type)
-        self._read_all = ReadAllFiles(
+        self._read_all = _blockgzip.ReadAllFiles(  # Beam's, splitting block-gzip files too
             splittable=True,
             compression_type=beam_compression,
             desired_bundle_size=desired_bundle_size,
@@ -146,6 +145,7 @@ class ReadAllFromTFRecord(beam.PTransform):
                 verify=verify, skip_corrupt=skip_corrupt, with_filename=with_filename, batched=batched,
             ),
             with_filename=False,  # the source adds file names itself (dead letters carry their own)
+            use_index=use_index,
         )
 
     def expand(self, patterns):

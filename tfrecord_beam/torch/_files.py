@@ -12,8 +12,9 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import fs
+from .. import blockgzip, fs
 from .. import index as _index
+from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
 from ..records import RecordReader, resolve_compression
 from ._stream import Block
@@ -70,6 +71,7 @@ class FileSet:
         setting = "auto" if compression_type is None else compression_type
         self.compressions = [resolve_compression(p, setting) for p in self.paths]
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
+        self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
 
     def __len__(self) -> int:
@@ -83,7 +85,14 @@ class FileSet:
             index = _index.load_index(self.index_paths[i])
             size = fs.file_size(self.paths[i]) if self.compressions[i] is None else None
             self._indexes[i] = _index.check_index(index, size, self.index_paths[i], self.paths[i])
+            if self.compressions[i] == "gzip":
+                self._members[i] = blockgzip.checked_member_table(self.paths[i], self.index_paths[i], index)
         return self._indexes[i]
+
+    def members(self, i: int) -> Optional[MemberTable]:
+        """The member table of a block-gzip file `i` (from its index), else None."""
+        self.index(i)
+        return self._members[i]
 
     def infos(self) -> List[FileInfo]:
         """What the shard planner needs for every file."""
@@ -91,7 +100,8 @@ class FileSet:
             self._infos = []
             for i, path in enumerate(self.paths):
                 index = self.index(i)
-                self._infos.append(FileInfo(self.compressions[i] is not None, fs.file_size(path),
+                seekable = self.compressions[i] is None or self.members(i) is not None  # block-gzip seeks
+                self._infos.append(FileInfo(not seekable, fs.file_size(path),
                                             None if index is None else len(index)))
         return self._infos
 
@@ -106,7 +116,7 @@ class FileSet:
             expected = last - first
             end = int(index[last, 0]) if last < len(index) else None
             reader = RecordReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
-                                  first_record_number=first)
+                                  first_record_number=first, members=self.members(piece.file) or False)
         elif piece.kind == BYTES:
             reader = RecordReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
                                   resync=piece.start > 0)

@@ -1,19 +1,21 @@
 """Map-style access to TFRecord files: `len()` and `dataset[i]` through `.tfindex` files.
 
-Random access needs seeking, so only uncompressed files are accepted. Each process keeps its
-own open file handles (reopened after a fork, dropped when pickled for `spawn` workers).
+Random access needs seeking: uncompressed files, and block-gzip files (`blockgzip`), where
+`dataset[i]` inflates the one gzip member holding record i (the last member read is kept, so
+reading in order inflates each member once). Each process keeps its own open file handles
+(reopened after a fork, dropped when pickled for `spawn` workers).
 """
 
 from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch.utils.data
 
-from .. import _engine, fs
+from .. import _engine, blockgzip, fs
 from .. import index as _index
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
 from ..errors import CorruptRecordError, TruncatedRecordError
@@ -23,14 +25,15 @@ from ._files import FileSet, Paths
 
 
 class IndexedTFRecordDataset(torch.utils.data.Dataset):
-    """Records of one or more uncompressed TFRecord files, addressed by their global number.
+    """Records of one or more uncompressed or block-gzip TFRecord files, addressed by their global number.
 
     Args:
         data_path: a path, a glob, or a list of them (records are numbered file after file).
         index_path: one index per data file (list, glob or single path), or None to build the
             indexes in memory by scanning the files once.
         description, transform, sequence_description: as for `TFRecordDataset`.
-        compression_type: must resolve to no compression; GZIP/ZLIB files raise ValueError.
+        compression_type: None (from the file name); compressed files must be block-gzip with
+            their index (its member table), others raise ValueError.
         verify: check both CRCs of every record read (default True).
     """
 
@@ -45,10 +48,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         verify: bool = True,
     ) -> None:
         self.files = FileSet(data_path, index_path, compression_type)
-        for path, kind in zip(self.files.paths, self.files.compressions):
-            if kind is not None:
-                raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed files for random access, "
-                                 f"but this one is {kind}; decompress it or use TFRecordDataset")
+        for i, (path, kind) in enumerate(zip(self.files.paths, self.files.compressions)):
+            if kind is not None and (self.files.index_paths[i] is None or self.files.members(i) is None):
+                raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed or block-gzip files (with "
+                                 f"their index) for random access, but this one is {kind} without a gzip member "
+                                 "table; rewrite it with RecordWriter(..., index_path=True) or use TFRecordDataset")
         self.description = description
         self.sequence_description = sequence_description
         self.transform = transform
@@ -59,6 +63,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
                          else _index.build_index(path, None) for i, path in enumerate(self.files.paths)]
         self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
         self._handles: Dict[int, Any] = {}
+        self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -91,8 +96,15 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         handle = self._handles.get(f)
         if handle is None:
             handle = self._handles[f] = fs.open_input(self.files.paths[f])
-        handle.seek(offset)
-        return handle.read(length)
+        table = self.files.members(f) if self.files.compressions[f] is not None else None
+        if table is None:
+            handle.seek(offset)
+            return handle.read(length)
+        m = table.member_at(offset)
+        if self._member[:2] != (f, m):
+            self._member = (f, m, blockgzip.read_member(handle, table, m, self.files.paths[f]))
+        start = offset - int(table.uncompressed[m])
+        return self._member[2][start:start + length]
 
     def _check(self, frame: bytes, path: str, offset: int, r: int, length: int) -> bytes:
         if len(frame) < length or length < FRAME_OVERHEAD:
@@ -107,6 +119,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = {}
+        state["_member"] = (-1, -1, b"")
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
