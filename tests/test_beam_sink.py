@@ -31,6 +31,7 @@ def _read_all(paths, compression="auto"):
 
 
 def _write(payloads, prefix, **kwargs):
+    kwargs.setdefault("file_name_suffix", ".tfrecord")
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _ = p | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(prefix, **kwargs)
 
@@ -79,7 +80,7 @@ def test_single_file_template_and_no_index_removes_stale_index(tmp_path):
 def test_retried_bundle_leaves_no_duplicate(tmp_path):
     """Drive the sink protocol as a runner does when a bundle's first attempt fails."""
     prefix = str(tmp_path / "out")
-    sink = _TFRecordSink(prefix, num_shards=0)
+    sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
     init = sink.initialize_write()
     failed = sink.open_writer(init, "attempt-1")
     for payload in plain_payloads(10):
@@ -102,7 +103,7 @@ def test_retried_bundle_leaves_no_duplicate(tmp_path):
 
 def test_crash_between_index_and_data_rename_recovers(tmp_path, monkeypatch):
     prefix = str(tmp_path / "out")
-    sink = _TFRecordSink(prefix, num_shards=0)
+    sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
     init = sink.initialize_write()
     writer = sink.open_writer(init, "only")
     for payload in plain_payloads(7):
@@ -131,7 +132,7 @@ def test_crash_while_overwriting_never_leaves_a_new_index_beside_old_data(tmp_pa
     prefix = str(tmp_path / "out")
 
     def committed_writes(payloads):
-        sink = _TFRecordSink(prefix, num_shards=0)
+        sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
         init = sink.initialize_write()
         writer = sink.open_writer(init, "only")
         for payload in payloads:

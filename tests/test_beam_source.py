@@ -214,7 +214,7 @@ def test_auto_compression_names_both_rules_disagree_on_are_refused(tmp_path):
     records.write_records(str(zpath), plain_payloads(3))
     with pytest.raises(ValueError, match="compression_type='zlib'"):
         source_test_utils.read_from_source(_TFRecordSource(str(zpath)))
-    assert source_test_utils.read_from_source(_TFRecordSource(str(zpath), "zlib")) == plain_payloads(3)
+    assert source_test_utils.read_from_source(_TFRecordSource(str(zpath), compression_type="zlib")) == plain_payloads(3)
     assert source_test_utils.read_from_source(_TFRecordSource(path)) == plain_payloads(3)
     with pytest.raises(ValueError, match="compression_type='zlib'"):
         WriteToTFRecord(str(tmp_path / "out"), file_name_suffix=".tfrecord.zlib")

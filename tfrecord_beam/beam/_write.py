@@ -7,7 +7,8 @@ For bounded PCollections this transform runs the same protocol with the same sin
 
 1. the temporary directory is named when the pipeline is built (the writers create it);
 2. `num_shards=0`: one temporary file per bundle, opened at the first element, closed in
-   `finish_bundle`; `num_shards=N`: elements are keyed round-robin, grouped, one file per key;
+   `finish_bundle`; `num_shards=N`: elements are dealt round-robin to N keys, encoded, sent
+   on in lists of about 1-2 MiB per key, grouped, one file per key;
 3. after all writes (side inputs of their results): empty shards up to the shard count, then
    `sink.pre_finalize` (deletes old files with the final names), then, as a separate step,
    `sink.finalize_write`, which renames the committed temporary files (and their indexes) to
@@ -15,19 +16,23 @@ For bounded PCollections this transform runs the same protocol with the same sin
 
 Only committed bundles' results reach step 3, so retried bundles leave no duplicates, and a
 failed pipeline never reaches it, so no final name appears. Unbounded input goes through
-Beam's own `Write`.
+Beam's own `Write` (`iobase.WriteImpl`), which writes and finalizes each window (or each
+`triggering_frequency` fixed window) with the same sink methods, indexes included.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+from typing import List, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.iobase import Write
 from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
+
+from .sink import Encoded
 
 
 def _temp_dir_for(file_path_prefix: str) -> str:
@@ -70,20 +75,52 @@ class _WriteBundles(beam.DoFn):
             yield window.GlobalWindows.windowed_value(writer.close())
 
 
-class _RoundRobinKey(beam.DoFn):
-    def __init__(self, count: int) -> None:
+#: Payload bytes the fixed-shard path buffers per bundle before handing them to its
+#: GroupByKey (split evenly between the shards' buffers).
+KEYED_BUFFER_BYTES = 8 << 20
+_MIN_KEY_BUFFER_BYTES = 64 << 10
+
+
+class _RoundRobinBatches(beam.DoFn):
+    """Deals elements round-robin to `count` shards, as Beam's WriteImpl does, but sends each
+    shard's share on in lists of encoded payloads (about KEYED_BUFFER_BYTES / count each)
+    instead of one keyed element per record: the GroupByKey then moves a few large
+    elements, not one per record. Memory: at most about KEYED_BUFFER_BYTES per bundle."""
+
+    def __init__(self, sink, count: int) -> None:
+        self._sink = sink
         self._count = count
+        self._limit = max(_MIN_KEY_BUFFER_BYTES, KEYED_BUFFER_BYTES // count)
 
     def start_bundle(self):
         self._next = random.randrange(self._count)
+        self._buffers = [[] for _ in range(self._count)]
+        self._sizes = [0] * self._count
 
     def process(self, element):
-        self._next = (self._next + 1) % self._count
-        yield self._next, element
+        key = self._next = (self._next + 1) % self._count
+        payloads = self._sink.encode_payloads(element)
+        buffer = self._buffers[key]
+        if len(payloads) == 1:
+            buffer.append(payloads[0])
+            self._sizes[key] += len(payloads[0])
+        else:  # a list element stays whole, in order, in one shard
+            buffer.extend(payloads)
+            self._sizes[key] += sum(map(len, payloads))
+        if self._sizes[key] >= self._limit:
+            yield key, buffer
+            self._buffers[key], self._sizes[key] = [], 0
+
+    def finish_bundle(self):
+        for key, buffer in enumerate(self._buffers):
+            if buffer:
+                yield window.GlobalWindows.windowed_value((key, buffer))
+        self._buffers = [[] for _ in range(self._count)]
+        self._sizes = [0] * self._count
 
 
 class _WriteGroup(beam.DoFn):
-    """One temporary shard per key group (fixed shard count)."""
+    """One temporary shard per key group (fixed shard count) from its lists of payloads."""
 
     def __init__(self, sink, temp_dir: str) -> None:
         self._sink = sink
@@ -92,8 +129,8 @@ class _WriteGroup(beam.DoFn):
     def process(self, keyed):
         _ensure_dir(self._temp_dir)
         writer = self._sink.open_writer(self._temp_dir, uuid.uuid4().hex)
-        for element in keyed[1]:
-            writer.write(element)
+        for payloads in keyed[1]:
+            writer.write(Encoded(payloads))
         yield writer.close()
 
 
@@ -132,7 +169,7 @@ class WriteShards(beam.PTransform):
         if num_shards:
             written = (
                 pcoll
-                | "Key" >> beam.ParDo(_RoundRobinKey(num_shards))
+                | "Key" >> beam.ParDo(_RoundRobinBatches(sink, num_shards)).with_output_types(Tuple[int, List[bytes]])
                 | "Group" >> beam.GroupByKey()
                 | "WriteGroups" >> beam.ParDo(_WriteGroup(sink, temp_dir))
             )

@@ -19,6 +19,7 @@ survives next to new data.
 
 from __future__ import annotations
 
+import copy
 from typing import List, Optional, Union
 
 import numpy as np
@@ -26,15 +27,22 @@ from apache_beam import coders
 from apache_beam.io.filebasedsink import FileBasedSink
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.display import DisplayDataItem
 
 from .. import _engine
 from .._framing_py import FRAME_OVERHEAD
 from ..index import default_index_path, format_index
-from . import _metrics, _paths
+from . import _coders, _metrics, _paths
 
 #: Framed bytes are handed to the file in pieces of about this size.
 FLUSH_BYTES = 1 << 20
-DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
+
+
+def _not_bytes(value) -> TypeError:
+    return TypeError(
+        f"WriteToTFRecord writes bytes (or lists of bytes), got {type(value).__name__}: serialize "
+        "first (EncodeExamples turns dicts into Example bytes) or pass a coder (coder=...)"
+    )
 
 
 class _ShardFile:
@@ -56,10 +64,7 @@ class _ShardFile:
             self._pending.extend(payload)
             self._pending_bytes += sum(map(len, payload))
         else:
-            raise TypeError(
-                f"WriteToTFRecord writes bytes (or lists of bytes), got {type(payload).__name__}: "
-                "serialize first (EncodeExamples turns dicts into Example bytes)"
-            )
+            raise _not_bytes(payload)
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
 
@@ -88,40 +93,98 @@ class _ShardFile:
             out.write(format_index(index))
 
 
+class Encoded(list):
+    """Payloads already encoded with the sink's coder (the fixed-shard write path batches
+    them before its GroupByKey); `write_record` adds them as they are."""
+
+
 class _TFRecordSink(FileBasedSink):
-    """A FileBasedSink of TFRecord payloads (bytes) with one `.tfindex` per final shard."""
+    """A FileBasedSink of TFRecord payloads with one `.tfindex` per final shard.
+
+    Beam's `_TFRecordSink` parameters in Beam's order; ours keyword-only. Elements are
+    encoded with `coder` (Beam's default `BytesCoder` leaves bytes as they are and also
+    takes lists of bytes, each list written in order).
+    """
 
     def __init__(
         self,
-        file_path_prefix: str,
-        file_name_suffix: str = ".tfrecord",
+        file_path_prefix,
+        coder: Optional[coders.Coder] = None,
+        file_name_suffix="",
         num_shards: int = 0,
         shard_name_template: Optional[str] = None,
         compression_type: _paths.Compression = "auto",
+        triggering_frequency: Optional[int] = None,
+        *,
         write_index: bool = True,
         max_records_per_shard: Optional[int] = None,
     ) -> None:
-        if _paths.to_beam(compression_type) == CompressionTypes.AUTO:
-            _paths.check_auto(str(file_name_suffix))
+        coder = _coders.check_coder(coder)
+        beam_compression = _paths.to_beam(compression_type)
         super().__init__(
             _paths.local_absolute(file_path_prefix),
-            coder=coders.BytesCoder(),
+            coder=coder,
             file_name_suffix=file_name_suffix,
             num_shards=num_shards,
-            shard_name_template=DEFAULT_SHARD_NAME_TEMPLATE if shard_name_template is None else shard_name_template,
+            shard_name_template=shard_name_template,
             mime_type="application/octet-stream",
-            compression_type=_paths.to_beam(compression_type),
+            compression_type=beam_compression,
             max_records_per_shard=max_records_per_shard,
+            triggering_frequency=triggering_frequency,
         )
         self.write_index = write_index
+        self._encode = _coders.encoder(coder)
+        if self.file_path_prefix.is_accessible() and self.file_name_suffix.is_accessible():
+            written = _paths.written_compression(
+                self.file_path_prefix.get(), self.file_name_suffix.get(), beam_compression
+            )
+            if beam_compression == CompressionTypes.AUTO:
+                _paths.check_written_name(self._get_final_name(0, max(self.num_shards, 1)), written)
+
+    def display_data(self):
+        data = super().display_data()
+        data.update(
+            coder=DisplayDataItem(str(self.coder), label="Coder"),
+            write_index=DisplayDataItem(self.write_index, label="Write .tfindex files"),
+            triggering_frequency=DisplayDataItem(
+                self.triggering_frequency, label="Triggering frequency (s)"
+            ).drop_if_default(0),
+            max_records_per_shard=DisplayDataItem(
+                self.max_records_per_shard, label="Max records per shard"
+            ).drop_if_none(),
+        )
+        return data
+
+    def with_template(self, shard_name_template: str) -> "_TFRecordSink":
+        """A copy of this sink naming its shards by another template (Beam's WriteToTFRecord
+        switches unbounded input to the windowed default the same way)."""
+        sink = copy.copy(self)
+        sink.shard_name_template = shard_name_template
+        sink.shard_name_format = self._template_to_format(shard_name_template)
+        sink.shard_name_glob_format = self._template_to_glob_format(shard_name_template)
+        return sink
+
+    def encode_payloads(self, value) -> List[bytes]:
+        """One element as the payloads it writes: its coder's bytes, or (BytesCoder) the
+        element itself or the list of bytes it is."""
+        if self._encode is not None:
+            return [self._encode(value)]
+        if isinstance(value, bytes):
+            return [value]
+        if isinstance(value, list) and all(isinstance(p, bytes) for p in value):
+            return value
+        raise _not_bytes(value)
 
     # -- per bundle ---------------------------------------------------------------------------
     def open(self, temp_path: str) -> _ShardFile:
         index_path = default_index_path(temp_path) if self.write_index else None
         return _ShardFile(super().open(temp_path), index_path)
 
-    def write_record(self, file_handle: _ShardFile, value: Union[bytes, List[bytes]]) -> None:
-        file_handle.add(value)  # no coder: payloads are bytes already
+    def write_record(self, file_handle: _ShardFile, value) -> None:
+        if self._encode is not None and type(value) is not Encoded:
+            file_handle.add(self._encode(value))
+        else:
+            file_handle.add(value)
 
     def close(self, file_handle: _ShardFile) -> None:
         file_handle.close()
