@@ -231,3 +231,31 @@ def test_rewrite_replaces_old_shards_and_indexes(tmp_path):
     assert sorted(_read_all(shards)) == sorted(plain_payloads(12))
     for shard in shards:
         verify_index(default_index_path(shard), shard)
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord", ".tfrecord.gz"])
+def test_fixed_shards_through_piece_files(tmp_path, monkeypatch, suffix):
+    """Shares of a shard too big for the dealer's buffer go through piece files, not the GroupByKey."""
+    from tfrecord_beam.beam import _write
+
+    monkeypatch.setattr(_write, "KEYED_BUFFER_BYTES", 3000)
+    monkeypatch.setattr(_write, "_MIN_KEY_BUFFER_BYTES", 1000)
+    opened = []
+    real_open_piece = _TFRecordSink.open_piece
+    monkeypatch.setattr(_TFRecordSink, "open_piece", lambda self, d: opened.append(1) or real_open_piece(self, d))
+    payloads = plain_payloads(400)
+    prefix = str(tmp_path / "out")
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    _ = (pipeline | beam.Create(payloads, reshuffle=False)
+         | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=3))
+    result = pipeline.run()
+    result.wait_until_finish()
+    shards = _shards(prefix)
+    assert opened and len(shards) == 3 and sorted(_read_all(shards)) == sorted(payloads)
+    counts = [len(list(records.read_records(s))) for s in shards]
+    assert max(counts) - min(counts) <= 3  # dealt round-robin
+    for shard in shards:
+        verify_index(default_index_path(shard), shard, verify_crc=True)
+    assert len(os.listdir(tmp_path)) == 6  # pieces went with the temporary directory
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
+    assert counters["records_written"] == 400  # a piece's records count once

@@ -7,8 +7,10 @@ For bounded PCollections this transform runs the same protocol with the same sin
 
 1. the temporary directory is named when the pipeline is built (the writers create it);
 2. `num_shards=0`: one temporary file per bundle, opened at the first element, closed in
-   `finish_bundle`; `num_shards=N`: elements are dealt round-robin to N keys, encoded, sent
-   on in lists of about 1-2 MiB per key, grouped, one file per key;
+   `finish_bundle`; `num_shards=N`: elements are dealt round-robin to N shards; each
+   bundle's share of a shard goes on as one small list, or, when large, as a piece file
+   of framed records written by the bundle (`_DealToShards`); grouped by shard, each group
+   is written as one file (pieces copied frame by frame, CRCs checked);
 3. after all writes (side inputs of their results): empty shards up to the shard count, then
    `sink.pre_finalize` (deletes old files with the final names), then, as a separate step,
    `sink.finalize_write`, which renames the committed temporary files (and their indexes) to
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from typing import List, Tuple
+from typing import List, Tuple, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -32,7 +34,7 @@ from apache_beam.io.iobase import Write
 from apache_beam.pvalue import AsList, AsSingleton
 from apache_beam.transforms import window
 
-from .sink import Encoded
+from .sink import Encoded, Piece
 
 
 def _temp_dir_for(file_path_prefix: str) -> str:
@@ -75,20 +77,27 @@ class _WriteBundles(beam.DoFn):
             yield window.GlobalWindows.windowed_value(writer.close())
 
 
-#: Payload bytes the fixed-shard path buffers per bundle before handing them to its
-#: GroupByKey (split evenly between the shards' buffers).
+#: Payload bytes the fixed-shard path keeps in memory per bundle (split evenly between the
+#: shards' buffers); a shard's share beyond its buffer goes to a piece file.
 KEYED_BUFFER_BYTES = 8 << 20
 _MIN_KEY_BUFFER_BYTES = 64 << 10
 
 
-class _RoundRobinBatches(beam.DoFn):
-    """Deals elements round-robin to `count` shards, as Beam's WriteImpl does, but sends each
-    shard's share on in lists of encoded payloads (about KEYED_BUFFER_BYTES / count each)
-    instead of one keyed element per record: the GroupByKey then moves a few large
-    elements, not one per record. Memory: at most about KEYED_BUFFER_BYTES per bundle."""
+class _DealToShards(beam.DoFn):
+    """Deals elements round-robin to `count` shards, as Beam's WriteImpl does, without sending
+    one keyed element per record through the GroupByKey.
 
-    def __init__(self, sink, count: int) -> None:
+    Each shard's share of a bundle is buffered (about KEYED_BUFFER_BYTES / count); a share
+    that outgrows its buffer is written, framed, to a temporary piece file of this bundle
+    (`sink.open_piece`). When the bundle ends each shard gets one element: the piece's path
+    (`Piece`), or the small share itself (a list of payloads). So the GroupByKey moves names
+    and small lists, never the bulk of the bytes, and memory stays bounded. A failed
+    bundle's pieces are never named downstream and go with the temporary directory.
+    """
+
+    def __init__(self, sink, temp_dir: str, count: int) -> None:
         self._sink = sink
+        self._temp_dir = temp_dir
         self._count = count
         self._limit = max(_MIN_KEY_BUFFER_BYTES, KEYED_BUFFER_BYTES // count)
 
@@ -96,31 +105,43 @@ class _RoundRobinBatches(beam.DoFn):
         self._next = random.randrange(self._count)
         self._buffers = [[] for _ in range(self._count)]
         self._sizes = [0] * self._count
+        self._pieces = [None] * self._count
+        self._plain = self._sink.encodes_bytes_as_is()
 
     def process(self, element):
         key = self._next = (self._next + 1) % self._count
-        payloads = self._sink.encode_payloads(element)
-        buffer = self._buffers[key]
-        if len(payloads) == 1:
-            buffer.append(payloads[0])
-            self._sizes[key] += len(payloads[0])
-        else:  # a list element stays whole, in order, in one shard
-            buffer.extend(payloads)
-            self._sizes[key] += sum(map(len, payloads))
-        if self._sizes[key] >= self._limit:
-            yield key, buffer
-            self._buffers[key], self._sizes[key] = [], 0
+        if self._plain and type(element) is bytes:
+            self._buffers[key].append(element)
+            size = self._sizes[key] = self._sizes[key] + len(element)
+        else:  # a coder's bytes, or a list element (it stays whole, in order, in one shard)
+            payloads = self._sink.encode_payloads(element)
+            self._buffers[key].extend(payloads)
+            size = self._sizes[key] = self._sizes[key] + sum(map(len, payloads))
+        if size >= self._limit:
+            self._spill(key)
+
+    def _spill(self, key: int) -> None:
+        if self._pieces[key] is None:
+            _ensure_dir(self._temp_dir)
+            self._pieces[key] = self._sink.open_piece(self._temp_dir)
+        self._pieces[key][1].add(Encoded(self._buffers[key]))
+        self._buffers[key], self._sizes[key] = [], 0
 
     def finish_bundle(self):
-        for key, buffer in enumerate(self._buffers):
-            if buffer:
-                yield window.GlobalWindows.windowed_value((key, buffer))
-        self._buffers = [[] for _ in range(self._count)]
-        self._sizes = [0] * self._count
+        for key in range(self._count):
+            if self._pieces[key] is not None:
+                if self._buffers[key]:
+                    self._spill(key)
+                path, piece = self._pieces[key]
+                piece.close()
+                yield window.GlobalWindows.windowed_value((key, Piece(path)))
+            elif self._buffers[key]:
+                yield window.GlobalWindows.windowed_value((key, self._buffers[key]))
+        self._buffers, self._pieces = [], []
 
 
 class _WriteGroup(beam.DoFn):
-    """One temporary shard per key group (fixed shard count) from its lists of payloads."""
+    """One temporary shard per key group (fixed shard count), from its pieces and lists."""
 
     def __init__(self, sink, temp_dir: str) -> None:
         self._sink = sink
@@ -129,8 +150,8 @@ class _WriteGroup(beam.DoFn):
     def process(self, keyed):
         _ensure_dir(self._temp_dir)
         writer = self._sink.open_writer(self._temp_dir, uuid.uuid4().hex)
-        for payloads in keyed[1]:
-            writer.write(Encoded(payloads))
+        for part in keyed[1]:
+            writer.write(Piece(part) if isinstance(part, str) else Encoded(part))
         yield writer.close()
 
 
@@ -169,7 +190,8 @@ class WriteShards(beam.PTransform):
         if num_shards:
             written = (
                 pcoll
-                | "Key" >> beam.ParDo(_RoundRobinBatches(sink, num_shards)).with_output_types(Tuple[int, List[bytes]])
+                | "Deal" >> beam.ParDo(_DealToShards(sink, temp_dir, num_shards)).with_output_types(
+                    Tuple[int, Union[str, List[bytes]]])
                 | "Group" >> beam.GroupByKey()
                 | "WriteGroups" >> beam.ParDo(_WriteGroup(sink, temp_dir))
             )

@@ -20,7 +20,8 @@ survives next to new data.
 from __future__ import annotations
 
 import copy
-from typing import List, Optional, Union
+import uuid
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 from apache_beam import coders
@@ -30,9 +31,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.display import DisplayDataItem
 
 from .. import _engine
-from .._framing_py import FRAME_OVERHEAD
+from .._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
 from ..index import default_index_path, format_index
-from . import _coders, _metrics, _paths
+from ..records import RecordReader
+from . import _coders, _fs, _metrics, _paths
 
 #: Framed bytes are handed to the file in pieces of about this size.
 FLUSH_BYTES = 1 << 20
@@ -45,22 +47,44 @@ def _not_bytes(value) -> TypeError:
     )
 
 
+def all_bytes(values: List) -> bool:
+    """Whether every item of a list is bytes (checked at C speed for the common case)."""
+    return set(map(type, values)) <= _BYTES or all(isinstance(v, bytes) for v in values)
+
+
+_BYTES = {bytes}
+
+
+class Encoded(list):
+    """Payloads already encoded with the sink's coder (the fixed-shard write path batches
+    them before its GroupByKey); the sink adds them as they are."""
+
+
+class Piece(str):
+    """The path of a temporary, uncompressed file of framed records (part of one shard that
+    the fixed-shard write path wrote before its GroupByKey); the sink copies its frames in."""
+
+
 class _ShardFile:
-    """One temporary shard: buffers payloads, frames them in bulk, records frame sizes."""
+    """One temporary shard: buffers payloads, frames them in bulk, and writes the `.tfindex`
+    lines of what it wrote as it goes (memory stays bounded whatever the shard's size)."""
 
     def __init__(self, handle, index_path: Optional[str]) -> None:
         self._handle = handle
-        self._index_path = index_path
+        self._index = (
+            None if index_path is None
+            else FileSystems.create(index_path, "text/plain", CompressionTypes.UNCOMPRESSED)
+        )
+        self._offset = 0  # uncompressed offset of the next frame
         self._pending: List[bytes] = []
         self._pending_bytes = 0
-        self._sizes: List[np.ndarray] = []
 
     def add(self, payload: Union[bytes, List[bytes]]) -> None:
         """Add one payload, or a list of them (a batch from ReadFromTFRecordBatched)."""
         if isinstance(payload, bytes):
             self._pending.append(payload)
             self._pending_bytes += len(payload)
-        elif isinstance(payload, list) and all(isinstance(p, bytes) for p in payload):
+        elif type(payload) is Encoded or (isinstance(payload, list) and all_bytes(payload)):
             self._pending.extend(payload)
             self._pending_bytes += sum(map(len, payload))
         else:
@@ -68,34 +92,41 @@ class _ShardFile:
         if self._pending_bytes >= FLUSH_BYTES:
             self.flush()
 
+    def add_piece(self, path: str) -> None:
+        """Copy the frames of a piece file (their CRCs checked on the way) after what is here."""
+        self.flush()
+        with _fs.open_input(path) as raw:
+            for chunk in RecordReader(raw, None).chunks():
+                first = int(chunk.payload_offsets[0]) - HEADER_SIZE
+                end = int(chunk.payload_offsets[-1] + chunk.payload_lengths[-1]) + FOOTER_SIZE
+                self._handle.write(memoryview(chunk.buffer)[first:end])
+                self._note(chunk.payload_lengths)
+
     def flush(self) -> None:
         payloads = self._pending
         if not payloads:
             return
         self._handle.write(_engine.frame_records(payloads))
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-        if self._index_path is not None:
-            self._sizes.append(lengths + FRAME_OVERHEAD)
+        self._note(lengths)
         _metrics.counter(_metrics.RECORDS_WRITTEN).inc(len(payloads))
         _metrics.counter(_metrics.BYTES_WRITTEN).inc(int(lengths.sum()))
         self._pending = []
         self._pending_bytes = 0
 
+    def _note(self, lengths: np.ndarray) -> None:
+        """Index the frames just written (payload `lengths`)."""
+        sizes = lengths.astype(np.int64) + FRAME_OVERHEAD
+        if self._index is not None:
+            offsets = self._offset + np.cumsum(sizes) - sizes
+            self._index.write(format_index(np.stack([offsets, sizes], axis=1)))
+        self._offset += int(sizes.sum())
+
     def close(self) -> None:
         self.flush()
         self._handle.close()
-        if self._index_path is None:
-            return
-        sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, dtype=np.int64)
-        offsets = np.cumsum(sizes) - sizes
-        index = np.stack([offsets, sizes], axis=1)
-        with FileSystems.create(self._index_path, "text/plain", CompressionTypes.UNCOMPRESSED) as out:
-            out.write(format_index(index))
-
-
-class Encoded(list):
-    """Payloads already encoded with the sink's coder (the fixed-shard write path batches
-    them before its GroupByKey); `write_record` adds them as they are."""
+        if self._index is not None:
+            self._index.close()
 
 
 class _TFRecordSink(FileBasedSink):
@@ -164,6 +195,10 @@ class _TFRecordSink(FileBasedSink):
         sink.shard_name_glob_format = self._template_to_glob_format(shard_name_template)
         return sink
 
+    def encodes_bytes_as_is(self) -> bool:
+        """Whether a bytes element is its own payload (the default BytesCoder)."""
+        return self._encode is None
+
     def encode_payloads(self, value) -> List[bytes]:
         """One element as the payloads it writes: its coder's bytes, or (BytesCoder) the
         element itself or the list of bytes it is."""
@@ -171,7 +206,7 @@ class _TFRecordSink(FileBasedSink):
             return [self._encode(value)]
         if isinstance(value, bytes):
             return [value]
-        if isinstance(value, list) and all(isinstance(p, bytes) for p in value):
+        if isinstance(value, list) and all_bytes(value):
             return value
         raise _not_bytes(value)
 
@@ -180,8 +215,16 @@ class _TFRecordSink(FileBasedSink):
         index_path = default_index_path(temp_path) if self.write_index else None
         return _ShardFile(super().open(temp_path), index_path)
 
+    def open_piece(self, temp_dir: str) -> Tuple[str, _ShardFile]:
+        """A new piece file in `temp_dir` (uncompressed, no index): (its path, its writer)."""
+        path = FileSystems.join(temp_dir, f"piece-{uuid.uuid4().hex}")
+        return path, _ShardFile(FileSystems.create(path, self.mime_type, CompressionTypes.UNCOMPRESSED), None)
+
     def write_record(self, file_handle: _ShardFile, value) -> None:
-        if self._encode is not None and type(value) is not Encoded:
+        kind = type(value)
+        if kind is Piece:
+            file_handle.add_piece(value)
+        elif self._encode is not None and kind is not Encoded:
             file_handle.add(self._encode(value))
         else:
             file_handle.add(value)

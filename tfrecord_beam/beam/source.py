@@ -13,7 +13,10 @@ since a tracker call per record cost more than reading the record:
 * GZIP / ZLIB: not splittable (Beam gives such files one unsplittable range); read whole.
 
 With `batched=True` it yields lists of payloads instead (one list per read chunk, about 1 MiB
-of records, claimed as one run), which saves Beam's per-element cost.
+of records, claimed as one run), which saves Beam's per-element cost. With `runs=True` it
+yields each claimed run as a list, which ReadFromTFRecord turns back into records in a DoFn
+downstream: an element a DoFn outputs costs the runner less than one an SDF (Beam's Read)
+outputs, for which it also observes a watermark, so this is ~2x faster per record.
 
 Files are opened through Beam's `FileSystems` (`beam/_fs.py`), as Beam's own sources do, so
 pipeline options and credentials apply. Payloads are decoded by the `coder` (Beam's
@@ -69,6 +72,7 @@ class _TFRecordSource(FileBasedSource):
         skip_corrupt: bool = False,
         with_filename: bool = False,
         batched: bool = False,
+        runs: bool = False,
     ) -> None:
         self._coder = _coders.check_coder(coder)
         super().__init__(
@@ -83,11 +87,13 @@ class _TFRecordSource(FileBasedSource):
         self._skip_corrupt = skip_corrupt
         self._with_filename = with_filename
         self._batched = batched
+        self._runs = runs
 
     def default_output_coder(self):
         if self._skip_corrupt:
             return coders.PickleCoder()  # records and CorruptRecords
-        return _coders.read_output(self._coder, with_filename=self._with_filename, batched=self._batched)[0]
+        lists = self._batched or self._runs
+        return _coders.read_output(self._coder, with_filename=self._with_filename, batched=lists)[0]
 
     def display_data(self):
         data = super().display_data()
@@ -115,6 +121,7 @@ class _TFRecordSource(FileBasedSource):
         """The records of `file_name` in the tracker's range, decoded, as Beam wants them."""
         decode = _coders.decoder(self._coder)
         name = file_name if self._with_filename else None
+        lists = self._batched or self._runs
         try:
             for item in self._read_file(file_name, range_tracker):
                 if type(item) is not list:  # a dead letter
@@ -122,7 +129,7 @@ class _TFRecordSource(FileBasedSource):
                     continue
                 if decode is not None:
                     item = list(map(decode, item))
-                if self._batched:
+                if lists:
                     yield item if name is None else (name, item)
                 elif name is None:
                     yield from item

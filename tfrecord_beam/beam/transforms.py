@@ -12,6 +12,7 @@ error naming the file, offset and record.
 from __future__ import annotations
 
 from functools import partial
+from itertools import repeat
 from typing import Any, List, Optional
 
 import apache_beam as beam
@@ -44,13 +45,36 @@ class _RouteCorrupt(beam.DoFn):
             yield element
 
 
-def _split_dead_letters(pcoll, skip_corrupt: bool, main: str, hint=None):
-    if not skip_corrupt:
-        return pcoll
-    route = beam.ParDo(_RouteCorrupt())
+class _Records(_RouteCorrupt):
+    """The source's claimed runs (lists of records, or (file, list) pairs) -> single records
+    (or (file, record) pairs); dead letters to their own output."""
+
+    def __init__(self, with_filename: bool) -> None:
+        self._with_filename = with_filename
+
+    def process(self, element):
+        if isinstance(element, CorruptRecord):
+            yield beam.pvalue.TaggedOutput(CORRUPT_TAG, element)
+        elif self._with_filename:
+            name, run = element
+            yield from zip(repeat(name), run)
+        else:
+            yield from element
+
+
+def _split_dead_letters(pcoll, skip_corrupt: bool, main: str, hint=None, dofn=None):
+    """`pcoll` through `dofn` (default: dead letters routed off), typed `hint`; a
+    `(main, corrupt)` result with `skip_corrupt`."""
+    if dofn is None:
+        if not skip_corrupt:
+            return pcoll
+        dofn = _RouteCorrupt()
+    step = beam.ParDo(dofn)
     if hint is not None:
-        route = route.with_output_types(hint)
-    return pcoll | "RouteCorrupt" >> route.with_outputs(CORRUPT_TAG, main=main)
+        step = step.with_output_types(hint)
+    if skip_corrupt:
+        step = step.with_outputs(CORRUPT_TAG, main=main)
+    return pcoll | ("RouteCorrupt" if type(dofn) is _RouteCorrupt else "Records") >> step
 
 
 class ReadFromTFRecord(beam.PTransform):
@@ -102,18 +126,20 @@ class ReadFromTFRecord(beam.PTransform):
     ) -> None:
         super().__init__()
         self._skip_corrupt = skip_corrupt
+        self._with_filename = with_filename
         self._source = _TFRecordSource(
             file_pattern, coder, compression_type, validate, min_bundle_size=min_bundle_size,
             use_index=use_index, verify=verify, skip_corrupt=skip_corrupt, with_filename=with_filename,
-            batched=self._BATCHED,
+            batched=self._BATCHED, runs=not self._BATCHED,
         )
         self._hint = _coders.read_output(self._source._coder, with_filename=with_filename, batched=self._BATCHED)[1]
 
     def expand(self, pvalue):
-        read = Read(self._source)
-        if not self._skip_corrupt:
-            return pvalue.pipeline | "Read" >> read.with_output_types(self._hint)
-        return _split_dead_letters(pvalue.pipeline | "Read" >> read, True, RECORDS_TAG, self._hint)
+        read = pvalue.pipeline | "Read" >> Read(self._source)
+        if self._BATCHED and not self._skip_corrupt:
+            return _typed(read, self._hint)
+        explode = None if self._BATCHED else _Records(self._with_filename)
+        return _split_dead_letters(read, self._skip_corrupt, RECORDS_TAG, self._hint, explode)
 
     def display_data(self):
         return {"source_dd": self._source}
@@ -178,6 +204,7 @@ class ReadAllFromTFRecord(beam.PTransform):
         coder = _coders.check_coder(coder)
         beam_compression = _paths.to_beam(compression_type)
         self._hint = _coders.read_output(coder, with_filename=with_filename, batched=batched)[1]
+        self._explode = None if batched else _Records(with_filename)
         self._read_all = ReadAllFiles(
             splittable=True,
             compression_type=beam_compression,
@@ -186,15 +213,23 @@ class ReadAllFromTFRecord(beam.PTransform):
             source_from_file=partial(
                 _create_source, coder=coder, compression_type=beam_compression, use_index=use_index,
                 verify=verify, skip_corrupt=skip_corrupt, with_filename=with_filename, batched=batched,
+                runs=not batched,
             ),
             with_filename=False,  # the source adds file names itself (dead letters carry their own)
         )
 
     def expand(self, patterns):
         files = patterns | "MatchDataFiles" >> beam.ParDo(_MatchDataFiles()).with_output_types(FileMetadata)
-        if not self._skip_corrupt:
-            return files | "ReadAllFiles" >> self._read_all.with_output_types(self._hint)
-        return _split_dead_letters(files | "ReadAllFiles" >> self._read_all, True, RECORDS_TAG, self._hint)
+        read = files | "ReadAllFiles" >> self._read_all
+        if self._explode is None and not self._skip_corrupt:
+            return _typed(read, self._hint)
+        return _split_dead_letters(read, self._skip_corrupt, RECORDS_TAG, self._hint, self._explode)
+
+
+def _typed(pcoll, hint):
+    """Declare the element type of a composite's output (its coder follows from it)."""
+    pcoll.element_type = hint
+    return pcoll
 
 
 class WriteToTFRecord(beam.PTransform):
