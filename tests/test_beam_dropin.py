@@ -286,3 +286,16 @@ def test_unbounded_triggering_frequency_replaces_the_input_windows(tmp_path):
     assert list(got.values()) == [[b"a0", b"a1", b"a2"], [b"b0", b"b1"]]
     with gzip.open(tmp_path / "x-[0.0, 10.0)-00000-of-00001.gz") as handle:
         assert handle.read(1)  # really gzip
+
+
+def test_validate_and_file_metadata_input_as_beams(tmp_path):
+    from apache_beam.io import fileio
+
+    with pytest.raises(IOError, match="No files found"):
+        ReadFromTFRecord(str(tmp_path / "missing-*"))
+    ReadFromTFRecord(str(tmp_path / "missing-*"), validate=False)
+    path = write_file(tmp_path / "a.tfrecord", plain_payloads(7), index=True)
+    with _pipeline() as p:
+        matched = p | fileio.MatchFiles(str(tmp_path / "a.*"))  # FileMetadata, the index among them
+        assert_that(matched | ReadAllFromTFRecord(), equal_to(plain_payloads(7)))
+    assert os.path.exists(default_index_path(path))

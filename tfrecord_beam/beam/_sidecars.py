@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Iterable, List, TypeVar
+from typing import Iterable, List, Optional, TypeVar
 
 from ..errors import CorruptRecordError
 from ..index import INDEX_SUFFIX
@@ -35,16 +35,18 @@ def is_index_name(path: str) -> bool:
     return path.endswith(INDEX_SUFFIX)
 
 
-def without_indexes(pattern: str, items: Iterable[T], path_of=lambda item: item) -> List[T]:
-    """The matches of `pattern` less the index sidecars a glob picked up (logged at debug)."""
+def without_indexes(pattern: Optional[str], items: Iterable[T], path_of=lambda item: item) -> List[T]:
+    """The matches of `pattern` less the index sidecars a glob picked up (logged at debug);
+    `pattern=None` for files matched elsewhere (e.g. FileMetadata from `fileio.MatchFiles`)."""
     items = list(items)
-    if not is_glob(pattern):
+    if pattern is not None and not is_glob(pattern):
         return items
     kept = []
     for item in items:
         path = path_of(item)
         if is_index_name(path):
-            _LOG.debug("%s: skipping %s, a %s index sidecar, not TFRecord data", pattern, path, INDEX_SUFFIX)
+            _LOG.debug("%s: skipping %s, a %s index sidecar, not TFRecord data",
+                       pattern or "matched files", path, INDEX_SUFFIX)
         else:
             kept.append(item)
     return kept

@@ -160,14 +160,15 @@ class ReadFromTFRecordBatched(ReadFromTFRecord):
 
 
 class _MatchDataFiles(beam.DoFn):
-    """File patterns (or FileMetadata) -> the FileMetadata of the data files they match,
-    less the `.tfindex` sidecars a glob picks up."""
+    """File patterns -> the FileMetadata of the data files they match, less the `.tfindex`
+    sidecars a glob picks up. FileMetadata (e.g. from `fileio.MatchFiles`) pass through,
+    except those of `.tfindex` files: they come from a match too."""
 
     def process(self, element):
         if isinstance(element, FileMetadata):
-            yield element
-            return
-        yield from _sidecars.without_indexes(element, _fs.match(element), lambda m: m.path)
+            yield from _sidecars.without_indexes(None, [element], lambda m: m.path)
+        else:
+            yield from _sidecars.without_indexes(element, _fs.match(element), lambda m: m.path)
 
 
 class ReadAllFromTFRecord(beam.PTransform):
