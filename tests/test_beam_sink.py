@@ -236,10 +236,10 @@ def test_rewrite_replaces_old_shards_and_indexes(tmp_path):
 @pytest.mark.parametrize("suffix", [".tfrecord", ".tfrecord.gz"])
 def test_fixed_shards_through_piece_files(tmp_path, monkeypatch, suffix):
     """Shares of a shard too big for the dealer's buffer go through piece files, not the GroupByKey."""
-    from tfrecord_beam.beam import _write
+    from tfrecord_beam.beam import _write as write_module
 
-    monkeypatch.setattr(_write, "KEYED_BUFFER_BYTES", 3000)
-    monkeypatch.setattr(_write, "_MIN_KEY_BUFFER_BYTES", 1000)
+    monkeypatch.setattr(write_module, "KEYED_BUFFER_BYTES", 3000)
+    monkeypatch.setattr(write_module, "_MIN_KEY_BUFFER_BYTES", 1000)
     opened = []
     real_open_piece = _TFRecordSink.open_piece
     monkeypatch.setattr(_TFRecordSink, "open_piece", lambda self, d: opened.append(1) or real_open_piece(self, d))
@@ -259,3 +259,19 @@ def test_fixed_shards_through_piece_files(tmp_path, monkeypatch, suffix):
     assert len(os.listdir(tmp_path)) == 6  # pieces went with the temporary directory
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert counters["records_written"] == 400  # a piece's records count once
+
+
+def test_many_fixed_shards_send_lists_not_pieces(tmp_path, monkeypatch):
+    from tfrecord_beam.beam import _write as write_module
+
+    monkeypatch.setattr(write_module, "MAX_PIECE_SHARDS", 2)
+    monkeypatch.setattr(write_module, "KEYED_BUFFER_BYTES", 3000)
+    monkeypatch.setattr(write_module, "_MIN_KEY_BUFFER_BYTES", 1000)
+    monkeypatch.setattr(_TFRecordSink, "open_piece", lambda *a: pytest.fail("no piece files past MAX_PIECE_SHARDS"))
+    payloads = plain_payloads(300)
+    prefix = str(tmp_path / "out")
+    _write(payloads, prefix, num_shards=3)
+    shards = _shards(prefix)
+    assert len(shards) == 3 and sorted(_read_all(shards)) == sorted(payloads)
+    for shard in shards:
+        verify_index(default_index_path(shard), shard, verify_crc=True)

@@ -81,18 +81,22 @@ class _WriteBundles(beam.DoFn):
 #: shards' buffers); a shard's share beyond its buffer goes to a piece file.
 KEYED_BUFFER_BYTES = 8 << 20
 _MIN_KEY_BUFFER_BYTES = 64 << 10
+#: With more shards than this, shares go through the GroupByKey as lists instead of piece
+#: files (a bundle would hold too many files open, each of them small).
+MAX_PIECE_SHARDS = 64
 
 
 class _DealToShards(beam.DoFn):
     """Deals elements round-robin to `count` shards, as Beam's WriteImpl does, without sending
     one keyed element per record through the GroupByKey.
 
-    Each shard's share of a bundle is buffered (about KEYED_BUFFER_BYTES / count); a share
+    Each shard's share of a bundle is buffered (about KEYED_BUFFER_BYTES / count). A share
     that outgrows its buffer is written, framed, to a temporary piece file of this bundle
-    (`sink.open_piece`). When the bundle ends each shard gets one element: the piece's path
-    (`Piece`), or the small share itself (a list of payloads). So the GroupByKey moves names
-    and small lists, never the bulk of the bytes, and memory stays bounded. A failed
-    bundle's pieces are never named downstream and go with the temporary directory.
+    (`sink.open_piece`; with more than MAX_PIECE_SHARDS shards it is sent on as a list
+    instead). When the bundle ends each shard gets its piece's path (`Piece`) and/or the
+    rest of its share (a list of payloads). So the GroupByKey moves names and lists of
+    about a MiB, not the bulk of the bytes one record at a time, and memory stays bounded.
+    A failed bundle's pieces are never named downstream and go with the temporary directory.
     """
 
     def __init__(self, sink, temp_dir: str, count: int) -> None:
@@ -100,6 +104,7 @@ class _DealToShards(beam.DoFn):
         self._temp_dir = temp_dir
         self._count = count
         self._limit = max(_MIN_KEY_BUFFER_BYTES, KEYED_BUFFER_BYTES // count)
+        self._use_pieces = count <= MAX_PIECE_SHARDS
 
     def start_bundle(self):
         self._next = random.randrange(self._count)
@@ -108,7 +113,7 @@ class _DealToShards(beam.DoFn):
         self._pieces = [None] * self._count
         self._plain = self._sink.encodes_bytes_as_is()
 
-    def process(self, element):
+    def process(self, element):  # a plain function, not a generator: most calls emit nothing
         key = self._next = (self._next + 1) % self._count
         if self._plain and type(element) is bytes:
             self._buffers[key].append(element)
@@ -117,25 +122,28 @@ class _DealToShards(beam.DoFn):
             payloads = self._sink.encode_payloads(element)
             self._buffers[key].extend(payloads)
             size = self._sizes[key] = self._sizes[key] + sum(map(len, payloads))
-        if size >= self._limit:
-            self._spill(key)
+        return self._spill(key) if size >= self._limit else None
 
-    def _spill(self, key: int) -> None:
+    def _spill(self, key: int):
+        """Hand on shard `key`'s buffer: into its piece file, or as a list to emit."""
+        buffer, self._buffers[key], self._sizes[key] = self._buffers[key], [], 0
+        if not self._use_pieces:
+            return [(key, buffer)]
         if self._pieces[key] is None:
             _ensure_dir(self._temp_dir)
             self._pieces[key] = self._sink.open_piece(self._temp_dir)
-        self._pieces[key][1].add(Encoded(self._buffers[key]))
-        self._buffers[key], self._sizes[key] = [], 0
+        piece = self._pieces[key][1]
+        piece.add(Encoded(buffer))
+        piece.flush()
+        return None
 
     def finish_bundle(self):
         for key in range(self._count):
             if self._pieces[key] is not None:
-                if self._buffers[key]:
-                    self._spill(key)
                 path, piece = self._pieces[key]
                 piece.close()
                 yield window.GlobalWindows.windowed_value((key, Piece(path)))
-            elif self._buffers[key]:
+            if self._buffers[key]:
                 yield window.GlobalWindows.windowed_value((key, self._buffers[key]))
         self._buffers, self._pieces = [], []
 
