@@ -299,3 +299,28 @@ def test_validate_and_file_metadata_input_as_beams(tmp_path):
         matched = p | fileio.MatchFiles(str(tmp_path / "a.*"))  # FileMetadata, the index among them
         assert_that(matched | ReadAllFromTFRecord(), equal_to(plain_payloads(7)))
     assert os.path.exists(default_index_path(path))
+
+
+def test_the_source_reads_through_beam_filesystems(tmp_path, monkeypatch):
+    """Data is opened with Beam's FileSystems.open (pipeline options and credentials apply),
+    never with the core's pyarrow.fs; errors still name the file."""
+    import tfrecord_beam.fs as core_fs
+    from apache_beam.io import source_test_utils
+
+    from tfrecord_beam.beam.source import _TFRecordSource
+
+    path = write_file(tmp_path / "a.tfrecord", plain_payloads(30))
+    opened = []
+    real_open = FileSystems.open
+    monkeypatch.setattr(FileSystems, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    monkeypatch.setattr(core_fs, "open_input", lambda *a, **k: pytest.fail("read through pyarrow.fs"))
+    source = _TFRecordSource(path)
+    splits = [(s.source, s.start_position, s.stop_position) for s in source.split(desired_bundle_size=500)]
+    source_test_utils.assert_sources_equal_reference_source((source, None, None), splits)
+    assert opened and set(opened) == {path}
+    data = bytearray(open(path, "rb").read())
+    data[100] ^= 1
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(CorruptRecordError) as info:
+        source_test_utils.read_from_source(source)
+    assert info.value.path == path
