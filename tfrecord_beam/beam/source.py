@@ -3,7 +3,7 @@
 All reading happens in `read_records(file_name, range_tracker)`. A record belongs to the range
 that holds its header offset; the reader claims records before it yields them, so initial
 splits and dynamic splits (`split_at_fraction`) both work. Records are claimed in runs (see
-`_claim`: one `try_claim` and one position update per run, 1, 2, 4, ... up to 1024 records),
+`_claims.claim`: one `try_claim` and one position update per run, 1, 2, 4, ... up to 1024 records),
 since a tracker call per record cost more than reading the record:
 
 * uncompressed with a `.tfindex` beside the file: start at the first indexed record at or
@@ -34,7 +34,6 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Iterator, List, Optional, Tuple, Union
 
-import numpy as np
 from apache_beam import coders
 from apache_beam.io.concat_source import ConcatSource
 from apache_beam.io.filebasedsource import FileBasedSource
@@ -46,10 +45,9 @@ from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
 from ..records import RecordReader, find_record_start, header_length
 from . import _coders, _index_cache, _metrics, _paths, _sidecars
+from ._claims import ClaimGroups, claim
 from ._corrupt import CorruptRecord
 
-#: Records claimed at once grow 1, 2, 4, ... up to this many (see `_claim`).
-MAX_CLAIM_GROUP = 1024
 
 
 class _TFRecordSource(FileBasedSource):
@@ -163,7 +161,7 @@ class _TFRecordSource(FileBasedSource):
         """
         records = _metrics.counter(_metrics.RECORDS_READ)
         payload_bytes = _metrics.counter(_metrics.BYTES_READ)
-        groups = _ClaimGroups(whole_chunks=self._batched)
+        groups = ClaimGroups(whole_chunks=self._batched)
         while True:
             stop = tracker.stop_position()
             if total is not None and position >= stop:
@@ -181,7 +179,7 @@ class _TFRecordSource(FileBasedSource):
                     payloads = chunk.payloads()
                     claimed = 0
                     for lo, hi in groups.of(len(starts)):
-                        got = _claim(tracker, starts, lo, hi)
+                        got = claim(tracker, starts, lo, hi)
                         if got:
                             yield payloads[lo:lo + got] if got < len(payloads) else payloads
                         claimed += got
@@ -261,53 +259,6 @@ class _TFRecordSource(FileBasedSource):
             if length is not None and offset + FRAME_OVERHEAD + length <= total:
                 return offset + FRAME_OVERHEAD + length, None
             return find_record_start(raw, offset + 1, total, file_name), None
-
-
-class _ClaimGroups:
-    """The runs of a chunk's records claimed at once: the whole chunk for batched reads (one
-    element), else runs of 1, 2, 4, ... up to MAX_CLAIM_GROUP records per reader, so that
-    a reader that has just started can still be split right after its first record."""
-
-    def __init__(self, whole_chunks: bool) -> None:
-        self._whole = whole_chunks
-        self._size = 1
-
-    def of(self, count: int) -> Iterator[Tuple[int, int]]:
-        lo = 0
-        while lo < count:
-            hi = count if self._whole else min(count, lo + self._size)
-            self._size = min(self._size * 2, MAX_CLAIM_GROUP)
-            yield lo, hi
-            lo = hi
-
-
-def _claim(tracker, starts: np.ndarray, lo: int, hi: int) -> int:
-    """Claim the records starting at `starts[lo:hi]` (ascending); return how many, from `lo`,
-    are ours. Fewer than `hi - lo` means the range ends there: read no further.
-
-    One `try_claim` for the run's first record (a split point, as Beam's sources claim every
-    record), then `set_current_position` at the last record below the stop position: after
-    it no split can fall at or before that record. A split that raced us (it moved the stop
-    between our reading it and the position update) is seen by reading the stop again, and
-    the records at or past it are left to the residual range. Trackers without
-    `set_current_position` get one `try_claim` per record.
-    """
-    if not tracker.try_claim(int(starts[lo])):
-        return 0
-    if hi - lo == 1:
-        return 1
-    run = starts[lo:hi]
-    last = int(np.searchsorted(run, tracker.stop_position(), side="left")) - 1
-    if last <= 0:
-        return 1
-    try:
-        tracker.set_current_position(int(run[last]))
-    except NotImplementedError:
-        for got in range(1, hi - lo):
-            if not tracker.try_claim(int(run[got])):
-                return got
-        return hi - lo
-    return int(np.searchsorted(run[: last + 1], tracker.stop_position(), side="left"))
 
 
 def _closing(reader: RecordReader) -> Iterator:
