@@ -15,6 +15,11 @@ deleted. Index first, data second: a crash between the two leaves an index witho
 shard, never a shard with a missing index, nor a new index beside old data. With
 `write_index=False` an old index at a final name is deleted instead, so no stale index
 survives next to new data.
+
+Elements are encoded with the sink's `coder` as in Beam (the default BytesCoder takes bytes,
+and lists of bytes as batches). Two private element kinds come from the fixed-shard path of
+`_write`: `Encoded` (payloads already encoded) and `Piece` (a temporary file of framed
+records whose frames are copied in, CRCs checked).
 """
 
 from __future__ import annotations

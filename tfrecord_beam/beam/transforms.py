@@ -45,21 +45,21 @@ class _RouteCorrupt(beam.DoFn):
             yield element
 
 
-class _Records(_RouteCorrupt):
+class _Records(beam.DoFn):
     """The source's claimed runs (lists of records, or (file, list) pairs) -> single records
-    (or (file, record) pairs); dead letters to their own output."""
+    (or (file, record) pairs); dead letters to their own output. `process` returns the run
+    itself (no generator to resume per record)."""
 
     def __init__(self, with_filename: bool) -> None:
         self._with_filename = with_filename
 
     def process(self, element):
         if isinstance(element, CorruptRecord):
-            yield beam.pvalue.TaggedOutput(CORRUPT_TAG, element)
-        elif self._with_filename:
+            return [beam.pvalue.TaggedOutput(CORRUPT_TAG, element)]
+        if self._with_filename:
             name, run = element
-            yield from zip(repeat(name), run)
-        else:
-            yield from element
+            return zip(repeat(name), run)
+        return element
 
 
 def _split_dead_letters(pcoll, skip_corrupt: bool, main: str, hint=None, dofn=None):
