@@ -111,7 +111,7 @@ def ours_tfrecord_beam_io(pattern: str, out: str, shards: int) -> None:
     from tfrecord_beam.beam import ReadFromTFRecord, WriteToTFRecord
 
     with beam.Pipeline(options=PipelineOptions(RUNNER)) as p:
-        _ = p | ReadFromTFRecord(pattern) | WriteToTFRecord(out, num_shards=shards)
+        _ = p | ReadFromTFRecord(pattern) | WriteToTFRecord(out, file_name_suffix=".tfrecord", num_shards=shards)
 
 
 # --- encoders alone --------------------------------------------------------------------------

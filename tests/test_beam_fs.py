@@ -33,3 +33,14 @@ def test_open_input_seeks(tmp_path):
     with _fs.open_input(str(path)) as handle:
         handle.seek(4)
         assert handle.read(3) == b"456"
+
+
+def test_open_input_names_the_file_as_given(tmp_path):
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"0123456789")
+    for name in (str(path), "file://" + str(path)):
+        with _fs.open_input(name) as handle:
+            assert handle.name == name
+            handle.seek(4)
+            assert handle.read(3) == b"456"
+        assert handle.closed

@@ -49,7 +49,7 @@ def _copy_pipeline(p, src_dir, out_prefix):
     )
     merged = (indexed, plain) | beam.Flatten()
     roundtrip = merged | DecodeExamples() | EncodeExamples()
-    _ = roundtrip | WriteToTFRecord(out_prefix, num_shards=2)
+    _ = roundtrip | WriteToTFRecord(out_prefix, file_name_suffix=".tfrecord", num_shards=2)
 
 
 def _check_output(tmp_path, out_prefix, payloads):

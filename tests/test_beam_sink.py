@@ -31,6 +31,7 @@ def _read_all(paths, compression="auto"):
 
 
 def _write(payloads, prefix, **kwargs):
+    kwargs.setdefault("file_name_suffix", ".tfrecord")
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _ = p | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(prefix, **kwargs)
 
@@ -79,7 +80,7 @@ def test_single_file_template_and_no_index_removes_stale_index(tmp_path):
 def test_retried_bundle_leaves_no_duplicate(tmp_path):
     """Drive the sink protocol as a runner does when a bundle's first attempt fails."""
     prefix = str(tmp_path / "out")
-    sink = _TFRecordSink(prefix, num_shards=0)
+    sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
     init = sink.initialize_write()
     failed = sink.open_writer(init, "attempt-1")
     for payload in plain_payloads(10):
@@ -102,7 +103,7 @@ def test_retried_bundle_leaves_no_duplicate(tmp_path):
 
 def test_crash_between_index_and_data_rename_recovers(tmp_path, monkeypatch):
     prefix = str(tmp_path / "out")
-    sink = _TFRecordSink(prefix, num_shards=0)
+    sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
     init = sink.initialize_write()
     writer = sink.open_writer(init, "only")
     for payload in plain_payloads(7):
@@ -120,7 +121,7 @@ def test_crash_between_index_and_data_rename_recovers(tmp_path, monkeypatch):
     monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(flaky_rename))
     with pytest.raises(Exception, match="simulated crash"):
         list(sink.finalize_write(init, committed, None))
-    assert _shards(prefix) == []  # the index moved first; no shard looks complete
+    assert _shards(prefix) == [] and not glob.glob(prefix + "*.tfindex")  # nothing looks complete
     monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(real_rename))
     final = list(sink.finalize_write(init, committed, None))
     assert _read_all(final) == plain_payloads(7)
@@ -131,7 +132,7 @@ def test_crash_while_overwriting_never_leaves_a_new_index_beside_old_data(tmp_pa
     prefix = str(tmp_path / "out")
 
     def committed_writes(payloads):
-        sink = _TFRecordSink(prefix, num_shards=0)
+        sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
         init = sink.initialize_write()
         writer = sink.open_writer(init, "only")
         for payload in payloads:
@@ -151,11 +152,36 @@ def test_crash_while_overwriting_never_leaves_a_new_index_beside_old_data(tmp_pa
     monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(flaky_rename))
     with pytest.raises(Exception, match="simulated crash"):
         list(sink.finalize_write(init, committed, None))
-    assert _shards(prefix) == []  # the old data is gone; the new index has no data beside it
+    # the old index went first, the data rename failed: the old data is whole, without an index
+    assert _shards(prefix) == old and _read_all(old) == plain_payloads(3)
+    assert not os.path.exists(default_index_path(old[0]))
     monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(real_rename))
     final = list(sink.finalize_write(init, committed, None))
     assert final == old and _read_all(final) == plain_payloads(9)
     verify_index(default_index_path(final[0]), final[0])
+
+
+def test_crash_after_the_data_rename_leaves_new_data_without_an_index(tmp_path, monkeypatch):
+    prefix = str(tmp_path / "out")
+    sink = _TFRecordSink(prefix, file_name_suffix=".tfrecord", num_shards=0)
+    init = sink.initialize_write()
+    writer = sink.open_writer(init, "only")
+    for payload in plain_payloads(5):
+        writer.write(payload)
+    committed = [writer.close()]
+    real_rename = beam.io.filesystems.FileSystems.rename
+
+    def flaky_rename(sources, targets):
+        if any(s.endswith(".tfindex") for s in sources):
+            raise OSError("simulated crash before the index rename")
+        return real_rename(sources, targets)
+
+    monkeypatch.setattr(beam.io.filesystems.FileSystems, "rename", staticmethod(flaky_rename))
+    with pytest.raises(Exception, match="simulated crash"):
+        list(sink.finalize_write(init, committed, None))
+    shards = _shards(prefix)
+    assert len(shards) == 1 and _read_all(shards) == plain_payloads(5)
+    assert not os.path.exists(default_index_path(shards[0]))  # no index rather than a wrong one
 
 
 class _FailAfter(beam.DoFn):
@@ -230,3 +256,47 @@ def test_rewrite_replaces_old_shards_and_indexes(tmp_path):
     assert sorted(_read_all(shards)) == sorted(plain_payloads(12))
     for shard in shards:
         verify_index(default_index_path(shard), shard)
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord", ".tfrecord.gz"])
+def test_fixed_shards_through_piece_files(tmp_path, monkeypatch, suffix):
+    """Shares of a shard too big for the dealer's buffer go through piece files, not the GroupByKey."""
+    from tfrecord_beam.beam import _write as write_module
+
+    monkeypatch.setattr(write_module, "KEYED_BUFFER_BYTES", 3000)
+    monkeypatch.setattr(write_module, "_MIN_KEY_BUFFER_BYTES", 1000)
+    opened = []
+    real_open_piece = _TFRecordSink.open_piece
+    monkeypatch.setattr(_TFRecordSink, "open_piece", lambda self, d: opened.append(1) or real_open_piece(self, d))
+    payloads = plain_payloads(400)
+    prefix = str(tmp_path / "out")
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    _ = (pipeline | beam.Create(payloads, reshuffle=False)
+         | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=3))
+    result = pipeline.run()
+    result.wait_until_finish()
+    shards = _shards(prefix)
+    assert opened and len(shards) == 3 and sorted(_read_all(shards)) == sorted(payloads)
+    counts = [len(list(records.read_records(s))) for s in shards]
+    assert max(counts) - min(counts) <= 3  # dealt round-robin
+    for shard in shards:
+        verify_index(default_index_path(shard), shard, verify_crc=True)
+    assert len(os.listdir(tmp_path)) == 6  # pieces went with the temporary directory
+    written = sum(c.committed for c in result.metrics().query()["counters"] if c.key.metric.name == "records_written")
+    assert written == 400  # a piece's records count once (when the piece is written)
+
+
+def test_many_fixed_shards_send_lists_not_pieces(tmp_path, monkeypatch):
+    from tfrecord_beam.beam import _write as write_module
+
+    monkeypatch.setattr(write_module, "MAX_PIECE_SHARDS", 2)
+    monkeypatch.setattr(write_module, "KEYED_BUFFER_BYTES", 3000)
+    monkeypatch.setattr(write_module, "_MIN_KEY_BUFFER_BYTES", 1000)
+    monkeypatch.setattr(_TFRecordSink, "open_piece", lambda *a: pytest.fail("no piece files past MAX_PIECE_SHARDS"))
+    payloads = plain_payloads(300)
+    prefix = str(tmp_path / "out")
+    _write(payloads, prefix, num_shards=3)
+    shards = _shards(prefix)
+    assert len(shards) == 3 and sorted(_read_all(shards)) == sorted(payloads)
+    for shard in shards:
+        verify_index(default_index_path(shard), shard, verify_crc=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -214,7 +215,69 @@ def test_auto_compression_names_both_rules_disagree_on_are_refused(tmp_path):
     records.write_records(str(zpath), plain_payloads(3))
     with pytest.raises(ValueError, match="compression_type='zlib'"):
         source_test_utils.read_from_source(_TFRecordSource(str(zpath)))
-    assert source_test_utils.read_from_source(_TFRecordSource(str(zpath), "zlib")) == plain_payloads(3)
+    assert source_test_utils.read_from_source(_TFRecordSource(str(zpath), compression_type="zlib")) == plain_payloads(3)
     assert source_test_utils.read_from_source(_TFRecordSource(path)) == plain_payloads(3)
     with pytest.raises(ValueError, match="compression_type='zlib'"):
         WriteToTFRecord(str(tmp_path / "out"), file_name_suffix=".tfrecord.zlib")
+
+
+# -- claiming records in runs ---------------------------------------------------------------
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+def test_split_at_fraction_exhaustive_with_concurrent_splits(tmp_path, indexed):
+    """Splits racing the reader from another thread (Beam's multi-threaded check)."""
+    path = write_file(tmp_path / "data.tfrecord", plain_payloads(12), index=indexed)
+    source_test_utils.assert_split_at_fraction_exhaustive(_single_file_source(path))
+
+
+class _CountingTracker(OffsetRangeTracker):
+    def __init__(self, *args, split_at=None):
+        super().__init__(*args)
+        self.claims = 0
+        self._split_at = split_at
+
+    def try_claim(self, position):
+        self.claims += 1
+        return super().try_claim(position)
+
+    def set_current_position(self, position):
+        if self._split_at is not None and position >= self._split_at:
+            # a split inside the run being claimed lands between the reader's read of the
+            # stop position and this update
+            assert self.try_split(self._split_at)
+            self._split_at = None
+        super().set_current_position(position)
+
+
+def test_records_are_claimed_in_runs(tmp_path):
+    payloads = plain_payloads(3000)
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=True)
+    tracker = _CountingTracker(0, os.path.getsize(path))
+    assert list(_single_file_source(path).read(tracker)) == payloads
+    assert tracker.claims < 30  # runs of 1, 2, 4, ... 1024 records, not one claim per record
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
+def test_a_split_racing_a_run_claim_keeps_each_record_once(tmp_path, indexed):
+    payloads = plain_payloads(200)
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=indexed)
+    starts = build_index(path)[:, 0].tolist()
+    size = os.path.getsize(path)
+    for cut in (starts[9] + 1, starts[20], starts[40] - 3, starts[150]):
+        tracker = _CountingTracker(0, size, split_at=cut)
+        primary = list(_single_file_source(path).read(tracker))
+        assert tracker.stop_position() == cut
+        assert primary + _read_range(path, cut, size) == payloads, cut
+
+
+class _NoPositionTracker(OffsetRangeTracker):
+    def set_current_position(self, position):
+        raise NotImplementedError
+
+
+def test_trackers_without_set_current_position_claim_every_record(tmp_path):
+    payloads = plain_payloads(50)
+    path = write_file(tmp_path / "data.tfrecord", payloads)
+    size = os.path.getsize(path)
+    cut = build_index(path)[30, 0]
+    tracker = _NoPositionTracker(0, int(cut))
+    assert list(_single_file_source(path).read(tracker)) == payloads[:30]

@@ -75,7 +75,7 @@ def test_encode_then_write_then_read_decodes_back(tmp_path):
     rows = [{"x": (np.arange(i % 4, dtype=np.int64), "int"), "y": (float(i), "float"), "s": (f"r{i}".encode(), "byte")} for i in range(100)]
     prefix = str(tmp_path / "enc")
     with _pipeline() as p:
-        _ = p | beam.Create(rows, reshuffle=False) | EncodeExamples(batch_size=16) | WriteToTFRecord(prefix, num_shards=2)
+        _ = p | beam.Create(rows, reshuffle=False) | EncodeExamples(batch_size=16) | WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=2)
     got = []
     for shard in sorted((tmp_path).glob("enc-*.tfrecord")):
         got += [example.decode_example(r) for r in records.read_records(shard)]
@@ -149,7 +149,7 @@ def test_batched_read_feeds_write_directly(tmp_path):
     prefix = str(tmp_path / "copy")
     with _pipeline() as p:
         batches = p | ReadFromTFRecordBatched(path)
-        _ = batches | WriteToTFRecord(prefix, num_shards=1)
+        _ = batches | WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=1)
         assert_that(batches | beam.FlatMap(lambda b: b), equal_to(payloads))
     (shard,) = sorted(tmp_path.glob("copy-*.tfrecord"))
     assert list(records.read_records(shard)) == payloads  # one batch stays in order
@@ -181,7 +181,7 @@ def test_relative_globs_and_prefixes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_file("data-a.tfrecord", plain_payloads(6))
     with _pipeline() as p:
-        _ = p | ReadFromTFRecord("data*.tfrecord") | WriteToTFRecord("copied", num_shards=1)
+        _ = p | ReadFromTFRecord("data*.tfrecord") | WriteToTFRecord("copied", file_name_suffix=".tfrecord", num_shards=1)
     assert list(records.read_records("copied-00000-of-00001.tfrecord")) == plain_payloads(6)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "copied-00000-of-00001.tfindex", "copied-00000-of-00001.tfrecord", "data-a.tfrecord"

@@ -5,20 +5,23 @@
 
     with beam.Pipeline() as p:
         (p | ReadFromTFRecord("data/train-*.tfrecord")        # splittable, uses .tfindex files
-           | WriteToTFRecord("out/train", num_shards=8))      # shards + a .tfindex each
+           | WriteToTFRecord("out/train", file_name_suffix=".tfrecord", num_shards=8))  # + .tfindex each
 
-Public API:
-    ReadFromTFRecord(file_pattern, compression_type="auto", validate=True, with_filename=False,
-                     *, use_index=True, verify=True, skip_corrupt=False, min_bundle_size=0)
-    ReadFromTFRecordBatched(same as ReadFromTFRecord): lists of payloads, ~1 MiB each
-    ReadAllFromTFRecord(compression_type="auto", with_filename=False, *, use_index=True,
-                        verify=True, skip_corrupt=False, desired_bundle_size=64 MiB, min_bundle_size=0,
-                        batched=False): for a PCollection of patterns
+Public API (Beam's parameters in Beam's order and defaults; ours keyword-only):
+    ReadFromTFRecord(file_pattern, coder=BytesCoder(), compression_type=AUTO, validate=True, *,
+                     with_filename=False, use_index=True, verify=True, skip_corrupt=False,
+                     min_bundle_size=0)
+    ReadFromTFRecordBatched(same as ReadFromTFRecord): lists of records, ~1 MiB each
+    ReadAllFromTFRecord(coder=BytesCoder(), compression_type=AUTO, with_filename=False, *,
+                        use_index=True, verify=True, skip_corrupt=False, desired_bundle_size=64 MiB,
+                        min_bundle_size=0, batched=False): for a PCollection of patterns
     With skip_corrupt=True the readers return `result.records` and `result.corrupt`.
-    WriteToTFRecord(file_path_prefix, file_name_suffix=".tfrecord", num_shards=0,
-                    shard_name_template=None, compression_type="auto", write_index=True,
-                    *, max_records_per_shard=None): elements are bytes or lists of bytes;
-                    returns the final shard names
+    `.tfindex` files a glob matches are skipped (debug log line).
+    WriteToTFRecord(file_path_prefix, coder=BytesCoder(), file_name_suffix='', num_shards=0,
+                    shard_name_template=None, compression_type=AUTO, triggering_frequency=None, *,
+                    write_index=True, max_records_per_shard=None): returns the final shard names;
+                    write_index=True differs from Beam (which writes no index); unbounded input
+                    gets Beam's windowed names (-W-SSSSS-of-NNNNN)
     DecodeExamples(description=None, sequence_description=None, *, sequence=None, strict=False,
                    batch_size=1024, skip_corrupt=False): `result.examples` / `result.corrupt`
                    when skipping

@@ -61,9 +61,8 @@ def check_whole_range(file_name: str, tracker) -> None:
 
 
 def read_members(source, file_name: str, tracker, table) -> Iterator:
-    """The records of the members whose file offsets the tracker lets us claim, in order.
-
-    Output forms (bytes, (file, bytes), batches) and `skip_corrupt` are the source's: a
+    """Lists of the payloads of the members whose file offsets the tracker lets us claim, in
+    order (the source turns them into its output form). `skip_corrupt` is the source's: a
     damaged member is reported as one CorruptRecord (the rest of that member is lost, and
     said so) and reading goes on with the next member, which inflates on its own.
     """
@@ -80,11 +79,7 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
         try:
             for chunk in reader.chunks():
                 payloads = chunk.payloads()
-                if source._batched:
-                    yield (file_name, payloads) if source._with_filename else payloads
-                else:
-                    for payload in payloads:
-                        yield (file_name, payload) if source._with_filename else payload
+                yield payloads
                 records.inc(len(payloads))
                 payload_bytes.inc(int(chunk.payload_lengths.sum()))
         except CorruptRecordError as err:

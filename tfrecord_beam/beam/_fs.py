@@ -12,7 +12,7 @@ import os
 import uuid
 from typing import BinaryIO, Iterator, List, Sequence, Tuple, Union
 
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 _GLOB_CHARS = "*?["
@@ -25,8 +25,35 @@ def plain(path: str) -> str:
 
 
 def open_input(path: str) -> BinaryIO:
-    """Open a file for binary reading (seekable for local, gs:// and s3:// files)."""
-    return FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED)
+    """Open a file for binary reading (seekable for local, gs:// and s3:// files).
+
+    The file's `name` is `path` (Beam's remote readers have none), so that the core's readers,
+    which take an open file, name it in their errors.
+    """
+    handle = FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED)
+    if getattr(handle, "name", None) == path:
+        return handle
+    return _Named(handle, path)  # type: ignore[return-value]
+
+
+class _Named:
+    """An open file under another name: every attribute but `name` is the file's own."""
+
+    def __init__(self, handle: BinaryIO, name: str) -> None:
+        self._handle = handle
+        self.name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(self._handle, attr)
+
+    def __enter__(self) -> "_Named":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+    def __iter__(self):
+        return iter(self._handle)
 
 
 def file_size(path: str) -> int:
@@ -56,6 +83,11 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
             continue
         out.extend(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
     return out
+
+
+def match(pattern: str) -> List[FileMetadata]:
+    """The FileMetadata (path, size) of the files a path or glob matches (none: empty list)."""
+    return list(FileSystems.match([plain(pattern)])[0].metadata_list)
 
 
 def delete(paths: Sequence[str]) -> None:

@@ -51,11 +51,62 @@ def check_auto(path: str) -> None:
     beam_kind = _TO_CORE.get(CompressionTypes.detect_compression_type(path))
     core_kind = resolve_compression(path, "auto")
     if beam_kind != core_kind:
+        said = core_kind or beam_kind
         raise ValueError(
             f"{path}: the name says {core_kind or 'uncompressed'} to tfrecord_beam but "
-            f"{beam_kind or 'uncompressed'} to Beam's AUTO rule; pass compression_type="
-            f"{core_kind!r} (or rename the file)"
+            f"{beam_kind or 'uncompressed'} to Beam's AUTO rule; pass compression_type={said!r} "
+            f"if the data is {said}, or rename the file to end in {_BEAM_EXTENSION[said]}"
         )
+
+
+_BEAM_EXTENSION = {"gzip": ".gz", "zlib": ".deflate"}
+
+
+def written_compression(file_path_prefix: str, file_name_suffix: str, compression: str) -> Optional[str]:
+    """The core's name of the codec a FileBasedSink writes with, for a Beam compression type.
+
+    Under AUTO Beam's `FileSystems.create` picks it from the temporary file's name, which ends
+    in `basename(file_path_prefix) + file_name_suffix` (not from the final shard name).
+    """
+    if compression == CompressionTypes.AUTO:
+        temp_name = "." + os.path.basename(file_path_prefix) + file_name_suffix
+        compression = CompressionTypes.detect_compression_type(temp_name)
+    if compression not in _TO_CORE:
+        raise ValueError(
+            f"{file_path_prefix}...{file_name_suffix}: TFRecord files can be uncompressed, GZIP (.gz) "
+            f"or ZLIB (.deflate), not {compression}"
+        )
+    return _TO_CORE[compression]
+
+
+def check_written_name(shard_name: str, written: Optional[str]) -> None:
+    """Refuse shard names that read back (by Beam's AUTO rule or the core's) as another
+    compression than the sink writes with AUTO (`written`).
+
+    E.g. `file_name_suffix=".tfrecord.zlib"`: Beam writes it uncompressed, the core would
+    read it as ZLIB; or a prefix "out.gz" with the default template: Beam writes GZIP into
+    "out.gz-00000-of-00001", which reads back as uncompressed.
+    """
+    beam_kind = _TO_CORE.get(CompressionTypes.detect_compression_type(shard_name))
+    core_kind = resolve_compression(shard_name, "auto")
+    if beam_kind == written and core_kind == written:
+        return
+    named = core_kind if core_kind != written else beam_kind
+    if written is None:
+        advice = (
+            f"pass compression_type={named!r} to write {named} (and the same to read it back), or "
+            f"end file_name_suffix in {_BEAM_EXTENSION[named]}"
+        )
+    else:
+        advice = (
+            f"put the extension at the end of file_name_suffix (file_name_suffix="
+            f"{_BEAM_EXTENSION[written]!r}), or pass compression_type explicitly"
+        )
+    raise ValueError(
+        f"{shard_name}: with compression_type AUTO the shards are written "
+        f"{written or 'uncompressed'} (Beam picks the codec from the end of prefix + suffix), but the "
+        f"name reads back as {named or 'uncompressed'}; {advice}"
+    )
 
 
 def for_file(path: str, compression: str) -> Optional[str]:
