@@ -2,17 +2,34 @@
 
 Inflating uses ISA-L (`isal`, ~2.3x zlib's speed here) when it is installed, else zlib; both
 produce the same bytes. `TFRECORD_BEAM_INFLATE=zlib` forces zlib.
+
+Damage in the compressed data does not throw away what inflated before it: `read` hands out
+every byte the inflater produced up to the damage, and the next `read` raises a
+`CorruptRecordError` naming the uncompressed offset where the damage begins and its compressed
+offset. Python's inflaters drop a whole call's output when that call hits bad data, so the
+reader re-inflates the damaged gzip member from its start with zlib (whose state can be
+copied) and narrows the bad step down to the last byte that still inflates (seekable files;
+for a stream that cannot be re-read the bytes of that one step are lost, and the error says so).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import zlib
-from typing import BinaryIO, Dict, Optional
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from .errors import CorruptRecordError
 
-_READ_SIZE = 1 << 20
+_READ_SIZE = 1 << 20  # compressed bytes read from the file at a time
+_FEED = 1 << 16  # compressed bytes handed to the inflater per call
+_MAX_OUT = 1 << 22  # uncompressed bytes one inflater call may produce (memory stays bounded)
+_SALVAGE_FEED = 1 << 14  # compressed bytes per step when re-inflating a damaged member
+
+# No deflate stream inflates to more than 1032 bytes per compressed byte (a 258-byte match
+# coded in 2 bits; zlib's FAQ). With the compressed size known, this bounds what can follow.
+DEFLATE_MAX_RATIO = 1032
+_INFLATER_SLACK = 1 << 20  # bytes an inflater may hold decoded but not yet handed out
 
 INFLATERS: Dict[str, object] = {"zlib": zlib}
 try:  # optional accelerator, same API as zlib
@@ -27,11 +44,23 @@ DEFAULT_INFLATER = os.environ.get("TFRECORD_BEAM_INFLATE") or ("isal" if "isal" 
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 
 
+def _tell_and_size(raw: BinaryIO) -> Tuple[int, Optional[int]]:
+    """(current offset, size) of a seekable file; (0, None) when it cannot seek."""
+    try:
+        here = raw.tell()
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(here)
+        return int(here), int(size)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return 0, None
+
+
 class InflatingReader:
     """A `read(n)` view of the decompressed stream; concatenated gzip members are followed.
 
     `complete` tells, once `read` returns b"", whether the compressed stream ended properly;
-    a cut stream yields every byte it can and then reports `complete == False`.
+    a cut stream yields every byte it can and then reports `complete == False`. Damaged data
+    yields every byte before the damage, then `read` raises (`damage` holds the error).
     """
 
     def __init__(self, raw: BinaryIO, compression: str, path: Optional[str] = None,
@@ -42,64 +71,55 @@ class InflatingReader:
         self._zlib = INFLATERS[inflater or DEFAULT_INFLATER]
         self._wbits = WBITS[compression]
         self._inflater = self._zlib.decompressobj(self._wbits)
-        self._pending = b""
+        start, self.compressed_size = _tell_and_size(raw)
+        self._block = memoryview(b"")  # compressed bytes read from the file
+        self._at = 0  # how many of them the inflater has consumed
+        self._block_offset = start  # compressed offset of _block[0]
+        self._member_start = start  # compressed offset where the current member begins
+        self._member_out = 0  # uncompressed bytes of the current member produced so far
+        self._produced = 0  # uncompressed bytes produced (handed out, or about to be by this read)
         self._raw_eof = False
+        self._pending = b""
+        self._ended = False  # nothing more will come: the end, or damage
+        self.damage: Optional[CorruptRecordError] = None
         self.complete = True
         self._seen_input = False
         self.position = 0  # bytes of the decompressed stream handed out so far
 
+    # -- reading ----------------------------------------------------------------------------
     def read(self, size: int) -> bytes:
-        chunks = [self._pending] if self._pending else []
-        have = len(self._pending)
-        self._pending = b""
-        while have < size and not self._raw_eof:
+        pieces = self.read_pieces(size)
+        if len(pieces) == 1:
+            return pieces[0]
+        return b"".join(pieces)
+
+    def read_pieces(self, size: int) -> List[bytes]:
+        """Up to `size` bytes (fewer only at the end or at damage) as a list of pieces, so a
+        caller can join them once with what it already holds."""
+        pieces: List[bytes] = []
+        have = 0
+        if self._pending:  # salvaged bytes beyond what an earlier read asked for
+            take = self._pending[:size]
+            self._pending = self._pending[len(take) :]
+            pieces.append(take)
+            have = len(take)
+        while have < size and not self._ended:
             data = self._inflate_some(size - have)
             if data:
-                chunks.append(data)
+                pieces.append(data)
                 have += len(data)
-        out = b"".join(chunks)
-        if len(out) > size:
-            self._pending = out[size:]
-            out = out[:size]
-        self.position += len(out)
-        return out
+        if not pieces and self.damage is not None:
+            raise self.damage  # the bytes before the damage went out with earlier reads
+        self.position += have
+        return pieces
 
-    def _inflate_some(self, want: int) -> bytes:
-        inflater = self._inflater
-        if inflater.unconsumed_tail:
-            return self._decompress(inflater.unconsumed_tail, want)
-        if inflater.eof:
-            rest = inflater.unused_data
-            if not rest:
-                rest = self._raw.read(_READ_SIZE)
-            if not rest:
-                self._raw_eof = True
-                return b""
-            if not rest.strip(b"\0"):  # zero padding after the last member (tape, block devices)
-                if not self._raw.read(_READ_SIZE).strip(b"\0"):
-                    self._raw_eof = True
-                    return b""
-            # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
-            self._inflater = inflater = self._zlib.decompressobj(self._wbits)
-            return self._decompress(rest, want)
-        compressed = self._raw.read(_READ_SIZE)
-        if not compressed:
-            self._raw_eof = True
-            tail = inflater.flush()
-            # A zero-byte file holds no records; anything else must end its stream properly.
-            self.complete = inflater.eof or not self._seen_input
-            return tail
-        self._seen_input = True
-        return self._decompress(compressed, want)
-
-    def _decompress(self, data: bytes, want: int) -> bytes:
-        try:
-            return self._inflater.decompress(data, max(want, _READ_SIZE))
-        except self._zlib.error as exc:
-            raise CorruptRecordError(
-                self._path, self.position, None,
-                f"invalid {self._compression} data near uncompressed offset {self.position}: {exc}",
-            ) from None
+    def max_remaining(self) -> Optional[int]:
+        """An upper bound on the uncompressed bytes still to come (None when the compressed
+        size is unknown): what is left of the file times deflate's maximum ratio."""
+        if self.compressed_size is None:
+            return None
+        left = max(self.compressed_size - (self._block_offset + self._at), 0)
+        return left * DEFLATE_MAX_RATIO + _INFLATER_SLACK
 
     def skip(self, count: int) -> None:
         """Discard `count` decompressed bytes (seeking in a compressed stream)."""
@@ -111,6 +131,170 @@ class InflatingReader:
 
     def close(self) -> None:
         self._raw.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _offset(self) -> int:
+        """Compressed offset of the next byte the inflater has not consumed."""
+        return self._block_offset + self._at
+
+    def _more_input(self) -> bool:
+        """Make unconsumed compressed bytes available; False at the end of the file."""
+        if self._at < len(self._block):
+            return True
+        if self._raw_eof:
+            return False
+        data = self._raw.read(_READ_SIZE)
+        self._block_offset += len(self._block)
+        self._block, self._at = memoryview(data), 0
+        if not data:
+            self._raw_eof = True
+            return False
+        return True
+
+    def _inflate_some(self, want: int) -> bytes:
+        inflater = self._inflater
+        if inflater.eof and not self._next_member():
+            self._ended = True
+            return b""
+        inflater = self._inflater
+        limit = max(1, min(want, _MAX_OUT))
+        if not self._more_input():
+            if self._seen_input:  # output the inflater still holds (a match cut by `limit`)
+                try:
+                    out = inflater.decompress(b"", limit)
+                except self._zlib.error as exc:
+                    return self._damaged(exc, 0, limit)
+                if out:
+                    self._member_out += len(out)
+                    self._produced += len(out)
+                    return out
+            self._ended = True
+            # A zero-byte file holds no records; anything else must end its stream properly.
+            self.complete = inflater.eof or not self._seen_input
+            return b""
+        self._seen_input = True
+        feed = self._block[self._at : self._at + _FEED]
+        try:
+            out = inflater.decompress(feed, limit)
+        except self._zlib.error as exc:
+            return self._damaged(exc, len(feed), limit)
+        used = len(feed) - len(inflater.unconsumed_tail)
+        if inflater.eof:
+            used -= len(inflater.unused_data)
+        self._at += used
+        self._member_out += len(out)
+        self._produced += len(out)
+        return out
+
+    def _next_member(self) -> bool:
+        """After a member's end: start the next one; False when only zero padding (tape, block
+        devices) or nothing follows."""
+        zeros_from = None
+        while self._more_input():
+            rest = self._block[self._at :]
+            if rest.tobytes().strip(b"\0"):
+                if zeros_from is not None:
+                    self._damage_here(zeros_from, "zero bytes and then more data after the end of the stream")
+                    return False
+                break
+            if zeros_from is None:
+                zeros_from = self._offset()
+            self._at = len(self._block)
+        else:
+            return False
+        # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
+        self._inflater = self._zlib.decompressobj(self._wbits)
+        self._member_start = self._offset()
+        self._member_out = 0
+        return True
+
+    def _damage_here(self, compressed_offset: int, what: str, lost: str = "") -> None:
+        offset = self._produced
+        self.damage = CorruptRecordError(
+            self._path, offset, None,
+            f"invalid {self._compression} data from uncompressed offset {offset} "
+            f"(compressed offset {compressed_offset}): {what}{lost}",
+        )
+        self._ended = True
+
+    def _damaged(self, exc: Exception, fed: int, limit: int) -> bytes:
+        """The call inflating `fed` bytes at the current offset failed: salvage what inflated
+        before the damage, record the error and end the stream."""
+        good, where = self._salvage(self._offset() + fed)
+        lost = ""
+        if where is not None and not good and not self._member_out:
+            where = self._member_start  # nothing of this member inflates: it begins damaged
+        if where is None:
+            where = self._offset()
+            lost = "; the stream cannot be re-read, so bytes inflated just before the damage are lost"
+        self._member_out += len(good)
+        self._produced += len(good)
+        self._damage_here(where, str(exc), lost)
+        self._pending = good[limit:]
+        return good[:limit]
+
+    def _salvage(self, stop: int) -> Tuple[bytes, Optional[int]]:
+        """Re-inflate the current member with zlib from its start up to compressed offset
+        `stop` (the end of the failed call's input), skipping the bytes already produced;
+        return (the further bytes that inflate before the damage, at most what `_FEED` input
+        bytes inflate to; compressed offset of the damage) or (b"", None) when the file
+        cannot be re-read."""
+        try:
+            self._raw.seek(self._member_start)
+        except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+            return b"", None
+        skip = self._member_out
+        kept: List[bytes] = []
+
+        def sink(out: bytes) -> None:
+            nonlocal skip
+            if skip >= len(out):
+                skip -= len(out)
+                return
+            kept.append(out[skip:] if skip else out)
+            skip = 0
+
+        z = zlib.decompressobj(self._wbits)
+        pos = self._member_start
+        while pos < stop and not z.eof:
+            piece = self._raw.read(min(_SALVAGE_FEED, stop - pos))
+            if not piece:
+                break
+            saved = z.copy()
+            try:
+                outs = _inflate_all(z, piece)
+            except zlib.error:
+                good = _longest_good_prefix(saved, piece)
+                for out in _inflate_all(saved, piece[:good]):
+                    sink(out)
+                pos += good
+                break
+            for out in outs:
+                sink(out)
+            pos += len(piece)
+        return b"".join(kept), pos
+
+
+def _inflate_all(z, data: bytes) -> List[bytes]:
+    """Inflate `data` with zlib object `z`: the output in bounded pieces (raises zlib.error)."""
+    outs = [z.decompress(data, _MAX_OUT)]
+    while z.unconsumed_tail and not z.eof:
+        outs.append(z.decompress(z.unconsumed_tail, _MAX_OUT))
+    return outs
+
+
+def _longest_good_prefix(z, data: bytes) -> int:
+    """The largest k such that data[:k] inflates without error from state `z` (left unchanged)."""
+    lo, hi = 0, len(data) - 1  # data[:lo] inflates; data[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            _inflate_all(z.copy(), data[:mid])
+        except zlib.error:
+            hi = mid - 1
+        else:
+            lo = mid
+    return lo
 
 
 def open_stream(raw: BinaryIO, compression: Optional[str], path: Optional[str] = None):
