@@ -22,7 +22,7 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 from .errors import CorruptRecordError
 
 _READ_SIZE = 1 << 20  # compressed bytes read from the file at a time
-_FEED = 1 << 16  # compressed bytes handed to the inflater per call
+_FEED = 1 << 18  # compressed bytes handed to the inflater per call
 _MAX_OUT = 1 << 22  # uncompressed bytes one inflater call may produce (memory stays bounded)
 _SALVAGE_FEED = 1 << 14  # compressed bytes per step when re-inflating a damaged member
 
@@ -79,7 +79,6 @@ class InflatingReader:
         self._member_out = 0  # uncompressed bytes of the current member produced so far
         self._produced = 0  # uncompressed bytes produced (handed out, or about to be by this read)
         self._raw_eof = False
-        self._pending = b""
         self._ended = False  # nothing more will come: the end, or damage
         self.damage: Optional[CorruptRecordError] = None
         self.complete = True
@@ -98,11 +97,6 @@ class InflatingReader:
         caller can join them once with what it already holds."""
         pieces: List[bytes] = []
         have = 0
-        if self._pending:  # salvaged bytes beyond what an earlier read asked for
-            take = self._pending[:size]
-            self._pending = self._pending[len(take) :]
-            pieces.append(take)
-            have = len(take)
         while have < size and not self._ended:
             data = self._inflate_some(size - have)
             if data:
@@ -220,7 +214,7 @@ class InflatingReader:
     def _damaged(self, exc: Exception, fed: int, limit: int) -> bytes:
         """The call inflating `fed` bytes at the current offset failed: salvage what inflated
         before the damage, record the error and end the stream."""
-        good, where = self._salvage(self._offset() + fed)
+        good, where = self._salvage(self._offset() + fed, limit)
         lost = ""
         if where is not None and not good and not self._member_out:
             where = self._member_start  # nothing of this member inflates: it begins damaged
@@ -230,33 +224,37 @@ class InflatingReader:
         self._member_out += len(good)
         self._produced += len(good)
         self._damage_here(where, str(exc), lost)
-        self._pending = good[limit:]
-        return good[:limit]
+        return good
 
-    def _salvage(self, stop: int) -> Tuple[bytes, Optional[int]]:
+    def _salvage(self, stop: int, limit: int) -> Tuple[bytes, Optional[int]]:
         """Re-inflate the current member with zlib from its start up to compressed offset
         `stop` (the end of the failed call's input), skipping the bytes already produced;
-        return (the further bytes that inflate before the damage, at most what `_FEED` input
-        bytes inflate to; compressed offset of the damage) or (b"", None) when the file
-        cannot be re-read."""
+        return (the further bytes that inflate before the damage, compressed offset of the
+        damage) or (b"", None) when the file cannot be re-read.
+
+        The failed call could produce at most `limit` bytes, so the damage lies within them:
+        no more than that is kept (zlib may notice damage later than another inflater)."""
         try:
             self._raw.seek(self._member_start)
         except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
             return b"", None
         skip = self._member_out
         kept: List[bytes] = []
+        room = limit
 
         def sink(out: bytes) -> None:
-            nonlocal skip
+            nonlocal skip, room
             if skip >= len(out):
                 skip -= len(out)
                 return
-            kept.append(out[skip:] if skip else out)
+            out = out[skip : skip + room]
             skip = 0
+            kept.append(out)
+            room -= len(out)
 
         z = zlib.decompressobj(self._wbits)
         pos = self._member_start
-        while pos < stop and not z.eof:
+        while pos < stop and not z.eof and room > 0:
             piece = self._raw.read(min(_SALVAGE_FEED, stop - pos))
             if not piece:
                 break
