@@ -128,6 +128,21 @@ def test_damage_mid_stream_of_a_multi_mib_file_keeps_every_intact_record(tmp_pat
     assert at - 3 <= where <= at + 2  # the stored block whose header is damaged
 
 
+def test_damage_in_a_later_gzip_member_keeps_the_earlier_members_and_its_intact_start(tmp_path, engine, inflater):
+    first = [b"first-%04d" % i * 30 for i in range(3000)]
+    second = [b"second-%04d" % i * 30 for i in range(3000)]
+    s1, s2 = _framing_py.frame_records(first), _framing_py.frame_records(second)
+    member2 = bytearray(_wrap(_stored_blocks(s2, 50_000), s2, "gzip"))
+    member2[10 + 7 * 50_005 + 3] ^= 0xFF  # the 8th stored block of member 2
+    path = tmp_path / "cat.tfrecord.gz"
+    path.write_bytes(gzip.compress(s1) + bytes(member2))
+    damage = len(s1) + 7 * 50_000
+    intact = sum(1 for o, p in records_offsets(first + second) if o + _framing_py.FRAME_OVERHEAD + len(p) <= damage)
+    got, err = _read_until_error(path)
+    assert got == (first + second)[:intact] and intact > len(first)
+    assert (err.offset, err.record_number) == (damage, intact)
+
+
 def records_offsets(payloads):
     offset = 0
     for p in payloads:

@@ -186,6 +186,8 @@ class InflatingReader:
         zeros_from = None
         while self._more_input():
             rest = self._block[self._at :]
+            if rest[0] != 0 and zeros_from is None:
+                break  # the common case: the next member's header (no scan of the block)
             if rest.tobytes().strip(b"\0"):
                 if zeros_from is not None:
                     self._damage_here(zeros_from, "zero bytes and then more data after the end of the stream")
@@ -220,7 +222,7 @@ class InflatingReader:
             where = self._member_start  # nothing of this member inflates: it begins damaged
         if where is None:
             where = self._offset()
-            lost = "; the stream cannot be re-read, so bytes inflated just before the damage are lost"
+            lost = "; the stream cannot be re-read, so bytes inflated just before the damage may be lost"
         self._member_out += len(good)
         self._produced += len(good)
         self._damage_here(where, str(exc), lost)
