@@ -211,10 +211,12 @@ class RecordReader:
         while True:
             if not eof:
                 if end is not None and pos >= end:
-                    want = HEADER_SIZE  # only the next range's first header, to check it
+                    size = keep + HEADER_SIZE  # only the next range's first header, to check it
                 else:
-                    want = max(self.chunk_size, need - keep)
-                buf, eof = self._fill(stream, buf, keep, pos, want, reread, number)
+                    # Chunks of one size (unless a record is longer): the allocator then reuses
+                    # the last chunk's memory (varying sizes cost page faults, 2-3x the read).
+                    size = max(self.chunk_size, need)
+                buf, eof = self._fill(stream, buf, keep, pos, size, reread, number)
             offsets, lengths, consumed, status = _engine.scan_frames(buf, self.verify)
             count = len(offsets)
             if count and self.max_record_size < len(buf) and int(lengths.max()) > self.max_record_size:
@@ -272,23 +274,24 @@ class RecordReader:
                 return
             pos = here
 
-    def _fill(self, stream, buf: bytes, keep: int, pos: int, want: int, reread: bool,
+    def _fill(self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool,
               number: Optional[int]) -> Tuple[bytes, bool]:
         """The next chunk: the last `keep` bytes of `buf` (an unfinished record at stream offset
-        `pos`) followed by up to `want` more bytes, as one buffer; and whether the data ended."""
+        `pos`) followed by more data, `size` bytes in all (fewer only at the end), as one
+        buffer; and whether the data ended."""
         if reread:
             if keep:
                 stream.seek(pos)  # read the unfinished record again rather than copy it
-            data = _read_at_least(stream, keep + want)
-            return data, len(data) < keep + want
+            data = _read_at_least(stream, size)
+            return data, len(data) < size
         rest = buf[len(buf) - keep :] if keep else b""
         try:
-            data = _read_at_least(stream, want, rest)
+            data = _read_at_least(stream, size - keep, rest)
         except CorruptRecordError as err:  # damage in a compressed stream, met after the good bytes
             if err.offset is None or not isinstance(stream, InflatingReader):
                 raise
             raise self._damage_error(err, number, pos, keep) from None
-        return data, len(data) < keep + want
+        return data, len(data) < size
 
     def _damage_error(self, err: CorruptRecordError, number: Optional[int], pos: int,
                       keep: int) -> CorruptRecordError:
