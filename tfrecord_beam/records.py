@@ -325,9 +325,9 @@ class RecordReader:
         else:
             room = None
         if room is not None and length > room - FOOTER_SIZE:
+            self._raise_stream_damage(stream, number, here, keep)
             if self.allow_truncated_tail:
                 return True
-            self._raise_stream_damage(stream, number, here, keep)
             if total is not None:
                 why = f"only {max(room, 0)} do"
             else:
