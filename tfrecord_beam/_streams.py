@@ -216,7 +216,7 @@ class InflatingReader:
     def _damaged(self, exc: Exception, fed: int, limit: int) -> bytes:
         """The call inflating `fed` bytes at the current offset failed: salvage what inflated
         before the damage, record the error and end the stream."""
-        good, where = self._salvage(self._offset() + fed, limit)
+        good, where = self._salvage(self._offset(), self._offset() + fed, limit)
         lost = ""
         if where is not None and not good and not self._member_out:
             where = self._member_start  # nothing of this member inflates: it begins damaged
@@ -228,9 +228,10 @@ class InflatingReader:
         self._damage_here(where, str(exc), lost)
         return good
 
-    def _salvage(self, stop: int, limit: int) -> Tuple[bytes, Optional[int]]:
+    def _salvage(self, start: int, stop: int, limit: int) -> Tuple[bytes, Optional[int]]:
         """Re-inflate the current member with zlib from its start up to compressed offset
-        `stop` (the end of the failed call's input), skipping the bytes already produced;
+        `stop`, the end of the failed call's input (which began at `start`: up to there in
+        big steps, then in small ones that can be retried), skipping the bytes already produced;
         return (the further bytes that inflate before the damage, compressed offset of the
         damage) or (b"", None) when the file cannot be re-read.
 
@@ -256,6 +257,17 @@ class InflatingReader:
 
         z = zlib.decompressobj(self._wbits)
         pos = self._member_start
+        while pos < start and not z.eof:  # what inflated fine already: no state copies
+            piece = self._raw.read(min(_READ_SIZE, start - pos))
+            if not piece:
+                break
+            try:
+                outs = _inflate_all(z, piece)
+            except zlib.error:  # zlib sees damage in bytes another inflater took as sound
+                return b"", pos
+            for out in outs:
+                sink(out)
+            pos += len(piece)
         while pos < stop and not z.eof and room > 0:
             piece = self._raw.read(min(_SALVAGE_FEED, stop - pos))
             if not piece:
