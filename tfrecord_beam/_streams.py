@@ -10,6 +10,11 @@ offset. Python's inflaters drop a whole call's output when that call hits bad da
 reader re-inflates the damaged gzip member from its start with zlib (whose state can be
 copied) and narrows the bad step down to the last byte that still inflates (seekable files;
 for a stream that cannot be re-read the bytes of that one step are lost, and the error says so).
+
+Memory stays bounded whatever the data inflates to: each inflater call takes at most 256 KiB
+and gives at most what the caller asked for (4 MiB at most), and `max_remaining()` bounds what
+the rest of a file of known size can still inflate to (deflate's 1032:1), which lets the
+record reader refuse an impossible length field before reading it.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def _tell_and_size(raw: BinaryIO) -> Tuple[int, Optional[int]]:
         size = raw.seek(0, io.SEEK_END)
         raw.seek(here)
         return int(here), int(size)
-    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+    except (OSError, AttributeError, ValueError, TypeError, io.UnsupportedOperation):
         return 0, None
 
 
