@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gzip
 import io
+import random
 import re
 import struct
 import tracemalloc
@@ -276,3 +277,38 @@ def test_records_over_max_record_size_are_errors_after_the_records_before(tmp_pa
     assert list(RecordReader(path, max_record_size=5000)) == payloads
     with pytest.raises(ValueError):
         RecordReader(path, max_record_size=-1)
+
+
+def _inflates_before_damage(blob: bytes, compression: str) -> bytes:
+    """Reference: what zlib inflates fed one byte at a time, up to the first byte it rejects."""
+    z = zlib.decompressobj(_streams.WBITS[compression])
+    out = []
+    for i in range(len(blob)):
+        try:
+            out.append(z.decompress(blob[i : i + 1]))
+        except zlib.error:
+            break
+        if z.eof:
+            break
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_damage_delivers_exactly_the_records_that_inflate_intact(tmp_path, engine, inflater, seed):
+    rng = random.Random(seed)
+    for case in range(6):
+        payloads = [bytes(rng.randrange(6) for _ in range(rng.randrange(10, 300))) for _ in range(200)]
+        stream = _framing_py.frame_records(payloads)
+        compression = rng.choice(["gzip", "zlib"])
+        blob = bytearray(COMPRESS[compression](stream))
+        for _ in range(rng.randrange(1, 4)):
+            blob[rng.randrange(len(blob))] = rng.randrange(256)
+        good = _inflates_before_damage(bytes(blob), compression)
+        offsets, lengths, _, _ = _framing_py.scan_frames(good)
+        expected = [good[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
+        path = tmp_path / f"{case}{SUFFIX[compression]}"
+        path.write_bytes(bytes(blob))
+        got, err = _read_until_error(path, chunk_size=rng.choice([64, 1000, 1 << 20]))
+        assert got == expected, (seed, case)
+        if len(good) < len(stream) or good != stream:
+            assert err is not None  # damage is always reported

@@ -4,12 +4,14 @@ Inflating uses ISA-L (`isal`, ~2.3x zlib's speed here) when it is installed, els
 produce the same bytes. `TFRECORD_BEAM_INFLATE=zlib` forces zlib.
 
 Damage in the compressed data does not throw away what inflated before it: `read` hands out
-every byte the inflater produced up to the damage, and the next `read` raises a
-`CorruptRecordError` naming the uncompressed offset where the damage begins and its compressed
-offset. Python's inflaters drop a whole call's output when that call hits bad data, so the
-reader re-inflates the damaged gzip member from its start with zlib (whose state can be
-copied) and narrows the bad step down to the last byte that still inflates (seekable files;
-for a stream that cannot be re-read the bytes of that one step are lost, and the error says so).
+every byte that inflates before the damage, and the next `read` raises a `CorruptRecordError`
+naming the uncompressed offset where the damage begins and its compressed offset. Python's
+inflaters drop a whole call's output when that call hits bad data, so with zlib the reader
+keeps a copy of the inflater's state before each call (a few microseconds) and, after a
+failure, goes back to it and inflates only up to the last input byte that still inflates.
+ISA-L's state cannot be copied: at its first failure zlib re-inflates that gzip member from
+its start up to the same output and takes over (a file that cannot be re-read loses the bytes
+of the failed step instead, and the error says so).
 
 Memory stays bounded whatever the data inflates to: each inflater call takes at most 256 KiB
 and gives at most what the caller asked for (4 MiB at most), and `max_remaining()` bounds what
@@ -29,7 +31,6 @@ from .errors import CorruptRecordError
 _READ_SIZE = 1 << 20  # compressed bytes read from the file at a time
 _FEED = 1 << 18  # compressed bytes handed to the inflater per call
 _MAX_OUT = 1 << 22  # uncompressed bytes one inflater call may produce (memory stays bounded)
-_SALVAGE_FEED = 1 << 14  # compressed bytes per step when re-inflating a damaged member
 
 # No deflate stream inflates to more than 1032 bytes per compressed byte (a 258-byte match
 # coded in 2 bits; zlib's FAQ). With the compressed size known, this bounds what can follow.
@@ -85,6 +86,8 @@ class InflatingReader:
         self._produced = 0  # uncompressed bytes produced (handed out, or about to be by this read)
         self._raw_eof = False
         self._ended = False  # nothing more will come: the end, or damage
+        self._horizon: Optional[int] = None  # compressed offset where inflating must stop (damage)
+        self._cause: Tuple[Exception, int] = (Exception(), 0)  # the error there, and its offset
         self.damage: Optional[CorruptRecordError] = None
         self.complete = True
         self._seen_input = False
@@ -157,30 +160,39 @@ class InflatingReader:
             return b""
         inflater = self._inflater
         limit = max(1, min(want, _MAX_OUT))
-        if not self._more_input():
+        at_horizon = self._horizon is not None and self._offset() >= self._horizon
+        if at_horizon or not self._more_input():
             if self._seen_input:  # output the inflater still holds (a match cut by `limit`)
                 try:
                     out = inflater.decompress(b"", limit)
                 except self._zlib.error as exc:
-                    return self._damaged(exc, 0, limit)
+                    return self._failed(exc, memoryview(b""), None)
                 if out:
-                    self._member_out += len(out)
-                    self._produced += len(out)
-                    return out
+                    return self._produce(out)
+            if at_horizon:  # all that inflates before the damage is out
+                exc, where = self._cause
+                self._damage_here(where, str(exc))
+                return b""
             self._ended = True
             # A zero-byte file holds no records; anything else must end its stream properly.
             self.complete = inflater.eof or not self._seen_input
             return b""
         self._seen_input = True
         feed = self._block[self._at : self._at + _FEED]
+        if self._horizon is not None:
+            feed = feed[: self._horizon - self._offset()]
+        checkpoint = inflater.copy() if self._zlib is zlib else None  # ~5 us; isal cannot copy
         try:
             out = inflater.decompress(feed, limit)
         except self._zlib.error as exc:
-            return self._damaged(exc, len(feed), limit)
+            return self._failed(exc, feed, checkpoint)
         used = len(feed) - len(inflater.unconsumed_tail)
         if inflater.eof:
             used -= len(inflater.unused_data)
         self._at += used
+        return self._produce(out)
+
+    def _produce(self, out: bytes) -> bytes:
         self._member_out += len(out)
         self._produced += len(out)
         return out
@@ -211,6 +223,8 @@ class InflatingReader:
 
     def _damage_here(self, compressed_offset: int, what: str, lost: str = "") -> None:
         offset = self._produced
+        if not self._member_out:
+            compressed_offset = self._member_start  # nothing of this member inflates
         self.damage = CorruptRecordError(
             self._path, offset, None,
             f"invalid {self._compression} data from uncompressed offset {offset} "
@@ -218,99 +232,79 @@ class InflatingReader:
         )
         self._ended = True
 
-    def _damaged(self, exc: Exception, fed: int, limit: int) -> bytes:
-        """The call inflating `fed` bytes at the current offset failed: salvage what inflated
-        before the damage, record the error and end the stream."""
-        good, where = self._salvage(self._offset(), self._offset() + fed, limit)
-        lost = ""
-        if where is not None and not good and not self._member_out:
-            where = self._member_start  # nothing of this member inflates: it begins damaged
-        if where is None:
-            where = self._offset()
-            lost = "; the stream cannot be re-read, so bytes inflated just before the damage may be lost"
-        self._member_out += len(good)
-        self._produced += len(good)
-        self._damage_here(where, str(exc), lost)
-        return good
+    def _failed(self, exc: Exception, feed: memoryview, checkpoint) -> bytes:
+        """An inflater call failed on `feed` (at the current offset). With zlib, go back to the
+        state before the call and let the stream end where `feed` stops inflating (so every
+        byte before the damage still comes out, in calls of the usual size). With an inflater
+        that cannot copy its state, let zlib re-inflate the member up to here and take over.
+        """
+        here = self._offset()
+        if checkpoint is not None:
+            good = _longest_good_prefix(checkpoint, feed)
+            self._inflater = checkpoint
+            self._horizon = here + good
+            self._cause = (exc, here + good)
+            return b""
+        if self._take_over_with_zlib():
+            return b""
+        self._damage_here(here, str(exc), "; the stream cannot be re-read, so bytes inflated just before "
+                                           "the damage may be lost")
+        return b""
 
-    def _salvage(self, start: int, stop: int, limit: int) -> Tuple[bytes, Optional[int]]:
-        """Re-inflate the current member with zlib from its start up to compressed offset
-        `stop`, the end of the failed call's input (which began at `start`: up to there in
-        big steps, then in small ones that can be retried), skipping the bytes already produced;
-        return (the further bytes that inflate before the damage, compressed offset of the
-        damage) or (b"", None) when the file cannot be re-read.
-
-        The failed call could produce at most `limit` bytes, so the damage lies within them:
-        no more than that is kept (zlib may notice damage later than another inflater)."""
+    def _take_over_with_zlib(self) -> bool:
+        """Re-inflate the current member with zlib from its start until it has produced what
+        was handed out so far, and go on reading with it from there; False when the file
+        cannot be re-read or zlib disagrees (then the damage is reported where we are)."""
+        if self._zlib is zlib:
+            return False
         try:
             self._raw.seek(self._member_start)
         except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
-            return b"", None
-        skip = self._member_out
-        kept: List[bytes] = []
-        room = limit
-
-        def sink(out: bytes) -> None:
-            nonlocal skip, room
-            if skip >= len(out):
-                skip -= len(out)
-                return
-            out = out[skip : skip + room]
-            skip = 0
-            kept.append(out)
-            room -= len(out)
-
+            return False
         z = zlib.decompressobj(self._wbits)
-        pos = self._member_start
-        while pos < start and not z.eof:  # what inflated fine already: no state copies
-            piece = self._raw.read(min(_READ_SIZE, start - pos))
-            if not piece:
-                break
+        produced, pos, data = 0, self._member_start, b""
+        while produced < self._member_out:
+            if not data:
+                data = self._raw.read(_READ_SIZE)
+                if not data:
+                    return False
             try:
-                outs = _inflate_all(z, piece)
-            except zlib.error:  # zlib sees damage in bytes another inflater took as sound
-                return b"", pos
-            for out in outs:
-                sink(out)
-            pos += len(piece)
-        while pos < stop and not z.eof and room > 0:
-            piece = self._raw.read(min(_SALVAGE_FEED, stop - pos))
-            if not piece:
-                break
-            saved = z.copy()
-            try:
-                outs = _inflate_all(z, piece)
+                out = z.decompress(data, self._member_out - produced)
             except zlib.error:
-                good = _longest_good_prefix(saved, piece)
-                for out in _inflate_all(saved, piece[:good]):
-                    sink(out)
-                pos += good
-                break
-            for out in outs:
-                sink(out)
-            pos += len(piece)
-        return b"".join(kept), pos
+                return False
+            produced += len(out)
+            used = len(data) - len(z.unconsumed_tail) - (len(z.unused_data) if z.eof else 0)
+            pos, data = pos + used, data[used:]
+            if z.eof and produced < self._member_out:
+                return False
+        self._raw.seek(pos)
+        self._block, self._at, self._block_offset, self._raw_eof = memoryview(b""), 0, pos, False
+        self._inflater, self._zlib = z, zlib
+        return True
 
 
-def _inflate_all(z, data: bytes) -> List[bytes]:
-    """Inflate `data` with zlib object `z`: the output in bounded pieces (raises zlib.error)."""
-    outs = [z.decompress(data, _MAX_OUT)]
-    while z.unconsumed_tail and not z.eof:
-        outs.append(z.decompress(z.unconsumed_tail, _MAX_OUT))
-    return outs
+def _inflates(z, data) -> bool:
+    """Whether `data` inflates without error from a copy of zlib state `z` (output dropped)."""
+    z = z.copy()
+    try:
+        z.decompress(data, _MAX_OUT)
+        while z.unconsumed_tail and not z.eof:
+            z.decompress(z.unconsumed_tail, _MAX_OUT)
+    except zlib.error:
+        return False
+    return True
 
 
-def _longest_good_prefix(z, data: bytes) -> int:
-    """The largest k such that data[:k] inflates without error from state `z` (left unchanged)."""
+def _longest_good_prefix(z, data) -> int:
+    """The largest k such that data[:k] inflates without error from state `z` (left unchanged);
+    data as a whole does not."""
     lo, hi = 0, len(data) - 1  # data[:lo] inflates; data[:hi + 1] does not
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        try:
-            _inflate_all(z.copy(), data[:mid])
-        except zlib.error:
-            hi = mid - 1
-        else:
+        if _inflates(z, data[:mid]):
             lo = mid
+        else:
+            hi = mid - 1
     return lo
 
 
