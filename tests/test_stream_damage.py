@@ -312,3 +312,14 @@ def test_random_damage_delivers_exactly_the_records_that_inflate_intact(tmp_path
         assert got == expected, (seed, case)
         if len(good) < len(stream) or good != stream:
             assert err is not None  # damage is always reported
+
+
+def test_mid_stream_damage_in_a_stream_that_cannot_be_re_read_keeps_every_intact_record(engine):
+    payloads = [bytes([i % 251]) * 900 for i in range(3000)]
+    stream = _framing_py.frame_records(payloads)
+    blob = bytearray(_wrap(_stored_blocks(stream, 40_000), stream, "gzip"))
+    blob[10 + 30 * 40_005 + 3] ^= 0xFF  # stored block 30's NLEN
+    with io.BytesIO(bytes(blob)) as fh:
+        got, err = _read_until_error(io.BufferedReader(_NoSeek(fh)), compression="gzip")
+    intact = sum(1 for o, p in records_offsets(payloads) if o + _framing_py.FRAME_OVERHEAD + len(p) <= 30 * 40_000)
+    assert got == payloads[:intact] and (err.offset, err.record_number) == (30 * 40_000, intact)

@@ -10,8 +10,9 @@ inflaters drop a whole call's output when that call hits bad data, so with zlib 
 keeps a copy of the inflater's state before each call (a few microseconds) and, after a
 failure, goes back to it and inflates only up to the last input byte that still inflates.
 ISA-L's state cannot be copied: at its first failure zlib re-inflates that gzip member from
-its start up to the same output and takes over (a file that cannot be re-read loses the bytes
-of the failed step instead, and the error says so).
+its start up to the same output and takes over. A stream that cannot be re-read is inflated
+with zlib from the start (unless an inflater is named: then ISA-L loses the bytes of the failed
+step, and the error says so).
 
 Memory stays bounded whatever the data inflates to: each inflater call takes at most 256 KiB
 and gives at most what the caller asked for (4 MiB at most), and `max_remaining()` bounds what
@@ -74,10 +75,12 @@ class InflatingReader:
         self._raw = raw
         self._path = path
         self._compression = compression
+        start, self.compressed_size = _tell_and_size(raw)
+        if inflater is None and self.compressed_size is None:
+            inflater = "zlib"  # a stream that cannot be re-read: only zlib recovers from damage exactly
         self._zlib = INFLATERS[inflater or DEFAULT_INFLATER]
         self._wbits = WBITS[compression]
         self._inflater = self._zlib.decompressobj(self._wbits)
-        start, self.compressed_size = _tell_and_size(raw)
         self._block = memoryview(b"")  # compressed bytes read from the file
         self._at = 0  # how many of them the inflater has consumed
         self._block_offset = start  # compressed offset of _block[0]
