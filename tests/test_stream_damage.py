@@ -42,7 +42,8 @@ def engine(request, monkeypatch):
         impl = _framing_py
     for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
         monkeypatch.setattr(_engine, name, getattr(impl, name))
-    monkeypatch.setattr(_engine, "decode_examples", getattr(impl if impl is _NATIVE else _columnar_py, "decode_examples"))
+    columnar = _NATIVE if impl is _NATIVE else _columnar_py
+    monkeypatch.setattr(_engine, "decode_examples", columnar.decode_examples)
     return request.param
 
 
