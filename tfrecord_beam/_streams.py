@@ -2,17 +2,41 @@
 
 Inflating uses ISA-L (`isal`, ~2.3x zlib's speed here) when it is installed, else zlib; both
 produce the same bytes. `TFRECORD_BEAM_INFLATE=zlib` forces zlib.
+
+Damage in the compressed data does not throw away what inflated before it: `read` hands out
+every byte that inflates before the damage, and the next `read` raises a `CorruptStreamError`
+naming the uncompressed offset where the damage begins and its compressed offset. Python's
+inflaters drop a whole call's output when that call hits bad data, so with zlib the reader
+keeps a copy of the inflater's state before each call (a few microseconds) and, after a
+failure, goes back to it and inflates only up to the last input byte that still inflates.
+ISA-L's state cannot be copied: at its first failure zlib re-inflates that gzip member from
+its start up to the same output and takes over. A stream that cannot be re-read is inflated
+with zlib from the start (unless an inflater is named: then ISA-L loses the bytes of the failed
+step, and the error says so).
+
+Memory stays bounded whatever the data inflates to: each inflater call takes at most 256 KiB
+and gives at most what the caller asked for (4 MiB at most), and `max_remaining()` bounds what
+the rest of a file of known size can still inflate to (deflate's 1032:1), which lets the
+record reader refuse an impossible length field before reading it.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import zlib
-from typing import BinaryIO, Dict, Optional
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from .errors import CorruptStreamError
 
-_READ_SIZE = 1 << 20
+_READ_SIZE = 1 << 20  # compressed bytes read from the file at a time
+_FEED = 1 << 18  # compressed bytes handed to the inflater per call
+_MAX_OUT = 1 << 22  # uncompressed bytes one inflater call may produce (memory stays bounded)
+
+# No deflate stream inflates to more than 1032 bytes per compressed byte (a 258-byte match
+# coded in 2 bits; zlib's FAQ). With the compressed size known, this bounds what can follow.
+DEFLATE_MAX_RATIO = 1032
+_INFLATER_SLACK = 1 << 20  # bytes an inflater may hold decoded but not yet handed out
 
 INFLATERS: Dict[str, object] = {"zlib": zlib}
 try:  # optional accelerator, same API as zlib
@@ -27,11 +51,23 @@ DEFAULT_INFLATER = os.environ.get("TFRECORD_BEAM_INFLATE") or ("isal" if "isal" 
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 
 
+def _tell_and_size(raw: BinaryIO) -> Tuple[int, Optional[int]]:
+    """(current offset, size) of a seekable file; (0, None) when it cannot seek."""
+    try:
+        here = raw.tell()
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(here)
+        return int(here), int(size)
+    except (OSError, AttributeError, ValueError, TypeError, io.UnsupportedOperation):
+        return 0, None
+
+
 class InflatingReader:
     """A `read(n)` view of the decompressed stream; concatenated gzip members are followed.
 
     `complete` tells, once `read` returns b"", whether the compressed stream ended properly;
-    a cut stream yields every byte it can and then reports `complete == False`.
+    a cut stream yields every byte it can and then reports `complete == False`. Damaged data
+    yields every byte before the damage, then `read` raises (`damage` holds the error).
     """
 
     def __init__(self, raw: BinaryIO, compression: str, path: Optional[str] = None,
@@ -39,67 +75,56 @@ class InflatingReader:
         self._raw = raw
         self._path = path
         self._compression = compression
+        start, self.compressed_size = _tell_and_size(raw)
+        if inflater is None and self.compressed_size is None:
+            inflater = "zlib"  # a stream that cannot be re-read: only zlib recovers from damage exactly
         self._zlib = INFLATERS[inflater or DEFAULT_INFLATER]
         self._wbits = WBITS[compression]
         self._inflater = self._zlib.decompressobj(self._wbits)
-        self._pending = b""
+        self._block = memoryview(b"")  # compressed bytes read from the file
+        self._at = 0  # how many of them the inflater has consumed
+        self._block_offset = start  # compressed offset of _block[0]
+        self._member_start = start  # compressed offset where the current member begins
+        self._member_out = 0  # uncompressed bytes of the current member produced so far
+        self._produced = 0  # uncompressed bytes produced (handed out, or about to be by this read)
         self._raw_eof = False
+        self._ended = False  # nothing more will come: the end, or damage
+        self._horizon: Optional[int] = None  # compressed offset where inflating must stop (damage)
+        self._cause: Tuple[Exception, int] = (Exception(), 0)  # the error there, and its offset
+        self.damage: Optional[CorruptStreamError] = None
         self.complete = True
         self._seen_input = False
         self.position = 0  # bytes of the decompressed stream handed out so far
 
+    # -- reading ----------------------------------------------------------------------------
     def read(self, size: int) -> bytes:
-        chunks = [self._pending] if self._pending else []
-        have = len(self._pending)
-        self._pending = b""
-        while have < size and not self._raw_eof:
+        pieces = self.read_pieces(size)
+        if len(pieces) == 1:
+            return pieces[0]
+        return b"".join(pieces)
+
+    def read_pieces(self, size: int) -> List[bytes]:
+        """Up to `size` bytes (fewer only at the end or at damage) as a list of pieces, so a
+        caller can join them once with what it already holds."""
+        pieces: List[bytes] = []
+        have = 0
+        while have < size and not self._ended:
             data = self._inflate_some(size - have)
             if data:
-                chunks.append(data)
+                pieces.append(data)
                 have += len(data)
-        out = b"".join(chunks)
-        if len(out) > size:
-            self._pending = out[size:]
-            out = out[:size]
-        self.position += len(out)
-        return out
+        if not pieces and self.damage is not None:
+            raise self.damage  # the bytes before the damage went out with earlier reads
+        self.position += have
+        return pieces
 
-    def _inflate_some(self, want: int) -> bytes:
-        inflater = self._inflater
-        if inflater.unconsumed_tail:
-            return self._decompress(inflater.unconsumed_tail, want)
-        if inflater.eof:
-            rest = inflater.unused_data
-            if not rest:
-                rest = self._raw.read(_READ_SIZE)
-            if not rest:
-                self._raw_eof = True
-                return b""
-            if not rest.strip(b"\0"):  # zero padding after the last member (tape, block devices)
-                if not self._raw.read(_READ_SIZE).strip(b"\0"):
-                    self._raw_eof = True
-                    return b""
-            # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
-            self._inflater = inflater = self._zlib.decompressobj(self._wbits)
-            return self._decompress(rest, want)
-        compressed = self._raw.read(_READ_SIZE)
-        if not compressed:
-            self._raw_eof = True
-            tail = inflater.flush()
-            # A zero-byte file holds no records; anything else must end its stream properly.
-            self.complete = inflater.eof or not self._seen_input
-            return tail
-        self._seen_input = True
-        return self._decompress(compressed, want)
-
-    def _decompress(self, data: bytes, want: int) -> bytes:
-        try:
-            return self._inflater.decompress(data, max(want, _READ_SIZE))
-        except self._zlib.error as exc:
-            raise CorruptStreamError(
-                self._path, self.position, None,
-                f"invalid {self._compression} data near uncompressed offset {self.position}: {exc}",
-            ) from None
+    def max_remaining(self) -> Optional[int]:
+        """An upper bound on the uncompressed bytes still to come (None when the compressed
+        size is unknown): what is left of the file times deflate's maximum ratio."""
+        if self.compressed_size is None:
+            return None
+        left = max(self.compressed_size - (self._block_offset + self._at), 0)
+        return left * DEFLATE_MAX_RATIO + _INFLATER_SLACK
 
     def skip(self, count: int) -> None:
         """Discard `count` decompressed bytes (seeking in a compressed stream)."""
@@ -111,6 +136,179 @@ class InflatingReader:
 
     def close(self) -> None:
         self._raw.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _offset(self) -> int:
+        """Compressed offset of the next byte the inflater has not consumed."""
+        return self._block_offset + self._at
+
+    def _more_input(self) -> bool:
+        """Make unconsumed compressed bytes available; False at the end of the file."""
+        if self._at < len(self._block):
+            return True
+        if self._raw_eof:
+            return False
+        data = self._raw.read(_READ_SIZE)
+        self._block_offset += len(self._block)
+        self._block, self._at = memoryview(data), 0
+        if not data:
+            self._raw_eof = True
+            return False
+        return True
+
+    def _inflate_some(self, want: int) -> bytes:
+        inflater = self._inflater
+        if inflater.eof and not self._next_member():
+            self._ended = True
+            return b""
+        inflater = self._inflater
+        limit = max(1, min(want, _MAX_OUT))
+        at_horizon = self._horizon is not None and self._offset() >= self._horizon
+        if at_horizon or not self._more_input():
+            if self._seen_input:  # output the inflater still holds (a match cut by `limit`)
+                try:
+                    out = inflater.decompress(b"", limit)
+                except self._zlib.error as exc:
+                    return self._failed(exc, memoryview(b""), None)
+                if out:
+                    return self._produce(out)
+            if at_horizon:  # all that inflates before the damage is out
+                exc, where = self._cause
+                self._damage_here(where, str(exc))
+                return b""
+            self._ended = True
+            # A zero-byte file holds no records; anything else must end its stream properly.
+            self.complete = inflater.eof or not self._seen_input
+            return b""
+        self._seen_input = True
+        feed = self._block[self._at : self._at + _FEED]
+        if self._horizon is not None:
+            feed = feed[: self._horizon - self._offset()]
+        checkpoint = inflater.copy() if self._zlib is zlib else None  # ~5 us; isal cannot copy
+        try:
+            out = inflater.decompress(feed, limit)
+        except self._zlib.error as exc:
+            return self._failed(exc, feed, checkpoint)
+        used = len(feed) - len(inflater.unconsumed_tail)
+        if inflater.eof:
+            used -= len(inflater.unused_data)
+        self._at += used
+        return self._produce(out)
+
+    def _produce(self, out: bytes) -> bytes:
+        self._member_out += len(out)
+        self._produced += len(out)
+        return out
+
+    def _next_member(self) -> bool:
+        """After a member's end: start the next one; False when only zero padding (tape, block
+        devices) or nothing follows."""
+        zeros_from = None
+        while self._more_input():
+            rest = self._block[self._at :]
+            if rest[0] != 0 and zeros_from is None:
+                break  # the common case: the next member's header (no scan of the block)
+            if rest.tobytes().strip(b"\0"):
+                if zeros_from is not None:
+                    self._damage_here(zeros_from, "zero bytes and then more data after the end of the stream")
+                    return False
+                break
+            if zeros_from is None:
+                zeros_from = self._offset()
+            self._at = len(self._block)
+        else:
+            return False
+        # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
+        self._inflater = self._zlib.decompressobj(self._wbits)
+        self._member_start = self._offset()
+        self._member_out = 0
+        return True
+
+    def _damage_here(self, compressed_offset: int, what: str, lost: str = "") -> None:
+        offset = self._produced
+        if not self._member_out:
+            compressed_offset = self._member_start  # nothing of this member inflates
+        self.damage = CorruptStreamError(
+            self._path, offset, None,
+            f"invalid {self._compression} data from uncompressed offset {offset} "
+            f"(compressed offset {compressed_offset}): {what}{lost}",
+        )
+        self._ended = True
+
+    def _failed(self, exc: Exception, feed: memoryview, checkpoint) -> bytes:
+        """An inflater call failed on `feed` (at the current offset). With zlib, go back to the
+        state before the call and let the stream end where `feed` stops inflating (so every
+        byte before the damage still comes out, in calls of the usual size). With an inflater
+        that cannot copy its state, let zlib re-inflate the member up to here and take over.
+        """
+        here = self._offset()
+        if checkpoint is not None:
+            good = _longest_good_prefix(checkpoint, feed)
+            self._inflater = checkpoint
+            self._horizon = here + good
+            self._cause = (exc, here + good)
+            return b""
+        if self._take_over_with_zlib():
+            return b""
+        self._damage_here(here, str(exc), "; the stream cannot be re-read, so bytes inflated just before "
+                                           "the damage may be lost")
+        return b""
+
+    def _take_over_with_zlib(self) -> bool:
+        """Re-inflate the current member with zlib from its start until it has produced what
+        was handed out so far, and go on reading with it from there; False when the file
+        cannot be re-read or zlib disagrees (then the damage is reported where we are)."""
+        if self._zlib is zlib:
+            return False
+        try:
+            self._raw.seek(self._member_start)
+        except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+            return False
+        z = zlib.decompressobj(self._wbits)
+        produced, pos, data = 0, self._member_start, b""
+        while produced < self._member_out:
+            if not data:
+                data = self._raw.read(_READ_SIZE)
+                if not data:
+                    return False
+            try:
+                out = z.decompress(data, self._member_out - produced)
+            except zlib.error:
+                return False
+            produced += len(out)
+            used = len(data) - len(z.unconsumed_tail) - (len(z.unused_data) if z.eof else 0)
+            pos, data = pos + used, data[used:]
+            if z.eof and produced < self._member_out:
+                return False
+        self._raw.seek(pos)
+        self._block, self._at, self._block_offset, self._raw_eof = memoryview(b""), 0, pos, False
+        self._inflater, self._zlib = z, zlib
+        return True
+
+
+def _inflates(z, data) -> bool:
+    """Whether `data` inflates without error from a copy of zlib state `z` (output dropped)."""
+    z = z.copy()
+    try:
+        z.decompress(data, _MAX_OUT)
+        while z.unconsumed_tail and not z.eof:
+            z.decompress(z.unconsumed_tail, _MAX_OUT)
+    except zlib.error:
+        return False
+    return True
+
+
+def _longest_good_prefix(z, data) -> int:
+    """The largest k such that data[:k] inflates without error from state `z` (left unchanged);
+    data as a whole does not."""
+    lo, hi = 0, len(data) - 1  # data[:lo] inflates; data[:hi + 1] does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _inflates(z, data[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def open_stream(raw: BinaryIO, compression: Optional[str], path: Optional[str] = None):

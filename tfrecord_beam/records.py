@@ -29,11 +29,14 @@ from ._framing_py import (
     STATUS_INCOMPLETE,
 )
 from ._streams import InflatingReader, open_stream
-from .errors import CorruptRecordError, TruncatedRecordError, UnclosedWriterWarning
+from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError, UnclosedWriterWarning
 
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
+# Protobuf refuses messages of 2 GiB or more, so no Example or SequenceExample is longer.
+DEFAULT_MAX_RECORD_SIZE = (1 << 31) - 1
+_TOO_LARGE = -1  # a scan status of our own: a record longer than max_record_size
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
@@ -110,6 +113,15 @@ class RecordReader:
         members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
             from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
+        max_record_size: the longest payload accepted (default 2 GiB - 1, protobuf's own limit).
+            A length field above it is a `CorruptRecordError` before anything is allocated, as
+            is one longer than the data that can still follow (the rest of an uncompressed
+            file, or what the rest of a compressed one can inflate to), so memory stays
+            within one record plus the read buffer whatever the length fields say.
+
+    Damage inside a GZIP/ZLIB stream does not lose the records before it: every record that
+    inflated intact is delivered, then a `CorruptStreamError` (a CorruptRecordError) names the uncompressed offset
+    where the damage begins (and the compressed offset in its reason).
     """
 
     def __init__(
@@ -125,6 +137,7 @@ class RecordReader:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         resync: bool = False,
         members: Union[None, bool, "blockgzip.MemberTable"] = None,
+        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -139,6 +152,9 @@ class RecordReader:
         self.chunk_size = max(int(chunk_size), 64)
         self.resync = resync
         self.members = members
+        self.max_record_size = int(max_record_size)
+        if self.max_record_size < 0:
+            raise ValueError(f"max_record_size must be >= 0, not {max_record_size!r}")
         if resync and self.compression is not None:
             raise ValueError(f"{self.path}: resync needs an uncompressed file (got {self.compression})")
 
@@ -204,25 +220,31 @@ class RecordReader:
         if self.end_offset is not None and self.start_offset >= self.end_offset:
             return  # an empty range owns no record
         stream, total = self._position(raw)
+        # A seekable uncompressed file: read the unfinished record at the end of a chunk again
+        # with the next chunk instead of copying it, so every chunk is one read into one buffer.
+        reread = stream is raw and total is not None
         pos = self.start_offset  # stream offset of buf[0]
         number = self.first_record_number
         end = self.end_offset
         buf = b""
+        keep = 0  # bytes at the end of buf that start the next chunk (buf[-keep:])
         need = 0
         eof = False
         while True:
             if not eof:
                 if end is not None and pos >= end:
-                    want = HEADER_SIZE  # only the next range's first header, to check it
+                    size = keep + HEADER_SIZE  # only the next range's first header, to check it
                 else:
-                    want = max(self.chunk_size, need - len(buf))
-                data = _read_at_least(stream, want)
-                if data:
-                    buf = buf + data if buf else data
-                else:
-                    eof = True
+                    # Chunks of one size (unless a record is longer): the allocator then reuses
+                    # the last chunk's memory (varying sizes cost page faults, 2-3x the read).
+                    size = max(self.chunk_size, need)
+                buf, eof = self._fill(stream, buf, keep, pos, size, reread, number)
             offsets, lengths, consumed, status = _engine.scan_frames(buf, self.verify)
             count = len(offsets)
+            if count and self.max_record_size < len(buf) and int(lengths.max()) > self.max_record_size:
+                count = int(np.argmax(lengths > self.max_record_size))
+                consumed = int(offsets[count]) - HEADER_SIZE
+                offsets, lengths, status = offsets[:count], lengths[:count], _TOO_LARGE
             stop = False
             if count:
                 record_offsets = offsets - HEADER_SIZE + pos
@@ -237,63 +259,131 @@ class RecordReader:
             if stop:
                 return
             here = pos + consumed
-            if end is not None and here >= end and status == STATUS_BAD_DATA_CRC:
+            if end is not None and here >= end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
                 return  # the next range's record (its header is sound): that range reports it
             if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC):
                 what = "length" if status == STATUS_BAD_LENGTH_CRC else "payload"
                 raise CorruptRecordError(self.path, here, number, f"{what} CRC mismatch (corrupted record)")
-            rest = buf[consumed:]
+            if status == _TOO_LARGE:
+                (length,) = _U64.unpack_from(buf, consumed)
+                raise self._too_large(length, here, number)
+            keep = len(buf) - consumed
             need = 0
             if status == STATUS_INCOMPLETE:
-                if end is not None and here >= end and len(rest) >= HEADER_SIZE:
+                if end is not None and here >= end and keep >= HEADER_SIZE:
                     # The next range's record: its header is sound (the scan checked its length
                     # CRC), so that range's resync lands on it and reports anything wrong with it.
                     return
-                if len(rest) >= HEADER_SIZE:
-                    (length,) = _U64.unpack_from(rest)
+                if keep >= HEADER_SIZE:
+                    (length,) = _U64.unpack_from(buf, consumed)
+                    if self._cannot_follow(length, here, number, total, stream, keep):
+                        return
                     need = HEADER_SIZE + length + FOOTER_SIZE
-                    if total is not None and length > total - here - FRAME_OVERHEAD:
-                        if self.allow_truncated_tail:
-                            return
-                        raise TruncatedRecordError(
-                            self.path, here, number,
-                            f"length field says {length} payload bytes, so {length + FOOTER_SIZE} "
-                            f"bytes must follow the header, but only {max(total - here - HEADER_SIZE, 0)} "
-                            "do (truncated or corrupted record)",
-                        )
                 if eof:
+                    self._raise_stream_damage(stream, number, here, keep)
                     if self.allow_truncated_tail:
                         return
-                    part = "header" if len(rest) < HEADER_SIZE else "payload or footer"
+                    part = "header" if keep < HEADER_SIZE else "payload or footer"
                     raise TruncatedRecordError(
                         self.path, here, number, f"data ends inside the record's {part} (truncated record)"
                     )
             elif eof:
+                self._raise_stream_damage(stream, number, here, keep)
                 if isinstance(stream, InflatingReader) and not stream.complete:
                     raise TruncatedRecordError(
                         self.path, here, number, f"{self.compression} stream ends early (truncated file)"
                     )
                 return
-            buf = rest
             pos = here
 
+    def _fill(self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool,
+              number: Optional[int]) -> Tuple[bytes, bool]:
+        """The next chunk: the last `keep` bytes of `buf` (an unfinished record at stream offset
+        `pos`) followed by more data, `size` bytes in all (fewer only at the end), as one
+        buffer; and whether the data ended."""
+        if reread:
+            if keep:
+                stream.seek(pos)  # read the unfinished record again rather than copy it
+            data = _read_at_least(stream, size)
+            return data, len(data) < size
+        rest = buf[len(buf) - keep :] if keep else b""
+        try:
+            data = _read_at_least(stream, size - keep, rest)
+        except CorruptRecordError as err:  # damage in a compressed stream, met after the good bytes
+            if err.offset is None or not isinstance(stream, InflatingReader):
+                raise
+            raise self._damage_error(err, number, pos, keep) from None
+        return data, len(data) < size
 
-def _read_at_least(stream, want: int) -> bytes:
-    """Read `want` bytes (fewer only at EOF) in pieces of at most 64 MiB joined once.
+    def _damage_error(self, err: CorruptRecordError, number: Optional[int], pos: int,
+                      keep: int) -> CorruptRecordError:
+        """The stream's damage report (a CorruptStreamError), with the record it falls in (or before)."""
+        reason = err.reason
+        if keep:
+            reason += f"; the record at uncompressed offset {pos} runs into it"
+        return CorruptStreamError(self.path, err.offset, number, reason)
 
-    A record's length field decides `want`; reading piecewise means a corrupt length in a
-    compressed stream costs only the data really there, not an allocation of that length.
+    def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
+        """At the end of the data: when a compressed stream ended at damage, raise it."""
+        damage = getattr(stream, "damage", None) if isinstance(stream, InflatingReader) else None
+        if damage is not None:
+            raise self._damage_error(damage, number, pos, keep)
+
+    def _too_large(self, length: int, here: int, number: Optional[int]) -> CorruptRecordError:
+        return CorruptRecordError(
+            self.path, here, number,
+            f"length field says {length} payload bytes, more than max_record_size ({self.max_record_size}); "
+            "corrupted record, or pass a larger max_record_size",
+        )
+
+    def _cannot_follow(self, length: int, here: int, number: Optional[int], total: Optional[int],
+                       stream, keep: int) -> bool:
+        """Check an unfinished record's length field before reading its payload: raise when the
+        payload cannot follow (True to end quietly where `allow_truncated_tail` allows it)."""
+        if total is not None:
+            room = total - here - HEADER_SIZE  # what follows the header in the file
+        elif isinstance(stream, InflatingReader) and stream.max_remaining() is not None:
+            room = keep - HEADER_SIZE + stream.max_remaining()  # what the rest can inflate to
+        else:
+            room = None
+        if room is not None and length > room - FOOTER_SIZE:
+            self._raise_stream_damage(stream, number, here, keep)
+            if self.allow_truncated_tail:
+                return True
+            if total is not None:
+                why = f"only {max(room, 0)} do"
+            else:
+                why = f"the rest of the {self.compression} stream can inflate to at most {max(room, 0)}"
+            raise TruncatedRecordError(
+                self.path, here, number,
+                f"length field says {length} payload bytes, so {length + FOOTER_SIZE} bytes must follow "
+                f"the header, but {why} (truncated or corrupted record)",
+            )
+        if length > self.max_record_size:
+            raise self._too_large(length, here, number)
+        return False
+
+
+def _read_at_least(stream, want: int, prefix: bytes = b"") -> bytes:
+    """`prefix` and then the next `want` bytes of `stream` (fewer only at its end), as one
+    bytes object joined once (no join at all for a single read).
+
+    Callers bound `want` by what the length fields may claim (`RecordReader._cannot_follow`),
+    so a corrupt length costs an error, not an allocation of that length.
     """
-    piece = 1 << 26
-    if want <= piece:
-        return stream.read(want)
-    parts = []
-    while want > 0:
-        data = stream.read(min(want, piece))
-        if not data:
-            break
-        parts.append(data)
-        want -= len(data)
+    parts = [prefix] if prefix else []
+    if isinstance(stream, InflatingReader):  # short only at the end of the data or at damage
+        parts.extend(stream.read_pieces(want))
+    else:
+        got = 0
+        while got < want:
+            data = stream.read(want - got)
+            if not data:
+                break
+            parts.append(data)
+            got += len(data)
+    if len(parts) == 1:
+        return parts[0]
     return b"".join(parts)
 
 
