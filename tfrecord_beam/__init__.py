@@ -23,6 +23,7 @@ from .errors import (
     CorruptRecordError,
     DecodeError,
     IndexMismatchError,
+    SplitPointError,
     TFRecordError,
     TruncatedRecordError,
 )

@@ -88,7 +88,7 @@ def read_range(rng: FileRange, verify: bool = True, coverage: Optional[list] = N
     """
     reader = RecordReader(
         rng.path, rng.compression, verify=verify, start_offset=rng.start, end_offset=rng.end,
-        resync=rng.start > 0,
+        resync=rng.compression is None,  # also checks the split point at the end
     )
     end = None
     for number, chunk in enumerate(reader.chunks()):

@@ -109,7 +109,7 @@ class FileSet:
                                   first_record_number=first)
         elif piece.kind == BYTES:
             reader = RecordReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
-                                  resync=piece.start > 0)
+                                  resync=True)  # also checks the split point at the end
         else:
             reader = RecordReader(path, compression)
         count = 0
