@@ -38,6 +38,7 @@ RESYNC_LOOKBACK = 1 << 20  # bytes searched for a record spanning a candidate
 RESYNC_DEEP_LOOKBACK = 1 << 26  # the same, for a candidate whose own record or chain is damaged
 
 _BLOCK = 1 << 20  # bytes read at a time to find candidates and walk chains
+_FIRST_BLOCK = 1 << 12  # the first read of a candidate search (it grows to _BLOCK)
 _MEMO_LIMIT = 1 << 18  # entries kept by each memo before it is cleared (results never depend on it)
 _HEADER = struct.Struct("<QI")
 
@@ -131,16 +132,18 @@ class Resync:
                 self.path, end, None,
                 f"the records read up to this split point continue at byte offset {next_start}, but "
                 f"the resync from it lands at {found} ({what}): a payload embeds record-like frames, "
-                "so this file cannot be split by byte ranges. Give it an index (`tfrecord-beam index` "
-                "or pipelines.build_index) to split it at exact record boundaries, or read it whole",
+                "so this file cannot be split by byte ranges: it needs an index to be split (build one "
+                "with `tfrecord2idx` or pipelines.build_index), or read it whole",
             )
 
     # -- the pieces (each a function of its position alone) ----------------------------------
     def candidates(self, low: int, high: int) -> Iterator[int]:
         """Positions in [low, high) whose 8 bytes carry a valid length CRC, in order."""
         pos = low
+        size = _FIRST_BLOCK  # most searches end near where they start: read little, then more
         while pos < high and pos + HEADER_SIZE <= self.total:
-            n = min(_BLOCK, high - pos)
+            n = min(size, high - pos)
+            size = min(size * 4, _BLOCK)
             self.raw.seek(pos)
             block = self.raw.read(n + HEADER_SIZE - 1)
             i = _engine.find_length_crc(block, 0)

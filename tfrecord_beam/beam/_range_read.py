@@ -63,6 +63,9 @@ class _RangeRead:
         self.offsets = offsets
         self.options = options
         self._resync: Optional[Resync] = None
+        self._records_read = _metrics.counter(_metrics.RECORDS_READ)
+        self._bytes_read = _metrics.counter(_metrics.BYTES_READ)
+        self._corrupt = _metrics.counter(_metrics.CORRUPT_RECORDS)
         self._window: Optional[int] = None  # None: read to the range end in 1 MiB chunks
 
     @property
@@ -132,7 +135,7 @@ class _RangeRead:
                 if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
                     yield from self._range_end(tracker.stop_position(), offset)
                     return
-                yield _report(self.file_name, offset, err.reason)
+                yield self._report(offset, err.reason)
                 position, number = self._after_bad(offset)
                 self._window = _DAMAGE_WINDOW
                 continue
@@ -163,7 +166,7 @@ class _RangeRead:
             except CorruptRecordError as err:
                 if not self.options.skip_corrupt:
                     raise
-                yield _report(self.file_name, boundary, err.reason)
+                yield self._report(boundary, err.reason)
                 boundary, _ = self._after_bad(boundary)
         self._check_split(stop, boundary)
 
@@ -207,9 +210,13 @@ class _RangeRead:
                 yield (self.file_name, payload) if options.with_filename else payload
                 claimed += 1
         if claimed:
-            _metrics.counter(_metrics.RECORDS_READ).inc(claimed)
-            _metrics.counter(_metrics.BYTES_READ).inc(int(chunk.payload_lengths[:claimed].sum()))
+            self._records_read.inc(claimed)
+            self._bytes_read.inc(int(chunk.payload_lengths[:claimed].sum()))
         return claimed
+
+    def _report(self, offset: int, reason: str) -> CorruptRecord:
+        self._corrupt.inc()
+        return CorruptRecord(self.file_name, offset, reason)
 
     # -- compressed: one unsplittable range ----------------------------------------------
     def _compressed(self, tracker) -> Iterator:
@@ -227,12 +234,7 @@ class _RangeRead:
             offset = int(err.offset)
             tracker.try_claim(offset)
             reason = f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
-            yield _report(self.file_name, offset, reason)
-
-
-def _report(file_name: str, offset: int, reason: str) -> CorruptRecord:
-    _metrics.counter(_metrics.CORRUPT_RECORDS).inc()
-    return CorruptRecord(file_name, offset, reason)
+            yield self._report(offset, reason)
 
 
 def _claim_all(tracker, starts) -> int:
