@@ -47,6 +47,7 @@ class InflatingReader:
         self.complete = True
         self._seen_input = False
         self.position = 0  # bytes of the decompressed stream handed out so far
+        self._after_member: Optional[bytearray] = None  # input since the last member ended, while it inflates to nothing
 
     def read(self, size: int) -> bytes:
         chunks = [self._pending] if self._pending else []
@@ -81,6 +82,7 @@ class InflatingReader:
                     return b""
             # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
             self._inflater = inflater = self._zlib.decompressobj(self._wbits)
+            self._after_member = bytearray(rest[:64])
             return self._decompress(rest, want)
         compressed = self._raw.read(_READ_SIZE)
         if not compressed:
@@ -90,11 +92,24 @@ class InflatingReader:
             self.complete = inflater.eof or not self._seen_input
             return tail
         self._seen_input = True
+        if self._after_member is not None and len(self._after_member) < 64:
+            self._after_member += compressed[: 64 - len(self._after_member)]
         return self._decompress(compressed, want)
+
+    @property
+    def trailing(self) -> Optional[bytes]:
+        """When the stream ended incomplete after at least one whole member, and what followed
+        that member inflated to nothing: its first bytes (up to 64); else None."""
+        if self.complete or self._after_member is None:
+            return None
+        return bytes(self._after_member)
 
     def _decompress(self, data: bytes, want: int) -> bytes:
         try:
-            return self._inflater.decompress(data, max(want, _READ_SIZE))
+            out = self._inflater.decompress(data, max(want, _READ_SIZE))
+            if out:
+                self._after_member = None
+            return out
         except self._zlib.error as exc:
             raise CorruptRecordError(
                 self._path, self.position, None,

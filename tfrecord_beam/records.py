@@ -15,7 +15,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, fs
+from . import _diagnose, _engine, fs
 from ._framing_py import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -229,9 +229,10 @@ class RecordReader:
             if end is not None and here >= end and status == STATUS_BAD_DATA_CRC:
                 self._check_split(raw, total, here)
                 return  # the next range's record (its header is sound): that range reports it
-            if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC):
-                what = "length" if status == STATUS_BAD_LENGTH_CRC else "payload"
-                raise CorruptRecordError(self.path, here, number, f"{what} CRC mismatch (corrupted record)")
+            if status == STATUS_BAD_LENGTH_CRC:
+                raise CorruptRecordError(self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed:consumed + 16]))
+            if status == STATUS_BAD_DATA_CRC:
+                raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
             rest = buf[consumed:]
             need = 0
             if status == STATUS_INCOMPLETE:
@@ -255,15 +256,17 @@ class RecordReader:
                 if eof:
                     if self.allow_truncated_tail:
                         return
-                    part = "header" if len(rest) < HEADER_SIZE else "payload or footer"
-                    raise TruncatedRecordError(
-                        self.path, here, number, f"data ends inside the record's {part} (truncated record)"
-                    )
+                    if len(rest) < HEADER_SIZE:
+                        reason = _diagnose.short_tail(rest, at_start=here == 0)
+                    else:
+                        reason = "data ends inside the record's payload or footer (truncated record)"
+                    raise TruncatedRecordError(self.path, here, number, reason)
             elif eof:
                 if isinstance(stream, InflatingReader) and not stream.complete:
-                    raise TruncatedRecordError(
-                        self.path, here, number, f"{self.compression} stream ends early (truncated file)"
-                    )
+                    trailing = stream.trailing
+                    reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
+                              else _diagnose.gzip_trailing(self.compression, trailing))
+                    raise TruncatedRecordError(self.path, here, number, reason)
                 self._check_split(raw, total, here)
                 return
             buf = rest
