@@ -20,7 +20,7 @@ from tfrecord_beam._resync import (
     find_record_start,
     header_length,
 )
-from tfrecord_beam.errors import CorruptRecordError, SplitPointError
+from tfrecord_beam.errors import SplitPointError
 from tfrecord_beam.index import build_index, create_index
 
 
