@@ -39,6 +39,7 @@ RESYNC_DEEP_LOOKBACK = 1 << 26  # the same, for a candidate whose own record or 
 
 _BLOCK = 1 << 20  # bytes read at a time to find candidates and walk chains
 _FIRST_BLOCK = 1 << 12  # the first read of a candidate search (it grows to _BLOCK)
+_READ_AHEAD = 1 << 16  # bytes read at once for small reads
 _MEMO_LIMIT = 1 << 18  # entries kept by each memo before it is cleared (results never depend on it)
 _HEADER = struct.Struct("<QI")
 
@@ -144,8 +145,7 @@ class Resync:
         while pos < high and pos + HEADER_SIZE <= self.total:
             n = min(size, high - pos)
             size = min(size * 4, _BLOCK)
-            self.raw.seek(pos)
-            block = self.raw.read(n + HEADER_SIZE - 1)
+            block = self.read_at(pos, n + HEADER_SIZE - 1)
             i = _engine.find_length_crc(block, 0)
             while 0 <= i < n:
                 yield pos + i
@@ -163,23 +163,31 @@ class Resync:
         return end
 
     def _check_record(self, h: int) -> int:
-        self.raw.seek(h)
-        length = header_length(self.raw.read(HEADER_SIZE))
+        length = self.header_at(h)
         if length is None or length > self.total - h - FRAME_OVERHEAD:
             return 0
-        self.raw.seek(h)
-        frame = self.raw.read(FRAME_OVERHEAD + length)
+        frame = self.read_at(h, FRAME_OVERHEAD + length)
         _, _, consumed, _ = _engine.scan_frames(frame, True, 1)
         return h + len(frame) if consumed == FRAME_OVERHEAD + length else 0
 
-    def _header_at(self, p: int) -> Optional[int]:
-        """`header_length` at file position `p`, through a block read ahead for chain walks."""
-        rel = p - self._block_base
-        if rel < 0 or rel + HEADER_SIZE > len(self._block):
-            self.raw.seek(p)
-            self._block_base, self._block = p, self.raw.read(_BLOCK + HEADER_SIZE)
+    def read_at(self, pos: int, n: int, ahead: int = _READ_AHEAD) -> bytes:
+        """`n` bytes at `pos` (fewer at the end of the file), through one block read ahead:
+        searches read many small pieces close together, and seeks cost more than slices."""
+        rel = pos - self._block_base
+        if rel < 0 or rel + n > len(self._block) and self._block_base + len(self._block) < self.total:
+            self.raw.seek(pos)
+            self._block_base, self._block = pos, self.raw.read(max(n, ahead))
             rel = 0
-        return header_length(self._block, rel)
+        if rel == 0 and n >= len(self._block):
+            return self._block  # no copy of a whole record
+        return self._block[rel : rel + n]
+
+    def header_at(self, pos: int) -> Optional[int]:
+        """`header_length` of the header at file position `pos`."""
+        return header_length(self.read_at(pos, HEADER_SIZE))
+
+    def _header_at_for_walk(self, pos: int) -> Optional[int]:
+        return header_length(self.read_at(pos, HEADER_SIZE, _BLOCK + HEADER_SIZE))
 
     def _chain_is_sound(self, c: int) -> bool:
         """Whether valid headers (length CRCs) tile the file from `c` for RESYNC_LOOKAHEAD bytes.
@@ -200,7 +208,7 @@ class Resync:
                     break
                 continue
             visited.append(p)
-            length = self._header_at(p)
+            length = self._header_at_for_walk(p)
             if length is None or length > self.total - p - FRAME_OVERHEAD:
                 broken = True  # a damaged header, or a frame running past the end of the file
                 break

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Generator, Iterator, NamedTuple, Optional, Tuple, Union
 
-from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
-from .._resync import Resync, header_length
+from .._framing_py import FRAME_OVERHEAD
+from .._resync import Resync
 from ..errors import CorruptRecordError
 from ..records import DEFAULT_CHUNK_SIZE, RecordReader
 from . import _fs, _index_cache, _metrics
@@ -157,8 +157,7 @@ class _RangeRead:
         point is checked: the next range must start exactly where this chain continues.
         """
         while self.offsets is None and boundary < self.total:
-            self.raw.seek(boundary)
-            if header_length(self.raw.read(HEADER_SIZE)) is not None:
+            if self.resync.header_at(boundary) is not None:
                 break  # a sound header: the next range's resync lands on it
             try:
                 next(iter(self._reader(boundary, boundary + 1, None)), None)
@@ -188,8 +187,7 @@ class _RangeRead:
         if self.offsets is not None:
             number, position = self.offsets.first_after(offset, self.total)
             return position, number
-        self.raw.seek(offset)
-        length = header_length(self.raw.read(HEADER_SIZE))
+        length = self.resync.header_at(offset)
         if length is not None and offset + FRAME_OVERHEAD + length <= self.total:
             return offset + FRAME_OVERHEAD + length, None
         return self.resync.find(offset + 1), None
