@@ -99,3 +99,15 @@ def test_torch_stale_index_of_the_same_size_is_an_index_error(tmp_path, new):
             else:
                 assert all(encode_example({"p": (g, "byte")}) in true_records for g in got)
         assert failed >= 1
+
+
+def test_map_style_dataset_blames_a_stale_index_not_the_data(tmp_path):
+    pytest.importorskip("torch")
+    from tfrecord_beam.torch import IndexedTFRecordDataset
+
+    path, index_path = _stale_pair(tmp_path, OLD, NEW)
+    ds = IndexedTFRecordDataset(path, index_path)
+    assert len(ds) == len(OLD)
+    with pytest.raises(IndexMismatchError, match="stale index") as info:
+        ds[5]  # its offset falls inside a record of the new data
+    assert info.value.path == index_path
