@@ -42,6 +42,7 @@ _FIRST_BLOCK = 1 << 12  # the first read of a candidate search (it grows to _BLO
 _READ_AHEAD = 1 << 16  # bytes read at once for small reads
 _MEMO_LIMIT = 1 << 18  # entries kept by each memo before it is cleared (results never depend on it)
 _HEADER = struct.Struct("<QI")
+_U64 = struct.Struct("<Q")
 
 
 def header_length(buf, pos: int = 0) -> Optional[int]:
@@ -56,8 +57,9 @@ def header_length(buf, pos: int = 0) -> Optional[int]:
 class _SpanWindow:
     """Answers "does a valid record starting in [c - span, c) span over c?" for increasing c.
 
-    Candidates are enumerated once as the window slides; the deque keeps (start, end) of valid
-    records with decreasing ends, so its head is the furthest-reaching record in the window.
+    Candidates are enumerated once as the window slides, and validated only when their length
+    reaches past the query (queries only grow); the deque keeps (start, end) of valid records
+    with decreasing ends, so its head is the furthest-reaching record in the window.
     A query behind the previous one, or past the window, starts the window afresh.
     """
 
@@ -75,8 +77,11 @@ class _SpanWindow:
             self._cursor = low
         self._last = c
         records = self._records
-        for h in self._resync.candidates(self._cursor, c):
-            end = self._resync.record_end(h)
+        resync = self._resync
+        for h in resync.candidates(self._cursor, c):
+            if resync.claimed_end(h) <= c:
+                continue  # ends before this query, so before every later one: no need to validate it
+            end = resync.record_end(h)
             if end:
                 while records and records[-1][1] <= end:
                     records.pop()
@@ -151,6 +156,11 @@ class Resync:
                 yield pos + i
                 i = _engine.find_length_crc(block, i + 1)
             pos += n
+
+    def claimed_end(self, h: int) -> int:
+        """Where the record at candidate `h` would end by its length field (unchecked)."""
+        (length,) = _U64.unpack_from(self.read_at(h, 8))
+        return h + FRAME_OVERHEAD + length
 
     def record_end(self, h: int) -> int:
         """Where the record at `h` ends when both its CRCs are valid and it fits the file, else 0."""
