@@ -2,8 +2,9 @@
  * run_fuzz.sh. Besides memory safety it checks, aborting on any difference:
  *  - frame scan: resumed in pieces of a data-chosen capacity (1..16, as the binding grows its
  *    arrays), at every verify level and with a record limit, against a naive reference scan;
- *  - candidate search (find_length_crc, the resync's C part) from several starts against a
- *    naive byte-by-byte reference on the table CRC;
+ *  - candidate search (find_length_crc, and find_length_crcs in pieces of a data-chosen
+ *    capacity: the resync's C part) from several starts against a naive byte-by-byte
+ *    reference on the table CRC;
  *  - hardware and table CRC32C agree;
  *  - Example / SequenceExample decode; encoded decoder columns decode again;
  *  - the encoder on hostile columns built from the input (raw or plausible row_splits, value
@@ -157,8 +158,23 @@ static void check_framing(const uint8_t *data, size_t size, uint8_t mode) {
     free(o2);
     free(l2);
     size_t starts[4] = {0, (size_t)mode % (size + 1), size / 2, size + (mode & 3)};
-    for (int k = 0; k < 4; k++)
+    int64_t hits[16];
+    for (int k = 0; k < 4; k++) {
         if (tfr_find_length_crc(data, size, starts[k]) != ref_find_length_crc(data, size, starts[k])) abort();
+        /* all candidates, in pieces of a data-chosen capacity, against the reference walk */
+        size_t pos = starts[k], piece = 1 + (size_t)(mode >> 3) % 16, next;
+        int64_t want = ref_find_length_crc(data, size, pos);
+        for (;;) {
+            size_t got = tfr_find_length_crcs(data, size, pos, hits, piece, &next);
+            for (size_t h = 0; h < got; h++) {
+                if (hits[h] != want) abort();
+                want = ref_find_length_crc(data, size, (size_t)hits[h] + 1);
+            }
+            pos = next;
+            if (got < piece) break;
+        }
+        if (want != -1) abort();
+    }
 }
 
 /* -- the encoder on hostile columns --------------------------------------------------------- */

@@ -110,36 +110,55 @@ _WINDOW_CRC = None
 _FIND_BLOCK = 1 << 8  # candidates are dense in record data: start small, grow 4x per block
 
 
+def _length_crc_hits(data: np.ndarray, pos: int, n: int) -> np.ndarray:
+    """Offsets (from `pos`) of the positions in [pos, pos + n) whose 8 bytes carry their
+    masked CRC32C in the next 4; `data` must hold n + 11 bytes from `pos`."""
+    global _WINDOW_CRC
+    if _WINDOW_CRC is None:
+        _WINDOW_CRC = _window_crc_tables()
+    zero, tables = _WINDOW_CRC
+    crc = np.full(n, zero, dtype=np.uint32)
+    for k in range(8):
+        crc ^= tables[k][data[pos + k : pos + k + n]]
+    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    stored = np.zeros(n, dtype=np.uint32)
+    for k in range(4):
+        stored |= data[pos + 8 + k : pos + 8 + k + n].astype(np.uint32) << np.uint32(8 * k)
+    return np.flatnonzero(masked == stored)
+
+
 def find_length_crc(buf, start: int = 0) -> int:
     """The first position >= start whose 8 bytes carry their masked CRC32C in the next 4 (a
     candidate record header), or -1 when none does before the end of `buf`.
 
     Vectorised over blocks of positions (see `_window_crc_tables`), growing from 256.
     """
-    global _WINDOW_CRC
     if start < 0:
         raise ValueError("start must be >= 0")
-    if _WINDOW_CRC is None:
-        _WINDOW_CRC = _window_crc_tables()
-    zero, tables = _WINDOW_CRC
     data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     last = len(data) - HEADER_SIZE  # the last position a header fits at
     pos, block = start, _FIND_BLOCK
     while pos <= last:
         n = min(block, last + 1 - pos)
-        crc = np.full(n, zero, dtype=np.uint32)
-        for k in range(8):
-            crc ^= tables[k][data[pos + k : pos + k + n]]
-        masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
-        stored = np.zeros(n, dtype=np.uint32)
-        for k in range(4):
-            stored |= data[pos + 8 + k : pos + 8 + k + n].astype(np.uint32) << np.uint32(8 * k)
-        hits = np.flatnonzero(masked == stored)
+        hits = _length_crc_hits(data, pos, n)
         if len(hits):
             return pos + int(hits[0])
         pos += n
         block *= 4
     return -1
+
+
+def find_length_crcs(buf, start: int = 0) -> np.ndarray:
+    """Every position >= start that `find_length_crc` would find, in order (int64)."""
+    if start < 0:
+        raise ValueError("start must be >= 0")
+    data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    last = len(data) - HEADER_SIZE
+    parts = [np.zeros(0, dtype=np.int64)]
+    for pos in range(start, last + 1, 1 << 20):
+        n = min(1 << 20, last + 1 - pos)
+        parts.append(_length_crc_hits(data, pos, n).astype(np.int64) + pos)
+    return np.concatenate(parts)
 
 
 def frame_header(length: int) -> bytes:

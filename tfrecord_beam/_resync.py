@@ -29,8 +29,16 @@ import struct
 from collections import deque
 from typing import BinaryIO, Deque, Dict, Iterator, Optional, Tuple
 
+import numpy as np
+
 from . import _engine
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
+from ._framing_py import (
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    STATUS_BAD_LENGTH_CRC,
+    STATUS_INCOMPLETE,
+    VERIFY_LENGTHS,
+)
 from .errors import SplitPointError
 
 RESYNC_LOOKAHEAD = 1 << 20  # bytes of valid headers a boundary must start
@@ -41,6 +49,7 @@ _BLOCK = 1 << 20  # bytes read at a time to find candidates and walk chains
 _FIRST_BLOCK = 1 << 12  # the first read of a candidate search (it grows to _BLOCK)
 _READ_AHEAD = 1 << 16  # bytes read at once for small reads
 _MEMO_LIMIT = 1 << 18  # entries kept by each memo before it is cleared (results never depend on it)
+_FAST_WALKS = 32  # chain walks done in one C scan before breaks make the Python walk take over
 _HEADER = struct.Struct("<QI")
 _U64 = struct.Struct("<Q")
 
@@ -78,14 +87,16 @@ class _SpanWindow:
         self._last = c
         records = self._records
         resync = self._resync
-        for h in resync.candidates(self._cursor, c):
-            if resync.claimed_end(h) <= c:
-                continue  # ends before this query, so before every later one: no need to validate it
-            end = resync.record_end(h)
-            if end:
-                while records and records[-1][1] <= end:
-                    records.pop()
-                records.append((h, end))
+        for positions, lengths in resync.candidate_blocks(self._cursor, c):
+            # a record ending at or before this query ends before every later one: skip it unchecked
+            room = c - positions - FRAME_OVERHEAD  # the most length that still ends at or before c
+            reaching = (room < 0) | (lengths > np.maximum(room, 0).astype(np.uint64))
+            for h in positions[reaching].tolist():
+                end = resync.record_end(h)
+                if end:
+                    while records and records[-1][1] <= end:
+                        records.pop()
+                    records.append((h, end))
         self._cursor = max(self._cursor, c)
         while records and records[0][0] < low:
             records.popleft()
@@ -106,6 +117,7 @@ class Resync:
         self._chains: Dict[int, Tuple[int, bool]] = {}  # chain position -> (reached, broken there)
         self._block_base = 0
         self._block = b""
+        self._fast_failures = 0
         self._shallow = _SpanWindow(self, RESYNC_LOOKBACK)
         self._deep = _SpanWindow(self, RESYNC_DEEP_LOOKBACK)
 
@@ -143,24 +155,27 @@ class Resync:
             )
 
     # -- the pieces (each a function of its position alone) ----------------------------------
-    def candidates(self, low: int, high: int) -> Iterator[int]:
-        """Positions in [low, high) whose 8 bytes carry a valid length CRC, in order."""
+    def candidate_blocks(self, low: int, high: int) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """The positions in [low, high) whose 8 bytes carry a valid length CRC, block by block
+        in order, each as (positions int64, their length fields uint64)."""
         pos = low
         size = _FIRST_BLOCK  # most searches end near where they start: read little, then more
         while pos < high and pos + HEADER_SIZE <= self.total:
             n = min(size, high - pos)
             size = min(size * 4, _BLOCK)
             block = self.read_at(pos, n + HEADER_SIZE - 1)
-            i = _engine.find_length_crc(block, 0)
-            while 0 <= i < n:
-                yield pos + i
-                i = _engine.find_length_crc(block, i + 1)
+            found = _engine.find_length_crcs(block)
+            found = found[found < n]
+            if len(found):
+                data = np.frombuffer(block, dtype=np.uint8)
+                lengths = data[found[:, None] + np.arange(8)].view("<u8").ravel()
+                yield found + pos, lengths
             pos += n
 
-    def claimed_end(self, h: int) -> int:
-        """Where the record at candidate `h` would end by its length field (unchecked)."""
-        (length,) = _U64.unpack_from(self.read_at(h, 8))
-        return h + FRAME_OVERHEAD + length
+    def candidates(self, low: int, high: int) -> Iterator[int]:
+        """Positions in [low, high) whose 8 bytes carry a valid length CRC, in order."""
+        for positions, _ in self.candidate_blocks(low, high):
+            yield from positions.tolist()
 
     def record_end(self, h: int) -> int:
         """Where the record at `h` ends when both its CRCs are valid and it fits the file, else 0."""
@@ -208,6 +223,10 @@ class Resync:
         far the chain was followed and whether it broke there, so overlapping walks share work.
         """
         limit = c + RESYNC_LOOKAHEAD
+        if c not in self._chains and self._fast_failures < _FAST_WALKS:
+            sound = self._chain_in_c(c, limit)
+            if sound is not None:
+                return sound
         visited = []
         p, broken = c, False
         while p < limit and p != self.total:
@@ -228,6 +247,28 @@ class Resync:
         for v in visited:
             self._chains[v] = (p, broken)
         return not broken
+
+    def _chain_in_c(self, c: int, limit: int) -> Optional[bool]:
+        """The same walk as one C scan of length CRCs; None when it cannot tell (the Python
+        walk then decides). A walk that breaks counts against _FAST_WALKS and is remembered:
+        a crafted file of many long broken chains falls back to the linear Python walk."""
+        block = self.read_at(c, RESYNC_LOOKAHEAD + HEADER_SIZE, RESYNC_LOOKAHEAD + HEADER_SIZE)
+        offsets, _, consumed, status = _engine.scan_frames(block, VERIFY_LENGTHS)
+        p = c + consumed
+        if p >= limit or p == self.total:
+            return True
+        if status == STATUS_INCOMPLETE and len(block) - consumed >= HEADER_SIZE:
+            (length,) = _U64.unpack_from(block, consumed)  # its length CRC is valid (checked first)
+            if length <= self.total - p - FRAME_OVERHEAD:
+                return True  # a frame that fits the file, reaching past the block: past `limit`
+        elif status not in (STATUS_BAD_LENGTH_CRC, STATUS_INCOMPLETE):
+            return None
+        self._fast_failures += 1
+        if len(self._chains) + len(offsets) > _MEMO_LIMIT:
+            self._chains.clear()
+        self._chains.update(dict.fromkeys((offsets - HEADER_SIZE + c).tolist(), (p, True)))
+        self._chains[p] = (p, True)
+        return False
 
 
 def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
