@@ -16,11 +16,14 @@ Each decision depends on the candidate alone (never on where the search began), 
 from any offset between two accepted candidates lands on the same one: that is what lets
 byte ranges that tile a file agree on who owns each record, and what `check_split` relies on.
 
-Linear time: the look-backs are sliding windows (a monotonic deque holds the valid records
-that may still span a later candidate), and chain walks remember where they broke, so a
-`Resync` asked for increasing offsets validates each candidate a bounded number of times,
-whatever the damage (`bench_core`'s crafted-damage case). Its memory is bounded by the
-windows, not the file. One `Resync` serves all the searches of one reader over one file.
+Linear time: the look-backs are sliding windows (candidates found in C a block at a time,
+filtered in numpy; a monotonic deque holds the valid records that may still span a later
+candidate), and chain walks run as one C scan of length CRCs and remember where they broke,
+so a `Resync` asked for increasing offsets validates each candidate a bounded number of times,
+whatever the damage (`bench/bench_resync.py`'s crafted-damage case). Its memory is bounded by
+the windows, not the file. One `Resync` serves all the searches of one reader over one file.
+Only a candidate's own record is CRC-checked in full, so a crafted file of many candidates
+each claiming a long record that fits costs their lengths in CRC work.
 """
 
 from __future__ import annotations
