@@ -140,8 +140,7 @@ class _RangeRead:
                 self._window = _DAMAGE_WINDOW
                 continue
             if reader.end_offset is None or reader.end_offset >= stop or boundary == position:
-                position = boundary
-                yield from self._range_end(stop, boundary)
+                yield from self._range_end(tracker.stop_position(), boundary)  # (split since, perhaps)
                 return
             position = boundary
             # a damage window ended cleanly: read on in a window twice as large
