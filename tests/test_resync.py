@@ -88,8 +88,16 @@ def _hostile_file(rng: random.Random) -> bytes:
     return b"".join(parts)
 
 
+@pytest.mark.parametrize("paths", ["as-tuned", "numpy-windows-python-walks", "numpy-windows-c-walks"])
 @pytest.mark.parametrize("seed", range(12))
-def test_resync_matches_the_naive_reference(seed):
+def test_resync_matches_the_naive_reference(seed, paths, monkeypatch):
+    """Every internal path (scalar or numpy window steps, C or remembered Python chain walks)
+    gives the naive reference's answers."""
+    from tfrecord_beam import _resync
+
+    if paths != "as-tuned":
+        monkeypatch.setattr(_resync, "_SMALL_STEP", 0)
+        monkeypatch.setattr(_resync, "_FAST_WALKS", 0 if paths == "numpy-windows-python-walks" else 1 << 30)
     data = _hostile_file(random.Random(seed))
     raw = io.BytesIO(data)
     candidates = [h for h in range(len(data)) if header_length(data, h) is not None]
@@ -99,6 +107,79 @@ def test_resync_matches_the_naive_reference(seed):
     backwards = Resync(raw, len(data))  # decreasing offsets restart its windows: same answers
     assert [backwards.find(offset) for offset in range(len(data), -1, -1)] == want[::-1]
     assert [find_record_start(raw, offset, len(data)) for offset in range(0, len(data) + 1, 7)] == want[::7]
+
+
+def _big_sparse_file(rng: random.Random) -> bytes:
+    """A few MiB of few candidates: big zero-filled records (zeros are no candidates) holding
+    small frames and headers that claim long records, past the 1 MiB windows and look-ahead."""
+    parts = []
+    for _ in range(rng.randrange(2, 5)):
+        size = rng.randrange(1 << 18, 5 << 19)
+        payload = bytearray(size)
+        for _ in range(rng.randrange(1, 4)):  # embedded frames, some claiming far past their record
+            at = rng.randrange(size - 64)
+            if rng.random() < 0.5:
+                frame = _engine.frame_records([b"inner" * rng.randrange(3)])
+            else:
+                frame = frame_header(rng.randrange(1 << 19, 3 << 20))
+            payload[at : at + len(frame)] = frame
+        frame = bytearray(_engine.frame_records([bytes(payload)]))
+        if rng.random() < 0.3:  # a damaged payload
+            frame[HEADER_SIZE + rng.randrange(size)] ^= 1
+        parts.append(bytes(frame))
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("paths", ["as-tuned", "numpy-windows-python-walks", "numpy-windows-c-walks"])
+@pytest.mark.parametrize("seed", range(2))
+def test_resync_matches_the_naive_reference_past_a_megabyte(seed, paths, monkeypatch):
+    from tfrecord_beam import _resync
+
+    if paths != "as-tuned":
+        monkeypatch.setattr(_resync, "_SMALL_STEP", 0)
+        monkeypatch.setattr(_resync, "_FAST_WALKS", 0 if paths == "numpy-windows-python-walks" else 1 << 30)
+    rng = random.Random(100 + seed)
+    data = _big_sparse_file(rng)
+    candidates = [h for h in _engine.find_length_crcs(data).tolist()]
+    offsets = sorted({0, len(data)} | {rng.randrange(len(data)) for _ in range(4)} | {h + d for h in candidates for d in (0, 1)})
+    raw = io.BytesIO(data)
+    shared = Resync(raw, len(data))
+    for offset in offsets:
+        if offset <= len(data):
+            assert shared.find(offset) == naive_find(data, candidates, offset), offset
+
+
+def _edge_files():
+    """Hand-made layouts for the corners of the search."""
+    # 1. an empty record spanning a candidate 8 bytes into it (its CRC and footer as a length
+    #    field, the next 4 bytes that field's CRC): the candidate lies inside a valid record
+    empty = _engine.frame_records([b""])
+    field = empty[8:16]
+    spanned = empty + struct.pack("<I", _engine.masked_crc32c(field))
+    yield "candidate-inside-an-empty-record", _engine.frame_records([b"a" * 30]) + spanned + _engine.frame_records([b"b"])
+    # 2. deep in a big record, a small frame followed by a header claiming 1 MiB: a chain that
+    #    leaves the look-ahead block by a frame that fits the file (taken for a boundary)
+    payload = bytearray(3 << 20)
+    at = 3 << 19
+    chained = _engine.frame_records([b"x"]) + frame_header(1 << 20)
+    payload[at : at + len(chained)] = chained
+    yield "embedded-chain-past-the-look-ahead", _engine.frame_records([b"head", bytes(payload), b"tail"])
+
+
+@pytest.mark.parametrize("paths", ["as-tuned", "numpy-windows-python-walks", "numpy-windows-c-walks"])
+@pytest.mark.parametrize("name", [name for name, _ in _edge_files()])
+def test_resync_matches_the_naive_reference_at_the_corners(name, paths, monkeypatch):
+    from tfrecord_beam import _resync
+
+    if paths != "as-tuned":
+        monkeypatch.setattr(_resync, "_SMALL_STEP", 0)
+        monkeypatch.setattr(_resync, "_FAST_WALKS", 0 if paths == "numpy-windows-python-walks" else 1 << 30)
+    data = dict(_edge_files())[name]
+    candidates = _engine.find_length_crcs(data).tolist()
+    offsets = sorted({0, 1, len(data)} | {h + d for h in candidates for d in (-1, 0, 1) if 0 <= h + d <= len(data)})
+    raw = io.BytesIO(data)
+    got = [Resync(raw, len(data)).find(offset) for offset in offsets]
+    assert got == [naive_find(data, candidates, offset) for offset in offsets]
 
 
 def test_crafted_damage_is_reported_record_by_record(tmp_path):

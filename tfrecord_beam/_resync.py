@@ -52,6 +52,7 @@ _BLOCK = 1 << 20  # bytes read at a time to find candidates and walk chains
 _FIRST_BLOCK = 1 << 12  # the first read of a candidate search (it grows to _BLOCK)
 _READ_AHEAD = 1 << 16  # bytes read at once for small reads
 _MEMO_LIMIT = 1 << 18  # entries kept by each memo before it is cleared (results never depend on it)
+_SMALL_STEP = 1 << 12  # window steps up to this many bytes enumerate candidates one at a time
 _FAST_WALKS = 32  # chain walks done in one C scan before breaks make the Python walk take over
 _HEADER = struct.Struct("<QI")
 _U64 = struct.Struct("<Q")
@@ -90,16 +91,21 @@ class _SpanWindow:
         self._last = c
         records = self._records
         resync = self._resync
-        for positions, lengths in resync.candidate_blocks(self._cursor, c):
-            # a record ending at or before this query ends before every later one: skip it unchecked
-            room = c - positions - FRAME_OVERHEAD  # the most length that still ends at or before c
-            reaching = (room < 0) | (lengths > np.maximum(room, 0).astype(np.uint64))
-            for h in positions[reaching].tolist():
-                end = resync.record_end(h)
-                if end:
-                    while records and records[-1][1] <= end:
-                        records.pop()
-                    records.append((h, end))
+        # A record ending at or before this query ends before every later one: skip it unchecked.
+        if c - self._cursor <= _SMALL_STEP:  # a short step: numpy's per-call cost would dominate
+            reaching = [h for h in resync.candidates(self._cursor, c) if resync.claimed_end(h) > c]
+        else:
+            reaching = []
+            for positions, lengths in resync.candidate_blocks(self._cursor, c):
+                room = c - positions - FRAME_OVERHEAD  # the most length that still ends at or before c
+                keep = (room < 0) | (lengths > np.maximum(room, 0).astype(np.uint64))
+                reaching += positions[keep].tolist()
+        for h in reaching:
+            end = resync.record_end(h)
+            if end:
+                while records and records[-1][1] <= end:
+                    records.pop()
+                records.append((h, end))
         self._cursor = max(self._cursor, c)
         while records and records[0][0] < low:
             records.popleft()
@@ -176,9 +182,24 @@ class Resync:
             pos += n
 
     def candidates(self, low: int, high: int) -> Iterator[int]:
-        """Positions in [low, high) whose 8 bytes carry a valid length CRC, in order."""
-        for positions, _ in self.candidate_blocks(low, high):
-            yield from positions.tolist()
+        """Positions in [low, high) whose 8 bytes carry a valid length CRC, in order, found one
+        at a time (a search usually stops at one of the first)."""
+        pos = low
+        size = _FIRST_BLOCK
+        while pos < high and pos + HEADER_SIZE <= self.total:
+            n = min(size, high - pos)
+            size = min(size * 4, _BLOCK)
+            block = self.read_at(pos, n + HEADER_SIZE - 1)
+            i = _engine.find_length_crc(block, 0)
+            while 0 <= i < n:
+                yield pos + i
+                i = _engine.find_length_crc(block, i + 1)
+            pos += n
+
+    def claimed_end(self, h: int) -> int:
+        """Where the record at candidate `h` would end by its length field (unchecked)."""
+        (length,) = _U64.unpack_from(self.read_at(h, 8))
+        return h + FRAME_OVERHEAD + length
 
     def record_end(self, h: int) -> int:
         """Where the record at `h` ends when both its CRCs are valid and it fits the file, else 0."""
