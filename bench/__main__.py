@@ -1,11 +1,11 @@
-"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines]`."""
+"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines blockgzip resync]`."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip"]
+ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip", "resync"]
 
 
 def main(argv=None) -> None:

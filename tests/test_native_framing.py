@@ -4,6 +4,7 @@ import os
 import random
 
 import google_crc32c
+import numpy as np
 import pytest
 
 from _parity import FIXTURES, NATIVE, both, needs_native
@@ -73,3 +74,22 @@ def test_find_length_crc_parity():
             both("find_length_crc", bytes(noisy), start)
     assert both("find_length_crc", b"short", 0) == -1
     assert both("find_length_crc", framed, -1) is ValueError
+
+
+def test_find_length_crcs_lists_what_find_length_crc_finds():
+    framed = both("frame_records", [b"abc", b"", os.urandom(300), b"x" * 70] * 200)  # > 256 hits: grows
+    rng = random.Random(6)
+    noisy = bytearray(framed)
+    for _ in range(60):
+        noisy[rng.randrange(len(noisy))] ^= 1 << rng.randrange(8)
+    for data in (framed, bytes(noisy)):
+        for start in (0, 1, 13, len(data) // 2, len(data) - 11, len(data) + 3):
+            found = both("find_length_crcs", data, start)
+            walk, i = [], both("find_length_crc", data, start)
+            while i >= 0:
+                walk.append(i)
+                i = both("find_length_crc", data, i + 1)
+            assert found.dtype == np.int64 and found.tolist() == walk
+    assert len(both("find_length_crcs", framed, 0)) >= 800
+    assert both("find_length_crcs", b"short", 0).tolist() == []
+    assert both("find_length_crcs", framed, -1) is ValueError

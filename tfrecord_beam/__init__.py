@@ -25,6 +25,7 @@ from .errors import (
     DecodeError,
     IndexMismatchError,
     OverwriteRefusedError,
+    SplitPointError,
     TFRecordError,
     TruncatedRecordError,
 )

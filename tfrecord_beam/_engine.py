@@ -32,6 +32,7 @@ scan_frames = _impl.scan_frames
 frame_records = _impl.frame_records
 masked_crc32c = _impl.masked_crc32c
 find_length_crc = _impl.find_length_crc
+find_length_crcs = _impl.find_length_crcs
 
 _columnar = _native if NATIVE else _columnar_py
 decode_examples = _columnar.decode_examples

@@ -90,16 +90,75 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     )
 
 
+def _window_crc_tables() -> Tuple[int, np.ndarray]:
+    """CRC32C of 8 bytes is affine over GF(2): crc(x) = crc(0^8) ^ T[0][x0] ^ ... ^ T[7][x7].
+
+    Returns (crc(0^8), T as an (8, 256) uint32 array), so the CRC of every 8-byte window of a
+    buffer is 8 gathers and XORs in numpy.
+    """
+    zero = google_crc32c.value(bytes(8))
+    tables = np.zeros((8, 256), dtype=np.uint32)
+    for k in range(8):
+        for b in range(256):
+            window = bytearray(8)
+            window[k] = b
+            tables[k, b] = google_crc32c.value(bytes(window)) ^ zero
+    return zero, tables
+
+
+_WINDOW_CRC = None
+_FIND_BLOCK = 1 << 8  # candidates are dense in record data: start small, grow 4x per block
+
+
+def _length_crc_hits(data: np.ndarray, pos: int, n: int) -> np.ndarray:
+    """Offsets (from `pos`) of the positions in [pos, pos + n) whose 8 bytes carry their
+    masked CRC32C in the next 4; `data` must hold n + 11 bytes from `pos`."""
+    global _WINDOW_CRC
+    if _WINDOW_CRC is None:
+        _WINDOW_CRC = _window_crc_tables()
+    zero, tables = _WINDOW_CRC
+    crc = np.full(n, zero, dtype=np.uint32)
+    for k in range(8):
+        crc ^= tables[k][data[pos + k : pos + k + n]]
+    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    stored = np.zeros(n, dtype=np.uint32)
+    for k in range(4):
+        stored |= data[pos + 8 + k : pos + 8 + k + n].astype(np.uint32) << np.uint32(8 * k)
+    return np.flatnonzero(masked == stored)
+
+
 def find_length_crc(buf, start: int = 0) -> int:
     """The first position >= start whose 8 bytes carry their masked CRC32C in the next 4 (a
-    candidate record header), or -1 when none does before the end of `buf`."""
+    candidate record header), or -1 when none does before the end of `buf`.
+
+    Vectorised over blocks of positions (see `_window_crc_tables`), growing from 256.
+    """
     if start < 0:
         raise ValueError("start must be >= 0")
-    view = memoryview(buf).cast("B")
-    for i in range(start, len(view) - HEADER_SIZE + 1):
-        if masked_crc32c(view[i : i + 8]) == _U32.unpack_from(view, i + 8)[0]:
-            return i
+    data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    last = len(data) - HEADER_SIZE  # the last position a header fits at
+    pos, block = start, _FIND_BLOCK
+    while pos <= last:
+        n = min(block, last + 1 - pos)
+        hits = _length_crc_hits(data, pos, n)
+        if len(hits):
+            return pos + int(hits[0])
+        pos += n
+        block *= 4
     return -1
+
+
+def find_length_crcs(buf, start: int = 0) -> np.ndarray:
+    """Every position >= start that `find_length_crc` would find, in order (int64)."""
+    if start < 0:
+        raise ValueError("start must be >= 0")
+    data = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    last = len(data) - HEADER_SIZE
+    parts = [np.zeros(0, dtype=np.int64)]
+    for pos in range(start, last + 1, 1 << 20):
+        n = min(1 << 20, last + 1 - pos)
+        parts.append(_length_crc_hits(data, pos, n).astype(np.int64) + pos)
+    return np.concatenate(parts)
 
 
 def frame_header(length: int) -> bytes:

@@ -95,6 +95,7 @@ class InflatingReader:
         self.complete = True
         self._seen_input = False
         self.position = 0  # bytes of the decompressed stream handed out so far
+        self._after_member: Optional[bytearray] = None  # first bytes after the last member, while they inflate to nothing
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, size: int) -> bytes:
@@ -195,7 +196,17 @@ class InflatingReader:
         self._at += used
         return self._produce(out)
 
+    @property
+    def trailing(self) -> Optional[bytes]:
+        """When the stream ended incomplete after at least one whole member, and what followed
+        that member inflated to nothing: its first bytes (up to 64); else None."""
+        if self.complete or self._after_member is None:
+            return None
+        return bytes(self._after_member)
+
     def _produce(self, out: bytes) -> bytes:
+        if out:
+            self._after_member = None
         self._member_out += len(out)
         self._produced += len(out)
         return out
@@ -220,6 +231,7 @@ class InflatingReader:
             return False
         # A new gzip member (TensorFlow and `cat a.gz b.gz` both produce these).
         self._inflater = self._zlib.decompressobj(self._wbits)
+        self._after_member = bytearray(self._block[self._at : self._at + 64])
         self._member_start = self._offset()
         self._member_out = 0
         return True

@@ -61,6 +61,15 @@ class OverwriteRefusedError(TFRecordError, ValueError):
     data file): refused, since no command of this package overwrites a data file."""
 
 
+class SplitPointError(TFRecordError):
+    """A file cannot be split by byte ranges: at this offset the resync (the only way a range
+    reader without an index finds its first record) disagrees with the record chain read up to
+    it, because a payload embeds record-like frames. Give the file an index, or read it whole.
+
+    Not a CorruptRecordError: the data may be intact, and skipping it would lose records.
+    """
+
+
 class DecodeError(TFRecordError):
     """A payload is not a valid Example / SequenceExample protobuf."""
 

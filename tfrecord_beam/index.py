@@ -150,9 +150,20 @@ def load_index(index_path) -> np.ndarray:
     except (ValueError, OverflowError):
         for number, line in enumerate(lines):  # slow path only to name the bad line
             parts = line.split()
-            if len(parts) != 2 or not all(p.isdigit() and int(p) < 1 << 63 for p in parts):
+            if len(parts) == 2 and all(p.isdigit() for p in parts) and not all(int(p) < 1 << 63 for p in parts):
+                raise IndexMismatchError(path, None, number, f"index line {number + 1} ({line.strip()}): a number "
+                                         "does not fit in 64 bits (a corrupt index)") from None
+            if len(parts) != 2 or not all(p.isdigit() for p in parts):
                 raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}") from None
         raise
+    overflow = np.flatnonzero(index[:, 1] > np.iinfo(np.int64).max - index[:, 0]) if len(index) else []
+    if len(overflow):
+        bad = int(overflow[0])
+        raise IndexMismatchError(
+            path, None, bad,
+            f"index line {bad + 1} ({index[bad, 0]} {index[bad, 1]}): offset + length overflows 64 bits "
+            "(a corrupt index)",
+        )
     if len(index) and index[0, 0] != 0:
         raise IndexMismatchError(path, int(index[0, 0]), 0, "index does not start at offset 0 (lines missing)")
     if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
@@ -167,7 +178,7 @@ def check_index(index: np.ndarray, data_size: Optional[int], index_path=None, da
     The last entry must end exactly at the end of the file (a file that grew or shrank since
     the index was written fails); returns the index. `data_size` None (compressed) skips it.
     """
-    end = int(index[-1].sum()) if len(index) else 0
+    end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0  # Python ints: no int64 overflow
     if data_size is not None and end != data_size:
         raise IndexMismatchError(
             None if index_path is None else os.fspath(index_path), None, None,

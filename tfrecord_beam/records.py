@@ -19,7 +19,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _blockgzip_write, _engine, blockgzip, fs
+from . import _blockgzip_write, _diagnose, _engine, blockgzip, fs
 from ._framing_py import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -27,6 +27,14 @@ from ._framing_py import (
     STATUS_BAD_DATA_CRC,
     STATUS_BAD_LENGTH_CRC,
     STATUS_INCOMPLETE,
+)
+from ._resync import (  # noqa: F401  (re-exported: the resync's public names)
+    RESYNC_DEEP_LOOKBACK,
+    RESYNC_LOOKAHEAD,
+    RESYNC_LOOKBACK,
+    Resync,
+    find_record_start,
+    header_length,
 )
 from ._streams import InflatingReader, open_stream
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError, UnclosedWriterWarning
@@ -38,7 +46,6 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 DEFAULT_MAX_RECORD_SIZE = (1 << 31) - 1
 _TOO_LARGE = -1  # a scan status of our own: a record longer than max_record_size
 _U64 = struct.Struct("<Q")
-_HEADER = struct.Struct("<QI")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
     "gzip": "gzip", "gz": "gzip",
@@ -108,8 +115,11 @@ class RecordReader:
         first_record_number: the number of the record at `start_offset`, for error messages.
         allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
             data ends inside the last record (a file still being written, say).
-        resync: `start_offset` may fall inside a record: skip to the next record boundary
-            (`find_record_start`). Uncompressed only.
+        resync: [start_offset, end_offset) is a byte range that need not fall on record
+            boundaries: skip from `start_offset` to the next record boundary
+            (`find_record_start`), and at the end check that the resync from `end_offset` lands
+            where the records read continue (else SplitPointError: the file needs an index to
+            be split). Uncompressed only.
         members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
             from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
@@ -195,7 +205,7 @@ class RecordReader:
                     raise ValueError(f"{self.path}: resync needs a seekable file") from None
             else:
                 if self.resync and start > 0:
-                    start = find_record_start(raw, start, total, self.path)
+                    start = Resync(raw, total, self.path).find(start)
                     self.start_offset = start
                 raw.seek(start)
                 return raw, total
@@ -247,7 +257,7 @@ class RecordReader:
                 offsets, lengths, status = offsets[:count], lengths[:count], _TOO_LARGE
             stop = False
             if count:
-                record_offsets = offsets - HEADER_SIZE + pos
+                record_offsets = offsets_all = offsets - HEADER_SIZE + pos
                 if end is not None and record_offsets[-1] >= end:
                     count = int(np.searchsorted(record_offsets, end, side="left"))
                     offsets, lengths, record_offsets = offsets[:count], lengths[:count], record_offsets[:count]
@@ -257,13 +267,16 @@ class RecordReader:
                     if number is not None:
                         number += count
             if stop:
+                self._check_split(raw, total, int(offsets_all[count]))
                 return
             here = pos + consumed
             if end is not None and here >= end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
+                self._check_split(raw, total, here)
                 return  # the next range's record (its header is sound): that range reports it
-            if status in (STATUS_BAD_LENGTH_CRC, STATUS_BAD_DATA_CRC):
-                what = "length" if status == STATUS_BAD_LENGTH_CRC else "payload"
-                raise CorruptRecordError(self.path, here, number, f"{what} CRC mismatch (corrupted record)")
+            if status == STATUS_BAD_LENGTH_CRC:
+                raise CorruptRecordError(self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed:consumed + 16]))
+            if status == STATUS_BAD_DATA_CRC:
+                raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
             if status == _TOO_LARGE:
                 (length,) = _U64.unpack_from(buf, consumed)
                 raise self._too_large(length, here, number)
@@ -273,6 +286,7 @@ class RecordReader:
                 if end is not None and here >= end and keep >= HEADER_SIZE:
                     # The next range's record: its header is sound (the scan checked its length
                     # CRC), so that range's resync lands on it and reports anything wrong with it.
+                    self._check_split(raw, total, here)
                     return
                 if keep >= HEADER_SIZE:
                     (length,) = _U64.unpack_from(buf, consumed)
@@ -283,16 +297,19 @@ class RecordReader:
                     self._raise_stream_damage(stream, number, here, keep)
                     if self.allow_truncated_tail:
                         return
-                    part = "header" if keep < HEADER_SIZE else "payload or footer"
-                    raise TruncatedRecordError(
-                        self.path, here, number, f"data ends inside the record's {part} (truncated record)"
-                    )
+                    if keep < HEADER_SIZE:
+                        reason = _diagnose.short_tail(buf[len(buf) - keep:] if keep else b"", at_start=here == 0)
+                    else:
+                        reason = "data ends inside the record's payload or footer (truncated record)"
+                    raise TruncatedRecordError(self.path, here, number, reason)
             elif eof:
                 self._raise_stream_damage(stream, number, here, keep)
                 if isinstance(stream, InflatingReader) and not stream.complete:
-                    raise TruncatedRecordError(
-                        self.path, here, number, f"{self.compression} stream ends early (truncated file)"
-                    )
+                    trailing = stream.trailing
+                    reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
+                              else _diagnose.gzip_trailing(self.compression, trailing))
+                    raise TruncatedRecordError(self.path, here, number, reason)
+                self._check_split(raw, total, here)
                 return
             pos = here
 
@@ -322,6 +339,14 @@ class RecordReader:
         if keep:
             reason += f"; the record at uncompressed offset {pos} runs into it"
         return CorruptStreamError(self.path, err.offset, number, reason)
+
+    def _check_split(self, raw: BinaryIO, total: Optional[int], next_start: int) -> None:
+        """With `resync`, the records read continue at `next_start`: the resync from
+        `end_offset` must land there too (`Resync.check_split`), or the next range's reader
+        would duplicate or drop records."""
+        if self.resync and self.end_offset is not None and total is not None:
+            Resync(raw, total, self.path).check_split(self.end_offset, next_start)
+
 
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
         """At the end of the data: when a compressed stream ended at damage, raise it."""
@@ -398,101 +423,6 @@ def _skip(stream, count: int) -> None:
         if not got:
             return
         count -= len(got)
-
-
-RESYNC_LOOKAHEAD = 1 << 20  # bytes of valid headers a boundary must start
-RESYNC_LOOKBACK = 1 << 20  # bytes searched for a record spanning a candidate
-RESYNC_DEEP_LOOKBACK = 1 << 26  # the same, for a candidate whose own record or chain is damaged
-
-
-def header_length(buf, pos: int = 0) -> Optional[int]:
-    """The payload length in the 12-byte header at `buf[pos:]` when its length CRC is valid,
-    else None (also when fewer than 12 bytes are there)."""
-    if len(buf) - pos < HEADER_SIZE:
-        return None
-    length, length_crc = _HEADER.unpack_from(buf, pos)
-    return length if _engine.masked_crc32c(memoryview(buf)[pos : pos + 8]) == length_crc else None
-
-
-def _first_record_ok(raw: BinaryIO, offset: int, total: int) -> bool:
-    """Whether a record with both CRCs valid starts at `offset` and fits in the file."""
-    raw.seek(offset)
-    header = raw.read(HEADER_SIZE)
-    if len(header) < HEADER_SIZE:
-        return False
-    (length,) = _U64.unpack_from(header)
-    if length > total - offset - FRAME_OVERHEAD:
-        return False
-    raw.seek(offset)
-    _, _, consumed, _ = _engine.scan_frames(raw.read(FRAME_OVERHEAD + length), True, 1)
-    return consumed == FRAME_OVERHEAD + length
-
-
-def _chain_is_sound(raw: BinaryIO, offset: int, total: int) -> bool:
-    """Whether valid headers (length CRCs) tile the file from `offset` for RESYNC_LOOKAHEAD bytes.
-
-    The chain must stay within the file: one that reaches the end of the file must end exactly
-    there. Payload CRCs after the first record are not needed: a false start inside a payload
-    breaks at the header level.
-    """
-    raw.seek(offset)
-    block = raw.read(RESYNC_LOOKAHEAD + HEADER_SIZE)
-    pos = 0
-    while pos + HEADER_SIZE <= len(block) and pos < RESYNC_LOOKAHEAD:
-        length = header_length(block, pos)
-        if length is None:
-            return False
-        if length > total - offset - pos - FRAME_OVERHEAD:
-            return False  # the frame runs past the end of the file
-        pos += FRAME_OVERHEAD + length
-    return pos >= RESYNC_LOOKAHEAD or offset + pos == total
-
-
-def _inside_a_valid_record(raw: BinaryIO, offset: int, total: int, lookback: int) -> bool:
-    """Whether a record with both CRCs valid, starting within `lookback` bytes before `offset`,
-    spans over it (so `offset` lies inside that record's payload)."""
-    first = max(0, offset - lookback)
-    raw.seek(first)
-    block = raw.read(offset - first + HEADER_SIZE - 1)  # headers that start before `offset`
-    h = _engine.find_length_crc(block, 0)
-    while h >= 0:
-        (length,) = _U64.unpack_from(block, h)
-        if offset < first + h + FRAME_OVERHEAD + length <= total and _first_record_ok(raw, first + h, total):
-            return True
-        h = _engine.find_length_crc(block, h + 1)
-    return False
-
-
-def find_record_start(raw: BinaryIO, offset: int, total: int, path: Optional[str] = None) -> int:
-    """The offset of the first record boundary at or after `offset` (`total` when none).
-
-    A candidate is a position whose 8 bytes carry a valid length CRC (found in C). It is not a
-    boundary when a record with both CRCs valid, starting up to 1 MiB before it, spans over it
-    (record-like bytes inside that record's payload). Otherwise it is one when its own record
-    passes both CRCs and valid headers tile the next RESYNC_LOOKAHEAD bytes (or the rest of
-    the file, ending exactly at its end). When its record or that chain is damaged (a bad
-    payload, a damaged header, a truncated tail), it is still taken, so that the reader
-    reaches the damage and reports it, unless a deeper search (64 MiB back) finds a valid
-    record spanning it. So header-like bytes in payloads, even whole TFRecords stored as
-    payloads, are not taken for boundaries, and damage near a split point is reported rather
-    than skipped. Files with a `.tfindex` are split at exact boundaries instead.
-    """
-    window = 1 << 20
-    pos = offset
-    while pos + HEADER_SIZE <= total:
-        raw.seek(pos)
-        block = raw.read(window + HEADER_SIZE - 1)
-        i = _engine.find_length_crc(block, 0)
-        while i >= 0:
-            candidate = pos + i
-            if not _inside_a_valid_record(raw, candidate, total, RESYNC_LOOKBACK):
-                if _first_record_ok(raw, candidate, total) and _chain_is_sound(raw, candidate, total):
-                    return candidate
-                if not _inside_a_valid_record(raw, candidate, total, RESYNC_DEEP_LOOKBACK):
-                    return candidate
-            i = _engine.find_length_crc(block, i + 1)
-        pos += window
-    return total
 
 
 class RecordWriter:

@@ -72,6 +72,33 @@ static PyObject *py_find_length_crc(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(found);
 }
 
+static PyObject *py_find_length_crcs(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    Py_ssize_t start = 0;
+    if (!PyArg_ParseTuple(args, "y*|n", &v, &start)) return NULL;
+    if (start < 0) { PyBuffer_Release(&v); return PyErr_Format(PyExc_ValueError, "start must be >= 0"); }
+    tfr_buf found = {0};
+    size_t pos = (size_t)start, cap = 256;
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        if (tfr_buf_reserve(&found, cap * 8)) { nomem = 1; break; }
+        size_t room = (found.cap - found.len) / 8, next;
+        size_t got = tfr_find_length_crcs((const uint8_t *)v.buf, (size_t)v.len, pos,
+                                          (int64_t *)(void *)(found.data + found.len), room, &next);
+        found.len += got * 8;
+        pos = next;
+        if (got < room) break;
+        cap *= 2;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (nomem) { tfr_buf_free(&found); return PyErr_NoMemory(); }
+    PyObject *a = buf_to_array(&found, NPY_INT64, 8);
+    if (!a) tfr_buf_free(&found);
+    return a;
+}
+
 static PyObject *py_crc32c_hw(PyObject *self, PyObject *noargs) { return PyBool_FromLong(tfr_crc32c_hw()); }
 
 static PyObject *py_scan_frames(PyObject *self, PyObject *args, PyObject *kw) {
@@ -453,6 +480,8 @@ static PyMethodDef methods[] = {
     {"masked_crc32c", py_masked_crc32c, METH_O, "TFRecord's masked CRC32C of a bytes-like object."},
     {"find_length_crc", py_find_length_crc, METH_VARARGS,
      "find_length_crc(buf, start=0): first position >= start holding a header with a valid length CRC, or -1."},
+    {"find_length_crcs", py_find_length_crcs, METH_VARARGS,
+     "find_length_crcs(buf, start=0): every such position >= start, as an int64 array."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, table_only=False): plain CRC32C (tests)."},
     {"crc32c_hw", py_crc32c_hw, METH_NOARGS, "True when the SSE4.2 instruction is in use."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_VARARGS | METH_KEYWORDS,

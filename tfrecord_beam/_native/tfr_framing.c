@@ -49,6 +49,15 @@ int64_t tfr_find_length_crc(const uint8_t *buf, size_t size, size_t start) {
     return -1;
 }
 
+size_t tfr_find_length_crcs(const uint8_t *buf, size_t size, size_t start, int64_t *out, size_t cap, size_t *next) {
+    size_t n = 0, i = start;
+    for (; n < cap && size >= TFR_HEADER_SIZE && i <= size - TFR_HEADER_SIZE; i++) {
+        if (tfr_masked_crc32c(buf + i, 8) == load_u32le(buf + i + 8)) out[n++] = (int64_t)i;
+    }
+    *next = i;
+    return n;
+}
+
 void tfr_write_header(uint8_t *out, uint64_t length) {
     for (int i = 0; i < 8; i++) out[i] = (uint8_t)(length >> (8 * i));
     store_u32le(out + 8, tfr_masked_crc32c(out, 8));

@@ -27,6 +27,10 @@ size_t tfr_scan_frames(const uint8_t *buf, size_t size, int verify, int64_t max_
  * (a candidate record header), or -1 when none does before the end of buf. */
 int64_t tfr_find_length_crc(const uint8_t *buf, size_t size, size_t start);
 
+/* Every such position in [start, size - 12]: writes up to `cap` of them to `out` and returns
+ * how many; *next is where to resume (size - 11 or more once the end is reached). */
+size_t tfr_find_length_crcs(const uint8_t *buf, size_t size, size_t start, int64_t *out, size_t cap, size_t *next);
+
 /* Write the 12-byte header of a `length`-byte payload into out. */
 void tfr_write_header(uint8_t *out, uint64_t length);
 /* Write the 4-byte footer (masked CRC of the payload) into out. */

@@ -3,7 +3,8 @@
 A split reader needs one answer from the index: the first record at or after a byte offset
 (and its number). The index is loaded with `index.load_index` (vectorised; it checks that
 entries start at 0 and follow each other) and `index.check_index` (it must end where the data
-does), and cached per process.
+does), and cached per process. An index of the right size can still be stale: readers check
+what they read against it (`Offsets.check_*`, over `tfrecord_beam._index_check`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .. import fs
+from .. import _index_check, fs
 from ..index import check_index, default_index_path, load_index
 
 _CACHE_SIZE = 16
@@ -24,10 +25,12 @@ _lock = threading.Lock()
 
 
 class Offsets:
-    """Record boundaries of one data file, from its index."""
+    """Record boundaries of one data file, from its index, and the checks of data against it."""
 
-    def __init__(self, table: np.ndarray) -> None:
+    def __init__(self, table: np.ndarray, index_path: Optional[str] = None, data_path: Optional[str] = None) -> None:
         self._table = table
+        self.index_path = index_path
+        self.data_path = data_path
 
     def __len__(self) -> int:
         return len(self._table)
@@ -41,6 +44,28 @@ class Offsets:
     def first_after(self, offset: int, total: int) -> Tuple[int, int]:
         """As `first_at_or_after`, for the first record starting strictly after `offset`."""
         return self.first_at_or_after(offset + 1, total)
+
+    def check_entry(self, raw, number: int, total: int) -> None:
+        """The header of record `number` agrees with the index (else IndexMismatchError)."""
+        _index_check.check_entry(raw, self._table, number, total, self.index_path, self.data_path)
+
+    def check_records(self, first_number: int, record_offsets) -> None:
+        """Records read in a row from `first_number` on sit where the index says."""
+        _index_check.check_records(self._table, first_number, np.asarray(record_offsets, dtype=np.int64),
+                                   self.index_path, self.data_path)
+
+    def check_next(self, stop: int, next_start: int, total: int) -> None:
+        """The records read before `stop` continue at the index's first record at or after it."""
+        number, _ = self.first_at_or_after(stop, total)
+        _index_check.check_next(self._table, number, next_start, total, self.index_path, self.data_path)
+
+    def check_damage(self, raw, number: Optional[int], offset: int, total: int) -> None:
+        """A reader found damage at `offset` as record `number`: that is where the index puts
+        that record, and the data around it agrees with the index (else IndexMismatchError)."""
+        if number is None:
+            return
+        _index_check.check_next(self._table, number, offset, total, self.index_path, self.data_path)
+        self.check_entry(raw, number, total)
 
 
 def _mtime(path: str) -> Optional[int]:
@@ -66,7 +91,7 @@ def record_offsets(data_path: str, data_size: int) -> Optional[Offsets]:
             return _cache[key]
     index = check_index(load_index(index_path), data_size, index_path, data_path)
     table = np.ascontiguousarray(index[:, 0])
-    offsets = Offsets(table)
+    offsets = Offsets(table, index_path, data_path)
     with _lock:
         _cache[key] = offsets
         while len(_cache) > _CACHE_SIZE:

@@ -1,15 +1,18 @@
 """Splittable TFRecord source: `_TFRecordSource(FileBasedSource)`, shaped like Beam's `_TextSource`.
 
-All reading happens in `read_records(file_name, range_tracker)`. A record belongs to the range
+All reading happens in `read_records(file_name, range_tracker)` (one range's reading state is
+`_range_read`'s). A record belongs to the range
 that holds its header offset; the reader claims records before it yields them, so initial
 splits and dynamic splits (`split_at_fraction`) both work. Records are claimed in runs (see
 `_claims.claim`: one `try_claim` and one position update per run, 1, 2, 4, ... up to 1024 records),
 since a tracker call per record cost more than reading the record:
 
 * uncompressed with a `.tfindex` beside the file: start at the first indexed record at or
-  after the range start (exact, and record numbers are known for error messages);
+  after the range start (exact, and record numbers are known for error messages); what is
+  read is checked against the index, and a stale one raises IndexMismatchError;
 * uncompressed without an index: start at the next true record boundary
-  (`records.find_record_start`);
+  (`records.find_record_start`), and check at the end that the next range starts where this
+  one's records continue (else SplitPointError: the file needs an index to be split);
 * block-gzip (GZIP with a gzip member table in its `.tfindex`): split at gzip members,
   positions being file offsets (`_blockgzip`);
 * other GZIP / ZLIB: not splittable (Beam gives such files one unsplittable range); read whole.
@@ -34,7 +37,7 @@ dead-letter output.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Union
 
 from apache_beam import coders
 from apache_beam.io.concat_source import ConcatSource
@@ -42,14 +45,9 @@ from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.transforms.display import DisplayDataItem
 
-from . import _fs as fs  # Beam's FileSystems (pipeline options, credentials), never the core's pyarrow.fs
-from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE
 from ..errors import CorruptRecordError
-from ..records import RecordReader, find_record_start, header_length
-from . import _blockgzip, _coders, _index_cache, _metrics, _paths, _sidecars
-from ._claims import ClaimGroups, claim
+from . import _blockgzip, _coders, _paths, _range_read, _sidecars
 from ._corrupt import CorruptRecord
-
 
 
 class _TFRecordSource(FileBasedSource):
@@ -149,134 +147,12 @@ class _TFRecordSource(FileBasedSource):
             return
         if compression is not None:
             _blockgzip.check_whole_range(file_name, range_tracker)
-            yield from self._read_chain(file_name, compression, range_tracker, 0, 0, None, None)
-            return
-        total = fs.file_size(file_name)
-        offsets = _index_cache.record_offsets(file_name, total) if self._use_index else None
-        start = range_tracker.start_position()
-        if offsets is not None:
-            number, position = offsets.first_at_or_after(start, total)
-        else:
-            number = 0 if start == 0 else None
-            with fs.open_input(file_name) as raw:
-                position = find_record_start(raw, start, total, file_name) if start > 0 else 0
-        if position < total:
-            yield from self._read_chain(file_name, None, range_tracker, position, number, total, offsets)
+        options = _range_read.Options(self._verify, self._skip_corrupt, self._batched, self._use_index)
+        yield from _range_read.read_range(file_name, compression, range_tracker, options)
 
-    def _read_chain(self, file_name, compression, tracker, position, number, total, offsets):
-        """Read records from the boundary `position` until the tracker refuses a claim.
-
-        `total` is None for compressed files (positions are uncompressed offsets, unbounded).
-        """
-        records = _metrics.counter(_metrics.RECORDS_READ)
-        payload_bytes = _metrics.counter(_metrics.BYTES_READ)
-        groups = ClaimGroups(whole_chunks=self._batched)
-        while True:
-            stop = tracker.stop_position()
-            if total is not None and position >= stop:
-                yield from self._past_range(file_name, position, total, offsets)
-                return
-            end = stop if total is not None and stop < total else None
-            reader = RecordReader(
-                fs.open_input(file_name), compression, verify=self._verify, start_offset=position,
-                end_offset=end, first_record_number=number,
-            )
-            boundary = position  # the record boundary our chain has reached
-            try:
-                for chunk in _closing(reader):
-                    starts = chunk.record_offsets
-                    payloads = chunk.payloads()
-                    claimed = 0
-                    for lo, hi in groups.of(len(starts)):
-                        got = claim(tracker, starts, lo, hi)
-                        if got:
-                            yield payloads[lo:lo + got] if got < len(payloads) else payloads
-                        claimed += got
-                        if got < hi - lo:
-                            break
-                    if claimed:
-                        done = chunk.payload_lengths[:claimed]
-                        records.inc(claimed)
-                        payload_bytes.inc(int(done.sum()))
-                        boundary = int(starts[claimed - 1]) + FRAME_OVERHEAD + int(done[-1])
-                    if claimed < len(starts):
-                        return
-            except CorruptRecordError as err:
-                if not self._skip_corrupt:
-                    raise
-                offset = int(err.offset)
-                if total is None:  # a compressed stream cannot be re-entered after damage
-                    tracker.try_claim(offset)
-                    reason = f"{err.reason}; the rest of this {compression} file is unreadable and was skipped"
-                    yield self._report(file_name, offset, reason)
-                    return
-                if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
-                    yield from self._past_range(file_name, offset, total, offsets)
-                    return
-                yield self._report(file_name, offset, err.reason)
-                position, number = self._after_bad(file_name, offset, total, offsets)
-                continue
-            if total is not None:  # stopped at the range end, not at a refused claim
-                yield from self._past_range(file_name, boundary, total, offsets)
-            return
-
-    def _past_range(self, file_name: str, boundary: int, total: int, offsets) -> Iterator[CorruptRecord]:
-        """Report damage at `boundary`, the first record boundary past this range, that no resync finds.
-
-        Without an index the next range resynchronises to the next position with a valid length
-        CRC (`records.find_record_start`), so it lands on a record at `boundary` whose header is
-        sound, damaged payload or not, and owns it. A damaged header, or one cut short by the end
-        of the file, is a candidate for no resync: the reader whose chain reaches it owns it.
-        (With an index the next range starts exactly at the boundary and owns everything.)
-        """
-        while offsets is None and boundary < total:
-            with fs.open_input(file_name) as raw:
-                raw.seek(boundary)
-                header = raw.read(HEADER_SIZE)
-            if header_length(header) is not None:
-                return  # a sound header: the next range's resync lands on it
-            try:
-                reader = RecordReader(fs.open_input(file_name), None, verify=self._verify,
-                                      start_offset=boundary, end_offset=boundary + 1)
-                next(_closing(reader), None)
-                return
-            except CorruptRecordError as err:
-                if not self._skip_corrupt:
-                    raise
-                yield self._report(file_name, boundary, err.reason)
-                boundary, _ = self._after_bad(file_name, boundary, total, offsets)
-
-    @staticmethod
-    def _report(file_name: str, offset: int, reason: str) -> CorruptRecord:
-        _metrics.counter(_metrics.CORRUPT_RECORDS).inc()
-        return CorruptRecord(file_name, offset, reason)
-
-    @staticmethod
-    def _after_bad(file_name: str, offset: int, total: int, offsets) -> Tuple[int, Optional[int]]:
-        """(next record boundary, its record number or None) after a corrupt record at `offset`.
-
-        With an index, the next indexed record. Without one, the end of the bad frame when its
-        length field passes its CRC (only the payload is damaged), else a resync.
-        """
-        if offsets is not None:
-            number, position = offsets.first_after(offset, total)
-            return position, number
-        with fs.open_input(file_name) as raw:
-            raw.seek(offset)
-            header = raw.read(HEADER_SIZE)
-            length = header_length(header)
-            if length is not None and offset + FRAME_OVERHEAD + length <= total:
-                return offset + FRAME_OVERHEAD + length, None
-            return find_record_start(raw, offset + 1, total, file_name), None
-
-
-def _closing(reader: RecordReader) -> Iterator:
-    """The reader's chunks; closes the file it was handed (RecordReader leaves an open file
-    it did not open itself to its caller)."""
-    try:
-        yield from reader.chunks()
-    finally:
-        reader.source.close()
+    def _report(self, file_name: str, offset: int, reason: str) -> CorruptRecord:
+        """A dead letter for damage at `offset` (counted), for the block-gzip reader."""
+        return _range_read.report(file_name, offset, reason)
 
 
 def _create_source(file_pattern: str, **kwargs) -> _TFRecordSource:

@@ -88,7 +88,7 @@ def read_range(rng: FileRange, verify: bool = True, coverage: Optional[list] = N
     """
     reader = RecordReader(
         rng.path, rng.compression, verify=verify, start_offset=rng.start, end_offset=rng.end,
-        resync=rng.start > 0,
+        resync=rng.compression is None,  # also checks the split point at the end
     )
     end = None
     for number, chunk in enumerate(reader.chunks()):
@@ -102,7 +102,7 @@ def read_range(rng: FileRange, verify: bool = True, coverage: Optional[list] = N
 
 def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
     """Raise CorruptRecordError unless the ranges' records tile the file from 0 to its end."""
-    from tfrecord_beam.errors import CorruptRecordError
+    from tfrecord_beam.errors import CorruptRecordError, SplitPointError
 
     pos = 0
     size = None
@@ -110,9 +110,16 @@ def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
         size = part.size
         if part.end == part.first:
             continue  # no record starts in this range
-        if part.first != pos:
+        if part.first > pos:
             raise CorruptRecordError(
                 path, pos, None, f"bytes {pos}..{part.first} hold no readable record (corrupt data at a split point)"
+            )
+        if part.first < pos:
+            raise SplitPointError(
+                path, part.first, None,
+                f"the range from byte offset {part.range_start} starts reading at {part.first}, inside the "
+                f"record that the range before it read up to {pos}: a payload embeds record-like frames, so "
+                "this file needs an index to be split",
             )
         pos = part.end
     if size is not None and pos != size:

@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import blockgzip, fs
+from .. import _index_check, blockgzip, fs
 from .. import index as _index
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
@@ -110,22 +110,30 @@ class FileSet:
         path = self.paths[piece.file]
         compression = self.compressions[piece.file]
         expected = None
+        starts = None
         if piece.kind == RECORDS:
             index = self.index(piece.file)
             first, last = piece.start, piece.stop
             expected = last - first
             end = int(index[last, 0]) if last < len(index) else None
+            if compression is None:  # the index must describe the data it is read by
+                starts = np.ascontiguousarray(index[:, 0])
+                size = fs.file_size(path)
+                with fs.open_input(path) as raw:
+                    _index_check.check_entry(raw, starts, first, size, self.index_paths[piece.file], path)
             reader = RecordReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
                                   first_record_number=first, members=self.members(piece.file) or False)
         elif piece.kind == BYTES:
             reader = RecordReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
-                                  resync=piece.start > 0)
+                                  resync=True)  # also checks the split point at the end
         else:
             reader = RecordReader(path, compression)
         count = 0
         for chunk in reader.chunks():
             n = len(chunk)
             first_number = chunk.first_record_number
+            if starts is not None:
+                _index_check.check_records(starts, first_number, chunk.record_offsets, self.index_paths[piece.file], path)
             numbers = None if first_number is None else np.arange(first_number, first_number + n, dtype=np.int64)
             block = Block(chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path)
             if piece.kind == STRIDE:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 import torch.utils.data
 
-from .. import _engine, blockgzip, fs
+from .. import _engine, _index_check, blockgzip, fs
 from .. import index as _index
 from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
 from ..errors import CorruptRecordError, TruncatedRecordError
@@ -85,7 +85,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         path = self.files.paths[f]
         offset, length = (int(v) for v in self._indexes[f][r])
         frame = self._read(f, offset, length)
-        payload = self._check(frame, path, offset, r, length)
+        payload = self._check(frame, f, offset, r, length)
         sample = decode_record((payload, path, offset, r), self._description, self._sequence_description,
                                self.sequence_description is not None)
         return self.transform(sample) if self.transform is not None else sample
@@ -106,15 +106,28 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         start = offset - int(table.uncompressed[m])
         return self._member[2][start:start + length]
 
-    def _check(self, frame: bytes, path: str, offset: int, r: int, length: int) -> bytes:
+    def _check(self, frame: bytes, f: int, offset: int, r: int, length: int) -> bytes:
+        path = self.files.paths[f]
         if len(frame) < length or length < FRAME_OVERHEAD:
+            self._blame_index(f, r)
             raise TruncatedRecordError(path, offset, r, f"index says {length} bytes but only {len(frame)} "
                                                         "are there (truncated file or stale index)")
         offsets, lengths, consumed, status = _engine.scan_frames(frame, self.verify, 1)
         if status != STATUS_OK or consumed != length:
+            self._blame_index(f, r)
             what = "CRC mismatch" if status not in (STATUS_OK,) else f"frame of {consumed} bytes where the index says {length}"
             raise CorruptRecordError(path, offset, r, f"{what} (corrupted record or stale index)")
         return frame[HEADER_SIZE:HEADER_SIZE + int(lengths[0])]
+
+    def _blame_index(self, f: int, r: int) -> None:
+        """Record `r` is not where file `f`'s index file says: raise IndexMismatchError when the
+        headers around it disagree with the index (`_index_check.check_entry`), so a stale
+        index is not reported as corrupt data."""
+        if self.files.index_paths[f] is None or self.files.compressions[f] is not None:
+            return  # an index built here from the data, or offsets of an inflated stream
+        index = self._indexes[f]
+        _index_check.check_entry(self._handles[f], np.ascontiguousarray(index[:, 0]), r,
+                                 int(index[-1, 0]) + int(index[-1, 1]), self.files.index_paths[f], self.files.paths[f])
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)

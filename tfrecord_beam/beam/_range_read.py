@@ -1,0 +1,238 @@
+"""Reading one offset range of one file for the Beam source: claims, resync, index checks, damage.
+
+A record belongs to the range that holds its header offset, and is claimed before it is
+yielded, in runs (`_claims`: one `try_claim` and one position update per run of 1, 2, 4, ...
+up to 1024 records), so initial and dynamic splits (`split_at_fraction`) both work. Claimed
+runs come out as lists of payloads; the source decodes them and makes Beam's elements.
+
+* With a `.tfindex`: the range starts at the first indexed record at or after its start, whose
+  header must agree with the index; the offsets read must be the index's, and where the
+  records continue after the range must be the index's next record. Any disagreement is an
+  IndexMismatchError naming the index (a stale index is never reported as corrupt data).
+* Without one: the range starts where `Resync.find` lands, and when it ends, the resync from
+  its end must land where its records continue (`Resync.check_split`), or SplitPointError: a
+  payload embeds record-like frames and the file needs an index to be split. Exactly once, or
+  a loud failure.
+* Compressed files are one unsplittable range, read whole.
+
+With `skip_corrupt`, damage yields a `CorruptRecord` (counted) and reading goes on after it;
+after damage the reader reads small, growing windows, so densely damaged data costs time in
+proportion to its size (one `Resync` per range shares the search work).
+"""
+
+from __future__ import annotations
+
+from typing import Generator, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+from .._framing_py import FRAME_OVERHEAD
+from .._resync import Resync
+from ..errors import CorruptRecordError
+from ..records import DEFAULT_CHUNK_SIZE, RecordReader
+from . import _fs, _index_cache, _metrics
+from ._claims import ClaimGroups, claim
+from ._corrupt import CorruptRecord
+
+_DAMAGE_WINDOW = 4096  # bytes read after damage; doubles with each clean window
+
+
+class Options(NamedTuple):
+    """The source's reading options."""
+
+    verify: bool = True
+    skip_corrupt: bool = False
+    batched: bool = False  # claim whole chunks (one list each) rather than growing runs
+    use_index: bool = True
+
+
+def read_range(file_name: str, compression: Optional[str], tracker, options: Options
+               ) -> Iterator[Union[List[bytes], CorruptRecord]]:
+    """The records of `tracker`'s range of `file_name` (module docstring)."""
+    total = None if compression is not None else _fs.file_size(file_name)
+    offsets = _index_cache.record_offsets(file_name, total) if options.use_index and total is not None else None
+    with _fs.open_input(file_name) as raw:
+        yield from _RangeRead(file_name, raw, compression, total, offsets, options).records(tracker)
+
+
+class _RangeRead:
+    """One range's reading state over one open file (see the module docstring)."""
+
+    def __init__(self, file_name: str, raw, compression: Optional[str], total: Optional[int],
+                 offsets: Optional[_index_cache.Offsets], options: Options) -> None:
+        self.file_name = file_name
+        self.raw = raw
+        self.compression = compression
+        self.total = total
+        self.offsets = offsets
+        self.options = options
+        self._resync: Optional[Resync] = None
+        self._records_read = _metrics.counter(_metrics.RECORDS_READ)
+        self._bytes_read = _metrics.counter(_metrics.BYTES_READ)
+        self._window: Optional[int] = None  # None: read to the range end in 1 MiB chunks
+        self._groups = ClaimGroups(whole_chunks=options.batched)
+
+    @property
+    def resync(self) -> Resync:
+        if self._resync is None:
+            self._resync = Resync(self.raw, self.total, self.file_name)
+        return self._resync
+
+    def records(self, tracker) -> Iterator:
+        if self.total is None:
+            yield from self._compressed(tracker)
+            return
+        start = tracker.start_position()
+        if self.offsets is not None:
+            number, position = self.offsets.first_at_or_after(start, self.total)
+            if position < self.total:
+                self.offsets.check_entry(self.raw, number, self.total)
+        else:
+            number = 0 if start == 0 else None
+            position = self.resync.find(start) if start > 0 else 0
+        if position < self.total:
+            yield from self._chain(tracker, position, number)
+
+    # -- uncompressed: a chain of records from a boundary ----------------------------------
+    def _reader(self, position: int, end: Optional[int], number: Optional[int]) -> RecordReader:
+        chunk = DEFAULT_CHUNK_SIZE
+        if self._window is not None:
+            chunk = min(self._window, DEFAULT_CHUNK_SIZE)
+            window_end = position + self._window
+            end = window_end if end is None else min(end, window_end)
+            if end >= self.total:
+                end = None
+        reader = RecordReader(self.raw, None, verify=self.options.verify, start_offset=position,
+                              end_offset=end, first_record_number=number, chunk_size=chunk)
+        reader.path = self.file_name
+        return reader
+
+    def _chain(self, tracker, position: int, number: Optional[int]) -> Iterator:
+        """Read records from the boundary `position` until the range ends or a claim is refused."""
+        total, offsets = self.total, self.offsets
+        while True:
+            stop = tracker.stop_position()
+            if position >= stop:
+                yield from self._range_end(stop, position)
+                return
+            reader = self._reader(position, stop if stop < total else None, number)
+            boundary = position  # the record boundary the chain has reached
+            try:
+                for chunk in reader.chunks():
+                    starts = chunk.record_offsets
+                    if offsets is not None:
+                        offsets.check_records(chunk.first_record_number, chunk.record_offsets)
+                    claimed = yield from self._emit(tracker, chunk, starts)
+                    if claimed:
+                        boundary = int(starts[claimed - 1]) + FRAME_OVERHEAD + int(chunk.payload_lengths[claimed - 1])
+                        first = chunk.first_record_number
+                        number = None if first is None else first + claimed
+                    if claimed < len(starts):  # refused: the range (perhaps split since) ends here
+                        self._check_split(tracker.stop_position(), int(starts[claimed]))
+                        return
+            except CorruptRecordError as err:
+                offset = int(err.offset)
+                if offsets is not None:
+                    offsets.check_damage(self.raw, err.record_number, offset, total)
+                if not self.options.skip_corrupt:
+                    raise
+                if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
+                    yield from self._range_end(tracker.stop_position(), offset)
+                    return
+                yield self._report(offset, err.reason)
+                position, number = self._after_bad(offset)
+                self._window = _DAMAGE_WINDOW
+                continue
+            if reader.end_offset is None or reader.end_offset >= stop or boundary == position:
+                yield from self._range_end(tracker.stop_position(), boundary)  # (split since, perhaps)
+                return
+            position = boundary
+            # a damage window ended cleanly: read on in a window twice as large
+            self._window = None if self._window >= DEFAULT_CHUNK_SIZE else self._window * 2
+
+    def _range_end(self, stop: int, boundary: int) -> Iterator[CorruptRecord]:
+        """The chain has reached `boundary`, the first record boundary at or past `stop`.
+
+        Without an index the next range resynchronises to the next candidate (a valid length
+        CRC), so it owns a record at `boundary` whose header is sound, damaged payload or not.
+        A damaged header, or one cut short by the end of the file, is a candidate for no resync:
+        this range owns it, reports it and goes on to the boundary after it. Then the split
+        point is checked: the next range must start exactly where this chain continues.
+        """
+        while self.offsets is None and boundary < self.total:
+            if self.resync.header_at(boundary) is not None:
+                break  # a sound header: the next range's resync lands on it
+            try:
+                next(iter(self._reader(boundary, boundary + 1, None)), None)
+                break
+            except CorruptRecordError as err:
+                if not self.options.skip_corrupt:
+                    raise
+                yield self._report(boundary, err.reason)
+                boundary, _ = self._after_bad(boundary)
+        self._check_split(stop, boundary)
+
+    def _check_split(self, stop: int, next_start: int) -> None:
+        """The next range (from `stop`) must start at `next_start`, where this chain continues."""
+        if stop >= self.total:
+            return
+        if self.offsets is not None:
+            self.offsets.check_next(stop, next_start, self.total)
+        else:
+            self.resync.check_split(stop, next_start)
+
+    def _after_bad(self, offset: int) -> Tuple[int, Optional[int]]:
+        """(next record boundary, its record number or None) after a corrupt record at `offset`.
+
+        With an index, the next indexed record. Without one, the end of the bad frame when its
+        length field passes its CRC (only the payload is damaged), else a resync.
+        """
+        if self.offsets is not None:
+            number, position = self.offsets.first_after(offset, self.total)
+            return position, number
+        length = self.resync.header_at(offset)
+        if length is not None and offset + FRAME_OVERHEAD + length <= self.total:
+            return offset + FRAME_OVERHEAD + length, None
+        return self.resync.find(offset + 1), None
+
+    def _emit(self, tracker, chunk, starts) -> Generator[List[bytes], None, int]:
+        """Claim a chunk's records in runs (`_claims`) and yield each claimed run as a list of
+        payloads; returns how many were ours (fewer than the chunk's: the range ends there)."""
+        payloads = chunk.payloads()
+        claimed = 0
+        for lo, hi in self._groups.of(len(starts)):
+            got = claim(tracker, starts, lo, hi)
+            if got:
+                yield payloads[lo:lo + got] if got < len(payloads) else payloads
+            claimed += got
+            if got < hi - lo:
+                break
+        if claimed:
+            self._records_read.inc(claimed)
+            self._bytes_read.inc(int(chunk.payload_lengths[:claimed].sum()))
+        return claimed
+
+    def _report(self, offset: int, reason: str) -> CorruptRecord:
+        return report(self.file_name, offset, reason)
+
+    # -- compressed: one unsplittable range ----------------------------------------------
+    def _compressed(self, tracker) -> Iterator:
+        """A compressed stream cannot be re-entered after damage: report it and stop."""
+        reader = RecordReader(self.raw, self.compression, verify=self.options.verify, first_record_number=0)
+        reader.path = self.file_name
+        try:
+            for chunk in reader.chunks():
+                claimed = yield from self._emit(tracker, chunk, chunk.record_offsets)
+                if claimed < len(chunk):
+                    return
+        except CorruptRecordError as err:
+            if not self.options.skip_corrupt:
+                raise
+            offset = int(err.offset)
+            tracker.try_claim(offset)
+            reason = f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
+            yield self._report(offset, reason)
+
+
+def report(file_name: str, offset: int, reason: str) -> CorruptRecord:
+    """A dead letter for damage at `offset` of `file_name`, counted in the source's metrics."""
+    _metrics.counter(_metrics.CORRUPT_RECORDS).inc()
+    return CorruptRecord(file_name, offset, reason)
