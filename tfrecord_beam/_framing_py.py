@@ -116,3 +116,15 @@ def frame_records(payloads: Sequence[bytes]) -> bytes:
         parts.append(payload)
         parts.append(_U32.pack(masked_crc32c(payload)))
     return b"".join(parts)
+
+
+def append_frame(buf: bytearray, pos: int, payload) -> int:
+    """Write the frame of `payload` into `buf` at `pos` (the buffer keeps its size); return
+    where the frame ends, or -1 (nothing written) when it does not fit."""
+    end = pos + len(memoryview(payload).cast("B")) + FRAME_OVERHEAD
+    if pos < 0 or pos > len(buf):
+        raise ValueError("position outside the buffer")
+    if end > len(buf):
+        return -1
+    buf[pos:end] = frame_records([payload if isinstance(payload, bytes) else bytes(memoryview(payload).cast("B"))])
+    return end

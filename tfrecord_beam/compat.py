@@ -14,6 +14,7 @@ import typing
 
 import numpy as np
 
+from . import _engine
 from . import example as _example
 from . import index as _index
 from . import iterator_utils
@@ -181,10 +182,14 @@ class TFRecordWriter:
 
     def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:
         """Write an Example, or a SequenceExample (context `datum`) when `sequence_datum` is given."""
+        writer = self._writer
         if sequence_datum is None:
-            self._writer.write(_example.encode_example(datum))
-        else:
-            self._writer.write(_example.encode_sequence_example(datum, sequence_datum))
+            # the compiled encoder frames the record straight into the writer's buffer
+            if _engine.append_example is None or not writer.append_record(_engine.append_example, datum):
+                writer.write(_example.encode_example(datum))
+        elif (_engine.append_sequence_example is None
+              or not writer.append_record(_engine.append_sequence_example, datum, sequence_datum)):
+            writer.write(_example.encode_sequence_example(datum, sequence_datum))
 
     def close(self) -> None:
         """Finish the file (and its index) and move it into place."""
@@ -199,8 +204,6 @@ class TFRecordWriter:
     @staticmethod
     def masked_crc(data: bytes) -> bytes:
         """The masked CRC32C of `data`, as 4 little-endian bytes."""
-        from . import _engine
-
         return struct.pack("<I", _engine.masked_crc32c(data))
 
     @staticmethod

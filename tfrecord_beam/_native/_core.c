@@ -6,8 +6,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tfr_ARRAY_API /* shared with py_encode.c */
 #include <numpy/arrayobject.h>
 
+#include "py_encode.h"
 #include "tfr_crc32c.h"
 #include "tfr_encode.h"
 #include "tfr_example.h"
@@ -464,6 +466,18 @@ static PyMethodDef methods[] = {
      "decode_sequence_examples(records, context_names, context_kinds, names, kinds, offsets=None, lengths=None)."},
     {"encode_examples", (PyCFunction)(void (*)(void))py_encode_examples, METH_VARARGS | METH_KEYWORDS,
      "encode_examples(columns, n, framed=False) -> (payloads uint8, offsets int64) or bytes."},
+    {"encode_example", (PyCFunction)(void (*)(void))tfr_py_encode_example, METH_VARARGS | METH_KEYWORDS,
+     "encode_example(datum, framed=False) -> bytes, or None when a value needs the Python path."},
+    {"encode_sequence_example", (PyCFunction)(void (*)(void))tfr_py_encode_sequence_example,
+     METH_VARARGS | METH_KEYWORDS,
+     "encode_sequence_example(context, feature_lists, framed=False) -> bytes, or None (Python path)."},
+    {"append_example", tfr_py_append_example, METH_VARARGS,
+     "append_example(buf, pos, datum) -> end of the frame written at buf[pos:], -1 when it does not fit, "
+     "None when a value needs the Python path."},
+    {"append_sequence_example", tfr_py_append_sequence_example, METH_VARARGS,
+     "append_sequence_example(buf, pos, context, feature_lists): as append_example."},
+    {"append_frame", tfr_py_append_frame, METH_VARARGS,
+     "append_frame(buf, pos, payload) -> end of the frame written at buf[pos:], or -1 when it does not fit."},
     {NULL, NULL, 0, NULL},
 };
 
