@@ -33,6 +33,7 @@ frame_records = _impl.frame_records
 masked_crc32c = _impl.masked_crc32c
 find_length_crc = _impl.find_length_crc
 append_frame = _impl.append_frame
+walk_headers = _impl.walk_headers
 
 # Per-record Example / SequenceExample encoders (compiled only): they return None for values
 # they leave to the Python path in `example`, which is also their pure twin (same bytes).

@@ -9,6 +9,9 @@
 #define PY_ARRAY_UNIQUE_SYMBOL tfr_ARRAY_API /* shared with py_encode.c */
 #include <numpy/arrayobject.h>
 
+#include <errno.h>
+#include <unistd.h>
+
 #include "py_encode.h"
 #include "tfr_crc32c.h"
 #include "tfr_encode.h"
@@ -145,6 +148,57 @@ done:
     PyMem_Free(views);
     Py_DECREF(seq);
     return out;
+}
+
+/* walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): the records
+ * of an uncompressed file read by header alone (pread at each header; a block at a time while
+ * records are small). status 0: reached `size`; 1: fewer than 12 bytes left at `stop`; 2: bad
+ * length CRC at `stop`; 3: the frame at `stop` runs past `size`. */
+#define WALK_BLOCK (64 * 1024)
+#define WALK_SMALL 4096
+static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
+    int fd;
+    long long start, size;
+    if (!PyArg_ParseTuple(args, "iLL", &fd, &start, &size)) return NULL;
+    if (start < 0 || size < start) return PyErr_Format(PyExc_ValueError, "bad range %lld..%lld", start, size);
+    tfr_buf offs = {0}, lens = {0};
+    uint8_t *blk = (uint8_t *)malloc(WALK_BLOCK);
+    if (!blk) return PyErr_NoMemory();
+    uint64_t pos = (uint64_t)start, end = (uint64_t)size;
+    int status = 0, err = 0, nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t want = WALK_BLOCK;
+    while (pos < end) {
+        if (end - pos < TFR_HEADER_SIZE) { status = 1; break; }
+        if (end - pos < want) want = (size_t)(end - pos);
+        ssize_t got;
+        do { got = pread(fd, blk, want, (off_t)pos); } while (got < 0 && errno == EINTR);
+        if (got < 0) { err = errno; break; }
+        if ((size_t)got < TFR_HEADER_SIZE) { status = 1; break; } /* the file shrank under us */
+        size_t room = (size_t)got / TFR_FRAME_OVERHEAD + 1;
+        if (tfr_buf_reserve(&offs, room * 8) || tfr_buf_reserve(&lens, room * 8)) { nomem = 1; break; }
+        int st;
+        int64_t *lp = (int64_t *)(void *)(lens.data + lens.len);
+        size_t n = tfr_walk_headers(blk, (size_t)got, pos, end, &pos, (int64_t *)(void *)(offs.data + offs.len), lp,
+                                    room, &st);
+        offs.len += n * 8;
+        lens.len += n * 8;
+        if (st != TFR_WALK_MORE) { status = st; break; }
+        /* big records: read just the next header's page; small ones: a block of them */
+        want = n && lp[n - 1] + TFR_FRAME_OVERHEAD >= WALK_BLOCK / 8 ? WALK_SMALL : WALK_BLOCK;
+    }
+    Py_END_ALLOW_THREADS
+    free(blk);
+    if (nomem || err) {
+        tfr_buf_free(&offs);
+        tfr_buf_free(&lens);
+        if (nomem) return PyErr_NoMemory();
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject *a = buf_to_array(&offs, NPY_INT64, 8), *b = buf_to_array(&lens, NPY_INT64, 8);
+    if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); tfr_buf_free(&offs); tfr_buf_free(&lens); return NULL; }
+    return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
 }
 
 /* ---- record input: (buffer, offsets, lengths) or a sequence of bytes-likes --------------- */
@@ -459,6 +513,8 @@ static PyMethodDef methods[] = {
     {"crc32c_hw", py_crc32c_hw, METH_NOARGS, "True when the SSE4.2 instruction is in use."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_VARARGS | METH_KEYWORDS,
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
+    {"walk_headers", py_walk_headers, METH_VARARGS,
+     "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},
     {"decode_examples", (PyCFunction)(void (*)(void))py_decode_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_examples(records, names, kinds, offsets=None, lengths=None) -> (columns|None, error|None)."},
