@@ -19,6 +19,7 @@ from . import example as _example
 from . import index as _index
 from . import iterator_utils
 from . import fs
+from .errors import DecodeError, FeatureKindError
 from .records import RecordChunk, RecordReader, RecordWriter
 from .records import resolve_compression as _resolve
 
@@ -60,10 +61,14 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
 def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
     """(record number, offset, payload) for the records of this shard."""
     for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
-        payloads = chunk.payloads()
-        offsets = chunk.record_offsets.tolist()
-        for i in range(len(chunk)) if rows is None else rows.tolist():
-            yield chunk.first_record_number + i, offsets[i], payloads[i]
+        yield from _chunk_records(chunk, rows)
+
+
+def _chunk_records(chunk: RecordChunk, rows: typing.Optional[np.ndarray]) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+    payloads = chunk.payloads()
+    offsets = chunk.record_offsets.tolist()
+    for i in range(len(chunk)) if rows is None else rows.tolist():
+        yield chunk.first_record_number + i, offsets[i], payloads[i]
 
 
 def tfrecord_iterator(
@@ -78,8 +83,11 @@ def tfrecord_iterator(
     `shard=(i, k)` with an index reads records n*i//k .. n*(i+1)//k; without an index it
     yields every k-th record starting at i (exactly once across shards either way).
     """
-    for _, _, payload in _records(data_path, index_path, shard, compression_type, verify):
-        yield memoryview(payload)
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
+        payloads = chunk.payloads()
+        if rows is not None:
+            payloads = [payloads[i] for i in rows.tolist()]
+        yield from map(memoryview, payloads)
 
 
 def example_loader(
@@ -117,13 +125,37 @@ def sequence_loader(
     compression_type: typing.Optional[str] = None,
     strict: bool = False,
 ) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
-    """Yield each SequenceExample as (context, {name: list of per-step values})."""
+    """Yield each SequenceExample as (context, {name: list of per-step values}).
+
+    When both descriptions give every kind (and not `strict`), records are decoded a chunk at
+    a time by the columnar decoder; otherwise one by one.
+    """
     context_description = _example.normalize_description(context_description)
     features_description = _example.normalize_description(features_description)
-    for number, offset, payload in _records(data_path, index_path, shard, compression_type):
-        yield _example.decode_sequence_example(payload, context_description, features_description,
-                                               strict=strict, path=data_path, offset=offset,
-                                               record_number=number)
+
+    def one_by_one(records):
+        for number, offset, payload in records:
+            yield _example.decode_sequence_example(payload, context_description, features_description,
+                                                   strict=strict, path=data_path, offset=offset,
+                                                   record_number=number)
+
+    columnar_ok = (not strict and context_description and features_description
+                   and all(context_description.values()) and all(features_description.values()))
+    if not columnar_ok:
+        yield from one_by_one(_records(data_path, index_path, shard, compression_type))
+        return
+    from . import columnar
+
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
+        try:
+            context, lists = columnar.decode_sequence_examples(chunk, context_description, features_description,
+                                                               path=data_path)
+        except (DecodeError, FeatureKindError):
+            # a bad record in this chunk: decode it one by one, so that the records before it
+            # come out and its error is the one the per-record decoder has always raised
+            yield from one_by_one(_chunk_records(chunk, rows))
+            continue
+        yield from columnar.to_sequence_records(context, lists, None if rows is None else rows.tolist())
 
 
 def tfrecord_loader(

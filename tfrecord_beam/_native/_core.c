@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "py_encode.h"
+#include "py_rows.h"
 #include "tfr_crc32c.h"
 #include "tfr_encode.h"
 #include "tfr_example.h"
@@ -532,6 +533,11 @@ static PyMethodDef methods[] = {
      "None when a value needs the Python path."},
     {"append_sequence_example", tfr_py_append_sequence_example, METH_VARARGS,
      "append_sequence_example(buf, pos, context, feature_lists): as append_example."},
+    {"example_rows", tfr_py_example_rows, METH_VARARGS,
+     "example_rows(names, kinds, columns, n, rows) -> [dict per record]: decoded columns as the loaders yield them."},
+    {"sequence_rows", tfr_py_sequence_rows, METH_VARARGS,
+     "sequence_rows(context_names, context_kinds, context_columns, names, kinds, columns, n, rows) -> "
+     "[(context, {name: [value per step]}) per record]."},
     {"append_frame", tfr_py_append_frame, METH_VARARGS,
      "append_frame(buf, pos, payload) -> end of the frame written at buf[pos:], or -1 when it does not fit."},
     {NULL, NULL, 0, NULL},
