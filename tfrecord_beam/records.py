@@ -450,7 +450,11 @@ class RecordWriter:
         """
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
-        pos = _engine.append_frame(self._buf, self._pos, payload)
+        try:
+            pos = _engine.append_frame(self._buf, self._pos, payload)
+        except (TypeError, BufferError, ValueError):  # not a plain buffer: as write_many takes it
+            self.write_many([payload])
+            return
         if pos < 0:
             self._make_room()
             pos = _engine.append_frame(self._buf, 0, payload)

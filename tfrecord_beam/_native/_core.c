@@ -534,10 +534,10 @@ static PyMethodDef methods[] = {
     {"append_sequence_example", tfr_py_append_sequence_example, METH_VARARGS,
      "append_sequence_example(buf, pos, context, feature_lists): as append_example."},
     {"example_rows", tfr_py_example_rows, METH_VARARGS,
-     "example_rows(names, kinds, columns, n, rows) -> [dict per record]: decoded columns as the loaders yield them."},
+     "example_rows(names, kinds, columns, n, rows) -> iterator of a dict per record: decoded columns as the loaders yield them."},
     {"sequence_rows", tfr_py_sequence_rows, METH_VARARGS,
      "sequence_rows(context_names, context_kinds, context_columns, names, kinds, columns, n, rows) -> "
-     "[(context, {name: [value per step]}) per record]."},
+     "iterator of (context, {name: [value per step]}) per record."},
     {"append_frame", tfr_py_append_frame, METH_VARARGS,
      "append_frame(buf, pos, payload) -> end of the frame written at buf[pos:], or -1 when it does not fit."},
     {NULL, NULL, 0, NULL},
@@ -548,5 +548,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "tfrecord_be
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     tfr_crc32c_init(); /* tables built before any thread releases the GIL */
+    if (tfr_py_rows_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -16,6 +16,12 @@
 #include "py_rows.h"
 #include "tfr_example.h"
 
+#if PY_VERSION_HEX < 0x030D0000
+#define NEW_DICT(n) _PyDict_NewPresized(n)
+#else
+#define NEW_DICT(n) PyDict_New()
+#endif
+
 typedef struct {
     PyObject *name; /* dict key */
     int kind;
@@ -168,7 +174,7 @@ static PyObject *value_of(const col *c, int64_t a, int64_t b) {
 
 /* The context / Example dict of record i. */
 static PyObject *record_dict(const cols *cs, npy_intp i) {
-    PyObject *d = _PyDict_NewPresized((Py_ssize_t)cs->n);
+    PyObject *d = NEW_DICT((Py_ssize_t)cs->n);
     if (!d) return NULL;
     for (size_t j = 0; j < cs->n; j++) {
         const col *c = &cs->c[j];
@@ -185,7 +191,7 @@ static PyObject *record_dict(const cols *cs, npy_intp i) {
 
 /* {name: [value per step]} of record i. */
 static PyObject *lists_dict(const cols *cs, npy_intp i) {
-    PyObject *d = _PyDict_NewPresized((Py_ssize_t)cs->n);
+    PyObject *d = NEW_DICT((Py_ssize_t)cs->n);
     if (!d) return NULL;
     for (size_t j = 0; j < cs->n; j++) {
         const col *c = &cs->c[j];
@@ -219,57 +225,87 @@ static PyArrayObject *rows_get(PyObject *rows, npy_intp n, npy_intp *count) {
     return r;
 }
 
+/* An iterator building one record per next(): what it yields dies young (a list of a whole
+ * chunk's records would outlive the young GC generations and make the collector walk the
+ * caller's long-lived objects again and again). */
+typedef struct {
+    PyObject_HEAD
+    cols ctx, lists;
+    int sequence;
+    PyArrayObject *rows; /* or NULL: 0 .. count */
+    npy_intp count, next;
+} rowiter;
+
+static void rowiter_dealloc(rowiter *it) {
+    cols_free(&it->ctx);
+    cols_free(&it->lists);
+    Py_XDECREF(it->rows);
+    PyObject_Free(it);
+}
+
+static PyObject *rowiter_next(rowiter *it) {
+    if (it->next >= it->count) return NULL;
+    npy_intp k = it->next++;
+    npy_intp i = it->rows ? (npy_intp)((const int64_t *)PyArray_DATA(it->rows))[k] : k;
+    PyObject *a = record_dict(&it->ctx, i);
+    if (!it->sequence || !a) return a;
+    PyObject *b = lists_dict(&it->lists, i);
+    PyObject *t = b ? PyTuple_Pack(2, a, b) : NULL;
+    Py_DECREF(a);
+    Py_XDECREF(b);
+    return t;
+}
+
+static PyObject *rowiter_length_hint(rowiter *it, PyObject *unused) { return PyLong_FromSsize_t(it->count - it->next); }
+
+static PyMethodDef rowiter_methods[] = {
+    {"__length_hint__", (PyCFunction)rowiter_length_hint, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RowIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tfrecord_beam._native._core.RowIterator",
+    .tp_basicsize = sizeof(rowiter),
+    .tp_dealloc = (destructor)rowiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Per-record values of decoded columns, one record per next().",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)rowiter_next,
+    .tp_methods = rowiter_methods,
+};
+
+static PyObject *make_iter(PyObject *cn, PyObject *ck, PyObject *cc, PyObject *sn, PyObject *sk, PyObject *sc,
+                           Py_ssize_t n, PyObject *rows) {
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "n < 0");
+    rowiter *it = PyObject_New(rowiter, &RowIterType);
+    if (!it) return NULL;
+    memset(&it->ctx, 0, sizeof it->ctx);
+    memset(&it->lists, 0, sizeof it->lists);
+    it->rows = NULL;
+    it->sequence = sn != NULL;
+    it->next = 0;
+    if (cols_get(cn, ck, cc, 0, n, &it->ctx) || (sn && cols_get(sn, sk, sc, 1, n, &it->lists))) goto fail;
+    it->rows = rows_get(rows, n, &it->count);
+    if (!it->rows && PyErr_Occurred()) goto fail;
+    return (PyObject *)it;
+fail:
+    Py_DECREF(it);
+    return NULL;
+}
+
 PyObject *tfr_py_example_rows(PyObject *self, PyObject *args) {
     PyObject *names, *kinds, *columns, *rows;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "OOOnO", &names, &kinds, &columns, &n, &rows)) return NULL;
-    if (n < 0) return PyErr_Format(PyExc_ValueError, "n < 0");
-    cols cs;
-    PyObject *out = NULL;
-    PyArrayObject *r = NULL;
-    npy_intp count;
-    if (cols_get(names, kinds, columns, 0, n, &cs)) goto done;
-    r = rows_get(rows, n, &count);
-    if (!r && PyErr_Occurred()) goto done;
-    if (!(out = PyList_New(count))) goto done;
-    for (npy_intp k = 0; k < count; k++) {
-        npy_intp i = r ? (npy_intp)((const int64_t *)PyArray_DATA(r))[k] : k;
-        PyObject *d = record_dict(&cs, i);
-        if (!d) { Py_CLEAR(out); goto done; }
-        PyList_SET_ITEM(out, k, d);
-    }
-done:
-    Py_XDECREF(r);
-    cols_free(&cs);
-    return out;
+    return make_iter(names, kinds, columns, NULL, NULL, NULL, n, rows);
 }
 
 PyObject *tfr_py_sequence_rows(PyObject *self, PyObject *args) {
     PyObject *cn, *ck, *cc, *sn, *sk, *sc, *rows;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "OOOOOOnO", &cn, &ck, &cc, &sn, &sk, &sc, &n, &rows)) return NULL;
-    if (n < 0) return PyErr_Format(PyExc_ValueError, "n < 0");
-    cols ctx, lists;
-    memset(&lists, 0, sizeof lists);
-    PyObject *out = NULL;
-    PyArrayObject *r = NULL;
-    npy_intp count;
-    if (cols_get(cn, ck, cc, 0, n, &ctx) || cols_get(sn, sk, sc, 1, n, &lists)) goto done;
-    r = rows_get(rows, n, &count);
-    if (!r && PyErr_Occurred()) goto done;
-    if (!(out = PyList_New(count))) goto done;
-    for (npy_intp k = 0; k < count; k++) {
-        npy_intp i = r ? (npy_intp)((const int64_t *)PyArray_DATA(r))[k] : k;
-        PyObject *a = record_dict(&ctx, i), *b = a ? lists_dict(&lists, i) : NULL;
-        PyObject *t = b ? PyTuple_Pack(2, a, b) : NULL;
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        if (!t) { Py_CLEAR(out); goto done; }
-        PyList_SET_ITEM(out, k, t);
-    }
-done:
-    Py_XDECREF(r);
-    cols_free(&ctx);
-    cols_free(&lists);
-    return out;
+    return make_iter(cn, ck, cc, sn, sk, sc, n, rows);
 }
+
+int tfr_py_rows_init(void) { return PyType_Ready(&RowIterType); }

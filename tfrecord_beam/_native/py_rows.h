@@ -5,5 +5,6 @@
 
 PyObject *tfr_py_example_rows(PyObject *self, PyObject *args);
 PyObject *tfr_py_sequence_rows(PyObject *self, PyObject *args);
+int tfr_py_rows_init(void); /* at module init: readies the iterator type */
 
 #endif

@@ -5,7 +5,7 @@ TFRecordDataset` did, with exactly-once sharding over DDP ranks and DataLoader w
 seeded shuffling, resumable iteration, batched tensors and a map-style indexed dataset.
 """
 
-from ._collate import SequenceBatch
+from ._collate import Sample, SequenceBatch
 from .dataset import IndexedTFRecordDataset, MultiTFRecordDataset, TFRecordDataset
 
-__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "SequenceBatch"]
+__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "Sample", "SequenceBatch"]

@@ -80,11 +80,11 @@ def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_desc
         samples = None
         if together:
             try:
-                if sequence:
+                if sequence:  # built lazily, record by record: what the consumer drops dies young
                     context, lists = decode_sequence_batch([block], description, sequence_description)
-                    samples = [(Sample(c), Sample(s)) for c, s in columnar.to_sequence_records(context, lists)]
+                    samples = ((Sample(c), Sample(s)) for c, s in columnar.to_sequence_records(context, lists))
                 else:
-                    samples = list(map(Sample, columnar.to_records(decode_batch([block], description))))
+                    samples = map(Sample, columnar.to_records(decode_batch([block], description)))
             except DecodeError:  # FeatureKindError too: decoded one by one below, named as always
                 samples = None
         if samples is None:
