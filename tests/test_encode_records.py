@@ -120,6 +120,15 @@ def test_common_inputs_are_taken_by_the_compiled_encoder():
 
 
 @needs_native
+def test_ndarray_subclasses_are_left_to_the_python_path():
+    """Converting a subclass may run Python code; the compiled side must not."""
+    datum = {"x": (np.ma.array([1, 2, 3]), "int")}
+    assert NATIVE.encode_example(datum) is None
+    assert example.encode_example(datum) == example.encode_example_message(datum)
+    assert NATIVE.encode_sequence_example({}, {"s": (np.ma.array([[1.5]]), "float")}) is None
+
+
+@needs_native
 def test_signalling_nans_are_quieted_as_protobuf_does():
     snan = np.array([0x7F800001, 0xFFA00000, 0x7FC00000], np.uint32).view(np.float32)
     datum = {"x": (snan, "float")}

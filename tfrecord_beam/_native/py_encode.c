@@ -7,7 +7,10 @@
  * one bytes value) and DECLINES everything else by returning None: the caller then runs the
  * general Python path (`example.encode_example`), which either handles the value or raises
  * the error users know. So results and errors are the Python path's, only faster; the bytes
- * are upb's deterministic serialization (tests compare them on random input). */
+ * are upb's deterministic serialization (tests compare them on random input).
+ *
+ * No Python code may run while converting (the record's values are referenced, not copied,
+ * until it is written): exact ndarrays only, no __index__ / __float__ / __array__ calls. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -105,6 +108,7 @@ static int infer_kind(PyObject *v, int depth) {
     if (PyLong_Check(v)) return TFR_KIND_INT64; /* bool too */
     if (PyFloat_Check(v)) return TFR_KIND_FLOAT;
     if (PyArray_Check(v)) {
+        if (!PyArray_CheckExact(v)) return 0; /* subclasses may run Python code: the Python path */
         int k = dtype_kind((PyArrayObject *)v);
         if (k == 'f') return TFR_KIND_FLOAT;
         if (k == 'i' || k == 'u' || k == 'b') return TFR_KIND_INT64;
@@ -223,7 +227,7 @@ static int convert_values(PyObject *value, int kind, size_t *count, size_t *off)
         size_t before = A.refs.len;
         *off = before / sizeof(tfr_bytes_ref);
         if (PyArray_Check(value)) {
-            if (PyArray_TYPE((PyArrayObject *)value) != NPY_UINT8) return CONV_DECLINE;
+            if (!PyArray_CheckExact(value) || PyArray_TYPE((PyArrayObject *)value) != NPY_UINT8) return CONV_DECLINE;
             /* an encoded image as a uint8 array is one bytes value (its C-order bytes) */
             PyObject *c = PyArray_FROMANY(value, NPY_UINT8, 0, 0, NPY_ARRAY_C_CONTIGUOUS);
             if (!c) { PyErr_Clear(); return CONV_DECLINE; }
@@ -248,8 +252,10 @@ static int convert_values(PyObject *value, int kind, size_t *count, size_t *off)
         Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
         if (tfr_buf_reserve(&A.nums, (size_t)n * width)) return nomem();
         for (Py_ssize_t i = 0; i < n && rc == CONV_OK; i++) rc = push_scalar(PySequence_Fast_GET_ITEM(value, i), kind);
-    } else if (PyArray_Check(value) || PyArray_IsScalar(value, Generic)) {
+    } else if (PyArray_CheckExact(value) || PyArray_IsScalar(value, Generic)) {
         rc = push_array(value, kind);
+    } else if (PyArray_Check(value)) {
+        rc = CONV_DECLINE; /* an ndarray subclass may run Python code while converted */
     } else {
         rc = push_scalar(value, kind);
     }
@@ -314,7 +320,7 @@ static int convert_lists(PyObject *lists) {
         PyObject *steps_obj;
         int kind, rc;
         if ((rc = key_utf8(key, &l.name, &l.name_len)) || (rc = split_spec(spec, &steps_obj, &kind))) return rc;
-        if (!PyList_Check(steps_obj) && !PyTuple_Check(steps_obj) && !PyArray_Check(steps_obj)) return CONV_DECLINE;
+        if (!PyList_Check(steps_obj) && !PyTuple_Check(steps_obj) && !PyArray_CheckExact(steps_obj)) return CONV_DECLINE;
         if (PyArray_Check(steps_obj) && PyArray_NDIM((PyArrayObject *)steps_obj) == 0) return CONV_DECLINE;
         PyObject *steps = PySequence_Fast(steps_obj, "steps");
         if (!steps) { PyErr_Clear(); return CONV_DECLINE; }
