@@ -403,6 +403,8 @@ static size_t emit(int sequence, size_t nctx, int has_lists, int framed, uint8_t
     } else {
         end = tfr_write_example(pay, f, nf, order);
     }
+    /* The writer and the size functions share their arithmetic; a difference would mean the
+     * bytes already ran past what was sized: nothing safe is left to do. */
     if ((size_t)(end - pay) != payload) Py_FatalError("tfrecord_beam: encoder size mismatch");
     if (framed) {
         tfr_write_header(dst, payload);
