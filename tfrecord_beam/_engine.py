@@ -43,6 +43,7 @@ append_example = _native.append_example if NATIVE else None
 append_sequence_example = _native.append_sequence_example if NATIVE else None
 # Decoded columns -> per-record dicts (compiled only; columnar.to_records is the pure twin).
 example_rows = _native.example_rows if NATIVE else None
+decode_example_rows = _native.decode_example_rows if NATIVE else None
 sequence_rows = _native.sequence_rows if NATIVE else None
 
 _columnar = _native if NATIVE else _columnar_py

@@ -108,8 +108,8 @@ def example_loader(
         from . import columnar
 
         for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
-            columns = columnar.decode_examples(chunk, description, path=data_path)
-            yield from columnar.to_records(columns, None if rows is None else rows.tolist())
+            yield from columnar.decode_example_records(chunk, description, path=data_path,
+                                                       rows=None if rows is None else rows.tolist())
         return
     for number, offset, payload in _records(data_path, index_path, shard, compression_type):
         yield _example.decode_example(payload, description, strict=strict, path=data_path,

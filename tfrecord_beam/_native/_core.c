@@ -385,6 +385,57 @@ out:
     return result;
 }
 
+/* decode_example_rows(buffer, names, kinds, offsets, lengths, keys, rows) -> (iterator | None,
+ * error | None): decode_examples + example_rows in one, the bytes values cut straight out of
+ * `buffer` (one copy, into each `bytes`) instead of out of a column copy of them. */
+static PyObject *py_decode_example_rows(PyObject *self, PyObject *args) {
+    PyObject *records, *names, *kinds, *offsets, *lengths, *keys, *rows, *keep = NULL, *result = NULL, *lst = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &records, &names, &kinds, &offsets, &lengths, &keys, &rows)) return NULL;
+    if (offsets == Py_None || lengths == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "decode_example_rows needs one buffer with offsets and lengths");
+        return NULL;
+    }
+    records_in r;
+    size_t nf = 0;
+    tfr_desc *d = NULL;
+    tfr_column *cols = NULL;
+    if (records_get(records, offsets, lengths, &r) < 0) goto out;
+    if (!(d = desc_get(names, kinds, &nf, &keep))) goto out;
+    if (!(cols = (tfr_column *)PyMem_Calloc(nf ? nf : 1, sizeof(tfr_column)))) { PyErr_NoMemory(); goto out; }
+    for (size_t j = 0; j < nf; j++) cols[j].bytes_by_ref = d[j].kind == TFR_KIND_BYTES;
+    tfr_error err;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfr_decode_examples(r.ptrs, r.lens, r.n, d, nf, cols, &err);
+    Py_END_ALLOW_THREADS
+    if (rc == TFR_ERR_NOMEM) { PyErr_NoMemory(); goto out; }
+    if (rc != TFR_OK) { result = Py_BuildValue("(ON)", Py_None, error_value(&err)); goto out; }
+    if (!(lst = PyList_New((Py_ssize_t)nf))) goto out;
+    for (size_t j = 0; j < nf; j++) { /* bytes values: their addresses, one uint64 each */
+        tfr_column *c = &cols[j];
+        int bytes = c->kind == TFR_KIND_BYTES;
+        PyObject *values = buf_to_array(&c->values, bytes ? NPY_UINT64 : KIND_TYPE[c->kind], bytes ? 8 : KIND_SIZE[c->kind]);
+        PyObject *rs = buf_to_array(&c->row_splits, NPY_INT64, 8);
+        PyObject *vo = bytes ? buf_to_array(&c->value_offsets, NPY_INT64, 8) : (Py_INCREF(Py_None), Py_None);
+        PyObject *st = buf_to_array(&c->status, NPY_UINT8, 1);
+        PyObject *t = values && rs && vo && st ? Py_BuildValue("(NNNN)", values, rs, vo, st) : NULL;
+        if (!t) {
+            if (!values || !rs || !vo || !st) { Py_XDECREF(values); Py_XDECREF(rs); Py_XDECREF(vo); Py_XDECREF(st); }
+            goto out;
+        }
+        PyList_SET_ITEM(lst, (Py_ssize_t)j, t);
+    }
+    PyObject *it = tfr_rows_by_reference(keys, kinds, lst, (Py_ssize_t)r.n, rows, records);
+    if (it) result = Py_BuildValue("(NO)", it, Py_None);
+out:
+    Py_XDECREF(lst);
+    records_release(&r);
+    free_columns(cols, nf);
+    PyMem_Free(d);
+    Py_XDECREF(keep);
+    return result;
+}
+
 static PyObject *py_decode_sequence_examples(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwn[] = {"records", "context_names", "context_kinds", "names", "kinds", "offsets", "lengths", NULL};
     PyObject *records, *cn, *ck, *sn, *sk, *offsets = Py_None, *lengths = Py_None;
@@ -519,6 +570,8 @@ static PyMethodDef methods[] = {
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},
     {"decode_examples", (PyCFunction)(void (*)(void))py_decode_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_examples(records, names, kinds, offsets=None, lengths=None) -> (columns|None, error|None)."},
+    {"decode_example_rows", py_decode_example_rows, METH_VARARGS,
+     "decode_example_rows(buffer, names, kinds, offsets, lengths, keys, rows) -> (iterator of dicts | None, error | None)."},
     {"decode_sequence_examples", (PyCFunction)(void (*)(void))py_decode_sequence_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_sequence_examples(records, context_names, context_kinds, names, kinds, offsets=None, lengths=None)."},
     {"encode_examples", (PyCFunction)(void (*)(void))py_encode_examples, METH_VARARGS | METH_KEYWORDS,

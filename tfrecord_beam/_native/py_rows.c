@@ -33,6 +33,7 @@ typedef struct {
     const int64_t *steps;  /* feature lists: step -> values (nsteps + 1) */
     npy_intp nsteps;
     const uint8_t *status; /* n, or NULL */
+    int by_ref;            /* bytes: values holds each value's address in the records (see tfr_column) */
 } col;
 
 typedef struct {
@@ -57,7 +58,8 @@ static int held(cols *cs, PyObject *o, PyArrayObject **out, int type, npy_intp *
 }
 
 /* names: sequence of str; kinds: ints; columns: (values, row_splits[, step_splits], value_offsets, status). */
-static int cols_get(PyObject *names, PyObject *kinds, PyObject *columns, int steps, npy_intp n_expected, cols *cs) {
+static int cols_get(PyObject *names, PyObject *kinds, PyObject *columns, int steps, npy_intp n_expected, int by_ref,
+                    cols *cs) {
     memset(cs, 0, sizeof *cs);
     PyObject *nm = PySequence_Fast(names, "names"), *ks = NULL, *cl = NULL;
     int rc = -1;
@@ -88,7 +90,8 @@ static int cols_get(PyObject *names, PyObject *kinds, PyObject *columns, int ste
         static const int type[4] = {0, NPY_UINT8, NPY_FLOAT32, NPY_INT64};
         PyArrayObject *a;
         npy_intp size;
-        if (held(cs, PyTuple_GET_ITEM(t, 0), &a, type[c->kind], &size)) goto out;
+        c->by_ref = by_ref && c->kind == TFR_KIND_BYTES;
+        if (held(cs, PyTuple_GET_ITEM(t, 0), &a, c->by_ref ? NPY_UINT64 : type[c->kind], &size)) goto out;
         c->values = (const uint8_t *)PyArray_DATA(a);
         c->nvalues = size;
         if (held(cs, PyTuple_GET_ITEM(t, 1), &a, NPY_INT64, &size)) goto out;
@@ -101,8 +104,12 @@ static int cols_get(PyObject *names, PyObject *kinds, PyObject *columns, int ste
             if (size < 1) { PyErr_SetString(PyExc_ValueError, "value_offsets is empty"); goto out; }
             c->voffs = (const int64_t *)PyArray_DATA(a);
             c->nv = size - 1;
+            if (c->by_ref && c->nvalues != c->nv) {
+                PyErr_SetString(PyExc_ValueError, "one address per bytes value");
+                goto out;
+            }
             for (npy_intp k = 0; k <= c->nv; k++)
-                if (c->voffs[k] < 0 || c->voffs[k] > c->nvalues || (k && c->voffs[k] < c->voffs[k - 1])) {
+                if (c->voffs[k] < 0 || (!c->by_ref && c->voffs[k] > c->nvalues) || (k && c->voffs[k] < c->voffs[k - 1])) {
                     PyErr_SetString(PyExc_ValueError, "value_offsets outside the values");
                     goto out;
                 }
@@ -146,17 +153,23 @@ static PyObject *empty_of(int kind) {
     return PyArray_SimpleNew(1, &zero, type[kind]);
 }
 
+/* Bytes value k of a bytes column: from the values buffer, or from the records it lies in. */
+static PyObject *bytes_value(const col *c, int64_t k) {
+    Py_ssize_t len = (Py_ssize_t)(c->voffs[k + 1] - c->voffs[k]);
+    const char *at = c->by_ref ? (const char *)(uintptr_t)((const uint64_t *)(const void *)c->values)[k]
+                               : (const char *)c->values + c->voffs[k];
+    return PyBytes_FromStringAndSize(at, len);
+}
+
 /* Values [a, b) of a column (value-level indices) in the decoded convention. */
 static PyObject *value_of(const col *c, int64_t a, int64_t b) {
     npy_intp len = (npy_intp)(b - a);
     if (c->kind == TFR_KIND_BYTES) {
-        if (len == 1)
-            return PyBytes_FromStringAndSize((const char *)c->values + c->voffs[a], (Py_ssize_t)(c->voffs[a + 1] - c->voffs[a]));
+        if (len == 1) return bytes_value(c, a);
         PyArrayObject *arr = (PyArrayObject *)PyArray_SimpleNew(1, &len, NPY_OBJECT);
         if (!arr) return NULL;
         for (npy_intp k = 0; k < len; k++) {
-            int64_t s = c->voffs[a + k], e = c->voffs[a + k + 1];
-            PyObject *v = PyBytes_FromStringAndSize((const char *)c->values + s, (Py_ssize_t)(e - s));
+            PyObject *v = bytes_value(c, a + k);
             if (!v || PyArray_SETITEM(arr, PyArray_GETPTR1(arr, k), v) < 0) {
                 Py_XDECREF(v);
                 Py_DECREF(arr);
@@ -234,12 +247,15 @@ typedef struct {
     int sequence;
     PyArrayObject *rows; /* or NULL: 0 .. count */
     npy_intp count, next;
+    Py_buffer source; /* the records that by-reference bytes values lie in */
+    int has_source;
 } rowiter;
 
 static void rowiter_dealloc(rowiter *it) {
     cols_free(&it->ctx);
     cols_free(&it->lists);
     Py_XDECREF(it->rows);
+    if (it->has_source) PyBuffer_Release(&it->source);
     PyObject_Free(it);
 }
 
@@ -276,7 +292,7 @@ static PyTypeObject RowIterType = {
 };
 
 static PyObject *make_iter(PyObject *cn, PyObject *ck, PyObject *cc, PyObject *sn, PyObject *sk, PyObject *sc,
-                           Py_ssize_t n, PyObject *rows) {
+                           Py_ssize_t n, PyObject *rows, PyObject *source) {
     if (n < 0) return PyErr_Format(PyExc_ValueError, "n < 0");
     rowiter *it = PyObject_New(rowiter, &RowIterType);
     if (!it) return NULL;
@@ -285,7 +301,13 @@ static PyObject *make_iter(PyObject *cn, PyObject *ck, PyObject *cc, PyObject *s
     it->rows = NULL;
     it->sequence = sn != NULL;
     it->next = 0;
-    if (cols_get(cn, ck, cc, 0, n, &it->ctx) || (sn && cols_get(sn, sk, sc, 1, n, &it->lists))) goto fail;
+    it->has_source = 0;
+    if (source) {
+        if (PyObject_GetBuffer(source, &it->source, PyBUF_SIMPLE) < 0) goto fail;
+        it->has_source = 1;
+    }
+    if (cols_get(cn, ck, cc, 0, n, source != NULL, &it->ctx) || (sn && cols_get(sn, sk, sc, 1, n, 0, &it->lists)))
+        goto fail;
     it->rows = rows_get(rows, n, &it->count);
     if (!it->rows && PyErr_Occurred()) goto fail;
     return (PyObject *)it;
@@ -298,14 +320,19 @@ PyObject *tfr_py_example_rows(PyObject *self, PyObject *args) {
     PyObject *names, *kinds, *columns, *rows;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "OOOnO", &names, &kinds, &columns, &n, &rows)) return NULL;
-    return make_iter(names, kinds, columns, NULL, NULL, NULL, n, rows);
+    return make_iter(names, kinds, columns, NULL, NULL, NULL, n, rows, NULL);
+}
+
+PyObject *tfr_rows_by_reference(PyObject *names, PyObject *kinds, PyObject *columns, Py_ssize_t n, PyObject *rows,
+                                PyObject *source) {
+    return make_iter(names, kinds, columns, NULL, NULL, NULL, n, rows, source);
 }
 
 PyObject *tfr_py_sequence_rows(PyObject *self, PyObject *args) {
     PyObject *cn, *ck, *cc, *sn, *sk, *sc, *rows;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "OOOOOOnO", &cn, &ck, &cc, &sn, &sk, &sc, &n, &rows)) return NULL;
-    return make_iter(cn, ck, cc, sn, sk, sc, n, rows);
+    return make_iter(cn, ck, cc, sn, sk, sc, n, rows, NULL);
 }
 
 int tfr_py_rows_init(void) { return PyType_Ready(&RowIterType); }

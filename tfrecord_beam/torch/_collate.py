@@ -83,6 +83,9 @@ def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_desc
                 if sequence:  # built lazily, record by record: what the consumer drops dies young
                     context, lists = decode_sequence_batch([block], description, sequence_description)
                     samples = ((Sample(c), Sample(s)) for c, s in columnar.to_sequence_records(context, lists))
+                elif isinstance(block, Block):  # straight from the reader buffer, bytes copied once
+                    samples = map(Sample, columnar.decode_example_records(
+                        block.buffer, description, offsets=block.payload_offsets, lengths=block.payload_lengths))
                 else:
                     samples = map(Sample, columnar.to_records(decode_batch([block], description)))
             except DecodeError:  # FeatureKindError too: decoded one by one below, named as always
