@@ -1,6 +1,6 @@
-"""DataLoader throughput on D2 records: our datasets beside the `tfrecord` package's, same run.
+"""DataLoader throughput on D1 / D2 records: our datasets beside the `tfrecord` package's, same run.
 
-    python -m bench.bench_torch [--records N] [--repeats R] [--batch B] [--workers 0 2]
+    python -m bench.bench_torch [--data D1 D2] [--scale S] [--repeats R] [--batch B] [--workers 0 2]
 
 Each row iterates one whole epoch through a `torch.utils.data.DataLoader` (worker start-up
 included) and reports records per second (median of R runs):
@@ -8,6 +8,8 @@ included) and reports records per second (median of R runs):
   * ours, per record: tfrecord_beam.torch.TFRecordDataset + DataLoader(batch_size=B)
   * ours, batched:    tfrecord_beam.torch.TFRecordDataset(batch_size=B) + DataLoader(batch_size=None)
 Both are given the index file (without one, the `tfrecord` package repeats records across workers).
+D1: 6,000 Examples with a 16 KiB image; D2: 300,000 small Examples (`--scale` shrinks both).
+Each round runs every contender once, in turn (medians of R rounds, wall clock).
 """
 
 from __future__ import annotations
@@ -17,17 +19,21 @@ from typing import List, Optional
 
 from bench._common import dataset_file, median_seconds, print_table
 
-DESCRIPTION = {"label": "float", "index": "int", "tokens": "int", "name": "byte"}
+DESCRIPTIONS = {
+    "D1": {"image": "byte", "label": "float", "index": "int"},
+    "D2": {"label": "float", "index": "int", "tokens": "int", "name": "byte"},
+}
+SIZES = {"D1": 6000, "D2": 300_000}
 
 
 def _count(loader) -> int:
     total = 0
     for batch in loader:
-        total += len(batch["name"])
+        total += len(batch["index"])
     return total
 
 
-def _loaders(path: str, index: str, batch: int, workers: int):
+def _loaders(path: str, index: str, batch: int, workers: int, description):
     """(name, zero-argument function running one epoch) for each contender; each dataset is
     built once, as a training job would, and iterated once per epoch."""
     from torch.utils.data import DataLoader
@@ -40,48 +46,63 @@ def _loaders(path: str, index: str, batch: int, workers: int):
     except ImportError:
         PeerDataset = None
     if PeerDataset is not None:
-        peer = DataLoader(PeerDataset(path, index, DESCRIPTION), batch_size=batch, num_workers=workers)
+        peer = DataLoader(PeerDataset(path, index, description), batch_size=batch, num_workers=workers)
         out.append(("tfrecord", lambda: _count(peer)))
-    per_record = DataLoader(TFRecordDataset(path, index, DESCRIPTION), batch_size=batch, num_workers=workers)
+    per_record = DataLoader(TFRecordDataset(path, index, description), batch_size=batch, num_workers=workers)
     out.append(("ours, per record", lambda: _count(per_record)))
-    batched = DataLoader(TFRecordDataset(path, index, DESCRIPTION, batch_size=batch), batch_size=None,
+    batched = DataLoader(TFRecordDataset(path, index, description, batch_size=batch), batch_size=None,
                          num_workers=workers)
     out.append(("ours, batched", lambda: _count(batched)))
     return out
 
 
-def run(records: int = 100_000, repeats: int = 3, batch: int = 256, workers: Optional[List[int]] = None) -> str:
+def run(records: Optional[int] = None, repeats: int = 3, batch: int = 256, workers: Optional[List[int]] = None,
+        data: Optional[List[str]] = None, scale: float = 1.0) -> str:
+    import statistics
+    import time
+
     from tfrecord_beam import _engine
     from tfrecord_beam.index import default_index_path
 
-    path = dataset_file("d2", records)
-    index = default_index_path(str(path))
     rows = []
-    for num_workers in workers or [0, 2]:
-        results = {}
-        for name, epoch in _loaders(str(path), index, batch, num_workers):
-            seen = epoch()
-            if seen != records:
-                raise AssertionError(f"{name} with {num_workers} workers yielded {seen} records, not {records}")
-            results[name] = median_seconds(epoch, repeats, warmup=0)
-        peer = results.get("tfrecord")
-        for name, seconds in results.items():
-            rows.append([num_workers, name, f"{records / seconds:,.0f}",
-                         f"{peer / seconds:.1f}x" if peer else "n/a"])
+    for name in data or ["D2"]:
+        n = records if records and name == "D2" else max(1, int(SIZES[name] * scale))
+        path = dataset_file(name.lower(), n)
+        index = default_index_path(str(path))
+        mb = path.stat().st_size / 1e6
+        for num_workers in workers or [0, 2]:
+            contenders = _loaders(str(path), index, batch, num_workers, DESCRIPTIONS[name])
+            times: dict = {}
+            for label, epoch in contenders:  # a first epoch each: counts checked, caches warm
+                seen = epoch()
+                if seen != n:
+                    raise AssertionError(f"{label} with {num_workers} workers yielded {seen} records, not {n}")
+            for _ in range(repeats):
+                for label, epoch in contenders:
+                    start = time.perf_counter()
+                    epoch()
+                    times.setdefault(label, []).append(time.perf_counter() - start)
+            results = {label: statistics.median(t) for label, t in times.items()}
+            peer = results.get("tfrecord")
+            for label, seconds in results.items():
+                rows.append([name, num_workers, label, f"{n / seconds:,.0f}", f"{mb / seconds:,.0f}",
+                             f"{peer / seconds:.2f}x" if peer else "n/a"])
     return print_table(
-        f"DataLoader throughput, {records:,} D2 records, batch {batch}, engine={_engine.ENGINE}, "
-        f"median of {repeats}",
-        ["workers", "dataset", "records/s", "vs tfrecord"], rows)
+        f"DataLoader throughput, batch {batch}, engine={_engine.ENGINE}, median of {repeats} interleaved rounds, "
+        f"scale {scale:g}",
+        ["data", "workers", "dataset", "records/s", "MB/s", "vs tfrecord"], rows)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--records", type=int, default=None, help="D2 records (default 300,000 x scale)")
+    parser.add_argument("--data", nargs="+", default=["D1", "D2"], choices=sorted(SIZES))
+    parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     args = parser.parse_args(argv)
-    run(args.records, args.repeats, args.batch, args.workers)
+    run(args.records, args.repeats, args.batch, args.workers, args.data, args.scale)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,19 @@ frame_records = _impl.frame_records
 masked_crc32c = _impl.masked_crc32c
 find_length_crc = _impl.find_length_crc
 find_length_crcs = _impl.find_length_crcs
+append_frame = _impl.append_frame
+walk_headers = _impl.walk_headers
+
+# Per-record Example / SequenceExample encoders (compiled only): they return None for values
+# they leave to the Python path in `example`, which is also their pure twin (same bytes).
+encode_example = _native.encode_example if NATIVE else None
+encode_sequence_example = _native.encode_sequence_example if NATIVE else None
+append_example = _native.append_example if NATIVE else None
+append_sequence_example = _native.append_sequence_example if NATIVE else None
+# Decoded columns -> per-record dicts (compiled only; columnar.to_records is the pure twin).
+example_rows = _native.example_rows if NATIVE else None
+decode_example_rows = _native.decode_example_rows if NATIVE else None
+sequence_rows = _native.sequence_rows if NATIVE else None
 
 _columnar = _native if NATIVE else _columnar_py
 decode_examples = _columnar.decode_examples

@@ -175,3 +175,62 @@ def frame_records(payloads: Sequence[bytes]) -> bytes:
         parts.append(payload)
         parts.append(_U32.pack(masked_crc32c(payload)))
     return b"".join(parts)
+
+
+def append_frame(buf: bytearray, pos: int, payload) -> int:
+    """Write the frame of `payload` into `buf` at `pos` (the buffer keeps its size); return
+    where the frame ends, or -1 (nothing written) when it does not fit."""
+    end = pos + len(memoryview(payload).cast("B")) + FRAME_OVERHEAD
+    if pos < 0 or pos > len(buf):
+        raise ValueError("position outside the buffer")
+    if end > len(buf):
+        return -1
+    buf[pos:end] = frame_records([payload if isinstance(payload, bytes) else bytes(memoryview(payload).cast("B"))])
+    return end
+
+
+WALK_BLOCK = 64 * 1024
+WALK_SMALL = 4096
+WALK_DONE, WALK_SHORT_HEADER, WALK_BAD_LENGTH_CRC, WALK_PAST_END = 0, 1, 2, 3
+
+
+def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
+    """The records of an uncompressed file (descriptor `fd`, `size` bytes) from `start`, read by
+    their headers alone: `(header offsets, payload lengths, stop, status)`.
+
+    Payloads are skipped (a small read at each header once records are large, a block of
+    headers while they are small); every length CRC is checked. status: WALK_DONE (reached
+    `size`), WALK_SHORT_HEADER (fewer than 12 bytes left at `stop`), WALK_BAD_LENGTH_CRC or
+    WALK_PAST_END (the frame at `stop` runs past `size`).
+    """
+    import os
+
+    if start < 0 or size < start:
+        raise ValueError(f"bad range {start}..{size}")
+    offsets, lengths = [], []
+    pos, want, status = start, WALK_BLOCK, WALK_DONE
+    while pos < size:
+        if size - pos < HEADER_SIZE:
+            status = WALK_SHORT_HEADER
+            break
+        block = os.pread(fd, min(want, size - pos), pos)
+        if len(block) < HEADER_SIZE:
+            status = WALK_SHORT_HEADER
+            break
+        base, last = pos, None
+        while pos - base + HEADER_SIZE <= len(block):
+            length, length_crc = _HEADER.unpack_from(block, pos - base)
+            if masked_crc32c(block[pos - base : pos - base + 8]) != length_crc:
+                status = WALK_BAD_LENGTH_CRC
+                break
+            if length > size - pos - FRAME_OVERHEAD:
+                status = WALK_PAST_END
+                break
+            offsets.append(pos)
+            lengths.append(length)
+            last = length
+            pos += FRAME_OVERHEAD + length
+        if status != WALK_DONE:
+            break
+        want = WALK_SMALL if last is not None and last + FRAME_OVERHEAD >= WALK_BLOCK // 8 else WALK_BLOCK
+    return np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pos, status

@@ -36,12 +36,14 @@ from .example import Description, feature_kind, normalize_description
 __all__ = [
     "Column",
     "to_records",
+    "to_sequence_records",
     "SequenceColumn",
     "FeatureKindError",
     "MISSING",
     "NO_KIND",
     "PRESENT",
     "decode_examples",
+    "decode_example_records",
     "decode_sequence_examples",
     "encode_examples",
     "read_example_batches",
@@ -313,14 +315,60 @@ def _records_args(records, offsets, lengths):
     return records, offsets, lengths, lambda: (view[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist()))
 
 
+def _column_args(columns: Mapping[str, Any], steps: bool) -> Tuple[List[str], List[int], List[tuple]]:
+    cols = list(columns.values())
+    if steps:
+        parts = [(c.values, c.row_splits, c.step_splits, c.value_offsets, c.status) for c in cols]
+    else:
+        parts = [(c.values, c.row_splits, c.value_offsets, c.status) for c in cols]
+    return list(columns), [_CODE[c.kind] for c in cols], parts
+
+
 def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = None) -> Iterator[Dict[str, Any]]:
     """Per-record dicts, in `example.decode_example`'s convention, from a batch of columns.
 
     What the drop-in loaders and Beam's DecodeExamples yield: float32 / int64 arrays (copies,
     so a kept record does not pin the batch), a single bytes value as `bytes`, zero or several
     as an object array, and an empty array for a missing or kind-less feature. `rows` picks
-    records (default: all).
+    records (default: all). Built in C where the compiled core is; `_to_records_py` is the twin.
     """
+    if _engine.example_rows is None:
+        return _to_records_py(columns, rows)
+    count = len(next(iter(columns.values()))) if columns else 0
+    return iter(_engine.example_rows(*_column_args(columns, False), count, rows))
+
+
+def to_sequence_records(context: Mapping[str, Column], lists: Mapping[str, "SequenceColumn"],
+                        rows: Optional[Sequence[int]] = None) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
+    """Per-record `(context, {name: [value per step]})`, in `example.decode_sequence_example`'s
+    convention, from decoded columns: each step's values as `to_records` gives a feature's, a
+    missing feature list as []. Built in C where the compiled core is."""
+    count = len(next(iter({**context, **lists}.values()))) if (context or lists) else 0
+    if _engine.sequence_rows is not None:
+        return iter(_engine.sequence_rows(*_column_args(context, False), *_column_args(lists, True), count, rows))
+    return _to_sequence_records_py(context, lists, count, rows)
+
+
+def _to_sequence_records_py(context, lists, count: int, rows) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
+    from .example import BYTES, as_decoded
+
+    contexts = _to_records_py(context, rows) if context else ({} for _ in (range(count) if rows is None else rows))
+    views = []
+    for name, col in lists.items():
+        flat = _as_bytes_values(col.values, col.value_offsets) if col.kind == BYTES else col.values
+        views.append((name, col.kind, flat, col.row_splits.tolist(), col.step_splits.tolist()))
+    for i, ctx in zip(range(count) if rows is None else rows, contexts):
+        sequences = {}
+        for name, kind, flat, splits, steps in views:
+            if kind == BYTES:
+                sequences[name] = [as_decoded(kind, flat[steps[s] : steps[s + 1]]) for s in range(splits[i], splits[i + 1])]
+            else:
+                sequences[name] = [flat[steps[s] : steps[s + 1]].copy() for s in range(splits[i], splits[i + 1])]
+        yield ctx, sequences
+
+
+def _to_records_py(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = None) -> Iterator[Dict[str, Any]]:
+    """The pure twin of `to_records`."""
     from .example import BYTES, as_decoded, empty_value
 
     views = []
@@ -384,6 +432,38 @@ def decode_examples(
     if strict:
         _check_strict(out, where)
     return out
+
+
+def decode_example_records(
+    records: Any,
+    description: Description,
+    *,
+    offsets: Optional[np.ndarray] = None,
+    lengths: Optional[np.ndarray] = None,
+    path: Optional[str] = None,
+    first_record_number: Optional[int] = 0,
+    record_offsets: Optional[np.ndarray] = None,
+    rows: Optional[Sequence[int]] = None,
+) -> Iterator[Dict[str, Any]]:
+    """`to_records(decode_examples(...), rows)` in one step: per-record dicts of a batch.
+
+    With the compiled core and one buffer (`offsets` and `lengths`, or a RecordChunk), bytes
+    values are cut straight out of the buffer into their `bytes` objects (one copy, not two).
+    Arguments and errors as in `decode_examples` (not strict).
+    """
+    records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
+        records, offsets, lengths, first_record_number, record_offsets)
+    if _engine.decode_example_rows is None or offsets is None:
+        return to_records(decode_examples(records, description, offsets=offsets, lengths=lengths, path=path,
+                                          first_record_number=first_record_number, record_offsets=record_offsets),
+                          rows)
+    records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
+    desc = _resolve(description, payloads)
+    names, codes = _names_kinds(desc)
+    rows_out, err = _engine.decode_example_rows(records, names, codes, offsets, lengths, list(desc), rows)
+    if err is not None:
+        _raise(err, list(desc), list(desc.values()), _Where(path, first_record_number, record_offsets), "Example")
+    return rows_out
 
 
 def decode_sequence_examples(

@@ -14,11 +14,12 @@ import typing
 
 import numpy as np
 
-from . import blockgzip
+from . import _engine, blockgzip
 from . import example as _example
 from . import index as _index
 from . import iterator_utils
 from . import fs
+from .errors import DecodeError, FeatureKindError
 from .records import RecordChunk, RecordReader, RecordWriter
 from .records import resolve_compression as _resolve
 
@@ -122,10 +123,14 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
 def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
     """(record number, offset, payload) for the records of this shard."""
     for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
-        payloads = chunk.payloads()
-        offsets = chunk.record_offsets.tolist()
-        for i in range(len(chunk)) if rows is None else rows.tolist():
-            yield chunk.first_record_number + i, offsets[i], payloads[i]
+        yield from _chunk_records(chunk, rows)
+
+
+def _chunk_records(chunk: RecordChunk, rows: typing.Optional[np.ndarray]) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+    payloads = chunk.payloads()
+    offsets = chunk.record_offsets.tolist()
+    for i in range(len(chunk)) if rows is None else rows.tolist():
+        yield chunk.first_record_number + i, offsets[i], payloads[i]
 
 
 def tfrecord_iterator(
@@ -140,8 +145,11 @@ def tfrecord_iterator(
     `shard=(i, k)` with an index reads records n*i//k .. n*(i+1)//k; without an index it
     yields every k-th record starting at i (exactly once across shards either way).
     """
-    for _, _, payload in _records(data_path, index_path, shard, compression_type, verify):
-        yield memoryview(payload)
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
+        payloads = chunk.payloads()
+        if rows is not None:
+            payloads = [payloads[i] for i in rows.tolist()]
+        yield from map(memoryview, payloads)
 
 
 def example_loader(
@@ -162,8 +170,8 @@ def example_loader(
         from . import columnar
 
         for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
-            columns = columnar.decode_examples(chunk, description, path=data_path)
-            yield from columnar.to_records(columns, None if rows is None else rows.tolist())
+            yield from columnar.decode_example_records(chunk, description, path=data_path,
+                                                       rows=None if rows is None else rows.tolist())
         return
     for number, offset, payload in _records(data_path, index_path, shard, compression_type):
         yield _example.decode_example(payload, description, strict=strict, path=data_path,
@@ -179,13 +187,37 @@ def sequence_loader(
     compression_type: typing.Optional[str] = None,
     strict: bool = False,
 ) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
-    """Yield each SequenceExample as (context, {name: list of per-step values})."""
+    """Yield each SequenceExample as (context, {name: list of per-step values}).
+
+    When both descriptions give every kind (and not `strict`), records are decoded a chunk at
+    a time by the columnar decoder; otherwise one by one.
+    """
     context_description = _example.normalize_description(context_description)
     features_description = _example.normalize_description(features_description)
-    for number, offset, payload in _records(data_path, index_path, shard, compression_type):
-        yield _example.decode_sequence_example(payload, context_description, features_description,
-                                               strict=strict, path=data_path, offset=offset,
-                                               record_number=number)
+
+    def one_by_one(records):
+        for number, offset, payload in records:
+            yield _example.decode_sequence_example(payload, context_description, features_description,
+                                                   strict=strict, path=data_path, offset=offset,
+                                                   record_number=number)
+
+    columnar_ok = (not strict and context_description and features_description
+                   and all(context_description.values()) and all(features_description.values()))
+    if not columnar_ok:
+        yield from one_by_one(_records(data_path, index_path, shard, compression_type))
+        return
+    from . import columnar
+
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
+        try:
+            context, lists = columnar.decode_sequence_examples(chunk, context_description, features_description,
+                                                               path=data_path)
+        except (DecodeError, FeatureKindError):
+            # a bad record in this chunk: decode it one by one, so that the records before it
+            # come out and its error is the one the per-record decoder has always raised
+            yield from one_by_one(_chunk_records(chunk, rows))
+            continue
+        yield from columnar.to_sequence_records(context, lists, None if rows is None else rows.tolist())
 
 
 def tfrecord_loader(
@@ -247,10 +279,14 @@ class TFRecordWriter:
 
     def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:
         """Write an Example, or a SequenceExample (context `datum`) when `sequence_datum` is given."""
+        writer = self._writer
         if sequence_datum is None:
-            self._writer.write(_example.encode_example(datum))
-        else:
-            self._writer.write(_example.encode_sequence_example(datum, sequence_datum))
+            # the compiled encoder frames the record straight into the writer's buffer
+            if _engine.append_example is None or not writer.append_record(_engine.append_example, datum):
+                writer.write(_example.encode_example(datum))
+        elif (_engine.append_sequence_example is None
+              or not writer.append_record(_engine.append_sequence_example, datum, sequence_datum)):
+            writer.write(_example.encode_sequence_example(datum, sequence_datum))
 
     def close(self) -> None:
         """Finish the file (and its index) and move it into place."""
@@ -265,8 +301,6 @@ class TFRecordWriter:
     @staticmethod
     def masked_crc(data: bytes) -> bytes:
         """The masked CRC32C of `data`, as 4 little-endian bytes."""
-        from . import _engine
-
         return struct.pack("<I", _engine.masked_crc32c(data))
 
     @staticmethod

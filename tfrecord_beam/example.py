@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from . import _proto
+from . import _engine, _proto
 from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
 BYTES, FLOAT, INT = "byte", "float", "int"
@@ -289,12 +289,39 @@ def _features_message(datum: Mapping[str, Any]):
 
 
 def encode_example(datum: Mapping[str, Any]) -> bytes:
-    """Serialize {name: (value, kind)} or {name: bare value} as an Example (keys sorted, as TF)."""
+    """Serialize {name: (value, kind)} or {name: bare value} as an Example (keys sorted, as TF).
+
+    The compiled encoder writes the bytes directly for the common value types (bytes, str,
+    Python numbers, lists of them, numeric numpy arrays); it leaves anything else to the
+    protobuf path below, its pure twin, which gives the same bytes and every error.
+    """
+    if _engine.encode_example is not None:
+        payload = _engine.encode_example(datum)
+        if payload is not None:
+            return payload
+    return encode_example_message(datum)
+
+
+def encode_example_message(datum: Mapping[str, Any]) -> bytes:
+    """`encode_example` through protobuf messages: the pure twin of the compiled encoder."""
     return _proto.Example(features=_features_message(datum)).SerializeToString(deterministic=True)
 
 
 def encode_sequence_example(context: Mapping[str, Any], feature_lists: Mapping[str, Any]) -> bytes:
-    """Serialize a SequenceExample: `context` as for Examples, `feature_lists` {name: (steps, kind)}."""
+    """Serialize a SequenceExample: `context` as for Examples, `feature_lists` {name: (steps, kind)}.
+
+    Compiled for the common value types, as `encode_example`; `encode_sequence_example_message`
+    is the pure twin.
+    """
+    if _engine.encode_sequence_example is not None:
+        payload = _engine.encode_sequence_example(context, feature_lists)
+        if payload is not None:
+            return payload
+    return encode_sequence_example_message(context, feature_lists)
+
+
+def encode_sequence_example_message(context: Mapping[str, Any], feature_lists: Mapping[str, Any]) -> bytes:
+    """`encode_sequence_example` through protobuf messages (the pure twin)."""
     message = _proto.SequenceExample(context=_features_message(context or {}))
     for name, spec in (feature_lists or {}).items():
         steps, kind = _split_spec(name, spec)

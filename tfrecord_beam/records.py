@@ -15,7 +15,7 @@ import sys
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -45,6 +45,9 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 # Protobuf refuses messages of 2 GiB or more, so no Example or SequenceExample is longer.
 DEFAULT_MAX_RECORD_SIZE = (1 << 31) - 1
 _TOO_LARGE = -1  # a scan status of our own: a record longer than max_record_size
+WRITE_BUFFER_SIZE = 1 << 17  # RecordWriter.write's buffer: small, as many writers may be open at once
+_EMPTY_BUFFER = bytearray()  # a writer's buffer until its first single-record write
+_SYNC_FILES = (io.BufferedWriter, io.FileIO)
 _U64 = struct.Struct("<Q")
 _COMPRESSION_ALIASES = {
     None: None, "": None, "none": None, "uncompressed": None,
@@ -481,15 +484,91 @@ class RecordWriter:
 
             self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
         self._frame_sizes: Optional[List[np.ndarray]] = [] if self.index_path else None
-        self.offset = 0  # uncompressed bytes written
-        self.records_written = 0
+        self._offset = 0  # uncompressed bytes handed on (to the compressor or the file)
+        self._records = 0  # records handed on
+        self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
+        self._pos = 0
         self.closed = False
         self._commit_unclosed = commit_unclosed
         _open_writers.add(self)
 
+    @property
+    def offset(self) -> int:
+        """Uncompressed bytes written so far (the offset the next record will have)."""
+        return self._offset + self._pos
+
+    @property
+    def records_written(self) -> int:
+        """Records written so far."""
+        return self._records + (len(_engine.scan_frames(memoryview(self._buf)[: self._pos], False)[0]) if self._pos else 0)
+
     def write(self, payload: bytes) -> None:
-        """Frame and write one serialized record."""
-        self.write_many([payload])
+        """Frame and write one serialized record.
+
+        Frames go into a write buffer (WRITE_BUFFER_SIZE bytes, allocated by the first call)
+        that is handed to the compressor or the file when full, so a per-record loop costs
+        one compiled call per record; a record larger than the buffer is written on its own.
+        """
+        if self.closed:
+            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        try:
+            pos = _engine.append_frame(self._buf, self._pos, payload)
+        except (TypeError, BufferError, ValueError):  # not a plain buffer: as write_many takes it
+            self.write_many([payload])
+            return
+        if pos < 0:
+            self._make_room()
+            pos = _engine.append_frame(self._buf, 0, payload)
+            if pos < 0:
+                payload = payload if isinstance(payload, bytes) else bytes(memoryview(payload).cast("B"))
+                self.write_framed(_engine.frame_records([payload]), [FRAME_OVERHEAD + len(payload)])
+                return
+        self._pos = pos
+
+    def append_record(self, append: Callable[..., Optional[int]], *args: Any) -> bool:
+        """Let a compiled encoder write one whole frame straight into the write buffer.
+
+        `append(buffer, position, *args)` returns where its frame ends, -1 when the frame does
+        not fit (nothing written), or None when it declines the input. Returns False (nothing
+        written) when it declined or the record is larger than the buffer: the caller then
+        encodes the record itself and calls `write`.
+        """
+        if self.closed:
+            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        pos = append(self._buf, self._pos, *args)
+        if pos is None:
+            return False
+        if pos < 0:
+            self._make_room()
+            pos = append(self._buf, 0, *args)
+            if pos is None or pos < 0:
+                return False
+        self._pos = pos
+        return True
+
+    def _make_room(self) -> None:
+        """An empty write buffer: the buffered frames handed on (or the buffer made)."""
+        self._drain()
+        if self._buf is _EMPTY_BUFFER:
+            self._buf = bytearray(WRITE_BUFFER_SIZE)
+
+    def _drain(self) -> None:
+        """Hand the buffered frames on, in order, before any other bytes (and at close)."""
+        pos = self._pos
+        if not pos:
+            return
+        view = memoryview(self._buf)[:pos]
+        lengths = _engine.scan_frames(view, False)[1]
+        if self._frame_sizes is not None:
+            self._frame_sizes.append(lengths + FRAME_OVERHEAD)
+        if self._blocks is not None:  # block-gzip members: the compressor keeps what it is given
+            self._blocks.add(bytes(view), lengths + FRAME_OVERHEAD)
+        else:  # local files copy (or write) synchronously; other streams may keep what they are given
+            self._emit(view if self._deflater is not None or isinstance(self._file, _SYNC_FILES) else bytes(view))
+        view.release()
+        self._offset += pos
+        self._records += len(lengths)
+        self._pos = 0
 
     def write_many(self, payloads: Iterable[bytes]) -> None:
         """Frame and write many serialized records in one buffer (fast path for batches)."""
@@ -504,14 +583,15 @@ class RecordWriter:
         sizes = [int(s) for s in record_sizes]
         if sum(sizes) != len(framed):
             raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
+        self._drain()
         if self._frame_sizes is not None:
             self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
         if self._blocks is not None:
             self._blocks.add(framed, sizes)
         else:
             self._emit(framed)
-        self.offset += len(framed)
-        self.records_written += len(sizes)
+        self._offset += len(framed)
+        self._records += len(sizes)
 
     def _emit(self, data: bytes) -> None:
         if self._deflater is not None:
@@ -521,6 +601,8 @@ class RecordWriter:
 
     def flush(self) -> None:
         """Flush buffered bytes to the temporary file (the target appears only on close)."""
+        if not self.closed:
+            self._drain()
         self._file.flush()
 
     def close(self) -> None:
@@ -535,6 +617,7 @@ class RecordWriter:
 
         index_commit = None
         try:
+            self._drain()  # the write buffer's frames come first
             if self._deflater is not None:
                 self._file.write(self._deflater.flush())
             members = self._blocks.finish() if self._blocks is not None else None

@@ -6,8 +6,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tfr_ARRAY_API /* shared with py_encode.c */
 #include <numpy/arrayobject.h>
 
+#include <errno.h>
+#include <unistd.h>
+
+#include "py_encode.h"
+#include "py_rows.h"
 #include "tfr_crc32c.h"
 #include "tfr_encode.h"
 #include "tfr_example.h"
@@ -170,6 +176,57 @@ done:
     PyMem_Free(views);
     Py_DECREF(seq);
     return out;
+}
+
+/* walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): the records
+ * of an uncompressed file read by header alone (pread at each header; a block at a time while
+ * records are small). status 0: reached `size`; 1: fewer than 12 bytes left at `stop`; 2: bad
+ * length CRC at `stop`; 3: the frame at `stop` runs past `size`. */
+#define WALK_BLOCK (64 * 1024)
+#define WALK_SMALL 4096
+static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
+    int fd;
+    long long start, size;
+    if (!PyArg_ParseTuple(args, "iLL", &fd, &start, &size)) return NULL;
+    if (start < 0 || size < start) return PyErr_Format(PyExc_ValueError, "bad range %lld..%lld", start, size);
+    tfr_buf offs = {0}, lens = {0};
+    uint8_t *blk = (uint8_t *)malloc(WALK_BLOCK);
+    if (!blk) return PyErr_NoMemory();
+    uint64_t pos = (uint64_t)start, end = (uint64_t)size;
+    int status = 0, err = 0, nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t want = WALK_BLOCK;
+    while (pos < end) {
+        if (end - pos < TFR_HEADER_SIZE) { status = 1; break; }
+        if (end - pos < want) want = (size_t)(end - pos);
+        ssize_t got;
+        do { got = pread(fd, blk, want, (off_t)pos); } while (got < 0 && errno == EINTR);
+        if (got < 0) { err = errno; break; }
+        if ((size_t)got < TFR_HEADER_SIZE) { status = 1; break; } /* the file shrank under us */
+        size_t room = (size_t)got / TFR_FRAME_OVERHEAD + 1;
+        if (tfr_buf_reserve(&offs, room * 8) || tfr_buf_reserve(&lens, room * 8)) { nomem = 1; break; }
+        int st;
+        int64_t *lp = (int64_t *)(void *)(lens.data + lens.len);
+        size_t n = tfr_walk_headers(blk, (size_t)got, pos, end, &pos, (int64_t *)(void *)(offs.data + offs.len), lp,
+                                    room, &st);
+        offs.len += n * 8;
+        lens.len += n * 8;
+        if (st != TFR_WALK_MORE) { status = st; break; }
+        /* big records: read just the next header's page; small ones: a block of them */
+        want = n && lp[n - 1] + TFR_FRAME_OVERHEAD >= WALK_BLOCK / 8 ? WALK_SMALL : WALK_BLOCK;
+    }
+    Py_END_ALLOW_THREADS
+    free(blk);
+    if (nomem || err) {
+        tfr_buf_free(&offs);
+        tfr_buf_free(&lens);
+        if (nomem) return PyErr_NoMemory();
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject *a = buf_to_array(&offs, NPY_INT64, 8), *b = buf_to_array(&lens, NPY_INT64, 8);
+    if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); tfr_buf_free(&offs); tfr_buf_free(&lens); return NULL; }
+    return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
 }
 
 /* ---- record input: (buffer, offsets, lengths) or a sequence of bytes-likes --------------- */
@@ -355,6 +412,57 @@ out:
     return result;
 }
 
+/* decode_example_rows(buffer, names, kinds, offsets, lengths, keys, rows) -> (iterator | None,
+ * error | None): decode_examples + example_rows in one, the bytes values cut straight out of
+ * `buffer` (one copy, into each `bytes`) instead of out of a column copy of them. */
+static PyObject *py_decode_example_rows(PyObject *self, PyObject *args) {
+    PyObject *records, *names, *kinds, *offsets, *lengths, *keys, *rows, *keep = NULL, *result = NULL, *lst = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &records, &names, &kinds, &offsets, &lengths, &keys, &rows)) return NULL;
+    if (offsets == Py_None || lengths == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "decode_example_rows needs one buffer with offsets and lengths");
+        return NULL;
+    }
+    records_in r;
+    size_t nf = 0;
+    tfr_desc *d = NULL;
+    tfr_column *cols = NULL;
+    if (records_get(records, offsets, lengths, &r) < 0) goto out;
+    if (!(d = desc_get(names, kinds, &nf, &keep))) goto out;
+    if (!(cols = (tfr_column *)PyMem_Calloc(nf ? nf : 1, sizeof(tfr_column)))) { PyErr_NoMemory(); goto out; }
+    for (size_t j = 0; j < nf; j++) cols[j].bytes_by_ref = d[j].kind == TFR_KIND_BYTES;
+    tfr_error err;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tfr_decode_examples(r.ptrs, r.lens, r.n, d, nf, cols, &err);
+    Py_END_ALLOW_THREADS
+    if (rc == TFR_ERR_NOMEM) { PyErr_NoMemory(); goto out; }
+    if (rc != TFR_OK) { result = Py_BuildValue("(ON)", Py_None, error_value(&err)); goto out; }
+    if (!(lst = PyList_New((Py_ssize_t)nf))) goto out;
+    for (size_t j = 0; j < nf; j++) { /* bytes values: their addresses, one uint64 each */
+        tfr_column *c = &cols[j];
+        int bytes = c->kind == TFR_KIND_BYTES;
+        PyObject *values = buf_to_array(&c->values, bytes ? NPY_UINT64 : KIND_TYPE[c->kind], bytes ? 8 : KIND_SIZE[c->kind]);
+        PyObject *rs = buf_to_array(&c->row_splits, NPY_INT64, 8);
+        PyObject *vo = bytes ? buf_to_array(&c->value_offsets, NPY_INT64, 8) : (Py_INCREF(Py_None), Py_None);
+        PyObject *st = buf_to_array(&c->status, NPY_UINT8, 1);
+        PyObject *t = values && rs && vo && st ? Py_BuildValue("(NNNN)", values, rs, vo, st) : NULL;
+        if (!t) {
+            if (!values || !rs || !vo || !st) { Py_XDECREF(values); Py_XDECREF(rs); Py_XDECREF(vo); Py_XDECREF(st); }
+            goto out;
+        }
+        PyList_SET_ITEM(lst, (Py_ssize_t)j, t);
+    }
+    PyObject *it = tfr_rows_by_reference(keys, kinds, lst, (Py_ssize_t)r.n, rows, records);
+    if (it) result = Py_BuildValue("(NO)", it, Py_None);
+out:
+    Py_XDECREF(lst);
+    records_release(&r);
+    free_columns(cols, nf);
+    PyMem_Free(d);
+    Py_XDECREF(keep);
+    return result;
+}
+
 static PyObject *py_decode_sequence_examples(PyObject *self, PyObject *args, PyObject *kw) {
     static char *kwn[] = {"records", "context_names", "context_kinds", "names", "kinds", "offsets", "lengths", NULL};
     PyObject *records, *cn, *ck, *sn, *sk, *offsets = Py_None, *lengths = Py_None;
@@ -486,13 +594,34 @@ static PyMethodDef methods[] = {
     {"crc32c_hw", py_crc32c_hw, METH_NOARGS, "True when the SSE4.2 instruction is in use."},
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_VARARGS | METH_KEYWORDS,
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
+    {"walk_headers", py_walk_headers, METH_VARARGS,
+     "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},
     {"decode_examples", (PyCFunction)(void (*)(void))py_decode_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_examples(records, names, kinds, offsets=None, lengths=None) -> (columns|None, error|None)."},
+    {"decode_example_rows", py_decode_example_rows, METH_VARARGS,
+     "decode_example_rows(buffer, names, kinds, offsets, lengths, keys, rows) -> (iterator of dicts | None, error | None)."},
     {"decode_sequence_examples", (PyCFunction)(void (*)(void))py_decode_sequence_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_sequence_examples(records, context_names, context_kinds, names, kinds, offsets=None, lengths=None)."},
     {"encode_examples", (PyCFunction)(void (*)(void))py_encode_examples, METH_VARARGS | METH_KEYWORDS,
      "encode_examples(columns, n, framed=False) -> (payloads uint8, offsets int64) or bytes."},
+    {"encode_example", (PyCFunction)(void (*)(void))tfr_py_encode_example, METH_VARARGS | METH_KEYWORDS,
+     "encode_example(datum, framed=False) -> bytes, or None when a value needs the Python path."},
+    {"encode_sequence_example", (PyCFunction)(void (*)(void))tfr_py_encode_sequence_example,
+     METH_VARARGS | METH_KEYWORDS,
+     "encode_sequence_example(context, feature_lists, framed=False) -> bytes, or None (Python path)."},
+    {"append_example", tfr_py_append_example, METH_VARARGS,
+     "append_example(buf, pos, datum) -> end of the frame written at buf[pos:], -1 when it does not fit, "
+     "None when a value needs the Python path."},
+    {"append_sequence_example", tfr_py_append_sequence_example, METH_VARARGS,
+     "append_sequence_example(buf, pos, context, feature_lists): as append_example."},
+    {"example_rows", tfr_py_example_rows, METH_VARARGS,
+     "example_rows(names, kinds, columns, n, rows) -> iterator of a dict per record: decoded columns as the loaders yield them."},
+    {"sequence_rows", tfr_py_sequence_rows, METH_VARARGS,
+     "sequence_rows(context_names, context_kinds, context_columns, names, kinds, columns, n, rows) -> "
+     "iterator of (context, {name: [value per step]}) per record."},
+    {"append_frame", tfr_py_append_frame, METH_VARARGS,
+     "append_frame(buf, pos, payload) -> end of the frame written at buf[pos:], or -1 when it does not fit."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -501,5 +630,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "tfrecord_be
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     tfr_crc32c_init(); /* tables built before any thread releases the GIL */
+    if (tfr_py_rows_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

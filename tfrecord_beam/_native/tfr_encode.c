@@ -174,3 +174,167 @@ int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int fra
     free(lsizes);
     return rc;
 }
+
+/* ---- one record from a list of features ------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *name;
+    size_t name_len;
+} named;
+
+static inline const named *item_at(const void *items, size_t stride, size_t i) {
+    return (const named *)(const void *)((const char *)items + i * stride);
+}
+
+void tfr_key_order(const void *items, size_t stride, size_t n, size_t *order, size_t *scratch) {
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    /* bottom-up merge sort: stable, O(n log n), no global state */
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi) {
+                const named *x = item_at(items, stride, order[a]), *y = item_at(items, stride, order[b]);
+                scratch[k++] = tfr_upb_key_cmp(y->name, y->name_len, x->name, x->name_len) < 0 ? order[b++] : order[a++];
+            }
+            while (a < mid) scratch[k++] = order[a++];
+            while (b < hi) scratch[k++] = order[b++];
+        }
+        memcpy(order, scratch, n * sizeof(size_t));
+    }
+}
+
+/* Size of the list message (BytesList / FloatList / Int64List) of a feature; sets run_size
+ * (the packed run's length, numbers only). */
+static size_t value_list_size(tfr_feature *f) {
+    f->run_size = 0;
+    if (!f->count) return 0;
+    size_t s = 0;
+    if (f->kind == TFR_KIND_FLOAT) {
+        s = 4 * f->count;
+    } else if (f->kind == TFR_KIND_INT64) {
+        const int64_t *v = (const int64_t *)f->values;
+        for (size_t k = 0; k < f->count; k++) s += vsize((uint64_t)v[k]);
+    } else {
+        const tfr_bytes_ref *b = (const tfr_bytes_ref *)f->values;
+        for (size_t k = 0; k < f->count; k++) s += 1 + vsize(b[k].len) + b[k].len;
+        return s; /* bytes values are not packed */
+    }
+    f->run_size = s;
+    return 1 + vsize(s) + s;
+}
+
+static size_t feature_message_size(tfr_feature *f) {
+    f->list_size = value_list_size(f);
+    f->size = 1 + vsize(f->list_size) + f->list_size;
+    return f->size;
+}
+
+static uint8_t *write_feature_message(uint8_t *p, const tfr_feature *f) {
+    *p++ = (uint8_t)(f->kind << 3 | 2); /* Feature.bytes_list / float_list / int64_list */
+    p = put_varint(p, f->list_size);
+    if (!f->count) return p;
+    if (f->kind == TFR_KIND_BYTES) {
+        const tfr_bytes_ref *b = (const tfr_bytes_ref *)f->values;
+        for (size_t k = 0; k < f->count; k++) {
+            *p++ = 0x0A;
+            p = put_varint(p, b[k].len);
+            if (b[k].len) memcpy(p, b[k].data, b[k].len);
+            p += b[k].len;
+        }
+        return p;
+    }
+    *p++ = 0x0A; /* the packed `value` field */
+    p = put_varint(p, f->run_size);
+    if (f->kind == TFR_KIND_FLOAT) {
+        memcpy(p, f->values, f->run_size); /* little-endian hosts */
+        return p + f->run_size;
+    }
+    const int64_t *v = (const int64_t *)f->values;
+    for (size_t k = 0; k < f->count; k++) p = put_varint(p, (uint64_t)v[k]);
+    return p;
+}
+
+/* Size of a map entry {key: name, value: message of `value_size`} and of it as a field. */
+static inline size_t entry_size_of(size_t name_len, size_t value_size) {
+    return 1 + vsize(name_len) + name_len + 1 + vsize(value_size) + value_size;
+}
+
+static inline size_t field_size(size_t inner) { return 1 + vsize(inner) + inner; }
+
+/* The Features message body (its map entries) of n features; sets their sizes. */
+static size_t features_body_size(tfr_feature *f, size_t n) {
+    size_t s = 0;
+    for (size_t j = 0; j < n; j++) s += field_size(entry_size_of(f[j].name_len, feature_message_size(&f[j])));
+    return s;
+}
+
+static uint8_t *write_entry_head(uint8_t *p, const uint8_t *name, size_t name_len, size_t value_size) {
+    *p++ = 0x0A; /* map entry field (Features.feature / FeatureLists.feature_list) */
+    p = put_varint(p, entry_size_of(name_len, value_size));
+    *p++ = 0x0A; /* key */
+    p = put_varint(p, name_len);
+    if (name_len) memcpy(p, name, name_len);
+    p += name_len;
+    *p++ = 0x12; /* value */
+    return put_varint(p, value_size);
+}
+
+static uint8_t *write_features_body(uint8_t *p, const tfr_feature *f, size_t n, const size_t *order) {
+    for (size_t t = 0; t < n; t++) {
+        const tfr_feature *x = &f[order[t]];
+        p = write_entry_head(p, x->name, x->name_len, x->size);
+        p = write_feature_message(p, x);
+    }
+    return p;
+}
+
+size_t tfr_example_size(tfr_feature *f, size_t n) { return field_size(features_body_size(f, n)); }
+
+uint8_t *tfr_write_example(uint8_t *p, const tfr_feature *f, size_t n, const size_t *order) {
+    size_t body = 0;
+    for (size_t j = 0; j < n; j++) body += field_size(entry_size_of(f[j].name_len, f[j].size));
+    *p++ = 0x0A; /* Example.features */
+    p = put_varint(p, body);
+    return write_features_body(p, f, n, order);
+}
+
+static size_t feature_list_size(tfr_feature_list *l) {
+    size_t s = 0;
+    for (size_t k = 0; k < l->nsteps; k++) s += field_size(feature_message_size(&l->steps[k]));
+    l->size = s;
+    return s;
+}
+
+static size_t lists_body_size(const tfr_feature_list *lists, size_t n) {
+    size_t s = 0;
+    for (size_t j = 0; j < n; j++) s += field_size(entry_size_of(lists[j].name_len, lists[j].size));
+    return s;
+}
+
+size_t tfr_sequence_example_size(tfr_feature *ctx, size_t nctx, tfr_feature_list *lists, size_t nlists,
+                                 int has_lists) {
+    size_t s = field_size(features_body_size(ctx, nctx));
+    for (size_t j = 0; j < nlists; j++) feature_list_size(&lists[j]);
+    if (has_lists) s += field_size(lists_body_size(lists, nlists));
+    return s;
+}
+
+uint8_t *tfr_write_sequence_example(uint8_t *p, const tfr_feature *ctx, size_t nctx, const size_t *ctx_order,
+                                    const tfr_feature_list *lists, size_t nlists, const size_t *list_order,
+                                    int has_lists) {
+    p = tfr_write_example(p, ctx, nctx, ctx_order); /* SequenceExample.context: field 1, like Example.features */
+    if (!has_lists) return p;
+    *p++ = 0x12; /* SequenceExample.feature_lists */
+    p = put_varint(p, lists_body_size(lists, nlists));
+    for (size_t t = 0; t < nlists; t++) {
+        const tfr_feature_list *l = &lists[list_order[t]];
+        p = write_entry_head(p, l->name, l->name_len, l->size);
+        for (size_t k = 0; k < l->nsteps; k++) {
+            *p++ = 0x0A; /* FeatureList.feature */
+            p = put_varint(p, l->steps[k].size);
+            p = write_feature_message(p, &l->steps[k]);
+        }
+    }
+    return p;
+}

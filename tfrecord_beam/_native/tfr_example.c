@@ -139,7 +139,12 @@ static int parse_list(const uint8_t *p, const uint8_t *end, const uint8_t *reada
         if (kind == TFR_KIND_BYTES && wt == WT_LEN) {
             size_t n;
             if (tfr_len(&p, end, &n)) FAIL(TFR_ERR_MALFORMED);
-            if (out) {
+            if (out && out->bytes_by_ref) {
+                uint64_t at = (uint64_t)(uintptr_t)p;
+                int64_t end_off = ((const int64_t *)(const void *)out->value_offsets.data)[out->value_offsets.len / 8 - 1];
+                if (tfr_buf_append(&out->values, &at, 8)) FAIL(TFR_ERR_NOMEM);
+                if (tfr_buf_push_i64(&out->value_offsets, end_off + (int64_t)n)) FAIL(TFR_ERR_NOMEM);
+            } else if (out) {
                 if (tfr_buf_append(&out->values, p, n)) FAIL(TFR_ERR_NOMEM);
                 if (tfr_buf_push_i64(&out->value_offsets, (int64_t)out->values.len)) FAIL(TFR_ERR_NOMEM);
             }

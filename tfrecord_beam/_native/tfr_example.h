@@ -38,6 +38,10 @@ typedef struct {
     tfr_buf row_splits;
     tfr_buf step_splits;
     tfr_buf status;
+    /* Set by the caller before decoding (bytes columns): instead of copying each bytes value,
+     * store its address in the record (a uint64 in `values`); value_offsets then still count
+     * the values' bytes as if they had been copied. The records must outlive the column. */
+    int bytes_by_ref;
 } tfr_column;
 
 typedef struct {

@@ -66,3 +66,25 @@ void tfr_write_header(uint8_t *out, uint64_t length) {
 void tfr_write_footer(uint8_t *out, const uint8_t *payload, size_t length) {
     store_u32le(out, tfr_masked_crc32c(payload, length));
 }
+
+size_t tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
+                        int64_t *offsets, int64_t *lengths, size_t cap, int *status) {
+    size_t n = 0;
+    uint64_t p = *pos;
+    *status = TFR_WALK_MORE;
+    while (n < cap && p >= base && p - base <= size && size - (p - base) >= TFR_HEADER_SIZE) {
+        const uint8_t *h = buf + (p - base);
+        uint64_t length = load_u64le(h);
+        if (tfr_masked_crc32c(h, 8) != load_u32le(h + 8)) { *status = TFR_WALK_BAD_LENGTH_CRC; break; }
+        if (file_size < p || file_size - p < TFR_FRAME_OVERHEAD || length > file_size - p - TFR_FRAME_OVERHEAD) {
+            *status = TFR_WALK_PAST_END;
+            break;
+        }
+        offsets[n] = (int64_t)p;
+        lengths[n] = (int64_t)length;
+        n++;
+        p += TFR_FRAME_OVERHEAD + length;
+    }
+    *pos = p;
+    return n;
+}

@@ -37,3 +37,14 @@ void tfr_write_header(uint8_t *out, uint64_t length);
 void tfr_write_footer(uint8_t *out, const uint8_t *payload, size_t length);
 
 #endif
+
+/* Header walk (index building without reading payloads), plain C over a buffer.
+ * `buf` holds the file's bytes [base, base + size) of a file of `file_size` bytes. From the
+ * header at *pos (base <= *pos), record each header lying wholly in buf whose length CRC is
+ * valid and whose frame fits in the file: header offset and payload length, up to `cap`.
+ * *pos moves to the next header (which may lie past the buffer: the payloads are not looked
+ * at). Stops with TFR_WALK_MORE (the header at *pos is not in buf, or cap is full),
+ * TFR_WALK_BAD_LENGTH_CRC or TFR_WALK_PAST_END (the frame at *pos ends after the file). */
+enum { TFR_WALK_MORE = 0, TFR_WALK_BAD_LENGTH_CRC = 2, TFR_WALK_PAST_END = 3 };
+size_t tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
+                        int64_t *offsets, int64_t *lengths, size_t cap, int *status);

@@ -9,7 +9,7 @@ from .._extras import require
 
 require("torch", "tfrecord_beam.torch")
 
-from ._collate import SequenceBatch  # noqa: E402
+from ._collate import Sample, SequenceBatch  # noqa: E402
 from .dataset import IndexedTFRecordDataset, MultiTFRecordDataset, TFRecordDataset  # noqa: E402
 
-__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "SequenceBatch"]
+__all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset", "Sample", "SequenceBatch"]

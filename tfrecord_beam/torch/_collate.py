@@ -34,7 +34,7 @@ columnar decoder's `Column`s / `SequenceColumn`s.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -53,12 +53,46 @@ Names = Optional[Dict[str, Optional[str]]]  # a normalized description; None = e
 
 def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
                   sequence_description: Optional[Dict[str, Optional[str]]], sequence: bool) -> Any:
-    """One record as the `tfrecord` package yields it: a dict, or (context, sequences)."""
+    """One record as the `tfrecord` package yields it: a dict (a `Sample`), or (context, sequences)."""
     payload, path, offset, number = item
     if sequence:
-        return decode_sequence_example(payload, description, sequence_description, path=path, offset=offset,
-                                       record_number=number)
-    return decode_example(payload, description, path=path, offset=offset, record_number=number)
+        context, lists = decode_sequence_example(payload, description, sequence_description, path=path,
+                                                 offset=offset, record_number=number)
+        return Sample(context), Sample(lists)
+    return Sample(decode_example(payload, description, path=path, offset=offset, record_number=number))
+
+
+def _all_kinds(description: Names) -> bool:
+    return bool(description) and all(description.values())
+
+
+def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names,
+                   sequence: bool) -> Iterator[Any]:
+    """The records of parts of blocks, each exactly as `decode_record` gives it, decoded together.
+
+    When the descriptions give every kind, each part is decoded in one columnar call (straight
+    from its reader buffer) and the per-record values are cut out of the columns in C;
+    otherwise, or in a part holding a bad record, records are decoded one by one, so the
+    records before a bad one still come out and its error is the per-record decoder's.
+    """
+    together = _all_kinds(description) and (not sequence or _all_kinds(sequence_description))
+    for block in blocks:
+        samples = None
+        if together:
+            try:
+                if sequence:  # built lazily, record by record: what the consumer drops dies young
+                    context, lists = decode_sequence_batch([block], description, sequence_description)
+                    samples = ((Sample(c), Sample(s)) for c, s in columnar.to_sequence_records(context, lists))
+                elif isinstance(block, Block):  # straight from the reader buffer, bytes copied once
+                    samples = map(Sample, columnar.decode_example_records(
+                        block.buffer, description, offsets=block.payload_offsets, lengths=block.payload_lengths))
+                else:
+                    samples = map(Sample, columnar.to_records(decode_batch([block], description)))
+            except DecodeError:  # FeatureKindError too: decoded one by one below, named as always
+                samples = None
+        if samples is None:
+            samples = (decode_record(item, description, sequence_description, sequence) for item in block.items())
+        yield from samples
 
 
 def _feature_names(blocks: Sequence[AnyBlock], sequence: bool) -> Tuple[Dict[str, None], Dict[str, None]]:
@@ -177,8 +211,28 @@ class Batch(dict):
         return (_rebuild_batch, (tensors, others, list(self)))
 
 
-def _rebuild_batch(tensors: Dict[str, np.ndarray], others: Dict[str, Any], order: List[str]) -> Batch:
-    return Batch((k, torch.from_numpy(tensors[k]) if k in tensors else others[k]) for k in order)
+def _rebuild_batch(tensors: Dict[str, np.ndarray], others: Dict[str, Any], order: List[str], cls=None) -> Batch:
+    return (cls or Batch)((k, torch.from_numpy(tensors[k]) if k in tensors else others[k]) for k in order)
+
+
+class Sample(Batch):
+    """One record as the per-record datasets yield it: a plain dict of numpy arrays / bytes.
+
+    A dict subclass for one reason: torch's `default_collate` builds a batch of dicts as a
+    copy of the first record's type, so the DataLoader's batch is a `Sample` too and, sent
+    from a worker, travels as numpy arrays in the pickle stream (as a `Batch` does) instead
+    of one shared-memory handshake per tensor.
+    """
+
+    __slots__ = ()
+
+    def __copy__(self) -> "Sample":
+        return Sample(self)
+
+    def __reduce__(self):
+        tensors = {k: v.numpy() for k, v in self.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
+        others = {k: v for k, v in self.items() if k not in tensors}
+        return (_rebuild_batch, (tensors, others, list(self), Sample))
 
 
 def _check_clash(name: str, columns: Dict[str, Any], suffixes: Tuple[str, ...]) -> None:

@@ -20,7 +20,7 @@ import torch.utils.data
 from ..example import Description, normalize_description
 from ..iterator_utils import shuffle_iterator
 from . import sampling
-from ._collate import collate_batch, decode_record
+from ._collate import collate_batch, decode_record, decode_records
 from ._files import FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from .indexed import IndexedTFRecordDataset
@@ -28,6 +28,7 @@ from .indexed import IndexedTFRecordDataset
 __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
 
 _STATE_VERSION = 1
+RECORD_RUN = 512  # records decoded together on the per-record path
 _MIX_KEY = 0x6D6978  # separates the mixer's seed from the sources' seeds
 
 
@@ -158,6 +159,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             items = self._mixer.mix(cursors)
             take = lambda n: [ItemBlock(list(itertools.islice(items, n)))]  # noqa: E731
         if self.batch_size is None:
+            if self.weights is None and not self.infinite:
+                return self._records_in_runs(cursors[0])
             return self._records(items)
         return self._batches(take)
 
@@ -165,6 +168,21 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         for item in items:
             sample = decode_record(item, self._description, self._sequence_description, self._sequence)
             yield self.transform(sample) if self.transform is not None else sample
+
+    def _records_in_runs(self, cursor: Cursor) -> Iterator[Any]:
+        """One source's records one by one, decoded RECORD_RUN at a time (`decode_records`);
+        the position advances per record handed out, so checkpoints stay exact."""
+        position = cursor.position
+        transform = self.transform
+        while True:
+            pass_number, first = position[0], position[1]
+            run = cursor.take(RECORD_RUN)
+            if not run:
+                return
+            for k, sample in enumerate(decode_records(run, self._description, self._sequence_description,
+                                                      self._sequence), start=first + 1):
+                position[0], position[1] = pass_number, k
+                yield transform(sample) if transform is not None else sample
 
     def _batches(self, take: Callable[[int], List[AnyBlock]]) -> Iterator[Any]:
         while True:

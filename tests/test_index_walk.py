@@ -1,0 +1,115 @@
+"""Index building by header walk (payloads skipped) against the reader's full scan: the same
+index, and the same error (class, offset, record, message) on damaged files, on both engines."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from _parity import NATIVE
+
+from tfrecord_beam import _framing_py, index, records
+from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.tools import tfrecord2idx
+
+WALKERS = [pytest.param(_framing_py.walk_headers, id="pure")]
+if NATIVE is not None:
+    WALKERS.append(pytest.param(NATIVE.walk_headers, id="native"))
+
+
+def _by_reader(path):
+    """What the index was before the walk: every chunk read, length CRCs checked."""
+    parts = [np.stack([c.record_offsets, c.payload_lengths + 16], axis=1)
+             for c in records.RecordReader(str(path), None, verify=_framing_py.VERIFY_LENGTHS).chunks()]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except TFRecordError as exc:
+        return (type(exc), exc.path, exc.offset, exc.record_number, str(exc))
+
+
+def _data(rng):
+    sizes = [0, 1, 5, 100, 3000, 9000, 20000, 70000, 10, 300000, 0, 7]
+    return [rng.bytes(int(s)) for s in rng.permutation(sizes)] + [rng.bytes(int(n)) for n in rng.integers(0, 50, 400)]
+
+
+DAMAGE = ["none", "empty", "cut header", "cut payload", "cut footer", "bad length crc", "huge length", "junk tail"]
+
+
+@pytest.mark.parametrize("walker", WALKERS)
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
+    rng = np.random.default_rng(DAMAGE.index(damage))
+    path = tmp_path / "d.tfrecord"
+    payloads = _data(rng)
+    records.write_records(str(path), payloads)
+    raw = bytearray(path.read_bytes())
+    starts = np.cumsum([0] + [len(p) + 16 for p in payloads])
+    victim = int(starts[7])  # a record after the big ones
+    if damage == "empty":
+        raw = bytearray()
+    elif damage == "cut header":
+        raw = raw[: victim + 5]
+    elif damage == "cut payload":
+        raw = raw[: victim + 14]
+    elif damage == "cut footer":
+        raw = raw[: int(starts[8]) - 2]
+    elif damage == "bad length crc":
+        raw[victim + 9] ^= 0xFF
+    elif damage == "huge length":
+        raw[victim : victim + 12] = _framing_py.frame_header(1 << 40)
+    elif damage == "junk tail":
+        raw += b"\x01\x02\x03"
+    path.write_bytes(bytes(raw))
+    expected = _outcome(_by_reader, path)
+    monkeypatch.setattr(index._engine, "walk_headers", walker)
+    got = _outcome(index.build_index, str(path))
+    if isinstance(expected, np.ndarray):
+        assert isinstance(got, np.ndarray) and np.array_equal(got, expected)
+    else:
+        assert got == expected
+    assert _outcome(tfrecord2idx.create_index, str(path), str(tmp_path / "x.tfindex")) == (
+        len(expected) if isinstance(expected, np.ndarray) else expected)
+    if not isinstance(expected, np.ndarray):
+        assert not os.path.exists(tmp_path / "x.tfindex")
+
+
+def test_verify_still_reads_payloads(tmp_path):
+    path = tmp_path / "d.tfrecord"
+    records.write_records(str(path), [b"a" * 100, b"b" * 100])
+    raw = bytearray(path.read_bytes())
+    raw[20] ^= 1  # inside the first payload: only its CRC sees it
+    path.write_bytes(bytes(raw))
+    assert len(index.build_index(str(path))) == 2
+    with pytest.raises(records.CorruptRecordError, match="payload CRC"):
+        index.build_index(str(path), verify=True)
+
+
+@pytest.mark.parametrize("walker", WALKERS)
+def test_walk_reads_headers_only_for_large_records(tmp_path, walker):
+    """With big records the walk reads a small block at each header, not the payloads."""
+    path = tmp_path / "big.tfrecord"
+    records.write_records(str(path), [bytes(200_000)] * 20)
+    fd = os.open(path, os.O_RDONLY)
+    reads = []
+    real = os.pread
+
+    def counting(f, n, at):
+        reads.append(n)
+        return real(f, n, at)
+
+    try:
+        if walker is _framing_py.walk_headers:
+            os.pread = counting
+        offsets, lengths, stop, status = walker(fd, 0, os.fstat(fd).st_size)
+    finally:
+        os.pread = real
+        os.close(fd)
+    assert status == 0 and stop == path.stat().st_size and len(offsets) == 20
+    assert np.array_equal(lengths, [200_000] * 20)
+    if reads:
+        assert sum(reads) < 20 * 70_000  # far less than the 4 MB of payloads
