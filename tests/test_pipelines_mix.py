@@ -37,7 +37,7 @@ def test_selection_without_and_with_repetition():
 def _mix(tmp_path, capsys, name, seed=1, extra=(), runner=FAST):
     return run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source", f"{tmp_path / 'b'}/*.tfrecord=1",
                               "--total_records", "400", "--output_prefix", str(tmp_path / name / "m"),
-                              "--num_shards", "3", "--seed", str(seed), "--split_bytes", "6000", *extra] + runner, capsys)
+                              "--num_shards", "3", "--seed", str(seed), *extra] + runner, capsys)
 
 
 def test_mix_counts_manifest_and_interleaving(tmp_path, capsys):

@@ -128,24 +128,30 @@ class ProgressReporter:
                 self.emit(line)
 
     def line(self) -> Optional[str]:
-        """The progress line of the latest phase that has a plan (None before any)."""
-        plans = [(p, _read_json(p)) for p in glob.glob(os.path.join(self.directory, "*.plan.json"))]
-        plans = [(p, v) for p, v in plans if v]
+        """The progress line of the current phase: the latest one with work reported, else
+        the latest planned (None before any plan)."""
+        plans = {}
+        for path in glob.glob(os.path.join(self.directory, "*.plan.json")):
+            value = _read_json(path)
+            if value:
+                plans[os.path.basename(path)[: -len(".plan.json")]] = value
         if not plans:
             return None
-        path, plan = max(plans, key=lambda pv: pv[1]["time"])
-        phase = os.path.basename(path)[: -len(".plan.json")]
-        records = nbytes = tasks = 0
-        for part in glob.glob(os.path.join(self.directory, f"{phase}-*.json")):
-            value = _read_json(part)
-            if value:
-                records += value["records"]
-                nbytes += value["bytes"]
-                tasks += 1
+        done = {}
+        for phase in plans:
+            records = nbytes = 0
+            for part in glob.glob(os.path.join(self.directory, f"{phase}-*.json")):
+                value = _read_json(part)
+                if value:
+                    records += value["records"]
+                    nbytes += value["bytes"]
+            done[phase] = (records, nbytes)
+        active = [p for p in plans if done[p][1] > 0] or list(plans)
+        phase = max(active, key=lambda p: plans[p]["time"])
+        plan, (records, nbytes) = plans[phase], done[phase]
         now = time.time()
-        start = plan["time"]
-        elapsed = max(now - start, 1e-6)
-        rate = nbytes / elapsed
+        start, base = self._first_seen.setdefault(phase, (plan["time"], 0)) if nbytes else (plan["time"], 0)
+        rate = (nbytes - base) / max(now - start, 1e-6)
         total = plan["bytes"]
         text = f"{self.job}: {plan.get('what') or phase}: {_size(nbytes)} of {_size(total)}"
         if total:
