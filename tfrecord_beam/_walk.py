@@ -148,7 +148,8 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
                 length, length_crc = _HEADER.unpack_from(head)
                 if crc(head[:8]) != length_crc or length > size - pos - FRAME_OVERHEAD:
                     _report(raw, path, pos, number)
-                seek_mode = length + FRAME_OVERHEAD >= SEEK_FRAME_BYTES  # else: the read cut it
+                # a big frame, or one larger than a read: walk it by its header (else the read cut it)
+                seek_mode = n == 0 or length + FRAME_OVERHEAD >= SEEK_FRAME_BYTES
             elif n and consumed >= n * SEEK_FRAME_BYTES:
                 seek_mode = True
             continue

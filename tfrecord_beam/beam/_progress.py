@@ -29,6 +29,7 @@ from apache_beam.metrics import Metrics
 NAMESPACE = "tfrecord_beam.progress"
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 _WRITE_EVERY_S = 0.5
+INTERVAL_S = 5.0  # seconds between progress lines
 
 
 def is_local(options) -> bool:
@@ -105,8 +106,8 @@ class ProgressReporter:
     Use as a context manager around the pipeline run; `directory` is created and removed.
     """
 
-    def __init__(self, job: str, emit: Callable[[str], None], interval: float = 5.0) -> None:
-        self.job, self.emit, self.interval = job, emit, interval
+    def __init__(self, job: str, emit: Callable[[str], None], interval: Optional[float] = None) -> None:
+        self.job, self.emit, self.interval = job, emit, interval or INTERVAL_S
         self.directory = tempfile.mkdtemp(prefix="tfrecord_beam-progress-")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfrecord_beam-progress", daemon=True)
@@ -180,6 +181,6 @@ class NoProgress:
         return None
 
 
-def reporter(job: str, options, emit: Callable[[str], None], interval: float = 5.0):
+def reporter(job: str, options, emit: Callable[[str], None], interval: Optional[float] = None):
     """A ProgressReporter for local runners, else a NoProgress."""
     return ProgressReporter(job, emit, interval) if is_local(options) else NoProgress(job, emit)
