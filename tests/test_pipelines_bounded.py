@@ -141,3 +141,18 @@ def test_corrupt_payload_is_named_with_record_and_offset(inputs, tmp_path, capsy
     assert "bad.tfrecord" in err and f"record {victim}" in err and f"byte offset {index[victim, 0]}" in err
     assert "payload CRC" in err
     assert entries(out) == []
+
+
+def test_progress_lines_while_a_job_runs(inputs, tmp_path, capsys, monkeypatch):
+    import re
+
+    from tfrecord_beam.beam import _progress
+
+    monkeypatch.setattr(_progress, "INTERVAL_S", 0.1)
+    _, small = inputs
+    code, _, err = run_job(reshard.main, ["--input", str(small[0].parent / "*.tfrecord"), "--output_prefix",
+                                          str(tmp_path / "o" / "r"), "--num_shards", "2"] + FAST, capsys)
+    assert code == 0, err
+    lines = re.findall(r"reshard: (?:surveying the inputs|writing 2 shards): [\d.,]+ \w?B of [\d.,]+ \w?B .*records, .*/s",
+                       err)
+    assert lines, err

@@ -216,3 +216,16 @@ def test_progress_lines(tmp_path):
     assert lines and "job: writing 2 shards: 2.50 MB of 10.00 MB (25%), 250 of 1,000 records" in lines[-1]
     assert "MB/s" in lines[-1] and "ETA" in lines[-1]
     assert not os.path.exists(rep.directory)
+
+
+def test_remote_runners_get_one_line_saying_where_to_watch():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_beam.beam import _progress
+
+    assert _progress.is_local(PipelineOptions(["--runner=DirectRunner"]))
+    assert _progress.is_local(PipelineOptions([]))
+    lines = []
+    with _progress.reporter("job", PipelineOptions(["--runner=DataflowRunner"]), lines.append) as rep:
+        assert rep.directory is None
+    assert len(lines) == 1 and _progress.NAMESPACE in lines[0]

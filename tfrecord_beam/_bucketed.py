@@ -169,7 +169,7 @@ def write_merged(shard_segments: Sequence[Segment], num_buckets: int, writer, in
     groups: List[int] = []
     for bucket in range(num_buckets):
         for framed, sizes, footers, counts in merge_bucket(by_bucket.get(bucket, ()), open_input):
-            writer.write_framed(framed, sizes.tolist())
+            writer.write_framed(framed, sizes)
             if index is not None:
                 index.add(sizes)
             part = frame_digest(footers, sizes)

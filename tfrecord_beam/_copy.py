@@ -95,7 +95,7 @@ def copy_pieces(
     try:
         for piece in pieces:
             for framed, sizes, footers in piece_chunks(piece, open_input):
-                writer.write_framed(framed, sizes.tolist())
+                writer.write_framed(framed, sizes)
                 if index is not None:
                     index.add(sizes)
                 part = frame_digest(footers, sizes)

@@ -440,11 +440,12 @@ class RecordWriter:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
-        sizes = [int(s) for s in record_sizes]
-        if sum(sizes) != len(framed):
-            raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
+        sizes = np.asarray(record_sizes if isinstance(record_sizes, (np.ndarray, list)) else list(record_sizes),
+                           dtype=np.int64)  # an int64 array passes through without a copy
+        if int(sizes.sum()) != len(framed):
+            raise ValueError(f"{self.path}: record sizes add up to {int(sizes.sum())}, not {len(framed)} bytes")
         if self._frame_sizes is not None:
-            self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
+            self._frame_sizes.append(sizes.copy() if sizes is record_sizes else sizes)
         self._emit(framed)
         self.offset += len(framed)
         self.records_written += len(sizes)
