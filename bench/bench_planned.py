@@ -1,12 +1,14 @@
 """Planned jobs end to end on DirectRunner (unshuffled reshard, mix, build_index), each beside a
 plain Python loop over RecordReader -> RecordWriter(s) doing the same job in the same run,
-with the peak RSS of the whole process tree (sampled from /proc) and 1 vs 2 workers.
+with the peak RSS of the whole process tree (sampled from /proc) and 1 vs 2 workers. Every
+run is a fresh interpreter (no run inherits another's memory); seconds are medians.
 
-    python -m bench.bench_planned [--gb 2] [--small] [--jobs reshard,build_index,mix] [--workdir DIR]
+    python -m bench.bench_planned [--gb 2] [--small] [--jobs reshard,build_index,mix]
+                                  [--workdir DIR] [--repeats 3]
 
 Inputs (cached under bench/_data): 8 files of 16 KiB records and 8 files of 150-byte records,
 `--gb` GB each set (`--small`: 0.2 GB). Throughput is input bytes (or records) per second of
-the whole command, start-up and the checksum proof included.
+the whole job, the survey, Beam's start-up and the checksum proof included.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
 from bench._common import DATA_DIR, print_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
 from _rss import PeakRSS  # noqa: E402  (the tests' sampler: one implementation)
 
 ONE = ["--runner=DirectRunner"]
@@ -53,22 +59,49 @@ def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
     return paths
 
 
-def measure(fn: Callable[[], None]) -> Tuple[float, int]:
-    """(seconds, peak RSS of the process tree) of fn(), its output swallowed."""
-    with PeakRSS(interval=0.05) as rss:
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            fn()
-        seconds = time.perf_counter() - start
-    return seconds, rss.peak
+def measure(kind: str, *args) -> Tuple[float, int]:
+    """(seconds, peak RSS of the process tree) of one run in a fresh interpreter: `kind` is a
+    pipelines module or a plain loop. Seconds are timed in the child around the job alone."""
+    cmd = [sys.executable, "-m", "bench.bench_planned", "--one", json.dumps([kind, [str(a) for a in args]])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(ROOT), env=env)
+    with PeakRSS(root=proc.pid, interval=0.05) as rss:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} {args} failed with status {proc.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])["seconds"], rss.peak
 
 
-def _job(main, argv) -> Callable[[], None]:
-    def run():
-        code = main(argv)
-        if code != 0:
-            raise RuntimeError(f"{main.__module__} {argv} failed with status {code}")
-    return run
+def _run_one(spec: str) -> None:
+    kind, args = json.loads(spec)
+    if kind == "plain_reshard":
+        def fn():
+            plain_reshard([Path(a) for a in args[:-2]], args[-2], int(args[-1]))
+    elif kind == "plain_build_index":
+        def fn():
+            plain_build_index([Path(a) for a in args[:-1]], Path(args[-1]))
+    else:
+        import importlib
+
+        main = importlib.import_module(f"pipelines.{kind}").main
+
+        def fn():
+            if main(args) != 0:
+                raise RuntimeError(f"{kind} {args} failed")
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        fn()
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+
+
+def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int]:
+    """Median seconds and the largest peak RSS of `repeats` runs."""
+    runs = []
+    for _ in range(repeats):
+        runs.append(measure(kind, *args))
+        if cleanup is not None:
+            cleanup()
+    return float(np.median([r[0] for r in runs])), max(r[1] for r in runs)
 
 
 # --- the plain loops ---------------------------------------------------------------------------
@@ -114,13 +147,20 @@ def _row(what, seconds, peak, nbytes, records, ref=None):
 HEADER = ["what", "seconds", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
 
 
-def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None) -> str:
-    from pipelines import build_index, mix, reshard
-
+def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3) -> str:
     total = int(gb * 1e9)
     text = ""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench_planned_", dir=workdir or str(DATA_DIR)))
+    workers = (("1 worker", ONE), ("2 workers (multi_processing)", TWO))
+
+    def clean(name):
+        return lambda: shutil.rmtree(tmp / name, ignore_errors=True)
+
+    def table(title, rows, times):
+        ratio = times[workers[0][0]] / times[workers[1][0]]
+        return print_table(f"{title}, 2 workers / 1 worker speed-up {ratio:.2f}x", HEADER, rows)
+
     try:
         for payload in (16384, 150):
             files = dataset(payload, total)
@@ -129,56 +169,42 @@ def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = Non
             pattern = str(files[0].parent / "in-*.tfrecord")
             label = f"{payload // 1024} KiB" if payload >= 1024 else f"{payload} B"
             if "reshard" in jobs:
-                rows = []
-                plain = None
+                rows, times, plain = [], {}, None
                 if not skip_plain:
                     (tmp / "plain").mkdir(parents=True, exist_ok=True)
-                    plain, peak = measure(lambda: plain_reshard(files, str(tmp / "plain" / "r"), SHARDS))
-                    rows.append(_row("plain loop: RecordReader -> RecordWriter(index) per record", plain, peak, nbytes, records))
-                    shutil.rmtree(tmp / "plain")
-                times = {}
-                for name, runner in (("1 worker", ONE), ("2 workers (multi_processing)", TWO)):
-                    out = tmp / "rs"
-                    seconds, peak = measure(_job(reshard.main, ["--input", pattern, "--output_prefix", str(out / "r"),
-                                                                "--num_shards", str(SHARDS)] + runner))
+                    plain, peak = median_run(repeats, "plain_reshard", *files, tmp / "plain" / "r", SHARDS,
+                                             cleanup=lambda: [p.unlink() for p in (tmp / "plain").iterdir()])
+                    rows.append(_row("plain loop: RecordReader -> RecordWriter(index) per record", plain, peak,
+                                     nbytes, records))
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "reshard", "--input", pattern, "--output_prefix", tmp / "rs" / "r",
+                                               "--num_shards", SHARDS, *runner, cleanup=clean("rs"))
                     times[name] = seconds
                     rows.append(_row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain))
-                    shutil.rmtree(out)
-                ratio = times["1 worker"] / times["2 workers (multi_processing)"]
-                text += print_table(f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB, "
-                                    f"2 workers / 1 worker speed-up {ratio:.2f}x", HEADER, rows)
+                text += table(f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
             if "build_index" in jobs:
-                rows = []
-                plain = None
+                rows, times, plain = [], {}, None
                 if not skip_plain:
-                    plain, peak = measure(lambda: plain_build_index(files, tmp / "pidx"))
+                    plain, peak = median_run(repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx"))
                     rows.append(_row("plain loop: index.create_index per file", plain, peak, nbytes, records))
-                    shutil.rmtree(tmp / "pidx")
-                times = {}
-                for name, runner in (("1 worker", ONE), ("2 workers (multi_processing)", TWO)):
-                    seconds, peak = measure(_job(build_index.main, ["--input", pattern, "--output_dir", str(tmp / "idx")] + runner))
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "build_index", "--input", pattern, "--output_dir", tmp / "idx",
+                                               *runner, cleanup=clean("idx"))
                     times[name] = seconds
                     rows.append(_row(f"build_index (this job), {name}", seconds, peak, nbytes, records, plain))
-                    shutil.rmtree(tmp / "idx")
-                ratio = times["1 worker"] / times["2 workers (multi_processing)"]
-                text += print_table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB, 2 workers / 1 worker "
-                                    f"speed-up {ratio:.2f}x", HEADER, rows)
+                text += table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
             if "mix" in jobs and payload >= 1024:
-                rows = []
+                rows, times = [], {}
                 a = str(files[0].parent / "in-[0-5].tfrecord")
                 b = str(files[0].parent / "in-[67].tfrecord")
-                times = {}
-                for name, runner in (("1 worker", ONE), ("2 workers (multi_processing)", TWO)):
-                    out = tmp / "mx"
-                    seconds, peak = measure(_job(mix.main, ["--source", a + "=3", "--source", b + "=1", "--total_records",
-                                                            str(records), "--output_prefix", str(out / "m"),
-                                                            "--num_shards", str(SHARDS), "--seed", "1"] + runner))
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "mix", "--source", a + "=3", "--source", b + "=1",
+                                               "--total_records", records, "--output_prefix", tmp / "mx" / "m",
+                                               "--num_shards", SHARDS, "--seed", 1, *runner, cleanup=clean("mx"))
                     times[name] = seconds
-                    rows.append(_row(f"mix 3:1 (select, shuffle within shards, proof), {name}", seconds, peak, nbytes, records))
-                    shutil.rmtree(out)
-                ratio = times["1 worker"] / times["2 workers (multi_processing)"]
-                text += print_table(f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out, "
-                                    f"2 workers / 1 worker speed-up {ratio:.2f}x", HEADER, rows)
+                    rows.append(_row(f"mix 3:1 (select, shuffle within shards, proof), {name}", seconds, peak,
+                                     nbytes, records))
+                text += table(f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return text
@@ -192,8 +218,13 @@ def main(argv=None) -> None:
     parser.add_argument("--skip-plain", action="store_true", help="skip the plain loops")
     parser.add_argument("--workdir", default=None,
                         help="where outputs go (default: beside the inputs; e.g. /dev/shm to measure past a slow disk)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each (median seconds, largest peak RSS)")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one measured run
     args = parser.parse_args(argv)
-    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir)
+    if args.one:
+        _run_one(args.one)
+        return
+    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir, args.repeats)
 
 
 if __name__ == "__main__":
