@@ -6,7 +6,7 @@ run is a fresh interpreter (no run inherits another's memory); seconds are media
     python -m bench.bench_planned [--gb 2] [--small] [--jobs reshard,build_index,mix]
                                   [--workdir DIR] [--repeats 3]
 
-Inputs (cached under bench/_data): 8 files of 16 KiB records and 8 files of 150-byte records,
+Inputs (cached under bench/_data, or $TFRECORD_BEAM_BENCH_DATA): 8 files of 16 KiB records and 8 files of 150-byte records,
 `--gb` GB each set (`--small`: 0.2 GB). Throughput is input bytes (or records) per second of
 the whole job, the survey, Beam's start-up and the checksum proof included.
 """
@@ -147,7 +147,8 @@ def _row(what, seconds, peak, nbytes, records, ref=None):
 HEADER = ["what", "seconds", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
 
 
-def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3) -> str:
+def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3,
+        payloads: Tuple[int, ...] = (16384, 150)) -> str:
     total = int(gb * 1e9)
     text = ""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -162,7 +163,7 @@ def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = Non
         return print_table(f"{title}, 2 workers / 1 worker speed-up {ratio:.2f}x", HEADER, rows)
 
     try:
-        for payload in (16384, 150):
+        for payload in payloads:
             files = dataset(payload, total)
             nbytes = sum(f.stat().st_size for f in files)
             records = nbytes // (payload + 16)
@@ -219,12 +220,14 @@ def main(argv=None) -> None:
     parser.add_argument("--workdir", default=None,
                         help="where outputs go (default: beside the inputs; e.g. /dev/shm to measure past a slow disk)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (median seconds, largest peak RSS)")
+    parser.add_argument("--payloads", default="16384,150", help="payload sizes of the input sets")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one measured run
     args = parser.parse_args(argv)
     if args.one:
         _run_one(args.one)
         return
-    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir, args.repeats)
+    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir, args.repeats,
+        tuple(int(p) for p in args.payloads.split(",")))
 
 
 if __name__ == "__main__":
