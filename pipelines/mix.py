@@ -223,7 +223,7 @@ def plan_mix(surveys: List[FileSurvey], weights: Sequence[float], wanted: Option
 
 class SelectFn(beam.DoFn):
     """Reads a task's blocks, copies the selected records into a spill file of keyed runs;
-    emits (shard, Segment) and, tagged "digest", the digest of what it selected."""
+    emits (shard, SegmentTable) and, tagged "digest", the digest of what it selected."""
 
     def __init__(self, seed: int, num_shards: int, spill_dir: str, progress_dir: Optional[str]) -> None:
         self.seed, self.num_shards, self.spill_dir, self.progress_dir = seed, num_shards, spill_dir, progress_dir
@@ -263,27 +263,26 @@ class SelectFn(beam.DoFn):
                         spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards,
                                     keys.random_raw(len(part)))
                     occurrence += len(picked)
-            segments = spiller.close()
+            tables = spiller.close()
         except BaseException:
             spiller.abort()
             raise
         counter.flush()
         yield beam.pvalue.TaggedOutput("digest", digest)
-        for seg in segments:
-            yield seg.shard, seg
+        for table in tables:
+            yield table.shard, table
 
 
-def write_mixed_shard(shard: int, segments, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
-    """Write one shard from its segments, bucket by bucket in key order."""
-    segments = list(segments)
+def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
+    """Write one shard from its segment tables, bucket by bucket in key order."""
+    tables = list(tables)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
     writer = RecordWriter(spec.path(name), spec.compression)
     index = IndexStream(index_path, _fs.atomic_output) if index_path else None
     try:
-        buckets = max((s.bucket for s in segments), default=-1) + 1
-        digest, groups = _bucketed.write_merged(segments, buckets, writer, index, _fs.open_input, counter.add)
+        digest, groups = _bucketed.write_merged(tables, writer, index, _fs.open_input, counter.add)
         writer.close()
         if index is not None:
             index.close()

@@ -191,11 +191,11 @@ def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
     for a in range(0, len(payloads), 50):
         sl = slice(a, a + 50)
         spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
-    segments = spiller.close()
+    tables = spiller.close()
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
-        digest, groups = _bucketed.write_merged([s for s in segments if s.shard == shard], 3, writer, None,
+        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, None,
                                                 core_fs.open_input)
         writer.close()
         mine = np.flatnonzero(shards == shard)

@@ -3,7 +3,9 @@
 Readers give each record they emit a destination shard and an i.i.d. random 64-bit key. The
 key's top bits pick one of the shard's `buckets` (so a bucket holds about 1/buckets of the
 shard); a `RunSpiller` buffers at most `RUN_BYTES` of frames, sorts them by (shard, bucket,
-key) and appends them to one temporary file as `Segment`s (keys, then frames). A shard writer
+key) and appends them to one temporary file as segments (keys, then frames), described per
+(run, shard) by one `SegmentTable` (numpy columns, so the runner moves one small element per
+run and shard, not one per segment). A shard writer
 then takes its buckets in order, reads every segment of one bucket, sorts the records by key
 and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
 that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
@@ -38,6 +40,23 @@ class Segment(NamedTuple):
     group: int
 
 
+class SegmentTable(NamedTuple):
+    """The segments of one run bound for one shard: one row per bucket present."""
+
+    shard: int
+    path: str
+    run: Tuple[int, int]
+    group: int
+    buckets: np.ndarray  # int64 columns, one row per segment
+    offsets: np.ndarray
+    records: np.ndarray
+    frame_bytes: np.ndarray
+
+    def segments(self) -> List[Segment]:
+        return [Segment(self.shard, b, self.path, self.run, o, n, f, self.group) for b, o, n, f in
+                zip(self.buckets.tolist(), self.offsets.tolist(), self.records.tolist(), self.frame_bytes.tolist())]
+
+
 def buckets_for(shard_bytes: float, bucket_bytes: int = BUCKET_BYTES) -> int:
     """How many buckets a shard of about `shard_bytes` needs."""
     return max(1, int(np.ceil(shard_bytes / bucket_bytes)))
@@ -63,7 +82,7 @@ class RunSpiller:
         self._runs = 0
         self._pending: list = []  # (chunk bytes, frame starts, sizes, shards, keys)
         self._pending_bytes = 0
-        self.segments: List[Segment] = []
+        self.tables: List[SegmentTable] = []
 
     def add(self, framed, starts: np.ndarray, sizes: np.ndarray, shards: np.ndarray, keys: np.ndarray) -> None:
         """Frames framed[starts[i] : starts[i] + sizes[i]] go to shards[i] with keys[i]."""
@@ -91,6 +110,7 @@ class RunSpiller:
         dest = np.stack([shards[order], buckets[order]], axis=1)
         bounds = np.flatnonzero(np.any(dest[1:] != dest[:-1], axis=1)) + 1
         chunks = [p[0] for p in self._pending]
+        rows: dict = {}
         for part in np.split(order, bounds):
             shard, bucket = int(shards[part[0]]), int(buckets[part[0]])
             key_bytes = keys[part].astype("<u8").tobytes()
@@ -98,17 +118,20 @@ class RunSpiller:
                                zip(chunk_id[part].tolist(), starts[part].tolist(), sizes[part].tolist())])
             self._handle.write(key_bytes)
             self._handle.write(frames)
-            self.segments.append(Segment(shard, bucket, self.path, (self.task, self._runs), self._written,
-                                         len(part), len(frames), self.group))
+            rows.setdefault(shard, []).append((bucket, self._written, len(part), len(frames)))
             self._written += len(key_bytes) + len(frames)
+        for shard, table in sorted(rows.items()):
+            cols = np.asarray(table, dtype=np.int64).reshape(-1, 4)
+            self.tables.append(SegmentTable(shard, self.path, (self.task, self._runs), self.group,
+                                            cols[:, 0].copy(), cols[:, 1].copy(), cols[:, 2].copy(), cols[:, 3].copy()))
         self._runs += 1
         self._pending, self._pending_bytes = [], 0
 
-    def close(self) -> List[Segment]:
+    def close(self) -> List[SegmentTable]:
         self._spill()
         self._commit()
         self._cm.__exit__(None, None, None)
-        return self.segments
+        return self.tables
 
     def abort(self) -> None:
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
@@ -157,18 +180,19 @@ def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], Binary
     yield framed, sizes, footers, [groups.get(g, 0) for g in range(width)]
 
 
-def write_merged(shard_segments: Sequence[Segment], num_buckets: int, writer, index, open_input,
+def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
                  progress: Optional[Callable[[int, int], None]] = None) -> Tuple[Tuple[int, int, int], List[int]]:
-    """Write a shard from its segments, bucket by bucket; (digest, records per group)."""
+    """Write a shard from its segment tables, bucket by bucket; (digest, records per group)."""
     from ._walk import add_digests, frame_digest
 
     by_bucket: dict = {}
-    for seg in shard_segments:
-        by_bucket.setdefault(seg.bucket, []).append(seg)
+    for table in tables:
+        for seg in table.segments():
+            by_bucket.setdefault(seg.bucket, []).append(seg)
     digest = (0, 0, 0)
     groups: List[int] = []
-    for bucket in range(num_buckets):
-        for framed, sizes, footers, counts in merge_bucket(by_bucket.get(bucket, ()), open_input):
+    for bucket in sorted(by_bucket):
+        for framed, sizes, footers, counts in merge_bucket(by_bucket[bucket], open_input):
             writer.write_framed(framed, sizes)
             if index is not None:
                 index.add(sizes)
