@@ -44,7 +44,7 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("build_index", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("build_index", __doc__, EXAMPLES)
     parser.add_argument("--input", action="append", required=True, help="input glob (repeatable; local or remote)")
     parser.add_argument("--output_dir", default=None,
                         help="write indexes here (named after each file) instead of beside the data")

@@ -51,7 +51,7 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("mix", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("mix", __doc__, EXAMPLES)
     parser.add_argument("--source", action="append", required=True, metavar="GLOB=WEIGHT",
                         help="a source glob and its weight (> 0); repeatable")
     size = parser.add_mutually_exclusive_group(required=True)

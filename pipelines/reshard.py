@@ -41,7 +41,7 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("reshard", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("reshard", __doc__, EXAMPLES)
     parser.add_argument("--input", action="append", required=True, help="input glob (repeatable; local or remote)")
     parser.add_argument("--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord")
     size = parser.add_mutually_exclusive_group(required=True)
