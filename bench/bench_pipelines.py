@@ -1,6 +1,6 @@
 """Pipelines vs plain Beam, side by side in one run (DirectRunner in-process, one process).
 
-    python -m bench.bench_pipelines [--rows N] [--tfx-python PATH] [--skip-plain]
+    python -m bench.bench_pipelines [--rows N] [--tfx-python PATH] [--skip-plain] [--small] [--planned-only]
 
 1. parquet_to_tfrecord on N rows (int64, float32, 16-char string, list<int64> of 0-10,
    ~100-byte binary): our job vs a plain Beam ReadFromParquet -> Map(build Example per row)
@@ -10,6 +10,10 @@
    ReadFromTFRecord -> WriteToTFRecord(num_shards=8).
 3. mix two sources 3:1 into 4 shards: our job vs the built-in read -> write of both sources
    (no sampling: the IO floor that any mix must pay).
+4. the planned jobs at scale (`bench.bench_planned`): unshuffled reshard, build_index and mix
+   on >= 2 GB of 16 KiB and of 150-byte records (`--small`: 0.2 GB), beside a plain Python
+   loop over RecordReader -> RecordWriters, with peak RSS, 1 vs 2 workers (`--planned-only`
+   runs just these).
 """
 
 from __future__ import annotations
@@ -215,9 +219,15 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--tfx-python", default=None, help="a Python interpreter with tfx_bsl installed (optional)")
     parser.add_argument("--skip-plain", action="store_true", help="skip the plain-Beam baselines")
+    parser.add_argument("--small", action="store_true", help="planned jobs on 0.2 GB instead of 2 GB per input set")
+    parser.add_argument("--planned-only", action="store_true", help="only the planned jobs at scale (part 4)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    run(args.rows, args.tfx_python, args.skip_plain)
+    if not args.planned_only:
+        run(args.rows, args.tfx_python, args.skip_plain)
+    from bench import bench_planned
+
+    bench_planned.run(0.2 if args.small else 2.0, ["reshard", "build_index", "mix"], args.skip_plain)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""Build .tfindex files for TFRecord files, in parallel across files and inside large files.
+"""Build .tfindex files for TFRecord files, in parallel across files, walking record headers.
 
-Large uncompressed files are scanned as byte ranges in parallel (each range resynchronises to
-the next valid record); the pieces of a file are joined and must tile it exactly, otherwise
-the file is rescanned from the start. A corrupt or truncated file gets no index: it is listed
-in the summary and counted, and the job exits with status 2. Each index is written under a
-temporary name and renamed, so no partial index is ever left.
+Each file is walked from its first record by its 12-byte headers: every length CRC is checked
+(a flipped length can never shift the index), payloads are skipped (seeked over, for large
+records) unless --verify, which checks every payload CRC too. The index is streamed to a
+temporary name and renamed when the walk reached the end of the file, so memory does not grow
+with the file and no partial index is ever left. A corrupt or truncated file gets no index:
+it is listed in the summary with the file, record and offset at fault, counted, and the job
+exits with status 2.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import os
 import posixpath
 import sys
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -21,11 +23,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from tfrecord_beam import fs
+from tfrecord_beam._framing_py import VERIFY_ALL, VERIFY_LENGTHS
+from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.index import build_index as build_file_index
-from tfrecord_beam.index import default_index_path, write_index
-from tfrecord_beam.records import RecordReader
-from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.index import default_index_path, format_index
+from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.beam import _fs, _progress
 
 from . import _common
 from ._common import JobError, Summary
@@ -33,22 +36,22 @@ from ._common import JobError, Summary
 EXAMPLES = """\
   python -m pipelines.build_index --input 'data/*.tfrecord'
   python -m pipelines.build_index --input 'gs://b/train-*' --output_dir gs://b/indexes --verify
-  python -m pipelines.build_index --input 'data/*.tfrecord' --skip_existing --split_bytes 268435456
+  python -m pipelines.build_index --input 'data/*.tfrecord' --skip_existing \
+      --direct_running_mode=multi_processing --direct_num_workers=4
 """
 
 NAMESPACE = "tfrecord_beam.build_index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("build_index", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("build_index", __doc__, EXAMPLES)
     parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
     parser.add_argument("--output_dir", default=None,
                         help="write indexes here (named after each file) instead of beside the data")
-    parser.add_argument("--verify", action="store_true", help="check every record's CRCs (reads all the data)")
+    parser.add_argument("--verify", action="store_true",
+                        help="also check every payload CRC (reads all the data; length CRCs are always checked)")
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
     parser.add_argument("--compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="scan uncompressed files in byte ranges of this size, in parallel")
     return parser
 
 
@@ -61,54 +64,29 @@ def index_target(data_path: str, output_dir: Optional[str]) -> str:
     return join(output_dir, posixpath.basename(default))
 
 
-def scan_range(rng: _stages.FileRange, verify: bool) -> Iterable[Tuple[str, tuple]]:
-    """(path, ("frames", range start, offsets, frame sizes)) or (path, ("corrupt", message))."""
+def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], compression: Optional[str],
+               progress_dir: Optional[str]) -> None:
+    """Walk one file and stream its index to its target, or count the file as corrupt."""
+    number, path = task
+    counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
+    level = VERIFY_ALL if verify else VERIFY_LENGTHS
+    records = 0
     try:
-        reader = RecordReader(rng.path, rng.compression, verify=verify, start_offset=rng.start,
-                              end_offset=rng.end, resync=rng.start > 0)
-        offsets: List[np.ndarray] = []
-        sizes: List[np.ndarray] = []
-        for chunk in reader.chunks():
-            offsets.append(chunk.record_offsets.astype(np.int64))
-            sizes.append(chunk.payload_lengths.astype(np.int64) + 16)
-        first = reader.start_offset
+        with _fs.open_input(path) as raw, _fs.atomic_output(index_target(path, output_dir)) as (handle, commit):
+            for block in walk_frames(raw, resolve_compression(path, compression), path, verify=level):
+                handle.write(format_index(np.stack([block.offsets, block.sizes], axis=1)))
+                records += len(block)
+                counter.add(len(block), int(block.sizes.sum()))
+            commit()
     except TFRecordError as err:
-        yield rng.path, ("corrupt", str(err))
-        return
-    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
-    yield rng.path, ("frames", rng.start, first, cat(offsets), cat(sizes), rng.compression)
-
-
-def assemble(path: str, parts: Iterable[tuple], verify: bool, output_dir: Optional[str]) -> None:
-    """Join a file's ranges into its index and write it, or count the file as corrupt."""
-    parts = list(parts)
-    corrupt = [p[1] for p in parts if p[0] == "corrupt"]
-    index = None
-    if not corrupt:
-        frames = sorted((p for p in parts if p[0] == "frames"), key=lambda p: p[1])
-        offsets = np.concatenate([p[3] for p in frames])
-        sizes = np.concatenate([p[4] for p in frames])
-        compression = frames[0][5]
-        ends = offsets + sizes
-        tiled = (len(offsets) == 0 or offsets[0] == 0) and np.array_equal(offsets[1:], ends[:-1])
-        if compression is None:
-            tiled = tiled and (int(ends[-1]) if len(ends) else 0) == fs.file_size(path)
-        if tiled:
-            index = np.stack([offsets, sizes], axis=1).reshape(-1, 2)
-        else:  # a gap or overlap between ranges: trust only a sequential scan
-            Metrics.counter(NAMESPACE, "rescanned_files").inc()
-            try:
-                index = build_file_index(path, compression, verify)
-            except TFRecordError as err:
-                corrupt.append(str(err))
-    if corrupt:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
-        Metrics.string_set(NAMESPACE, "corrupt").add(corrupt[0])
+        Metrics.string_set(NAMESPACE, "corrupt").add(str(err))
         return
-    write_index(index, index_target(path, output_dir))
+    finally:
+        counter.flush()
     Metrics.counter(NAMESPACE, "indexed_files").inc()
-    Metrics.counter(NAMESPACE, "records").inc(len(index))
-    Metrics.counter(NAMESPACE, "bytes").inc(fs.file_size(path))
+    Metrics.counter(NAMESPACE, "records").inc(records)
+    Metrics.counter(NAMESPACE, "bytes").inc(_fs.file_size(path))
 
 
 def _metric(result, name: str, kind: str = "counters"):
@@ -137,29 +115,29 @@ def run(args: argparse.Namespace, options) -> Summary:
             raise JobError(f"cannot write to output location {args.output_dir!r}: {exc}") from None
     skipped = [f for f in files if args.skip_existing and fs.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
-    ranges = _stages.plan_ranges(todo, args.split_bytes, args.compression)
-    _common.progress(f"build_index: {len(todo)} files to index ({len(ranges)} ranges), {len(skipped)} skipped")
-    verify, output_dir = args.verify, args.output_dir
+    total = sum(fs.file_size(f) for f in todo)
+    _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
+    verify, output_dir, compression = args.verify, args.output_dir, args.compression
+    tasks = list(enumerate(todo))
 
     def build(p):
-        if not ranges:
+        if not tasks:
             return
         _ = (
             p
-            | "Plan" >> beam.Create(ranges)
+            | "Files" >> beam.Create(tasks)
             | "Spread" >> beam.Reshuffle()
-            | "Scan" >> beam.FlatMap(scan_range, verify)
-            | "GroupByFile" >> beam.GroupByKey()
-            | "Assemble" >> beam.MapTuple(lambda path, parts: assemble(path, parts, verify, output_dir))
+            | "Index" >> beam.Map(index_file, verify, output_dir, compression, reporter.directory)
         )
 
-    result = _common.run_pipeline(build, options)
-    corrupt = sorted(_metric(result, "corrupt", "string_sets")) if ranges else []
+    with _progress.reporter("build_index", options, _common.progress) as reporter:
+        _progress.write_plan(reporter.directory, "index", None, total, "indexing")
+        result = _common.run_pipeline(build, options)
+    corrupt = sorted(_metric(result, "corrupt", "string_sets")) if tasks else []
     extra = {
-        "indexed_files": _metric(result, "indexed_files") if ranges else 0,
+        "indexed_files": _metric(result, "indexed_files") if tasks else 0,
         "skipped_files": len(skipped),
         "corrupt_files": len(corrupt),
-        "rescanned_files": _metric(result, "rescanned_files") if ranges else 0,
         "corrupt": corrupt,
     }
     for line in corrupt:
@@ -168,8 +146,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         extra["exit_code"] = 2
     return Summary(
         "build_index", files=extra["indexed_files"],
-        records=_metric(result, "records") if ranges else 0,
-        bytes=_metric(result, "bytes") if ranges else 0, extra=extra,
+        records=_metric(result, "records") if tasks else 0,
+        bytes=_metric(result, "bytes") if tasks else 0, extra=extra,
     )
 
 

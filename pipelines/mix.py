@@ -10,18 +10,32 @@ to run out is used whole); records of all
 sources are interleaved across the output shards (every shard gets an equal share of every
 source, within one record) and shuffled within each shard. The pipeline checks
 (count + order-independent checksum) that the shards hold exactly the selected records.
+
+How, in memory that does not grow with the data: the inputs' headers are walked first (record
+counts and checkpoints, no payloads read); the selection is planned per block of at most
+65,536 records (how many of a source's sampled records fall in each block is drawn
+hypergeometrically, then which ones inside the block); readers copy the selected framed
+records into temporary runs sorted by (shard, bucket, random key); each shard is written
+bucket by bucket in key order (a uniform shuffle, `tfrecord_beam._bucketed`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam import _bucketed, fs
+from tfrecord_beam._copy import IndexStream, piece_chunks
+from tfrecord_beam._plan import FileSurvey, Piece
+from tfrecord_beam._walk import add_digests, frame_digest
+from tfrecord_beam.records import RecordWriter
+from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
@@ -37,7 +51,7 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("mix", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("mix", __doc__, EXAMPLES)
     parser.add_argument("--source", action="append", required=True, metavar="GLOB=WEIGHT",
                         help="a source glob and its weight (> 0); repeatable")
     size = parser.add_mutually_exclusive_group(required=True)
@@ -51,8 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
-    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="read uncompressed inputs in byte ranges of this size, in parallel")
     return parser
 
 
@@ -92,73 +104,198 @@ def exhausting_total(available: Sequence[int], weights: Sequence[float]) -> int:
     return n
 
 
-def selection(seed: int, source: int, available: int, wanted: int) -> np.ndarray:
-    """How many times each of `available` records is taken (int64 array), `wanted` in all."""
-    if wanted and not available:
-        raise JobError(f"source {source} has no records but {wanted} were asked of it")
-    rng = np.random.default_rng([seed & ((1 << 64) - 1), 0x6D6978, source])
-    full, rest = divmod(wanted, available) if available else (0, 0)
-    taken = np.full(available, full, dtype=np.int64)
-    if rest:
-        taken[rng.choice(available, rest, replace=False)] += 1
+BLOCK_TAG = 0x6D6978  # "mix": separates the selection's random streams from the keys'
+KEY_TAG = 0x6B6579  # "key"
+TASK_BYTES = 64 << 20  # input bytes per reader task
+
+
+def block_extras(seed: int, source: int, block_sizes: Sequence[int], rest: int) -> np.ndarray:
+    """How many of a source's `rest` records sampled without replacement fall in each block
+    (exactly `rest` in all): sequential hypergeometric draws, a pure function of the seed."""
+    rng = np.random.default_rng([seed & ((1 << 64) - 1), BLOCK_TAG, source])
+    left_n, left_k = int(sum(block_sizes)), int(rest)
+    out = np.zeros(len(block_sizes), dtype=np.int64)
+    for i, n in enumerate(block_sizes):
+        if left_k <= 0:
+            break
+        if n >= left_n:
+            k = left_k
+        elif left_n < 10**9:
+            k = int(rng.hypergeometric(n, left_n - n, left_k))
+        else:  # numpy's hypergeometric stops at 1e9: a binomial draw, clamped to what is possible
+            k = int(rng.binomial(left_k, n / left_n))
+        k = min(max(k, left_k - (left_n - n), 0), n, left_k)
+        out[i] = k
+        left_n -= n
+        left_k -= k
+    return out
+
+
+def block_taken(seed: int, source: int, block: Tuple[int, int], n: int, extra: int, full: int) -> np.ndarray:
+    """How many times each of a block's n records is taken: `full` each, plus 1 for `extra`
+    of them chosen without replacement (block = (file number, block number))."""
+    rng = np.random.default_rng([seed & ((1 << 64) - 1), BLOCK_TAG, source, block[0], block[1]])
+    taken = np.full(n, full, dtype=np.int64)
+    if extra:
+        taken[rng.choice(n, extra, replace=False)] += 1
     return taken
 
 
-def count_range(rng: _stages.FileRange) -> Tuple[tuple, int]:
-    """((file number, range start), records whose header starts in the range)."""
-    reader = RecordReader(rng.path, rng.compression, verify=False, start_offset=rng.start,
-                          end_offset=rng.end, resync=rng.start > 0)
-    return (rng.file_number, rng.start), sum(len(c) for c in reader.chunks())
+def selection(seed: int, source: int, available: int, wanted: int) -> np.ndarray:
+    """How many times each of `available` records (one block) is taken, `wanted` in all."""
+    if wanted and not available:
+        raise JobError(f"source {source} has no records but {wanted} were asked of it")
+    full, rest = divmod(wanted, available) if available else (0, 0)
+    return block_taken(seed, source, (0, 0), available, rest, full)
+
+
+class Block(NamedTuple):
+    """Records [first, first + n) of one file, read from `offset`, and what is taken of them."""
+
+    file_number: int
+    number: int  # block number inside the file
+    path: str
+    compression: Optional[str]
+    first: int
+    n: int
+    offset: int
+    size: int  # bytes of the block's frames
+    extra: int  # records sampled once more than `full`
+    occurrence: int  # number (within the source) of the block's first selected occurrence
+
+
+class Task(NamedTuple):
+    """Consecutive blocks of one source, read by one worker."""
+
+    number: int
+    group: int
+    blocks: List[Block]
+    full: int  # every record of the source is taken `full` times (+1 if sampled)
+    shard_offset: int  # occurrence k of the source goes to shard (k + shard_offset) % num_shards
+    buckets: int  # buckets per shard
+
+
+def plan_mix(surveys: List[FileSurvey], weights: Sequence[float], wanted: Optional[List[int]], seed: int,
+             num_shards: int) -> Tuple[List[Task], List[int], List[int]]:
+    """Reader tasks, available and wanted records per source, from the surveys alone."""
+    groups = len(weights)
+    available = [0] * groups
+    mean = [0.0] * groups
+    for s in surveys:
+        available[s.group] += s.records
+        mean[s.group] += s.stream_bytes
+    mean = [b / a if a else 0.0 for b, a in zip(mean, available)]
+    if wanted is None:  # --until_exhausted
+        wanted = allocate(exhausting_total(available, weights), weights)
+    for g in range(groups):
+        if wanted[g] and not available[g]:
+            raise JobError(f"source {g} has no records but {wanted[g]} were asked of it")
+    shard_bytes = sum(w * m for w, m in zip(wanted, mean)) / num_shards
+    buckets = _bucketed.buckets_for(shard_bytes)
+    offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
+    tasks: List[Task] = []
+    for g in range(groups):
+        files = sorted((s for s in surveys if s.group == g), key=lambda s: s.file_number)
+        blocks = []
+        for s in files:
+            points = s.checkpoints + [(s.records, s.stream_bytes)]
+            for b, ((first, offset), (nxt, end)) in enumerate(zip(points[:-1], points[1:])):
+                if nxt > first:
+                    blocks.append((s, b, first, nxt - first, offset, end - offset))
+        full, rest = divmod(wanted[g], available[g]) if available[g] else (0, 0)
+        extras = block_extras(seed, g, [blk[3] for blk in blocks], rest)
+        occurrence = 0
+        current: List[Block] = []
+        current_bytes = 0
+        for (s, b, first, n, offset, size), extra in zip(blocks, extras.tolist()):
+            if full == 0 and extra == 0:
+                continue  # nothing taken from this block: not even read
+            current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence))
+            occurrence += full * n + extra
+            current_bytes += size
+            if current_bytes >= TASK_BYTES:
+                tasks.append(Task(len(tasks), g, current, full, int(offsets[g]), buckets))
+                current, current_bytes = [], 0
+        if current:
+            tasks.append(Task(len(tasks), g, current, full, int(offsets[g]), buckets))
+    return tasks, available, wanted
 
 
 class SelectFn(beam.DoFn):
-    """Reads a range and emits its selected records (repeated as chosen), keyed by output shard."""
+    """Reads a task's blocks, copies the selected records into a spill file of keyed runs;
+    emits (shard, SegmentTable) and, tagged "digest", the digest of what it selected."""
 
-    def __init__(self, seed: int, wanted: Optional[List[int]], weights: List[float], groups: List[int],
-                 num_shards: int) -> None:
-        self.seed, self.wanted, self.weights, self.groups, self.num_shards = seed, wanted, weights, groups, num_shards
-        self._plan = None
+    def __init__(self, seed: int, num_shards: int, spill_dir: str, progress_dir: Optional[str]) -> None:
+        self.seed, self.num_shards, self.spill_dir, self.progress_dir = seed, num_shards, spill_dir, progress_dir
 
-    def _prepare(self, counts: List[Tuple[tuple, int]]):
-        if self._plan is None:
-            base: Dict[tuple, int] = {}
-            available = [0] * len(self.weights)
-            for key, n in sorted(counts):
-                group = self.groups[key[0]]
-                base[key] = available[group]
-                available[group] += n
-            wanted = self.wanted
-            if wanted is None:  # --until_exhausted
-                wanted = allocate(exhausting_total(available, self.weights), self.weights)
-            taken = [selection(self.seed, g, available[g], wanted[g]) for g in range(len(wanted))]
-            # Occurrence k of source g (counting in record order) goes to shard
-            # (k + offset_g) % num_shards: shards get equal shares of every source.
-            before = [np.concatenate([[0], np.cumsum(t)[:-1]]).astype(np.int64) for t in taken]
-            offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
-            self._plan = (base, taken, before, offsets)
-        return self._plan
+    def process(self, task: Task):
+        counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
+        spiller = _bucketed.RunSpiller(self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs", task.number,
+                                       task.group, [task.buckets] * self.num_shards, _fs.atomic_output)
+        digest = (0, 0, 0)
+        try:
+            for block in task.blocks:
+                taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n,
+                                    block.extra, task.full)
+                keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
+                                              block.number]).bit_generator
+                occurrence = block.occurrence
+                piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
+                              block.first + block.n, block.first, block.offset, task.group)
+                done = 0
+                for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
+                    times = taken[done : done + len(sizes)]
+                    done += len(sizes)
+                    counter.add(len(sizes), int(sizes.sum()))
+                    picked = np.repeat(np.arange(len(sizes)), times)
+                    if not len(picked):
+                        continue
+                    starts = np.cumsum(sizes) - sizes
+                    digest = add_digests(digest, frame_digest(footers[picked], sizes[picked]))
+                    # bounded batches, however often a record is repeated
+                    ends = np.cumsum(sizes[picked])
+                    cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+                    for part in np.split(np.arange(len(picked)), cuts):
+                        if not len(part):
+                            continue
+                        occ = occurrence + part
+                        shards = (occ + task.shard_offset) % self.num_shards
+                        spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards,
+                                    keys.random_raw(len(part)))
+                    occurrence += len(picked)
+            tables = spiller.close()
+        except BaseException:
+            spiller.abort()
+            raise
+        counter.flush()
+        yield beam.pvalue.TaggedOutput("digest", digest)
+        for table in tables:
+            yield table.shard, table
 
-    def process(self, rng: _stages.FileRange, counts):
-        base, taken, before, offsets = self._prepare(counts)
-        first = base[(rng.file_number, rng.start)]
-        group = rng.group
-        coverage: list = []
-        for batch in _stages.read_range(rng, True, coverage):
-            n = len(batch.payloads)
-            times = taken[group][first : first + n]
-            starts = before[group][first : first + n]
-            first += n
-            if not times.any():
-                continue
-            picked = np.repeat(np.arange(n), times)
-            occurrence = np.repeat(starts, times) + (np.arange(len(picked)) - np.repeat(np.cumsum(times) - times, times))
-            payloads = [batch.payloads[i] for i in picked.tolist()]
-            keys = _stages.seeded_keys(self.seed, 0x6B6579, group, *batch.order, size=len(payloads))
-            chosen = _stages.Batch(batch.order, batch.record_offsets[picked], payloads, group)
-            yield beam.pvalue.TaggedOutput("digest", _stages.payload_digest(payloads))
-            yield from _stages.route(chosen, (occurrence + offsets[group]) % self.num_shards, keys)
-        for c in coverage:
-            yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
+
+def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
+    """Write one shard from its segment tables, bucket by bucket in key order."""
+    tables = list(tables)
+    name = spec.name(shard)
+    index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
+    counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
+    writer = RecordWriter(spec.path(name), spec.compression)
+    index = IndexStream(index_path, _fs.atomic_output) if index_path else None
+    try:
+        digest, groups = _bucketed.write_merged(tables, writer, index, _fs.open_input, counter.add)
+        writer.close()
+        if index is not None:
+            index.close()
+    except BaseException:
+        writer.abort()
+        if index is not None:
+            index.abort()
+        raise
+    counter.flush()
+    result = {"shard": shard, "name": name, "records": digest[0], "bytes": digest[1], "checksum": digest[2],
+              "file_bytes": _fs.file_size(spec.path(name)), "groups": groups}
+    _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    return result
 
 
 def run(args: argparse.Namespace, options) -> Summary:
@@ -177,40 +314,50 @@ def run(args: argparse.Namespace, options) -> Summary:
         groups += [number] * len(found)
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
-    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression, groups)
+    total_bytes = sum(fs.file_size(f) for f in files)
     staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
-    seed, num_shards = args.seed, args.num_shards
-
-    def build(p):
-        plan = p | "Plan" >> beam.Create(ranges)
-        counts = plan | "Count" >> beam.Map(count_range)
-        selected = (
-            plan
-            | "Spread" >> beam.Reshuffle()
-            | "Select" >> beam.ParDo(SelectFn(seed, wanted, weights, groups, num_shards), beam.pvalue.AsList(counts))
-            .with_outputs("digest", _stages.COVERAGE, main="routed")
-        )
-        _stages.check_coverages(selected[_stages.COVERAGE])
-        results = _stages.write_shards(selected.routed, spec, shuffled=True)
-        _stages.verify_digests(p, selected.digest, results, spec, "mix")
-
-        def save_counts(_, all_counts):
-            available = [0] * len(sources)
-            for (file_number, _start), n in all_counts:
-                available[groups[file_number]] += n
-            _stages._write_result(spec.path("_results"), "available.json", {"available": available})
-
-        _ = p | "Once" >> beam.Create([None]) | "SaveCounts" >> beam.Map(save_counts, beam.pvalue.AsList(counts))
+    seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
     try:
-        _common.run_pipeline(build, options)
-        available = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]["available"]
-        if wanted is None:
-            wanted = allocate(exhausting_total(available, weights), weights)
+        with _progress.reporter("mix", options, _common.progress) as reporter:
+            progress_dir = reporter.directory
+            _progress.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
+
+            def plan(_, surveys):
+                tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
+                _stages._write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
+                _progress.write_plan(progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks),
+                                     "reading the selected blocks")
+                _progress.write_plan(progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards")
+                return tasks
+
+            def build(p):
+                if "://" not in spill_dir:
+                    os.makedirs(spill_dir, exist_ok=True)
+                surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir)
+                selected = (
+                    p
+                    | "Start" >> beam.Create([None])
+                    | "Plan" >> beam.FlatMap(plan, beam.pvalue.AsList(surveys))
+                    | "Spread" >> beam.Reshuffle()
+                    | "Select" >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir))
+                    .with_outputs("digest", main="segments")
+                )
+                results = (
+                    selected.segments
+                    | "GroupByShard" >> beam.GroupByKey()
+                    | "WriteShards" >> beam.Map(lambda kv: write_mixed_shard(kv[0], kv[1], spec, progress_dir))
+                )
+                _stages.verify_digests(p, selected.digest, results, spec, "mix")
+
+            _common.run_pipeline(build, options)
+        plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
+        available, wanted = plan_result["available"], plan_result["wanted"]
         total = sum(wanted)
         results, check, finals = _common.finish(staged, spec, "mix", True)
         manifest = {
@@ -243,6 +390,16 @@ def run(args: argparse.Namespace, options) -> Summary:
     }
     return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def _selected_bytes(surveys: Sequence[FileSurvey], wanted: Sequence[int]) -> int:
+    """About how many bytes of frames the selection holds (mean frame size per source)."""
+    records = [0] * len(wanted)
+    size = [0] * len(wanted)
+    for s in surveys:
+        records[s.group] += s.records
+        size[s.group] += s.stream_bytes
+    return int(sum(w * b / r for w, b, r in zip(wanted, size, records) if r))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

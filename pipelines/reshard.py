@@ -1,9 +1,16 @@
 """Reshard TFRecord files: any number of inputs -> N balanced output shards with .tfindex files.
 
-The output holds exactly the input records as a multiset, and the job proves it: the count,
-the bytes and an order-independent checksum (sum of a 64-bit CRC32C + CRC-32 fingerprint of each payload) of what
-was read are compared inside the pipeline with what the shard writers wrote; a mismatch fails
-the job and nothing is moved into the output location.
+Without --shuffle the job plans from metadata and streams the bytes: it walks each input's
+record headers (length CRCs checked, payloads skipped), cuts the inputs, concatenated in file
+order, into N contiguous ranges balanced by records (or bytes), and each shard writer copies
+its ranges' framed records straight from the inputs (both CRCs checked) into its shard and
+index. Only the plan goes through Beam; memory does not grow with the data. Shard 0 holds the
+first records of the first file, and the shards concatenated are the inputs in order.
+
+The output holds exactly the input records, and the job proves it: the count, the bytes and
+an order-independent checksum of the records surveyed are compared inside the pipeline with
+what the shard writers wrote; a mismatch fails the job and nothing is moved into the output
+location.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import fs
+from tfrecord_beam._plan import plan_contiguous
+from tfrecord_beam.beam import _progress, planned as _planned
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
@@ -32,14 +41,14 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("reshard", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("reshard", __doc__, EXAMPLES)
     parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
     parser.add_argument("--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord")
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--num_shards", type=int, help="number of output shards")
     size.add_argument("--target_shard_bytes", type=int, help="pick the shard count from the input files' total size (compressed size for compressed inputs)")
     parser.add_argument("--balance", choices=("records", "bytes"), default="records",
-                        help="spread records evenly by count (default) or by bytes")
+                        help="cut the inputs into shards of equal record counts (default) or equal bytes")
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
     parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
@@ -47,8 +56,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="read uncompressed inputs in byte ranges of this size, in parallel")
+                        help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel")
     return parser
+
+
+def _run_planned(args: argparse.Namespace, options, files, total_bytes: int, num_shards: int) -> Summary:
+    """Unshuffled reshard: survey, plan contiguous ranges, stream each shard (see the module doc)."""
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
+                     f"contiguous, balanced by {args.balance}")
+    balance, compression = args.balance, args.input_compression
+
+    try:
+        with _progress.reporter("reshard", options, _common.progress) as reporter:
+            _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
+
+            def build(p):
+                surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory)
+                results = _planned.write_planned(p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance),
+                                                 reporter.directory)
+                if not args.no_verify:
+                    digests = surveys | "SurveyDigests" >> beam.Map(lambda s: s.digest)
+                    _planned.verify_planned(p, digests, results, spec, "reshard")
+
+            _common.run_pipeline(build, options)
+        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
+    except BaseException:
+        staged.abort()
+        raise
+    return _summary(results, check, finals, num_shards, files, total_bytes)
+
+
+def _summary(results, check, finals, num_shards: int, files, total_bytes: int) -> Summary:
+    records = sum(r["records"] for r in results)
+    sizes = [r["records"] for r in results]
+    extra = {
+        "output_shards": num_shards,
+        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
+        "input_files": len(files), "input_bytes": total_bytes,
+        "verified": "no (--no_verify)" if check is None else
+        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        "outputs": finals,
+    }
+    return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
 
 
 def run(args: argparse.Namespace, options) -> Summary:
@@ -59,6 +110,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
+    if not args.shuffle:
+        return _run_planned(args, options, files, total_bytes, num_shards)
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
     staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
@@ -85,17 +138,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     except BaseException:
         staged.abort()
         raise
-    records = sum(r["records"] for r in results)
-    sizes = [r["records"] for r in results]
-    extra = {
-        "output_shards": num_shards,
-        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
-        "input_files": len(files), "input_bytes": total_bytes,
-        "verified": "no (--no_verify)" if check is None else
-        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
-    }
-    return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
+    return _summary(results, check, finals, num_shards, files, total_bytes)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

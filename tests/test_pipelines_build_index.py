@@ -1,6 +1,7 @@
-"""build_index: indexes equal a sequential scan, ranges in parallel, corrupt files listed, options."""
+"""build_index: indexes equal a sequential scan, corrupt files listed with record and offset, options."""
 
 import numpy as np
+import pytest
 
 from pipeline_helpers import FAST, MULTI, entries, run_job, summary_json, write_files
 from pipelines import build_index as job
@@ -10,7 +11,7 @@ from tfrecord_beam.index import build_index, load_index, verify_index
 def test_indexes_match_a_sequential_scan(tmp_path, capsys):
     write_files(tmp_path, "a", [500, 0, 1, 20])
     write_files(tmp_path, "g", [300], suffix=".tfrecord.gz")
-    code, out, err = run_job(job.main, ["--input", str(tmp_path / "*.tfrecord*"), "--split_bytes", "3000", "--verify"] + FAST, capsys)
+    code, out, err = run_job(job.main, ["--input", str(tmp_path / "*.tfrecord*"), "--verify"] + FAST, capsys)
     assert code == 0, err
     for data in list(tmp_path.glob("a-*.tfrecord")) + list(tmp_path.glob("*.gz")):
         index = str(data).replace(".tfrecord", ".tfindex") if data.suffix == ".tfrecord" else str(data) + ".tfindex"
@@ -42,7 +43,7 @@ def test_corrupt_files_are_listed_counted_and_get_no_index(tmp_path, capsys):
     bad.write_bytes(bytes(raw))
     trunc = tmp_path / "a-2.tfrecord"
     trunc.write_bytes((tmp_path / "a-0.tfrecord").read_bytes()[:-3])
-    code, out, err = run_job(job.main, ["--input", str(tmp_path / "*.tfrecord"), "--verify", "--split_bytes", "1000"] + FAST, capsys)
+    code, out, err = run_job(job.main, ["--input", str(tmp_path / "*.tfrecord"), "--verify"] + FAST, capsys)
     assert code == 2
     summary = summary_json(out)
     assert summary["corrupt_files"] == 2 and summary["indexed_files"] == 1
@@ -52,15 +53,39 @@ def test_corrupt_files_are_listed_counted_and_get_no_index(tmp_path, capsys):
     assert "corrupt, no index written" in err
 
 
-def test_ranges_that_do_not_tile_the_file_are_rescanned(tmp_path):
-    write_files(tmp_path, "a", [30])
-    path = str(tmp_path / "a-0.tfrecord")
-    full = build_index(path)
-    frames = ("frames", 0, 0, full[:10, 0], full[:10, 1], None)
-    later = ("frames", 999, int(full[12, 0]), full[12:, 0], full[12:, 1], None)  # records 10, 11 missing
-    (tmp_path / "out").mkdir()
-    job.assemble(path, [later, frames], False, str(tmp_path / "out"))
-    assert np.array_equal(load_index(str(tmp_path / "out" / "a-0.tfindex")), full)
+@pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi"])
+def test_a_flipped_length_is_never_indexed(tmp_path, capsys, runner):
+    """Issue 10 item 10: record 0's length made exactly one record longer used to give a
+    99-entry index, exit 0 (length CRCs were not checked without --verify)."""
+    write_files(tmp_path, "a", [100])
+    path = tmp_path / "a-0.tfrecord"
+    good = build_index(str(path))
+    raw = bytearray(path.read_bytes())
+    victim = 37
+    length = int(good[victim, 1]) - 16 + int(good[victim + 1, 1])  # swallows the next record
+    raw[int(good[victim, 0]) : int(good[victim, 0]) + 8] = length.to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    code, out, err = run_job(job.main, ["--input", str(path)] + runner, capsys)
+    assert code == 2
+    summary = summary_json(out)
+    assert summary["corrupt_files"] == 1 and summary["indexed_files"] == 0
+    [line] = summary["corrupt"]
+    assert "a-0.tfrecord" in line and f"record {victim}" in line and f"byte offset {good[victim, 0]}" in line
+    assert "length CRC" in line
+    assert entries(tmp_path) == ["a-0.tfrecord"]
+
+
+def test_large_records_are_walked_by_their_headers(tmp_path, capsys):
+    """Records bigger than the walker's seek threshold (payloads skipped), mixed with small ones."""
+    from tfrecord_beam._walk import SEEK_FRAME_BYTES
+    from tfrecord_beam.records import write_records
+
+    sizes = [10, SEEK_FRAME_BYTES * 3, 5, SEEK_FRAME_BYTES, SEEK_FRAME_BYTES * 700, 0, 3] * 3
+    write_records(str(tmp_path / "big.tfrecord"), [bytes([i]) * n for i, n in enumerate(sizes)])
+    code, out, err = run_job(job.main, ["--input", str(tmp_path / "big.tfrecord")] + FAST, capsys)
+    assert code == 0, err
+    assert np.array_equal(load_index(str(tmp_path / "big.tfindex")), build_index(str(tmp_path / "big.tfrecord")))
+    assert summary_json(out)["records"] == len(sizes)
 
 
 def test_no_matching_files(tmp_path, capsys):

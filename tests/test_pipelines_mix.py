@@ -37,7 +37,7 @@ def test_selection_without_and_with_repetition():
 def _mix(tmp_path, capsys, name, seed=1, extra=(), runner=FAST):
     return run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source", f"{tmp_path / 'b'}/*.tfrecord=1",
                               "--total_records", "400", "--output_prefix", str(tmp_path / name / "m"),
-                              "--num_shards", "3", "--seed", str(seed), "--split_bytes", "6000", *extra] + runner, capsys)
+                              "--num_shards", "3", "--seed", str(seed), *extra] + runner, capsys)
 
 
 def test_mix_counts_manifest_and_interleaving(tmp_path, capsys):
@@ -117,3 +117,21 @@ def test_until_exhausted_uses_the_smallest_source_whole(tmp_path, capsys):
     assert manifest["total_records"] == 160 and manifest["mode"] == "until_exhausted"
     assert mix.exhausting_total([500, 40], [3, 1]) == 160
     assert mix.exhausting_total([10, 10, 0], [1, 1, 1]) == 0
+
+
+def test_corrupt_selected_record_is_named_and_nothing_is_left(tmp_path, capsys):
+    write_files(tmp_path / "a", "a", [60], tag=1)
+    write_files(tmp_path / "b", "b", [30], tag=2)
+    path = tmp_path / "b" / "b-0.tfrecord"
+    from tfrecord_beam.index import build_index
+
+    index = build_index(str(path))
+    raw = bytearray(path.read_bytes())
+    raw[int(index[12, 0]) + 14] ^= 0x08  # record 12's payload: the survey (headers only) cannot see it
+    path.write_bytes(bytes(raw))
+    code, _, err = run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=1", "--source", f"{path}=1",
+                                      "--total_records", "120", "--output_prefix", str(tmp_path / "o" / "m"),
+                                      "--num_shards", "2"] + FAST, capsys)
+    assert code == 1
+    assert "b-0.tfrecord" in err and "record 12" in err and f"byte offset {index[12, 0]}" in err
+    assert entries(tmp_path / "o") == []

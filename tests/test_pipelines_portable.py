@@ -34,3 +34,19 @@ def test_reshard_on_portable_runner(tmp_path, portable_services, capsys):
     assert Counter(p for s in read_shards(tmp_path / "out", "p-*.tfrecord") for p in s) == Counter(data)
     assert summary_json(out)["verified"].startswith("yes")
     assert not [e for e in entries(tmp_path / "out") if e.startswith(".")]
+
+
+@pytest.mark.slow
+def test_planned_reshard_on_portable_runner(tmp_path, portable_services, capsys):
+    """The unshuffled (planned) reshard: surveys, plans and copies run in the worker pool; the
+    job prints where to watch progress instead of progress lines."""
+    job_port, pool_port = portable_services
+    data = write_files(tmp_path / "in", "a", [300, 200])
+    beam_flags = ["--runner=PortableRunner", f"--job_endpoint=localhost:{job_port}",
+                  "--environment_type=EXTERNAL", f"--environment_config=localhost:{pool_port}"]
+    code, out, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
+                                            str(tmp_path / "out" / "p"), "--num_shards", "3"] + beam_flags, capsys)
+    assert code == 0, err
+    assert [p for s in read_shards(tmp_path / "out", "p-*.tfrecord") for p in s] == data
+    assert summary_json(out)["verified"].startswith("yes")
+    assert "tfrecord_beam.progress" in err

@@ -489,6 +489,7 @@ class RecordWriter:
         self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
         self._pos = 0
         self.closed = False
+        self.members = None  # after close: the block-gzip member table written, if any
         self._commit_unclosed = commit_unclosed
         _open_writers.add(self)
 
@@ -580,12 +581,13 @@ class RecordWriter:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
-        sizes = [int(s) for s in record_sizes]
-        if sum(sizes) != len(framed):
-            raise ValueError(f"{self.path}: record sizes add up to {sum(sizes)}, not {len(framed)} bytes")
+        sizes = np.asarray(record_sizes if isinstance(record_sizes, (np.ndarray, list)) else list(record_sizes),
+                           dtype=np.int64)  # an int64 array passes through without a copy
+        if int(sizes.sum()) != len(framed):
+            raise ValueError(f"{self.path}: record sizes add up to {int(sizes.sum())}, not {len(framed)} bytes")
         self._drain()
         if self._frame_sizes is not None:
-            self._frame_sizes.append(np.asarray(sizes, dtype=np.int64))
+            self._frame_sizes.append(sizes.copy() if sizes is record_sizes else sizes)
         if self._blocks is not None:
             self._blocks.add(framed, sizes)
         else:
@@ -620,7 +622,7 @@ class RecordWriter:
             self._drain()  # the write buffer's frames come first
             if self._deflater is not None:
                 self._file.write(self._deflater.flush())
-            members = self._blocks.finish() if self._blocks is not None else None
+            members = self.members = self._blocks.finish() if self._blocks is not None else None
             self._commit.finish()
             if self._frame_sizes is not None:
                 index_commit = self._finish_index(_index, members)

@@ -1,0 +1,234 @@
+"""Planned jobs end to end on DirectRunner (unshuffled reshard, mix, build_index), each beside a
+plain Python loop over RecordReader -> RecordWriter(s) doing the same job in the same run,
+with the peak RSS of the whole process tree (sampled from /proc) and 1 vs 2 workers. Every
+run is a fresh interpreter (no run inherits another's memory); seconds are medians.
+
+    python -m bench.bench_planned [--gb 2] [--small] [--jobs reshard,build_index,mix]
+                                  [--workdir DIR] [--repeats 3]
+
+Inputs (cached under bench/_data, or $TFRECORD_BEAM_BENCH_DATA): 8 files of 16 KiB records and 8 files of 150-byte records,
+`--gb` GB each set (`--small`: 0.2 GB). Throughput is input bytes (or records) per second of
+the whole job, the survey, Beam's start-up and the checksum proof included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+import numpy as np
+
+from bench._common import DATA_DIR, print_table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from _rss import PeakRSS  # noqa: E402  (the tests' sampler: one implementation)
+
+ONE = ["--runner=DirectRunner"]
+TWO = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+SHARDS = 8
+
+
+def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
+    """`files` files of `payload`-byte random records, `total` bytes in all (cached)."""
+    from tfrecord_beam.records import RecordWriter
+
+    directory = DATA_DIR / f"planned-{payload}-{total}"
+    paths = [directory / f"in-{k}.tfrecord" for k in range(files)]
+    if all(p.exists() for p in paths):
+        return paths
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(payload)
+    pool = rng.bytes(16 << 20)
+    per_file = total // files // (payload + 16)
+    for k, path in enumerate(paths):
+        starts = rng.integers(0, len(pool) - payload, per_file).tolist()
+        with RecordWriter(str(path)) as writer:
+            for a in range(0, per_file, 65536):
+                writer.write_many([pool[s : s + payload] for s in starts[a : a + 65536]])
+    return paths
+
+
+def measure(kind: str, *args) -> Tuple[float, int]:
+    """(seconds, peak RSS of the process tree) of one run in a fresh interpreter: `kind` is a
+    pipelines module or a plain loop. Seconds are timed in the child around the job alone."""
+    cmd = [sys.executable, "-m", "bench.bench_planned", "--one", json.dumps([kind, [str(a) for a in args]])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(ROOT), env=env)
+    with PeakRSS(root=proc.pid, interval=0.05) as rss:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} {args} failed with status {proc.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1])["seconds"], rss.peak
+
+
+def _run_one(spec: str) -> None:
+    kind, args = json.loads(spec)
+    if kind == "plain_reshard":
+        def fn():
+            plain_reshard([Path(a) for a in args[:-2]], args[-2], int(args[-1]))
+    elif kind == "plain_build_index":
+        def fn():
+            plain_build_index([Path(a) for a in args[:-1]], Path(args[-1]))
+    else:
+        import importlib
+
+        main = importlib.import_module(f"pipelines.{kind}").main
+
+        def fn():
+            if main(args) != 0:
+                raise RuntimeError(f"{kind} {args} failed")
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        fn()
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+
+
+def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int]:
+    """Median seconds and the largest peak RSS of `repeats` runs."""
+    runs = []
+    for _ in range(repeats):
+        runs.append(measure(kind, *args))
+        if cleanup is not None:
+            cleanup()
+    return float(np.median([r[0] for r in runs])), max(r[1] for r in runs)
+
+
+# --- the plain loops ---------------------------------------------------------------------------
+
+def plain_reshard(files: List[Path], prefix: str, shards: int) -> None:
+    """The same job as a user would write it: count, then copy record by record into contiguous
+    shards with indexes (no proof)."""
+    from tfrecord_beam.records import RecordReader, RecordWriter
+
+    total = sum(len(c) for f in files for c in RecordReader(str(f), verify=False).chunks())
+    bounds = [total * (s + 1) // shards for s in range(shards)]
+    shard, done = 0, 0
+    writer = RecordWriter(f"{prefix}-{0:05d}-of-{shards:05d}.tfrecord", index_path=True)
+    for f in files:
+        for payload in RecordReader(str(f)):
+            while done >= bounds[shard]:
+                writer.close()
+                shard += 1
+                writer = RecordWriter(f"{prefix}-{shard:05d}-of-{shards:05d}.tfrecord", index_path=True)
+            writer.write(payload)
+            done += 1
+    writer.close()
+    for s in range(shard + 1, shards):
+        RecordWriter(f"{prefix}-{s:05d}-of-{shards:05d}.tfrecord", index_path=True).close()
+
+
+def plain_build_index(files: List[Path], out_dir: Path) -> None:
+    """The core's sequential index build, file after file (length CRCs checked)."""
+    from tfrecord_beam.index import create_index
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        create_index(str(f), str(out_dir / (f.stem + ".tfindex")))
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def _row(what, seconds, peak, nbytes, records, ref=None):
+    return [what, f"{seconds:.2f}", f"{nbytes / seconds / 1e6:,.0f}", f"{records / seconds / 1e6:.2f}",
+            f"{peak / 2**20:,.0f}", "" if ref is None else f"{ref / seconds:.2f}x"]
+
+
+HEADER = ["what", "seconds", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
+
+
+def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3,
+        payloads: Tuple[int, ...] = (16384, 150)) -> str:
+    total = int(gb * 1e9)
+    text = ""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_planned_", dir=workdir or str(DATA_DIR)))
+    workers = (("1 worker", ONE), ("2 workers (multi_processing)", TWO))
+
+    def clean(name):
+        return lambda: shutil.rmtree(tmp / name, ignore_errors=True)
+
+    def table(title, rows, times):
+        ratio = times[workers[0][0]] / times[workers[1][0]]
+        return print_table(f"{title}, 2 workers / 1 worker speed-up {ratio:.2f}x", HEADER, rows)
+
+    try:
+        for payload in payloads:
+            files = dataset(payload, total)
+            nbytes = sum(f.stat().st_size for f in files)
+            records = nbytes // (payload + 16)
+            pattern = str(files[0].parent / "in-*.tfrecord")
+            label = f"{payload // 1024} KiB" if payload >= 1024 else f"{payload} B"
+            if "reshard" in jobs:
+                rows, times, plain = [], {}, None
+                if not skip_plain:
+                    (tmp / "plain").mkdir(parents=True, exist_ok=True)
+                    plain, peak = median_run(repeats, "plain_reshard", *files, tmp / "plain" / "r", SHARDS,
+                                             cleanup=lambda: [p.unlink() for p in (tmp / "plain").iterdir()])
+                    rows.append(_row("plain loop: RecordReader -> RecordWriter(index) per record", plain, peak,
+                                     nbytes, records))
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "reshard", "--input", pattern, "--output_prefix", tmp / "rs" / "r",
+                                               "--num_shards", SHARDS, *runner, cleanup=clean("rs"))
+                    times[name] = seconds
+                    rows.append(_row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain))
+                text += table(f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
+            if "build_index" in jobs:
+                rows, times, plain = [], {}, None
+                if not skip_plain:
+                    plain, peak = median_run(repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx"))
+                    rows.append(_row("plain loop: index.create_index per file", plain, peak, nbytes, records))
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "build_index", "--input", pattern, "--output_dir", tmp / "idx",
+                                               *runner, cleanup=clean("idx"))
+                    times[name] = seconds
+                    rows.append(_row(f"build_index (this job), {name}", seconds, peak, nbytes, records, plain))
+                text += table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
+            if "mix" in jobs and payload >= 1024:
+                rows, times = [], {}
+                a = str(files[0].parent / "in-[0-5].tfrecord")
+                b = str(files[0].parent / "in-[67].tfrecord")
+                for name, runner in workers:
+                    seconds, peak = median_run(repeats, "mix", "--source", a + "=3", "--source", b + "=1",
+                                               "--total_records", records, "--output_prefix", tmp / "mx" / "m",
+                                               "--num_shards", SHARDS, "--seed", 1, *runner, cleanup=clean("mx"))
+                    times[name] = seconds
+                    rows.append(_row(f"mix 3:1 (select, shuffle within shards, proof), {name}", seconds, peak,
+                                     nbytes, records))
+                text += table(f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return text
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=2.0, help="GB per input set (default 2)")
+    parser.add_argument("--small", action="store_true", help="0.2 GB per input set (a quick run)")
+    parser.add_argument("--jobs", default="reshard,build_index,mix", help="comma-separated subset")
+    parser.add_argument("--skip-plain", action="store_true", help="skip the plain loops")
+    parser.add_argument("--workdir", default=None,
+                        help="where outputs go (default: beside the inputs; e.g. /dev/shm to measure past a slow disk)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each (median seconds, largest peak RSS)")
+    parser.add_argument("--payloads", default="16384,150", help="payload sizes of the input sets")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one measured run
+    args = parser.parse_args(argv)
+    if args.one:
+        _run_one(args.one)
+        return
+    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir, args.repeats,
+        tuple(int(p) for p in args.payloads.split(",")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Peak resident memory of a whole process tree, sampled from /proc (memory-budget tests).
+
+    with PeakRSS() as small:
+        run_the_job(small_input)
+    with PeakRSS() as large:
+        run_the_job(large_input)
+    assert large.peak - small.peak < budget
+
+`PeakRSS` samples, every few milliseconds in a thread, the summed RSS of this process and all
+its descendants (Beam's multi_processing workers included) and keeps the peak. Comparing with
+a run on a small input removes what the runner itself costs, so what is left is the memory
+that grows with the data. Linux only (it reads /proc).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Iterable, Optional, Set
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+MiB = 1 << 20
+
+
+def _parents() -> dict:
+    """{pid: parent pid} of every process (from /proc/PID/stat)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        # the command name (field 2) is in parentheses and may hold spaces: parse after it
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            out[int(name)] = int(fields[1])
+    return out
+
+
+def process_tree(root: int) -> Set[int]:
+    """`root` and every process descended from it."""
+    children: dict = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    seen = {root}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Summed resident set size of the processes (those that vanished count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+class PeakRSS:
+    """Context manager: `.peak` is the highest RSS of the process tree seen while inside."""
+
+    def __init__(self, root: Optional[int] = None, interval: float = 0.01) -> None:
+        self.root = root or os.getpid()
+        self.interval = interval
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        now = rss_bytes(process_tree(self.root))
+        self.peak = max(self.peak, now)
+        self.samples += 1
+        return now
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()

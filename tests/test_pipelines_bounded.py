@@ -1,0 +1,158 @@
+"""Planned jobs (unshuffled reshard, mix, build_index) run in memory that does not grow with
+the data: each runs on an input several times larger than a budget, and the peak RSS of the
+whole process tree (sampled from /proc) may exceed that of a run on an input of the budget's size
+by less than the budget (a job that held its data would grow by 4x the budget at least). Also: exactly-once and order, and corrupt inputs named with record and offset."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import pytest
+
+from _rss import MiB, PeakRSS
+from pipeline_helpers import FAST, MULTI, entries, run_job, summary_json
+from pipelines import build_index, mix, reshard
+from tfrecord_beam.index import build_index as index_of
+from tfrecord_beam.index import load_index, verify_index
+from tfrecord_beam.records import RecordReader, RecordWriter
+
+BUDGET = 32 * MiB
+BIG_BYTES = 5 * BUDGET  # the input is 5x the budget
+SMALL_BYTES = BUDGET  # the baseline: big enough for every fixed-size buffer, so only growth is left
+RUNNERS = pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi"])
+
+
+def _write_inputs(directory: Path, total: int, files: int, seed: int, max_payload: int = 32 << 10) -> List[Path]:
+    """`files` files of random payloads (1 B .. max_payload) adding up to about `total` bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(files):
+        path = directory / f"in-{k}.tfrecord"
+        written = 0
+        with RecordWriter(str(path)) as writer:
+            while written < total // files:
+                sizes = rng.integers(1, max_payload, 256)
+                blob = rng.bytes(int(sizes.sum()))
+                ends = np.cumsum(sizes)
+                writer.write_many([blob[e - s : e] for s, e in zip(sizes.tolist(), ends.tolist())])
+                written += int(sizes.sum())
+        out.append(path)
+    return out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bounded")
+    big = _write_inputs(root / "big", BIG_BYTES, 3, 1)
+    small = _write_inputs(root / "small", SMALL_BYTES, 3, 2)
+    return big, small
+
+
+def _stream_hash(paths) -> str:
+    """A hash of the records of `paths` in order (streamed: constant memory)."""
+    h = hashlib.blake2b()
+    for p in paths:
+        for payload in RecordReader(str(p)):
+            h.update(len(payload).to_bytes(8, "little"))
+            h.update(payload)
+    return h.hexdigest()
+
+
+def _peak_growth(run_small, run_big) -> int:
+    with PeakRSS() as small:
+        run_small()
+    with PeakRSS() as big:
+        run_big()
+    return big.peak - small.peak
+
+
+@RUNNERS
+def test_reshard_streams_in_bounded_memory_and_keeps_order(inputs, tmp_path, capsys, runner):
+    big, small = inputs
+
+    def job(files, name):
+        code, out, err = run_job(reshard.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_prefix",
+                                                str(tmp_path / name / "r"), "--num_shards", "4"] + runner, capsys)
+        assert code == 0, err
+        return summary_json(out)
+
+    growth = _peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
+    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+    shards = sorted((tmp_path / "b").glob("r-*-of-00004.tfrecord"))
+    assert len(shards) == 4
+    assert _stream_hash(shards) == _stream_hash(big)  # exactly once, in input order
+    counts = [len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in shards]
+    assert max(counts) - min(counts) <= 1
+    verify_index(str(shards[1]).replace(".tfrecord", ".tfindex"), str(shards[1]))
+
+
+@RUNNERS
+def test_build_index_in_bounded_memory(inputs, tmp_path, capsys, runner):
+    big, small = inputs
+
+    def job(files, out_dir):
+        code, out, err = run_job(build_index.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_dir",
+                                                    str(out_dir)] + runner, capsys)
+        assert code == 0, err
+
+    growth = _peak_growth(lambda: job(small, tmp_path / "s"), lambda: job(big, tmp_path / "b"))
+    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+    for f in big:
+        assert np.array_equal(load_index(str(tmp_path / "b" / f.name.replace(".tfrecord", ".tfindex"))), index_of(str(f)))
+
+
+@RUNNERS
+def test_mix_in_bounded_memory(inputs, tmp_path, capsys, runner):
+    big, small = inputs
+
+    def job(files, name, total):
+        code, out, err = run_job(mix.main, ["--source", f"{files[0]}=1", "--source", f"{files[1].parent}/in-[12].tfrecord=2",
+                                            "--total_records", str(total), "--output_prefix", str(tmp_path / name / "m"),
+                                            "--num_shards", "3", "--seed", "4"] + runner, capsys)
+        assert code == 0, err
+        return summary_json(out)
+
+    n_big = sum(len(index_of(str(f))) for f in big)
+    n_small = sum(len(index_of(str(f))) for f in small)
+    growth = _peak_growth(lambda: job(small, "s", n_small), lambda: job(big, "b", n_big))
+    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+    out = sorted((tmp_path / "b").glob("m-*.tfrecord"))
+    assert sum(len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in out) == n_big
+
+
+def test_corrupt_payload_is_named_with_record_and_offset(inputs, tmp_path, capsys):
+    _, small = inputs
+    data = tmp_path / "in"
+    data.mkdir()
+    raw = bytearray(small[0].read_bytes())
+    index = index_of(str(small[0]))
+    victim = len(index) // 2
+    raw[int(index[victim, 0]) + 20] ^= 0x40  # inside its payload: only the copy's CRC check sees it
+    (data / "bad.tfrecord").write_bytes(bytes(raw))
+    (data / "good.tfrecord").write_bytes(small[1].read_bytes())
+    out = tmp_path / "out"
+    code, _, err = run_job(reshard.main, ["--input", str(data / "*.tfrecord"), "--output_prefix", str(out / "r"),
+                                          "--num_shards", "3"] + FAST, capsys)
+    assert code == 1
+    assert "bad.tfrecord" in err and f"record {victim}" in err and f"byte offset {index[victim, 0]}" in err
+    assert "payload CRC" in err
+    assert entries(out) == []
+
+
+def test_progress_lines_while_a_job_runs(inputs, tmp_path, capsys, monkeypatch):
+    import re
+
+    from tfrecord_beam.beam import _progress
+
+    monkeypatch.setattr(_progress, "INTERVAL_S", 0.1)
+    _, small = inputs
+    code, _, err = run_job(reshard.main, ["--input", str(small[0].parent / "*.tfrecord"), "--output_prefix",
+                                          str(tmp_path / "o" / "r"), "--num_shards", "2"] + FAST, capsys)
+    assert code == 0, err
+    lines = re.findall(r"reshard: (?:surveying the inputs|writing 2 shards): [\d.,]+ \w?B of [\d.,]+ \w?B .*records, .*/s",
+                       err)
+    assert lines, err

@@ -1,0 +1,234 @@
+"""The pieces of planned jobs without Beam: header walk, digest, plans, streaming copies,
+block-wise selection, keyed runs, progress lines. Both engines where the engine matters."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from tfrecord_beam import _bucketed, _copy, _engine, _framing_py, _plan, _walk
+from tfrecord_beam import fs as core_fs
+from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
+from tfrecord_beam.index import build_index, load_index
+from tfrecord_beam.records import RecordReader, RecordWriter, write_records
+
+
+@pytest.fixture(params=["native", "pure"])
+def engine(request, monkeypatch):
+    """Run the test on one engine's framing functions (whatever TFRECORD_BEAM_PURE says)."""
+    impl = _framing_py
+    if request.param == "native":
+        impl = pytest.importorskip("tfrecord_beam._native._core", reason="compiled core not built")
+    for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
+        monkeypatch.setattr(_engine, name, getattr(impl, name))
+    return request.param
+
+
+def _payloads(sizes):
+    return [bytes([i % 251]) * int(n) for i, n in enumerate(sizes)]
+
+
+MIXED = [3, 0, 200] * 30 + [_walk.SEEK_FRAME_BYTES, 5, _walk.SEEK_FRAME_BYTES * 3] * 20 + [50_000, 7] * 10 + [1] * 500
+
+
+def _walk_all(path, compression=None, **kw):
+    with open(path, "rb") as raw:
+        return list(_walk.walk_frames(raw, compression, str(path), **kw))
+
+
+@pytest.mark.parametrize("read_bytes", [64, 1000, _walk.READ_BYTES])
+def test_walk_equals_a_sequential_index(tmp_path, engine, monkeypatch, read_bytes):
+    monkeypatch.setattr(_walk, "READ_BYTES", read_bytes)  # reads ending inside headers and frames
+    path = tmp_path / "a.tfrecord"
+    payloads = _payloads(MIXED)
+    write_records(str(path), payloads)
+    ref = build_index(str(path))
+    blocks = _walk_all(path)
+    assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[:, 0])
+    assert np.array_equal(np.concatenate([b.sizes for b in blocks]), ref[:, 1])
+    assert [b.first_record for b in blocks] == np.cumsum([0] + [len(b) for b in blocks])[:-1].tolist()
+    footers = np.concatenate([b.footers for b in blocks])
+    assert footers.tolist() == [_framing_py.masked_crc32c(p) for p in payloads]
+    mid = 100  # from a record boundary inside the file
+    later = _walk_all(path, start_offset=int(ref[mid, 0]), first_record=mid)
+    assert later[0].first_record == mid and np.array_equal(np.concatenate([b.offsets for b in later]), ref[mid:, 0])
+
+
+def test_walk_of_compressed_and_verified_files(tmp_path):
+    payloads = _payloads(MIXED)
+    write_records(str(tmp_path / "a.tfrecord.gz"), payloads)
+    write_records(str(tmp_path / "a.tfrecord"), payloads)
+    ref = build_index(str(tmp_path / "a.tfrecord"))
+    for name, compression, verify in (("a.tfrecord.gz", "gzip", _framing_py.VERIFY_LENGTHS),
+                                      ("a.tfrecord", None, _framing_py.VERIFY_ALL)):
+        blocks = _walk_all(tmp_path / name, compression, verify=verify)
+        assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[:, 0])
+
+
+@pytest.mark.parametrize("victim", [0, 89, 91, 150, 209, 660])
+def test_walk_names_a_bad_length_crc(tmp_path, engine, victim):
+    path = tmp_path / "a.tfrecord"
+    write_records(str(path), _payloads(MIXED))
+    ref = build_index(str(path))
+    raw = bytearray(path.read_bytes())
+    raw[int(ref[victim, 0]) + 2] ^= 0x10
+    path.write_bytes(bytes(raw))
+    # at offset 0 the reader says the file does not start with a TFRecord header (`_diagnose`)
+    reason = "the file does not start with a valid TFRecord header" if victim == 0 else "length CRC"
+    with pytest.raises(CorruptRecordError, match=f"record {victim}, byte offset {ref[victim, 0]}: {reason}"):
+        _walk_all(path)
+
+
+@pytest.mark.parametrize("cut", [-3, -20, 5])
+def test_walk_names_a_truncated_record(tmp_path, engine, cut):
+    path = tmp_path / "a.tfrecord"
+    write_records(str(path), _payloads(MIXED))
+    ref = build_index(str(path))
+    big = int(np.flatnonzero(ref[:, 1] >= _walk.SEEK_FRAME_BYTES)[-1])
+    end = len(path.read_bytes()) + cut if cut < 0 else int(ref[big, 0]) + cut
+    path.write_bytes(path.read_bytes()[:end])
+    with pytest.raises(TruncatedRecordError) as info:
+        _walk_all(path)
+    assert info.value.record_number == int(np.searchsorted(ref[:, 0], end, side="right")) - 1  # the one cut
+
+
+def test_frame_digest_is_order_independent_and_sensitive():
+    payloads = [b"a", b"bb", b"", b"a"]
+    crcs = np.array([_framing_py.masked_crc32c(p) for p in payloads], np.uint32)
+    sizes = np.array([len(p) + 16 for p in payloads], np.int64)
+    d = _walk.frame_digest(crcs, sizes)
+    assert d[:2] == (4, 4)
+    assert d == _walk.frame_digest(crcs[::-1], sizes[::-1])
+    assert d != _walk.frame_digest(crcs[:3], sizes[:3])
+    assert d != _walk.frame_digest(np.r_[crcs[:3], crcs[1:2]], np.r_[sizes[:3], sizes[1:2]])
+    halves = _walk.add_digests(_walk.frame_digest(crcs[:2], sizes[:2]), _walk.frame_digest(crcs[2:], sizes[2:]))
+    assert halves == d
+
+
+def _surveys(paths, compression=None):
+    out = []
+    for number, p in enumerate(paths):
+        with open(p, "rb") as raw:
+            out.append(_plan.survey(raw, str(p), compression, number))
+    return out
+
+
+@pytest.mark.parametrize("balance", ["records", "bytes"])
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_contiguous_plans_copied_are_the_inputs_in_order(tmp_path, monkeypatch, balance, compression):
+    monkeypatch.setattr(_plan, "CHECKPOINT_RECORDS", 7)  # many checkpoints: pieces start between them
+    monkeypatch.setattr(_copy, "COPY_READ_BYTES", 300)
+    suffix = ".tfrecord.gz" if compression else ".tfrecord"
+    counts = [40, 0, 1, 23]
+    all_payloads, paths = [], []
+    for k, n in enumerate(counts):
+        payloads = _payloads(np.random.default_rng(k).integers(0, 120, n))
+        paths.append(tmp_path / f"in-{k}{suffix}")
+        write_records(str(paths[-1]), payloads)
+        all_payloads += payloads
+    surveys = _surveys(paths, compression)
+    assert [s.records for s in surveys] == counts
+    assert all(s.checkpoints == [(0, 0)] + [(r, int(build_index(str(p), compression)[r, 0])) for r, _ in s.checkpoints[1:]]
+               for s, p in zip(surveys, paths))
+    plans = _plan.plan_contiguous(surveys, 5, balance)
+    assert [p.shard for p in plans] == list(range(5))
+    out, digest = [], (0, 0, 0)
+    for plan in plans:
+        dest = tmp_path / f"out-{plan.shard}.tfrecord"
+        stats = _copy.copy_pieces(plan.pieces, str(dest), str(dest) + ".idx", None, core_fs.open_input,
+                                  core_fs.atomic_output)
+        shard = list(RecordReader(str(dest)))
+        assert stats["records"] == len(shard) and np.array_equal(load_index(str(dest) + ".idx"), build_index(str(dest)))
+        if balance == "records":
+            assert stats["records"] == plan.records
+        digest = _walk.add_digests(digest, (stats["records"], stats["bytes"], stats["checksum"]))
+        out += shard
+    assert out == all_payloads
+    assert digest == _plan.total_digest(surveys)
+    if balance == "records":
+        sizes = [p.records for p in plans]
+        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == len(all_payloads)
+
+
+def test_a_failed_copy_leaves_nothing(tmp_path):
+    path = tmp_path / "in.tfrecord"
+    write_records(str(path), _payloads([100] * 50))
+    [survey] = _surveys([path])
+    raw = bytearray(path.read_bytes())
+    raw[116 * 30 + 20] ^= 1  # record 30's payload
+    path.write_bytes(bytes(raw))
+    [plan] = _plan.plan_contiguous([survey], 1)
+    with pytest.raises(CorruptRecordError, match="record 30, byte offset 3480: payload CRC"):
+        _copy.copy_pieces(plan.pieces, str(tmp_path / "o.tfrecord"), str(tmp_path / "o.idx"), None,
+                          core_fs.open_input, core_fs.atomic_output)
+    assert sorted(os.listdir(tmp_path)) == ["in.tfrecord"]
+
+
+def test_block_extras_are_exact_and_deterministic():
+    from pipelines import mix
+
+    sizes = [65536, 100, 0, 7, 65536]
+    extras = mix.block_extras(3, 0, sizes, 30000)
+    assert extras.sum() == 30000 and np.all(extras <= sizes)
+    assert np.array_equal(extras, mix.block_extras(3, 0, sizes, 30000))
+    assert not np.array_equal(extras, mix.block_extras(4, 0, sizes, 30000))
+    huge = mix.block_extras(1, 0, [6 * 10**8, 6 * 10**8, 5], 1000)  # past numpy's hypergeometric limit
+    assert huge.sum() == 1000 and huge[2] <= 5
+    assert mix.block_extras(1, 0, [5, 5], 10).tolist() == [5, 5]
+
+
+def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(_bucketed, "RUN_BYTES", 2000)  # several runs
+    payloads = _payloads(np.random.default_rng(0).integers(0, 60, 400))
+    path = tmp_path / "in.tfrecord"
+    write_records(str(path), payloads)
+    framed = path.read_bytes()
+    index = build_index(str(path))
+    keys = np.random.default_rng(1).integers(0, 2**64 - 1, len(payloads), dtype=np.uint64, endpoint=True)
+    shards = np.arange(len(payloads)) % 2
+    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 0, 0, [3, 3], core_fs.atomic_output)
+    for a in range(0, len(payloads), 50):
+        sl = slice(a, a + 50)
+        spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
+    tables = spiller.close()
+    for shard in (0, 1):
+        dest = tmp_path / f"s{shard}.tfrecord"
+        writer = RecordWriter(str(dest))
+        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, None,
+                                                core_fs.open_input)
+        writer.close()
+        mine = np.flatnonzero(shards == shard)
+        expected = [payloads[i] for i in mine[np.argsort(keys[mine])]]
+        assert list(RecordReader(str(dest))) == expected and groups == [len(mine)]
+
+
+def test_progress_lines(tmp_path):
+    from tfrecord_beam.beam import _progress
+
+    lines = []
+    with _progress.ProgressReporter("job", lines.append, interval=0.05) as rep:
+        assert rep.line() is None
+        _progress.write_plan(rep.directory, "write", 1000, 10_000_000, "writing 2 shards")
+        counter = _progress.ProgressFile(rep.directory, "write", "00000")
+        counter.add(250, 2_500_000)
+        counter.flush()
+        time.sleep(0.3)
+    assert lines and "job: writing 2 shards: 2.50 MB of 10.00 MB (25%), 250 of 1,000 records" in lines[-1]
+    assert "MB/s" in lines[-1] and "ETA" in lines[-1]
+    assert not os.path.exists(rep.directory)
+
+
+def test_remote_runners_get_one_line_saying_where_to_watch():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_beam.beam import _progress
+
+    assert _progress.is_local(PipelineOptions(["--runner=DirectRunner"]))
+    assert _progress.is_local(PipelineOptions([]))
+    lines = []
+    with _progress.reporter("job", PipelineOptions(["--runner=DataflowRunner"]), lines.append) as rep:
+        assert rep.directory is None
+    assert len(lines) == 1 and _progress.NAMESPACE in lines[0]

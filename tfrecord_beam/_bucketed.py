@@ -1,0 +1,205 @@
+"""A bounded-memory shuffle of framed records: spill keyed runs, merge them bucket by bucket.
+
+Readers give each record they emit a destination shard and an i.i.d. random 64-bit key. The
+key's top bits pick one of the shard's `buckets` (so a bucket holds about 1/buckets of the
+shard); a `RunSpiller` buffers at most `RUN_BYTES` of frames, sorts them by (shard, bucket,
+key) and appends them to one temporary file as segments (keys, then frames), described per
+(run, shard) by one `SegmentTable` (numpy columns, so the runner moves one small element per
+run and shard, not one per segment). A shard writer
+then takes its buckets in order, reads every segment of one bucket, sorts the records by key
+and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
+that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
+segments' metadata travels through the runner.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _engine
+from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL
+from ._walk import footers_at
+from .errors import CorruptRecordError
+
+RUN_BYTES = 4 << 20  # frames buffered by a reader before it spills a run
+BUCKET_BYTES = 4 << 20  # target size of one bucket of a shard
+
+
+class Segment(NamedTuple):
+    """The records of one (shard, bucket) in one run of one spill file."""
+
+    shard: int
+    bucket: int
+    path: str
+    run: Tuple[int, int]  # (task, run number): orders segments deterministically
+    offset: int  # where the keys start; the frames follow them
+    records: int
+    frame_bytes: int
+    group: int
+
+
+class SegmentTable(NamedTuple):
+    """The segments of one run bound for one shard: one row per bucket present."""
+
+    shard: int
+    path: str
+    run: Tuple[int, int]
+    group: int
+    buckets: np.ndarray  # int64 columns, one row per segment
+    offsets: np.ndarray
+    records: np.ndarray
+    frame_bytes: np.ndarray
+
+    def segments(self) -> List[Segment]:
+        return [Segment(self.shard, b, self.path, self.run, o, n, f, self.group) for b, o, n, f in
+                zip(self.buckets.tolist(), self.offsets.tolist(), self.records.tolist(), self.frame_bytes.tolist())]
+
+
+def buckets_for(shard_bytes: float, bucket_bytes: int = BUCKET_BYTES) -> int:
+    """How many buckets a shard of about `shard_bytes` needs."""
+    return max(1, int(np.ceil(shard_bytes / bucket_bytes)))
+
+
+def bucket_of(keys: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Bucket of each key (its top 32 bits scaled to [0, buckets))."""
+    top = (np.asarray(keys, dtype=np.uint64) >> np.uint64(32)).astype(np.uint64)
+    return ((top * np.asarray(buckets, dtype=np.uint64)) >> np.uint64(32)).astype(np.int64)
+
+
+class RunSpiller:
+    """Collects selected frames of chunks, spills them as sorted runs into one file."""
+
+    def __init__(self, path: str, task: int, group: int, buckets: Sequence[int],
+                 atomic_output: Callable[[str], ContextManager], run_bytes: int = RUN_BYTES) -> None:
+        self.path, self.task, self.group = path, task, group
+        self.buckets = np.asarray(buckets, dtype=np.int64)
+        self.run_bytes = run_bytes
+        self._cm = atomic_output(path)
+        self._handle, self._commit = self._cm.__enter__()
+        self._written = 0
+        self._runs = 0
+        self._pending: list = []  # (chunk bytes, frame starts, sizes, shards, keys)
+        self._pending_bytes = 0
+        self.tables: List[SegmentTable] = []
+
+    def add(self, framed, starts: np.ndarray, sizes: np.ndarray, shards: np.ndarray, keys: np.ndarray) -> None:
+        """Frames framed[starts[i] : starts[i] + sizes[i]] go to shards[i] with keys[i]."""
+        if not len(starts):
+            return
+        selected = int(sizes.sum())
+        if 2 * selected < len(framed):  # a sparse selection: keep only its frames, not the chunk
+            framed = b"".join([framed[a : a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
+            starts = np.cumsum(sizes) - sizes
+        self._pending.append((framed, starts, sizes, shards, keys))
+        self._pending_bytes += max(len(framed), selected)
+        if self._pending_bytes >= self.run_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        if not self._pending:
+            return
+        chunk_id = np.concatenate([np.full(len(p[1]), i, np.int64) for i, p in enumerate(self._pending)])
+        starts = np.concatenate([p[1] for p in self._pending])
+        sizes = np.concatenate([p[2] for p in self._pending])
+        shards = np.concatenate([p[3] for p in self._pending]).astype(np.int64)
+        keys = np.concatenate([p[4] for p in self._pending])
+        buckets = bucket_of(keys, self.buckets[shards])
+        order = np.lexsort((keys, buckets, shards))
+        dest = np.stack([shards[order], buckets[order]], axis=1)
+        bounds = np.flatnonzero(np.any(dest[1:] != dest[:-1], axis=1)) + 1
+        chunks = [p[0] for p in self._pending]
+        rows: dict = {}
+        for part in np.split(order, bounds):
+            shard, bucket = int(shards[part[0]]), int(buckets[part[0]])
+            key_bytes = keys[part].astype("<u8").tobytes()
+            frames = b"".join([chunks[c][s : s + n] for c, s, n in
+                               zip(chunk_id[part].tolist(), starts[part].tolist(), sizes[part].tolist())])
+            self._handle.write(key_bytes)
+            self._handle.write(frames)
+            rows.setdefault(shard, []).append((bucket, self._written, len(part), len(frames)))
+            self._written += len(key_bytes) + len(frames)
+        for shard, table in sorted(rows.items()):
+            cols = np.asarray(table, dtype=np.int64).reshape(-1, 4)
+            self.tables.append(SegmentTable(shard, self.path, (self.task, self._runs), self.group,
+                                            cols[:, 0].copy(), cols[:, 1].copy(), cols[:, 2].copy(), cols[:, 3].copy()))
+        self._runs += 1
+        self._pending, self._pending_bytes = [], 0
+
+    def close(self) -> List[SegmentTable]:
+        self._spill()
+        self._commit()
+        self._cm.__exit__(None, None, None)
+        return self.tables
+
+    def abort(self) -> None:
+        self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+def read_segment(segment: Segment, open_input: Callable[[str], BinaryIO]) -> Tuple[np.ndarray, memoryview]:
+    """(keys, frames) of one segment."""
+    with open_input(segment.path) as handle:
+        handle.seek(segment.offset)
+        data = handle.read(8 * segment.records + segment.frame_bytes)
+    if len(data) != 8 * segment.records + segment.frame_bytes:
+        raise CorruptRecordError(segment.path, segment.offset, None, "spill file ends early (removed or truncated?)")
+    return np.frombuffer(data, dtype="<u8", count=segment.records), memoryview(data)[8 * segment.records :]
+
+
+def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO]
+                 ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
+    """The records of one bucket in key order, as (framed bytes, frame sizes, footers, records
+    per group). Frames are CRC-checked again (both CRCs) as they are read back."""
+    segments = sorted(segments, key=lambda s: s.run)
+    keys_l, frames_l, starts_l, sizes_l, footers_l, source_l = [], [], [], [], [], []
+    groups: dict = {}
+    for seg_no, seg in enumerate(segments):
+        keys, frames = read_segment(seg, open_input)
+        offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_ALL)
+        if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
+            raise CorruptRecordError(seg.path, seg.offset + 8 * seg.records + consumed, None,
+                                     "spilled records fail their CRCs (temporary file damaged)")
+        keys_l.append(keys)
+        frames_l.append(frames)
+        starts_l.append(offsets - HEADER_SIZE)
+        sizes_l.append(lengths + FRAME_OVERHEAD)
+        footers_l.append(footers_at(frames, offsets + lengths))
+        source_l.append(np.full(len(offsets), seg_no, np.int64))
+        groups[seg.group] = groups.get(seg.group, 0) + seg.records
+    if not keys_l:
+        return
+    keys = np.concatenate(keys_l)
+    order = np.argsort(keys, kind="stable")
+    source = np.concatenate(source_l)[order]
+    starts = np.concatenate(starts_l)[order]
+    sizes = np.concatenate(sizes_l)[order]
+    footers = np.concatenate(footers_l)[order]
+    framed = b"".join([frames_l[c][s : s + n] for c, s, n in zip(source.tolist(), starts.tolist(), sizes.tolist())])
+    width = max(groups) + 1
+    yield framed, sizes, footers, [groups.get(g, 0) for g in range(width)]
+
+
+def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
+                 progress: Optional[Callable[[int, int], None]] = None) -> Tuple[Tuple[int, int, int], List[int]]:
+    """Write a shard from its segment tables, bucket by bucket; (digest, records per group)."""
+    from ._walk import add_digests, frame_digest
+
+    by_bucket: dict = {}
+    for table in tables:
+        for seg in table.segments():
+            by_bucket.setdefault(seg.bucket, []).append(seg)
+    digest = (0, 0, 0)
+    groups: List[int] = []
+    for bucket in sorted(by_bucket):
+        for framed, sizes, footers, counts in merge_bucket(by_bucket[bucket], open_input):
+            writer.write_framed(framed, sizes)
+            if index is not None:
+                index.add(sizes)
+            part = frame_digest(footers, sizes)
+            digest = add_digests(digest, part)
+            groups = [a + b for a, b in zip(groups + [0] * (len(counts) - len(groups)),
+                                            counts + [0] * (len(groups) - len(counts)))]
+            if progress is not None:
+                progress(part[0], len(framed))
+    return digest, groups

@@ -1,0 +1,122 @@
+"""Stream planned pieces of input files into one output shard, copying framed bytes.
+
+Each piece is read from its checkpoint by `RecordReader.chunks` with both CRCs checked; the
+frames that belong to the piece are written as they are (no re-framing, no per-record Python
+objects) and the shard's `.tfindex` is written from the frame sizes as it goes. Memory is a
+read chunk (or one record, when larger) plus a chunk of index lines, whatever the sizes of
+the inputs and of the shard.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple
+
+import numpy as np
+
+from ._plan import Piece
+from ._walk import add_digests, chunk_footers, frame_digest
+from .index import format_index
+from ._blockgzip_write import DEFAULT_BLOCK_BYTES
+from .records import RecordReader, RecordWriter
+
+COPY_READ_BYTES = 1 << 22
+Opener = Callable[[str], BinaryIO]
+AtomicOutput = Callable[[str], ContextManager]
+
+
+class IndexStream:
+    """Writes `.tfindex` lines for frames as they are written (nothing held in memory)."""
+
+    def __init__(self, path: str, atomic_output: AtomicOutput) -> None:
+        self._cm = atomic_output(path)
+        self._handle, self._commit = self._cm.__enter__()
+        self.offset = 0
+
+    def add(self, sizes: np.ndarray) -> None:
+        if len(sizes):
+            sizes = np.asarray(sizes, dtype=np.int64)
+            offsets = np.cumsum(sizes) - sizes + self.offset
+            self._handle.write(format_index(np.stack([offsets, sizes], axis=1)))
+            self.offset = int(offsets[-1] + sizes[-1])
+
+    def close(self, members=None) -> None:
+        """Finish the index (with a block-gzip member table after the records) and move it in."""
+        if members is not None:
+            self._handle.write(members.format())
+        self._commit()
+        self._cm.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview, np.ndarray, np.ndarray]]:
+    """(framed bytes, frame sizes, footers) of a piece's records, both CRCs checked, in order."""
+    raw = open_input(piece.path)
+    try:
+        reader = RecordReader(raw, piece.compression, verify=True, start_offset=piece.from_offset,
+                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES,
+                              end_offset=piece.hi if piece.unit == "bytes" else None)
+        reader.path = piece.path
+        number = piece.from_record
+        for chunk in reader.chunks():
+            n = len(chunk)
+            if piece.unit == "records":
+                a, b = max(piece.lo - number, 0), min(piece.hi - number, n)
+            else:
+                a = int(np.searchsorted(chunk.record_offsets, piece.lo, side="left"))
+                b = n
+            number += n
+            if a < b:
+                offsets, lengths = chunk.payload_offsets[a:b], chunk.payload_lengths[a:b]
+                start = int(offsets[0]) - 12
+                end = int(offsets[-1] + lengths[-1]) + 4
+                sizes = lengths.astype(np.int64) + 16
+                footers = chunk_footers(chunk)[a:b]
+                yield memoryview(chunk.buffer)[start:end], sizes, footers
+            if piece.unit == "records" and number >= piece.hi:
+                return
+    finally:
+        raw.close()
+
+
+def copy_pieces(
+    pieces: Iterable[Piece],
+    data_path: str,
+    index_path: Optional[str],
+    compression: Optional[str],
+    open_input: Opener,
+    atomic_output: AtomicOutput,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> dict:
+    """Copy the pieces, in order, into one new file (and its index); returns its stats:
+    records, bytes (payload bytes), checksum (see `_walk.frame_digest`), stream_bytes and
+    groups (records per source group). Nothing is left behind on failure."""
+    # GZIP shards with an index are block-gzip (the index streams beside the writer, so say so)
+    blocks = DEFAULT_BLOCK_BYTES if compression == "gzip" and index_path else None
+    writer = RecordWriter(data_path, compression, block_bytes=blocks)
+    index = IndexStream(index_path, atomic_output) if index_path else None
+    digest = (0, 0, 0)
+    groups: dict = {}
+    try:
+        for piece in pieces:
+            for framed, sizes, footers in piece_chunks(piece, open_input):
+                writer.write_framed(framed, sizes)
+                if index is not None:
+                    index.add(sizes)
+                part = frame_digest(footers, sizes)
+                digest = add_digests(digest, part)
+                groups[piece.group] = groups.get(piece.group, 0) + part[0]
+                if progress is not None:
+                    progress(part[0], len(framed))
+        writer.close()
+        if index is not None:
+            index.close(writer.members)
+    except BaseException:
+        writer.abort()
+        if index is not None:
+            index.abort()
+        raise
+    width = max(groups) + 1 if groups else 0
+    return {"records": digest[0], "bytes": digest[1], "checksum": digest[2], "stream_bytes": writer.offset,
+            "groups": [groups.get(g, 0) for g in range(width)]}

@@ -1,0 +1,86 @@
+"""Beam stages of planned jobs: survey the inputs, plan the shards, stream each shard's copy.
+
+    surveys = survey_inputs(p, files)                  # one element per input file
+    results = write_planned(p, surveys, spec, plan_fn) # one element per output shard
+    verify_planned(p, surveys, results, spec, "reshard")
+
+Only file names, surveys (counts, checkpoints, digests) and shard plans travel through Beam;
+payload bytes go straight from the input files to the shard writers (`tfrecord_beam._copy`).
+Each survey and each shard is one element, so the work spreads over workers (the plan goes
+through a Reshuffle) and no step holds more than a read chunk of data.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import apache_beam as beam
+
+from tfrecord_beam._copy import copy_pieces
+from tfrecord_beam._plan import FileSurvey, ShardPlan, survey
+from tfrecord_beam.records import resolve_compression
+
+from . import _fs
+from . import _progress
+from . import stages as _stages
+
+
+def _survey_one(task, progress_dir: Optional[str]) -> FileSurvey:
+    number, path, compression, group = task
+    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}")
+    with _fs.open_input(path) as raw:
+        result = survey(raw, path, compression, number, group, counter.add)
+    counter.flush()
+    return result
+
+
+def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
+                  groups: Optional[Sequence[int]] = None, progress_dir: Optional[str] = None,
+                  label: str = "Survey"):
+    """PCollection of one FileSurvey per input file (header walk, length CRCs checked)."""
+    tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
+    return (
+        p
+        | f"{label}Files" >> beam.Create(tasks)
+        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Walk" >> beam.Map(_survey_one, progress_dir)
+    )
+
+
+def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
+    name = spec.name(plan.shard)
+    index_path = spec.path(spec.index_name(plan.shard)) if spec.write_index else None
+    counter = _progress.ProgressFile(progress_dir, "write", f"{plan.shard:05d}")
+    stats = copy_pieces(plan.pieces, spec.path(name), index_path, spec.compression, _fs.open_input,
+                        _fs.atomic_output, counter.add)
+    counter.flush()
+    result = {"shard": plan.shard, "name": name, "records": stats["records"], "bytes": stats["bytes"],
+              "checksum": stats["checksum"], "file_bytes": _fs.file_size(spec.path(name)), "groups": stats["groups"]}
+    _stages._write_result(spec.path("_results"), f"shard-{plan.shard:05d}.json", result)
+    return result
+
+
+def write_planned(p, surveys, spec: _stages.ShardSpec, plan_fn: Callable[[List[FileSurvey]], List[ShardPlan]],
+                  progress_dir: Optional[str] = None, label: str = "Write"):
+    """Plan the shards from all surveys (`plan_fn`) and write each; PCollection of result dicts
+    (the same dicts `stages.write_shard` returns, also saved under the staging `_results`)."""
+
+    def make_plans(_, all_surveys):
+        plans = plan_fn(sorted(all_surveys, key=lambda s: s.file_number))
+        _progress.write_plan(progress_dir, "write", sum(pl.records for pl in plans),
+                             sum(pl.stream_bytes for pl in plans), f"writing {len(plans)} shards")
+        return plans
+
+    return (
+        p
+        | f"{label}Start" >> beam.Create([None])
+        | f"{label}Plan" >> beam.FlatMap(make_plans, beam.pvalue.AsList(surveys))
+        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Shards" >> beam.Map(_write_one, spec, progress_dir)
+    )
+
+
+def verify_planned(p, expected, results, spec: _stages.ShardSpec, what: str, label: str = "Verify") -> None:
+    """Fail the pipeline unless the shards hold exactly the expected records (`expected`: a
+    PCollection of (records, bytes, checksum) digests, e.g. of the surveys)."""
+    _stages.verify_digests(p, expected, results, spec, what, label)
