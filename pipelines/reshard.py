@@ -19,7 +19,7 @@ import numpy as np
 from tfrecord_beam import fs
 from tfrecord_beam.beam import stages as _stages
 
-from . import _common
+from . import _common, _reshard_shuffle
 from ._common import JobError, Summary
 
 EXAMPLES = """\
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="spread records evenly by count (default) or by bytes")
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
+    _reshard_shuffle.add_arguments(parser)
     parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
     parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
+    if args.shuffle:  # an external shuffle through bounded temporary buckets
+        return _reshard_shuffle.run(args, options, files, total_bytes, num_shards)
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
     staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
