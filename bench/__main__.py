@@ -1,11 +1,11 @@
-"""Run every benchmark (or those named): `python -m bench [core native torch beam pipelines]`."""
+"""Run every benchmark (or those named): `python -m bench [core native torch beam pipelines convert]`."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-ALL = ["core", "native", "torch", "beam", "pipelines"]
+ALL = ["core", "native", "torch", "beam", "pipelines", "convert"]
 
 
 def main(argv=None) -> None:

@@ -23,7 +23,9 @@ from tfrecord_beam.records import RecordReader, RecordWriter
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 
-BATCH_ROWS = 65536
+BATCH_ROWS = 65536  # rows per record batch at most
+BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
+READ_BUFFER = 1 << 20  # Parquet pages are streamed through a buffer of this size
 DEFAULT_ROW_GROUP_ROWS = 131072
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
@@ -74,10 +76,31 @@ def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) ->
     return shards
 
 
+def release_memory() -> None:
+    """Hand Arrow's freed memory back to the system (its allocator keeps it otherwise, which
+    reads as memory growth); called once per row group, where it costs ~1%."""
+    pa.default_memory_pool().release_unused()
+
+
+def open_parquet(handle):
+    """A ParquetFile that streams pages (memory bounded by a batch, not by a row group)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(handle, buffer_size=READ_BUFFER, pre_buffer=False)
+
+
+def batch_rows(meta, row_group: int) -> int:
+    """Rows per record batch for a row group: BATCH_ROWS, fewer when rows are large."""
+    group = meta.row_group(row_group)
+    per_row = group.total_byte_size / max(group.num_rows, 1)
+    return int(max(1, min(BATCH_ROWS, BATCH_BYTES // max(per_row, 1))))
+
+
 def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tuple[int, pa.RecordBatch]]:
     """(file row number, batch) of a piece's rows, read batch by batch."""
     row = 0
-    for batch in parquet_file.iter_batches(batch_size=BATCH_ROWS, row_groups=[piece.row_group],
+    size = batch_rows(parquet_file.metadata, piece.row_group)
+    for batch in parquet_file.iter_batches(batch_size=size, row_groups=[piece.row_group],
                                            columns=list(columns), use_threads=False):
         lo, hi = max(piece.start - row, 0), min(piece.stop - row, batch.num_rows)
         if lo < hi:
@@ -90,8 +113,6 @@ def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tup
 def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Piece], schema: pa.Schema,
                         options: dict) -> dict:
     """Encode one shard's pieces into its TFRecord file (+ index); returns its stats."""
-    import pyarrow.parquet as pq
-
     encoder = ExampleEncoder(schema, **options)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
@@ -103,7 +124,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
             for piece in pieces:
                 if piece.path not in files:
                     handles[piece.path] = _fs.open_input(piece.path)
-                    files[piece.path] = pq.ParquetFile(handles[piece.path])
+                    files[piece.path] = open_parquet(handles[piece.path])
                 for first_row, batch in _batches(files[piece.path], piece, encoder.columns):
                     try:
                         framed, sizes = encoder.encode_framed(batch, first_row)
@@ -112,6 +133,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
                     writer.write_framed(framed, sizes.tolist())
                     records += len(sizes)
                     size += len(framed) - 16 * len(sizes)
+                release_memory()
     finally:
         for handle in handles.values():
             handle.close()
@@ -196,6 +218,8 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
                             table = pending.take()
                             writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                            del table
+                            release_memory()
                     end = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1] + 16)
                 if coverage is not None:
                     first = reader.start_offset
