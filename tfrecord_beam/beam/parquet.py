@@ -26,6 +26,7 @@ from tfrecord_beam.beam import stages as _stages
 BATCH_ROWS = 65536  # rows per record batch at most
 BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
 READ_BUFFER = 1 << 20  # Parquet pages are streamed through a buffer of this size
+WRITE_BUFFER = 8 << 20  # Parquet output reaches Beam's file object in pieces of this size
 DEFAULT_ROW_GROUP_ROWS = 131072
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
@@ -202,7 +203,10 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
     records = 0
     pending = _Pending()
     with _fs.atomic_output(path) as (handle, commit):
-        writer = pq.ParquetWriter(handle, schema)
+        # Arrow writes many small pieces; each would be a Python call on Beam's file object
+        # (and a wait for the GIL while the runner's threads hold it): buffer them in Arrow.
+        sink = pa.output_stream(handle, buffer_size=WRITE_BUFFER)
+        writer = pq.ParquetWriter(sink, schema)
         try:
             for rng in ranges:
                 reader = RecordReader(rng.path, rng.compression, verify=True, start_offset=rng.start,
@@ -230,6 +234,7 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                 writer.write_table(table, row_group_size=max(table.num_rows, 1))
         finally:
             writer.close()
+            sink.close()
         commit()
     return {"parquet": path.rstrip("/").rsplit("/", 1)[-1], "records": records}
 
