@@ -2,7 +2,7 @@
 tfrecord_to_parquet and reshard --shuffle, each end to end as a subprocess whose process
 tree's peak RSS is sampled from /proc (tests/_rss.py), at 1 and 2 workers.
 
-    python -m bench.bench_convert [--rows N] [--shuffle-mb MB] [--tfx-python PATH] [--skip-builtin]
+    python -m bench.bench_convert [--rows N] [--shuffle-mb MB] [--tfx-python PATH] [--skip-builtin] [--only parquet|shuffle]
 
 1. parquet_to_tfrecord on N rows of the P1 table (bench_pipelines.parquet_file: int64,
    float32, 16-char string, list<int64> of 0-10, 100-byte binary) into 4 shards: our job on
@@ -230,12 +230,15 @@ def bench_shuffle(mb: int, tmp: Path, builtin: bool) -> str:
     return text + "\n" + notes
 
 
-def run(rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True) -> str:
+def run(rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True, only=("parquet", "shuffle")) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))
+    text = ""
     try:
-        text = bench_parquet(rows, tfx_python, tmp)
-        text += bench_to_parquet(rows, tmp)
-        text += bench_shuffle(shuffle_mb, tmp, builtin)
+        if "parquet" in only:
+            text += bench_parquet(rows, tfx_python, tmp)
+            text += bench_to_parquet(rows, tmp)
+        if "shuffle" in only:
+            text += bench_shuffle(shuffle_mb, tmp, builtin)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return text
@@ -248,8 +251,10 @@ def main(argv=None) -> None:
     parser.add_argument("--tfx-python", default=os.environ.get("TFX_PYTHON"),
                         help="a Python interpreter with tfx-bsl installed (default $TFX_PYTHON)")
     parser.add_argument("--skip-builtin", action="store_true", help="skip Beam's built-in shuffle (slow)")
+    parser.add_argument("--only", choices=("parquet", "shuffle"), action="append",
+                        help="run only these parts (parquet: both conversions)")
     args = parser.parse_args(argv)
-    run(args.rows, args.shuffle_mb, args.tfx_python, not args.skip_builtin)
+    run(args.rows, args.shuffle_mb, args.tfx_python, not args.skip_builtin, args.only or ("parquet", "shuffle"))
 
 
 if __name__ == "__main__":

@@ -149,3 +149,15 @@ def test_rejects_byte_balance_and_tiny_buffer(tmp_path, capsys):
     assert code == 1 and "--balance bytes" in err
     code, _, err = run_job(reshard.main, base + ["--shuffle_buffer_bytes", "100"], capsys)
     assert code == 1 and "--shuffle_buffer_bytes" in err
+
+
+def test_corrupt_input_fails_naming_the_file_and_leaves_nothing(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [300, 300])
+    path = tmp_path / "in" / "a-1.tfrecord"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in/*"), "--output_prefix", str(tmp_path / "o" / "s"),
+                                          "--num_shards", "2", "--shuffle"] + FAST, capsys)
+    assert code == 1 and "a-1.tfrecord" in err and "CRC" in err
+    assert entries(tmp_path / "o") == []
