@@ -26,7 +26,7 @@ from tfrecord_beam.beam import stages as _stages
 BATCH_ROWS = 65536  # rows per record batch at most
 BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
 READ_BUFFER = 1 << 20  # Parquet pages are streamed through a buffer of this size
-WRITE_BUFFER = 8 << 20  # Parquet output reaches Beam's file object in pieces of this size
+WRITE_BUFFER = 1 << 20  # Parquet output reaches Beam's file object in pieces of this size
 DEFAULT_ROW_GROUP_ROWS = 131072
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
