@@ -21,7 +21,6 @@ sides (`_frames.digest`), so it costs almost nothing.
 from __future__ import annotations
 
 import math
-import posixpath
 import uuid
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -177,7 +176,7 @@ def bucket_runs(rng: _stages.FileRange, range_number: int, seed: int, plan: Plan
 
 def _run_path(run_dir: str) -> str:
     # A fresh name per attempt: a retried bundle never writes over a run another attempt made.
-    return _join(run_dir, f"run-{uuid.uuid4().hex}")
+    return _fs.join(run_dir, f"run-{uuid.uuid4().hex}")
 
 
 def _create(path: str):
@@ -185,10 +184,6 @@ def _create(path: str):
     from apache_beam.io.filesystems import FileSystems
 
     return FileSystems.create(path, "application/octet-stream", CompressionTypes.UNCOMPRESSED)
-
-
-def _join(directory: str, name: str) -> str:
-    return posixpath.join(directory, name) if "://" in directory else directory.rstrip("/") + "/" + name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,8 +270,8 @@ def _split_bucket(slices, key_range, buffer_bytes, work_dir, total, depth):
     lo, hi = key_range
     parts = max(2, math.ceil(total / (buffer_bytes / 2)))
     bounds = [lo + (j * (hi - lo)) // parts for j in range(parts)] + [hi]
-    split_dir = _join(work_dir, f"split-{uuid.uuid4().hex[:12]}")
-    paths = [_join(split_dir, f"part-{j:04d}") for j in range(parts)]
+    split_dir = _fs.join(work_dir, f"split-{uuid.uuid4().hex[:12]}")
+    paths = [_fs.join(split_dir, f"part-{j:04d}") for j in range(parts)]
     outs = [_create(p) for p in paths]
     pos = [0] * parts
     pieces: List[List[Slice]] = [[] for _ in range(parts)]
@@ -360,7 +355,7 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
                       work_dir: str, verify: bool = True, label: str = "Shuffle"):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
     dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records."""
-    run_dir = _join(work_dir, "runs")
+    run_dir = _fs.join(work_dir, "runs")
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))
