@@ -13,7 +13,7 @@ a row group whenever `row_group_rows` rows or `row_group_bytes` payload bytes ar
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -118,15 +118,16 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     records = size = 0
-    handles: Dict[str, object] = {}
-    files: Dict[str, object] = {}
+    current: Optional[Tuple[str, object, object]] = None  # (path, handle, ParquetFile): one open at a time
     try:
         with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
-            for piece in pieces:
-                if piece.path not in files:
-                    handles[piece.path] = _fs.open_input(piece.path)
-                    files[piece.path] = open_parquet(handles[piece.path])
-                for first_row, batch in _batches(files[piece.path], piece, encoder.columns):
+            for piece in pieces:  # in input order: each file's pieces are consecutive
+                if current is None or current[0] != piece.path:
+                    if current is not None:
+                        current[1].close()
+                    handle = _fs.open_input(piece.path)
+                    current = (piece.path, handle, open_parquet(handle))
+                for first_row, batch in _batches(current[2], piece, encoder.columns):
                     try:
                         framed, sizes = encoder.encode_framed(batch, first_row)
                     except ArrowConversionError as err:
@@ -136,8 +137,8 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
                     size += len(framed) - 16 * len(sizes)
                 release_memory()
     finally:
-        for handle in handles.values():
-            handle.close()
+        if current is not None:
+            current[1].close()
     result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": 0,
               "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
               "groups": [records]}
