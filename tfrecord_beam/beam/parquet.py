@@ -218,7 +218,7 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                     for lo in range(0, len(every), BATCH_ROWS):
                         payloads = every[lo : lo + BATCH_ROWS]
                         batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
-                        pending.add(batch, sum(map(len, payloads)))
+                        pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
                         records += len(payloads)
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
                             table = pending.take()
