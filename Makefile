@@ -28,7 +28,16 @@ demo: install
 
 bench: install
 	$(PIP) install -q "tfrecord==1.14.6"
-	$(PY) -m bench
+	TFX_PYTHON=$(if $(wildcard $(TFX_VENV)/bin/python),$(TFX_VENV)/bin/python,) $(PY) -m bench
+
+# tfx_bsl (the Parquet -> Example peer) lives in its own venv: it brings TensorFlow and its own
+# pins. `make bench-tfx` makes it; `make bench` then measures tfx_bsl beside our jobs.
+TFX_VENV ?= .bench_venvs/tfx
+$(TFX_VENV)/bin/python:
+	$(PYTHON) -m venv $(TFX_VENV)
+	$(TFX_VENV)/bin/python -m pip install -q "tfx-bsl==1.21.0"
+bench-tfx: $(TFX_VENV)/bin/python
+.PHONY: bench-tfx
 
 clean:
 	rm -rf build *.egg-info tfrecord_beam/_native/*.so .pytest_cache

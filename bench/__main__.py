@@ -1,11 +1,11 @@
-"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines blockgzip resync]`."""
+"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines blockgzip resync convert]`."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip", "resync"]
+ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip", "resync", "convert"]
 
 
 def main(argv=None) -> None:

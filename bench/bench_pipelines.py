@@ -136,23 +136,17 @@ def encoder_rows_per_second(src: str) -> float:
     return rows / (time.perf_counter() - start)
 
 
-TFX_SCRIPT = r"""
-import sys, time, json
-import pyarrow.parquet as pq
-from tfx_bsl.coders.example_coder import RecordBatchToExamplesEncoder
-batches = pq.read_table(sys.argv[1]).to_batches(max_chunksize=65536)
-enc = RecordBatchToExamplesEncoder(batches[0].schema)
-enc.encode(batches[0])
-start = time.perf_counter(); rows = 0
-for b in batches:
-    enc.encode(b); rows += b.num_rows
-print(json.dumps({"rows_per_s": rows / (time.perf_counter() - start)}))
-"""
-
-
-def tfx_rows_per_second(python: str, src: str) -> float:
-    out = subprocess.run([python, "-c", TFX_SCRIPT, src], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["rows_per_s"]
+def tfx_rows_per_second(python: str, src: str) -> dict:
+    """tfx_bsl's encoder alone and with TensorFlow's writer, in the interpreter `python`
+    (bench/_tfx_side.py); {"encode_rows_per_s", "rows_per_s", ...}."""
+    out_dir = tempfile.mkdtemp(prefix="bench_tfx_")
+    try:
+        script = str(Path(__file__).resolve().parent / "_tfx_side.py")
+        out = subprocess.run([python, script, src, os.path.join(out_dir, "t"), "4"], check=True,
+                             capture_output=True, text=True).stdout
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -174,7 +168,7 @@ def run(rows: int, tfx_python: str = None, skip_plain: bool = False) -> str:
         enc = encoder_rows_per_second(src)
         table.append(["ExampleEncoder alone, 1 core (rows/s)", rows, rows / enc, enc, ""])
         if tfx_python:
-            tfx = tfx_rows_per_second(tfx_python, src)
+            tfx = tfx_rows_per_second(tfx_python, src)["encode_rows_per_s"]
             table.append(["tfx_bsl RecordBatchToExamplesEncoder, 1 core", rows, rows / tfx, tfx, f"ours {enc / tfx:.1f}x"])
         text += print_table(f"parquet_to_tfrecord, {rows:,} rows", ["what", "rows", "seconds", "rows/s", "ours faster by"], table)
 

@@ -1,11 +1,14 @@
 """Convert Parquet files to TFRecord shards of tf.train.Example (SequenceExample with
 --sequence_columns), vectorised over Arrow record batches, with .tfindex files.
 
-Beam's ReadAllFromParquetBatched reads row groups in parallel; each batch becomes payloads in
-one call (`tfrecord_beam.arrow.ExampleEncoder`), routed round-robin to the output shards. The
-schema is checked before the pipeline starts (unknown or unsupported columns fail at once),
-and the job checks that the shards hold as many records as the Parquet files have rows.
-See the type mapping table in `tfrecord_beam/arrow.py` (and the README).
+The plan comes from the Parquet footers alone (row counts per row group, no data read): the
+rows are cut into --num_shards equal contiguous ranges (row-group pieces) and each shard's
+writer streams its pieces, one record batch at a time, through the encoder
+(`tfrecord_beam.arrow.ExampleEncoder`) into its file, so memory stays at about one batch
+whatever the input size. Shard k holds rows in input order. The schema is checked before the
+pipeline starts (unknown or unsupported columns fail at once), and the job checks that every
+shard holds exactly the rows planned for it. See the type mapping table in
+`tfrecord_beam/arrow.py` (and the README).
 """
 
 from __future__ import annotations
@@ -14,13 +17,10 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-import apache_beam as beam
-import numpy as np
 import pyarrow as pa
-from apache_beam.io.parquetio import ReadAllFromParquetBatched
 
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
-from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam import parquet as _parquet
 
 from . import _common
 from ._common import JobError, Summary
@@ -69,37 +69,8 @@ def read_schema(path: str) -> pa.Schema:
 
 
 def parquet_rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    from tfrecord_beam import fs
-
-    with fs.open_input(path) as handle:
-        return pq.read_metadata(handle).num_rows
-
-
-class EncodeFn(beam.DoFn):
-    """(file name, Arrow table) -> (shard, Routed) pairs of serialized Examples."""
-
-    def __init__(self, schema: pa.Schema, options: dict, num_shards: int, file_numbers: dict) -> None:
-        self.schema, self.options, self.num_shards, self.file_numbers = schema, options, num_shards, file_numbers
-        self.encoder = None
-
-    def setup(self):
-        self.encoder = ExampleEncoder(self.schema, **self.options)
-
-    def process(self, element):
-        filename, table = element
-        number = self.file_numbers.get(filename, -1)
-        for batch in table.to_batches():
-            try:
-                payloads = self.encoder.encode_payloads(batch)
-            except ArrowConversionError as err:
-                raise ArrowConversionError(f"{filename}: {err} (row counted within a batch of {batch.num_rows})") from None
-            if not payloads:
-                continue
-            order = (number, _stages.stable_id(payloads[0].hex()[:64]), len(payloads))
-            chunk = _stages.Batch(order, np.zeros(0, np.int64), payloads, 0)
-            yield from _stages.route(chunk, _stages.round_robin(chunk, self.num_shards), None)
+    """Rows of a Parquet file (from its footer)."""
+    return _parquet.parquet_rows(path)
 
 
 def run(args: argparse.Namespace, options) -> Summary:
@@ -123,35 +94,37 @@ def run(args: argparse.Namespace, options) -> Summary:
         missing = [c for c in encoder.columns if c not in other_schema.names]
         if missing:
             raise JobError(f"{other}: lacks column(s) {missing} that {files[0]} has")
-    rows = sum(parquet_rows(f) for f in files)
+    try:
+        groups = [(f, _parquet.row_groups(f)) for f in files]
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise JobError(f"cannot read a Parquet footer: {exc}") from None
+    rows = sum(sum(counts) for _, counts in groups)
+    plan = _parquet.plan_shards(groups, args.num_shards)
     staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
-    spec.checksum = False  # the row count is the check here
     kind = "SequenceExample" if encoder.is_sequence else "Example"
-    _common.progress(f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows -> {args.num_shards} shards of {kind}")
-    numbers = {f: i for i, f in enumerate(files)}
-    read_columns = list(encoder.columns)
+    row_groups = sum(len(c) for _, c in groups)
+    _common.progress(f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows in {row_groups} row groups "
+                     f"-> {args.num_shards} shards of {kind}")
 
     def build(p):
-        routed = (
-            p
-            | "Files" >> beam.Create(files)
-            | "ReadParquet" >> ReadAllFromParquetBatched(columns=read_columns, with_filename=True)
-            | "Encode" >> beam.ParDo(EncodeFn(schema, encoder_options, args.num_shards, numbers))
-        )
-        _stages.write_shards(routed, spec, shuffled=False)
+        _parquet.parquet_to_shards(p, plan, spec, schema, encoder_options)
 
     try:
         _common.run_pipeline(build, options)
         results, _, finals = _common.finish(staged, spec, "parquet_to_tfrecord", False)
+        planned = [sum(piece.stop - piece.start for piece in pieces) for pieces in plan]
+        wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if r["records"] != planned[r["shard"]]]
         written = sum(r["records"] for r in results)
-        if written != rows:
-            raise JobError(f"the Parquet files hold {rows} rows but {written} records were written")
+        if wrong or written != rows:
+            raise JobError(f"the Parquet files hold {rows} rows but {written} records were written "
+                           f"(shard, written, planned): {wrong}")
     except BaseException:
         staged.abort()
         raise
-    extra = {"input_files": len(files), "input_rows": rows, "record_kind": kind, "output_shards": args.num_shards,
-             "verified": f"yes: {written} records == {rows} Parquet rows", "outputs": finals}
+    extra = {"input_files": len(files), "input_rows": rows, "row_groups": row_groups, "record_kind": kind,
+             "output_shards": args.num_shards,
+             "verified": f"yes: {written} records == {rows} Parquet rows, each shard as planned", "outputs": finals}
     return Summary("parquet_to_tfrecord", files=len(results), records=written,
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
 

@@ -21,14 +21,13 @@ import sys
 from typing import Optional, Sequence
 
 import apache_beam as beam
-import numpy as np
 
 from tfrecord_beam import fs
 from tfrecord_beam._plan import plan_contiguous
 from tfrecord_beam.beam import _progress, planned as _planned
 from tfrecord_beam.beam import stages as _stages
 
-from . import _common
+from . import _common, _reshard_shuffle
 from ._common import JobError, Summary
 
 EXAMPLES = """\
@@ -51,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cut the inputs into shards of equal record counts (default) or equal bytes")
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
+    _reshard_shuffle.add_arguments(parser)
     parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
     parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
@@ -110,35 +110,9 @@ def run(args: argparse.Namespace, options) -> Summary:
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
-    if not args.shuffle:
-        return _run_planned(args, options, files, total_bytes, num_shards)
-    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
-    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
-    _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} shards")
-    shuffle, seed, balance = args.shuffle, args.seed, args.balance
-
-    def assign(batch: _stages.Batch):
-        if shuffle:
-            keys = _stages.seeded_keys(seed, *batch.order, size=len(batch.payloads))
-            return _stages.route(batch, (keys % num_shards).astype(np.int64), keys)
-        return _stages.route(batch, _stages.round_robin(batch, num_shards, balance), None)
-
-    def build(p):
-        batches = _stages.read_batches(p, ranges)
-        routed = batches | "Route" >> beam.FlatMap(assign)
-        results = _stages.write_shards(routed, spec, shuffle)
-        if not args.no_verify:
-            digests = batches | "DigestInput" >> beam.Map(lambda b: _stages.payload_digest(b.payloads))
-            _stages.verify_digests(p, digests, results, spec, "reshard")
-
-    try:
-        _common.run_pipeline(build, options)
-        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
-    except BaseException:
-        staged.abort()
-        raise
-    return _summary(results, check, finals, num_shards, files, total_bytes)
+    if args.shuffle:  # an external shuffle through bounded temporary buckets
+        return _reshard_shuffle.run(args, options, files, total_bytes, num_shards)
+    return _run_planned(args, options, files, total_bytes, num_shards)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

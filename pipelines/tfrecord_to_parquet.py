@@ -5,7 +5,13 @@ the sample) or is inferred from the first `--infer_records` records: a feature w
 value wherever it appears becomes a scalar column (int64 / float32 / binary), otherwise a list
 column; SequenceExample feature lists become list<list<...>> columns. Features not in the
 schema are dropped; a feature whose kind differs from the schema's fails the job naming the
-record. The job checks that the Parquet files hold as many rows as records were read.
+record.
+
+Streaming, in memory bounded by one row group: the input byte ranges are cut into
+--num_shards contiguous groups, and each output file's writer decodes its ranges chunk by
+chunk and writes a row group whenever --row_group_rows rows or --row_group_bytes payload
+bytes are pending (records keep their input order). The job checks that the ranges read
+tile every input file and that the Parquet files hold as many rows as records were read.
 """
 
 from __future__ import annotations
@@ -13,14 +19,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.parquetio import WriteToParquetBatched
 
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
@@ -43,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
     parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
     parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="read uncompressed inputs in byte ranges of this size, in parallel")
+                        help="read uncompressed inputs in byte ranges of this size")
+    parser.add_argument("--row_group_rows", type=int, default=_parquet.DEFAULT_ROW_GROUP_ROWS,
+                        help=f"rows per Parquet row group at most (default {_parquet.DEFAULT_ROW_GROUP_ROWS})")
+    parser.add_argument("--row_group_bytes", type=int, default=_parquet.DEFAULT_ROW_GROUP_BYTES,
+                        help="payload bytes per row group at most: bounds the memory a writer holds "
+                             f"(default {_parquet.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)")
     return parser
 
 
@@ -87,57 +97,43 @@ def run(args: argparse.Namespace, options) -> Summary:
         schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence)
     except (TypeError, ValueError) as err:
         raise JobError(str(err)) from None
+    if args.row_group_rows < 1 or args.row_group_bytes < 1:
+        raise JobError("--row_group_rows and --row_group_bytes must be positive")
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
     staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     prefix = args.output_prefix.rsplit("/", 1)[-1]
-    _common.progress(f"tfrecord_to_parquet: {len(files)} files -> {args.num_shards} Parquet files; schema:\n{schema}")
-    sequence = args.sequence
-
-    def to_table(batch: _stages.Batch) -> pa.Table:
-        return pa.Table.from_batches([examples_to_record_batch(batch.payloads, schema=schema, sequence=sequence)])
+    names = [_stages.shard_name(prefix, i, args.num_shards, ".parquet") for i in range(args.num_shards)]
+    groups = _parquet.group_ranges(ranges, args.num_shards)
+    _common.progress(f"tfrecord_to_parquet: {len(files)} files ({len(ranges)} ranges) -> {args.num_shards} "
+                     f"Parquet files; schema:\n{schema}")
 
     def build(p):
-        batches = _stages.read_batches(p, ranges)
-        tables = batches | "Decode" >> beam.Map(to_table)
-        _ = tables | "Write" >> WriteToParquetBatched(
-            staged.temp_path(prefix), schema=schema, num_shards=args.num_shards, file_name_suffix=".parquet")
-        _ = (
-            batches
-            | "CountIn" >> beam.Map(lambda b: len(b.payloads))
-            | "Sum" >> beam.CombineGlobally(sum)
-            | "SaveCount" >> beam.Map(lambda n: _stages._write_result(staged.temp_path("_results"), "count.json", {"records": n}))
-        )
+        _parquet.tfrecord_to_parquet_files(p, groups, [staged.temp_path(n) for n in names], schema, args.sequence,
+                                           staged.temp_path("_results"), args.row_group_rows, args.row_group_bytes)
 
     try:
         _common.run_pipeline(build, options)
-        read = [r for r in _common.read_json_results(staged, "_results") if "records" in r][0]["records"]
-        names = _written_parquet(staged, prefix)
-        rows = sum(_parquet_rows(staged.temp_path(n)) for n in names)
+        results = [r for r in _common.read_json_results(staged, "_results") if "parquet" in r]
+        if sorted(r["parquet"] for r in results) != sorted(names):
+            raise JobError(f"the pipeline wrote {len(results)} of {len(names)} Parquet files")
+        read = sum(r["records"] for r in results)
+        rows = sum(_parquet.parquet_rows(staged.temp_path(n)) for n in names)
         if rows != read:
             raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+        size = sum(_fs_size(staged.temp_path(n)) for n in names)
         finals = staged.commit(names)
     except BaseException:
         staged.abort()
         raise
-    from apache_beam.io.filesystems import FileSystems
-
-    size = sum(m.size_in_bytes for f in finals for m in FileSystems.match([f])[0].metadata_list)
     extra = {"input_files": len(files), "columns": len(schema), "verified": f"yes: {rows} rows == {read} records",
              "outputs": finals}
     return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
 
 
-def _written_parquet(staged, prefix: str) -> List[str]:
-    from apache_beam.io.filesystems import FileSystems
+def _fs_size(path: str) -> int:
+    from tfrecord_beam.beam import _fs
 
-    matches = FileSystems.match([staged.temp_path(prefix) + "*.parquet"])[0].metadata_list
-    return sorted(m.path.rstrip("/").rsplit("/", 1)[-1] for m in matches)
-
-
-def _parquet_rows(path: str) -> int:
-    from .parquet_to_tfrecord import parquet_rows
-
-    return parquet_rows(path)
+    return _fs.file_size(path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

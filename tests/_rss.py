@@ -9,14 +9,18 @@
 `PeakRSS` samples, every few milliseconds in a thread, the summed RSS of this process and all
 its descendants (Beam's multi_processing workers included) and keeps the peak. Comparing with
 a run on a small input removes what the runner itself costs, so what is left is the memory
-that grows with the data. Linux only (it reads /proc).
+that grows with the data. `peak_rss_tree(cmd)` does the same for a command run to completion
+in a child process. Linux only (it reads /proc).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 import threading
-from typing import Iterable, Optional, Set
+import time
+from typing import Iterable, NamedTuple, Optional, Sequence, Set
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
@@ -98,3 +102,38 @@ class PeakRSS:
         self._stop.set()
         self._thread.join()
         self.sample()
+
+
+class Measured(NamedTuple):
+    returncode: int
+    peak_rss: int  # bytes: the largest summed RSS over the process tree seen
+    stdout: str
+    stderr: str
+
+
+def peak_rss_tree(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
+                  interval: float = 0.02, timeout: float = 300.0) -> Measured:
+    """Run `cmd` to completion: its exit code, the peak RSS of its process tree and its output."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err)
+        peak = 0
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            peak = max(peak, rss_bytes(process_tree(proc.pid)))
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise TimeoutError(f"{list(cmd)[:4]}... ran over {timeout} s")
+            time.sleep(interval)
+        out.seek(0)
+        err.seek(0)
+        return Measured(proc.returncode, peak, out.read(), err.read())
+
+
+def job_env() -> dict:
+    """The environment a job subprocess needs to import this tree's package."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env

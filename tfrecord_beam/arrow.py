@@ -341,6 +341,21 @@ class ExampleEncoder:
         """The batch's records as a list of serialized payloads."""
         return _encode_np.split_payloads(*self.encode(batch, first_row))
 
+    def encode_framed(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[bytes, np.ndarray]:
+        """The batch's records already framed as TFRecords: (bytes, int64 frame sizes), ready
+        for `RecordWriter.write_framed` (the compiled encoder frames as it encodes)."""
+        from . import _engine
+
+        context, sequences = self.to_columns(batch, first_row)
+        native = _native_encoder()
+        if native is not None and not self.is_sequence:
+            framed = native(_native_columns(context), batch.num_rows, True)
+            _, lengths, _, _ = _engine.scan_frames(framed, False)
+            return framed, np.asarray(lengths, np.int64) + 16
+        buffer, offsets = serialize_columns(context, sequences if self.is_sequence else None, batch.num_rows)
+        framed = _engine.frame_records(_encode_np.split_payloads(buffer, offsets))
+        return framed, np.diff(np.asarray(offsets, np.int64)) + 16
+
 
 def serialize_columns(
     context: Sequence[Column], sequences: Optional[Sequence[Column]], num_rows: int

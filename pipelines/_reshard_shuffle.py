@@ -1,0 +1,67 @@
+"""`reshard --shuffle`: the external shuffle of `tfrecord_beam.beam.shuffle` as a job step.
+
+Kept apart from reshard.py's unshuffled path (which plans from headers and copies ranges):
+this module owns the shuffle's options, its Beam graph and its summary lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import shuffle as _shuffle
+from tfrecord_beam.beam import stages as _stages
+
+from . import _common
+from ._common import JobError, Summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shuffle's own flags (reshard adds them to its parser)."""
+    parser.add_argument(
+        "--shuffle_buffer_bytes", type=int, default=_shuffle.DEFAULT_BUFFER_BYTES, metavar="BYTES",
+        help="with --shuffle: the most record bytes one step holds in memory (a reader's run, a "
+             f"writer's bucket; default {_shuffle.DEFAULT_BUFFER_BYTES >> 20} MiB). Peak memory per "
+             "worker is about 2-3x this, whatever the input or shard size",
+    )
+
+
+def run(args: argparse.Namespace, options, files, total_bytes: int, num_shards: int) -> Summary:
+    """Shuffle `files` into `num_shards` shards under args.output_prefix; the job's Summary."""
+    if args.balance != "records":
+        raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")
+    if args.shuffle_buffer_bytes < 1 << 16:
+        raise JobError("--shuffle_buffer_bytes must be at least 65536")
+    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
+    plan = _shuffle.plan_buckets(_shuffle.estimated_bytes(ranges), num_shards, args.shuffle_buffer_bytes)
+    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
+    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    work_dir = staged.temp_path("_shuffle")
+    _common.progress(
+        f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
+        f"shards through {plan.buckets} buckets of ~{args.shuffle_buffer_bytes // 2:,} bytes (seed {args.seed})")
+    verify = not args.no_verify
+
+    def build(p):
+        _shuffle.shuffle_to_shards(p, ranges, spec, args.seed, plan, work_dir, verify)
+
+    try:
+        _common.run_pipeline(build, options)
+        if _fs.exists(work_dir):
+            _fs.delete([work_dir])  # the temporary runs: as large as the input
+        results, check, finals = _common.finish(staged, spec, "reshard", verify)
+    except BaseException:
+        staged.abort()
+        raise
+    sizes = [r["records"] for r in results]
+    extra = {
+        "output_shards": num_shards,
+        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
+        "input_files": len(files), "input_bytes": total_bytes,
+        "shuffle": f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes",
+        "verified": "no (--no_verify)" if check is None else
+        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        "outputs": finals,
+    }
+    return Summary("reshard", files=len(results), records=sum(sizes),
+                   bytes=sum(r["file_bytes"] for r in results), extra=extra)

@@ -1,0 +1,163 @@
+"""reshard --shuffle: every record exactly once, a uniform permutation, deterministic for the seed
+(and independent of how the work was split), bounded buckets split when they overflow."""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines import reshard
+from tfrecord_beam.beam import _frames
+from tfrecord_beam.beam import shuffle as sh
+from tfrecord_beam.errors import CorruptRecordError
+from tfrecord_beam.records import read_records, write_records
+
+from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+
+
+def _shuffle(tmp_path, capsys, out, *extra, runner=FAST, inputs="in/*"):
+    code, stdout, err = run_job(reshard.main, ["--input", str(tmp_path / inputs), "--output_prefix", str(tmp_path / out / "s"),
+                                               "--shuffle", *extra] + runner, capsys)
+    assert code == 0, err
+    return read_shards(tmp_path / out, "s-*.tfrecord"), summary_json(stdout)
+
+
+@pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi_processing"])
+def test_every_record_exactly_once(tmp_path, capsys, runner):
+    data = write_files(tmp_path / "in", "a", [1500, 2500, 0, 1000])
+    shards, summary = _shuffle(tmp_path, capsys, "out", "--num_shards", "3", "--seed", "5",
+                               "--shuffle_buffer_bytes", "65536", runner=runner)
+    assert len(shards) == 3
+    assert collections.Counter(r for s in shards for r in s) == collections.Counter(data)
+    assert summary["records"] == len(data) and summary["verified"].startswith("yes")
+    assert int(summary["shuffle"].split(", ")[1].split()[0]) > 3  # many bounded buckets, not one per shard
+    assert all(n.startswith("s-") for n in entries(tmp_path / "out"))  # no run files or staging left
+    for s in shards:  # every shard is a real shuffle: not the input order
+        assert s != sorted(s, key=data.index)
+
+
+def test_same_seed_same_output_however_split(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [2000, 3000])
+    base, _ = _shuffle(tmp_path, capsys, "o1", "--num_shards", "2", "--seed", "11")
+    small, _ = _shuffle(tmp_path, capsys, "o2", "--num_shards", "2", "--seed", "11",
+                        "--shuffle_buffer_bytes", "65536", "--split_bytes", "50000")
+    multi, _ = _shuffle(tmp_path, capsys, "o3", "--num_shards", "2", "--seed", "11", runner=MULTI)
+    other, _ = _shuffle(tmp_path, capsys, "o4", "--num_shards", "2", "--seed", "12")
+    assert base == small == multi
+    assert other != base
+    assert sorted(r for s in other for r in s) == sorted(r for s in base for r in s)
+
+
+def _chi2_p(table: np.ndarray) -> float:
+    """Upper tail p of Pearson's chi-square for a table of counts against uniform cells
+    (Wilson-Hilferty approximation of the chi-square distribution; fine for 80 dof)."""
+    expected = table.sum() / table.size
+    stat = float(((table - expected) ** 2 / expected).sum())
+    dof = (table.shape[0] - 1) * (table.shape[1] - 1)
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _position_table(inputs, outputs, bins=10) -> np.ndarray:
+    where = {r: i for i, r in enumerate(outputs)}
+    n = len(inputs)
+    table = np.zeros((bins, bins), np.int64)
+    for i, r in enumerate(inputs):
+        table[i * bins // n, where[r] * bins // n] += 1
+    return table
+
+
+def test_positions_are_uniform(tmp_path, capsys):
+    data = write_files(tmp_path / "in", "a", [4000, 4000, 2000])
+    shards, _ = _shuffle(tmp_path, capsys, "out", "--num_shards", "4", "--seed", "3", "--shuffle_buffer_bytes", "65536")
+    out = [r for s in shards for r in s]
+    p = _chi2_p(_position_table(data, out))
+    assert p > 1e-3, f"input position vs output position is not uniform (chi-square p = {p:.2g})"
+    # the test can fail: a shuffle only within each input file is far from uniform
+    per_file = []
+    for start, n in ((0, 4000), (4000, 4000), (8000, 2000)):
+        block = data[start : start + n]
+        per_file += [block[i] for i in np.random.default_rng(0).permutation(n)]
+    assert _chi2_p(_position_table(data, per_file)) < 1e-6
+
+
+def test_keys_look_uniform():
+    keys = sh.record_keys(sh.file_key(0, 0), np.arange(0, 16 * 200_000, 16))
+    counts = np.bincount((keys >> np.uint64(56)).astype(np.int64), minlength=256)
+    expected = len(keys) / 256
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    assert stat < 255 + 5 * math.sqrt(2 * 255)  # chi-square, 255 dof, ~5 sigma
+    assert len(np.unique(keys)) == len(keys)
+    assert not np.array_equal(keys, sh.record_keys(sh.file_key(1, 0), np.arange(0, 16 * 200_000, 16)))
+
+
+def _run_file(tmp_path, payloads, plan, name="r"):
+    path = tmp_path / "data.tfrecord"
+    write_records(str(path), payloads)
+    rng = sh._stages.FileRange(str(path), 0, None, None, 0)
+    return list(sh.bucket_runs(rng, 0, 1, plan, str(tmp_path / "runs" / name)))
+
+
+def test_oversize_bucket_is_split_and_order_kept(tmp_path):
+    payloads = [os.urandom(int(n)) for n in np.random.default_rng(1).integers(50, 3000, 3000)]
+    plan = sh.Plan(num_shards=1, per_shard=1, buffer_bytes=1 << 30)
+    parts = [p for _, p in _run_file(tmp_path, payloads, plan)]
+    slices = [sh.Slice(p.path, int(o), int(s), int(c)) for p in parts
+              for o, s, c in zip(p.offsets, p.sizes, p.counts)]
+    whole = list(sh.shuffled_bucket(slices, plan.key_range(0), 1 << 30, str(tmp_path / "w1")))
+    split = list(sh.shuffled_bucket(slices, plan.key_range(0), 1 << 16, str(tmp_path / "w2")))
+    assert len(whole) >= 1 and len(split) > len(whole)  # the small buffer went through sub-buckets
+    assert b"".join(b for b, _, _ in whole) == b"".join(b for b, _, _ in split)
+    d1 = (0, 0, 0)
+    for _, _, d in split:
+        d1 = _frames.add(d1, d)
+    assert d1[:2] == (len(payloads), sum(map(len, payloads)))
+    assert not (tmp_path / "w2").exists() or not list((tmp_path / "w2").iterdir())  # split files removed
+    got = list(read_records(_as_file(tmp_path, b"".join(b for b, _, _ in split))))
+    assert sorted(got) == sorted(payloads) and got != payloads
+
+
+def _as_file(tmp_path, data: bytes) -> str:
+    path = tmp_path / "gathered.tfrecord"
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_damaged_run_file_is_reported(tmp_path):
+    payloads = [b"p%05d" % i * 20 for i in range(500)]
+    plan = sh.Plan(num_shards=1, per_shard=2, buffer_bytes=1 << 20)
+    parts = [p for _, p in _run_file(tmp_path, payloads, plan)]
+    part = parts[0]
+    raw = bytearray(Path(part.path).read_bytes())
+    raw[int(part.offsets[0]) + 40] ^= 0xFF
+    Path(part.path).write_bytes(bytes(raw))
+    piece = sh.Slice(part.path, int(part.offsets[0]), int(part.sizes[0]), int(part.counts[0]))
+    with pytest.raises(CorruptRecordError, match="temporary shuffle data is damaged"):
+        list(sh.shuffled_bucket([piece], plan.key_range(int(part.buckets[0])), 1 << 20, str(tmp_path / "w")))
+
+
+def test_rejects_byte_balance_and_tiny_buffer(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [10])
+    base = ["--input", str(tmp_path / "in/*"), "--output_prefix", str(tmp_path / "o" / "s"), "--num_shards", "2",
+            "--shuffle"] + FAST
+    code, _, err = run_job(reshard.main, base + ["--balance", "bytes"], capsys)
+    assert code == 1 and "--balance bytes" in err
+    code, _, err = run_job(reshard.main, base + ["--shuffle_buffer_bytes", "100"], capsys)
+    assert code == 1 and "--shuffle_buffer_bytes" in err
+
+
+def test_corrupt_input_fails_naming_the_file_and_leaves_nothing(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [300, 300])
+    path = tmp_path / "in" / "a-1.tfrecord"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in/*"), "--output_prefix", str(tmp_path / "o" / "s"),
+                                          "--num_shards", "2", "--shuffle"] + FAST, capsys)
+    assert code == 1 and "a-1.tfrecord" in err and "CRC" in err
+    assert entries(tmp_path / "o") == []

@@ -1,0 +1,280 @@
+"""Parquet <-> TFRecord conversion stages that stream, in memory bounded by one batch.
+
+Parquet -> TFRecord: the plan comes from the Parquet footers (row counts per row group; no
+data is read): the rows are cut into `num_shards` equal contiguous ranges, each a list of
+(file, row group, rows) pieces, and one Beam element per shard streams its pieces: record
+batches of a row group -> `ExampleEncoder.encode_framed` -> the shard's `RecordWriter`.
+Nothing but the plan goes through Beam; the check is the planned row count of each shard.
+
+TFRecord -> Parquet: the input byte ranges are cut into `num_files` contiguous groups; one
+element per output file reads its ranges chunk by chunk, decodes them into Arrow and writes
+a row group whenever `row_group_rows` rows or `row_group_bytes` payload bytes are pending.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import apache_beam as beam
+import pyarrow as pa
+
+from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
+from tfrecord_beam.records import RecordReader, RecordWriter
+from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import stages as _stages
+
+BATCH_ROWS = 65536  # rows per record batch at most
+BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
+READ_BUFFER = 1 << 20  # Parquet pages are streamed through a buffer of this size
+WRITE_BUFFER = 1 << 20  # Parquet output reaches Beam's file object in pieces of this size
+DEFAULT_ROW_GROUP_ROWS = 131072
+DEFAULT_ROW_GROUP_BYTES = 64 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet -> TFRecord
+
+
+class Piece(NamedTuple):
+    """Rows [start, stop) of one row group of one Parquet file."""
+
+    path: str
+    row_group: int
+    start: int
+    stop: int
+    first_row: int  # the file's row number of the row group's first row (for messages)
+
+
+def row_groups(path: str) -> List[int]:
+    """The row count of each row group of a Parquet file (from its footer only)."""
+    import pyarrow.parquet as pq
+
+    with _fs.open_input(path) as handle:
+        meta = pq.read_metadata(handle)
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) -> List[List[Piece]]:
+    """Cut the rows of (path, row-group counts) pairs into `num_shards` contiguous ranges
+    of equal size (within one row); a row group on a boundary is split between shards."""
+    total = sum(sum(counts) for _, counts in groups)
+    bounds = [total * s // num_shards for s in range(num_shards + 1)]
+    shards: List[List[Piece]] = [[] for _ in range(num_shards)]
+    pos = 0
+    shard = 0
+    for path, counts in groups:
+        first = 0
+        for number, rows in enumerate(counts):
+            lo, hi = pos, pos + rows
+            while lo < hi:
+                while bounds[shard + 1] <= lo:
+                    shard += 1
+                cut = min(hi, bounds[shard + 1])
+                shards[shard].append(Piece(path, number, lo - pos, cut - pos, first))
+                lo = cut
+            pos += rows
+            first += rows
+    return shards
+
+
+def release_memory() -> None:
+    """Hand Arrow's freed memory back to the system (its allocator keeps it otherwise, which
+    reads as memory growth); called once per row group, where it costs ~1%."""
+    pa.default_memory_pool().release_unused()
+
+
+def open_parquet(handle):
+    """A ParquetFile that streams pages (memory bounded by a batch, not by a row group)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(handle, buffer_size=READ_BUFFER, pre_buffer=False)
+
+
+def batch_rows(meta, row_group: int) -> int:
+    """Rows per record batch for a row group: BATCH_ROWS, fewer when rows are large."""
+    group = meta.row_group(row_group)
+    per_row = group.total_byte_size / max(group.num_rows, 1)
+    return int(max(1, min(BATCH_ROWS, BATCH_BYTES // max(per_row, 1))))
+
+
+def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tuple[int, pa.RecordBatch]]:
+    """(file row number, batch) of a piece's rows, read batch by batch."""
+    row = 0
+    size = batch_rows(parquet_file.metadata, piece.row_group)
+    for batch in parquet_file.iter_batches(batch_size=size, row_groups=[piece.row_group],
+                                           columns=list(columns), use_threads=False):
+        lo, hi = max(piece.start - row, 0), min(piece.stop - row, batch.num_rows)
+        if lo < hi:
+            yield piece.first_row + row + lo, batch.slice(lo, hi - lo)
+        row += batch.num_rows
+        if row >= piece.stop:
+            return
+
+
+def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Piece], schema: pa.Schema,
+                        options: dict) -> dict:
+    """Encode one shard's pieces into its TFRecord file (+ index); returns its stats."""
+    encoder = ExampleEncoder(schema, **options)
+    name = spec.name(shard)
+    index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
+    records = size = 0
+    current: Optional[Tuple[str, object, object]] = None  # (path, handle, ParquetFile): one open at a time
+    try:
+        with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
+            for piece in pieces:  # in input order: each file's pieces are consecutive
+                if current is None or current[0] != piece.path:
+                    if current is not None:
+                        current[1].close()
+                    handle = _fs.open_input(piece.path)
+                    current = (piece.path, handle, open_parquet(handle))
+                for first_row, batch in _batches(current[2], piece, encoder.columns):
+                    try:
+                        framed, sizes = encoder.encode_framed(batch, first_row)
+                    except ArrowConversionError as err:
+                        raise ArrowConversionError(f"{piece.path}: {err}") from None
+                    writer.write_framed(framed, sizes.tolist())
+                    records += len(sizes)
+                    size += len(framed) - 16 * len(sizes)
+                release_memory()
+    finally:
+        if current is not None:
+            current[1].close()
+    result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": 0,
+              "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
+              "groups": [records]}
+    _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    return result
+
+
+def parquet_to_shards(p, shards: Sequence[Sequence[Piece]], spec: _stages.ShardSpec, schema: pa.Schema,
+                      options: dict, label: str = "Parquet"):
+    """One element per shard: PCollection of the shards' result dicts."""
+    return (
+        p
+        | f"{label}Plan" >> beam.Create([(s, list(pieces)) for s, pieces in enumerate(shards) if pieces])
+        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Encode" >> beam.MapTuple(lambda s, pieces: write_parquet_shard(spec, s, pieces, schema, options))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# TFRecord -> Parquet
+
+
+def group_ranges(ranges: Sequence[_stages.FileRange], num_files: int) -> List[List[_stages.FileRange]]:
+    """Cut the ranges (in order) into `num_files` contiguous groups of about equal bytes."""
+    sizes = []
+    for r in ranges:
+        end = r.end if r.end is not None else _fs.file_size(r.path)
+        sizes.append(max(end - r.start, 1))
+    total = sum(sizes)
+    out: List[List[_stages.FileRange]] = [[] for _ in range(num_files)]
+    pos = 0
+    for r, n in zip(ranges, sizes):
+        out[min(num_files - 1, (pos + n // 2) * num_files // total)].append(r)
+        pos += n
+    return out
+
+
+class _Pending:
+    """Decoded batches waiting to become one row group."""
+
+    def __init__(self) -> None:
+        self.batches: List[pa.RecordBatch] = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, batch: pa.RecordBatch, payload_bytes: int) -> None:
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+        self.bytes += payload_bytes
+
+    def take(self) -> pa.Table:
+        table = pa.Table.from_batches(self.batches)
+        self.batches, self.rows, self.bytes = [], 0, 0
+        return table
+
+
+def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: pa.Schema, sequence: bool,
+                       row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+                       coverage: Optional[list] = None) -> dict:
+    """Decode the ranges' records into one Parquet file, a row group at a time; its stats."""
+    import pyarrow.parquet as pq
+
+    records = 0
+    pending = _Pending()
+    with _fs.atomic_output(path) as (handle, commit):
+        # Arrow writes many small pieces; each would be a Python call on Beam's file object
+        # (and a wait for the GIL while the runner's threads hold it): buffer them in Arrow.
+        sink = pa.output_stream(handle, buffer_size=WRITE_BUFFER)
+        writer = pq.ParquetWriter(sink, schema)
+        try:
+            for rng in ranges:
+                reader = RecordReader(rng.path, rng.compression, verify=True, start_offset=rng.start,
+                                      end_offset=rng.end, resync=rng.start > 0)
+                end = None
+                for chunk in reader.chunks():
+                    every = chunk.payloads()
+                    for lo in range(0, len(every), BATCH_ROWS):
+                        payloads = every[lo : lo + BATCH_ROWS]
+                        batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
+                        pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
+                        records += len(payloads)
+                        if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
+                            table = pending.take()
+                            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                            del table
+                            release_memory()
+                    end = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1] + 16)
+                if coverage is not None:
+                    first = reader.start_offset
+                    size = _fs.file_size(rng.path) if rng.compression is None else None
+                    coverage.append(_stages.Coverage(rng.path, rng.start, first, first if end is None else end, size))
+            if pending.rows:
+                table = pending.take()
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        finally:
+            writer.close()
+            sink.close()
+        commit()
+    return {"parquet": path.rstrip("/").rsplit("/", 1)[-1], "records": records}
+
+
+class _WriteParquet(beam.DoFn):
+    def __init__(self, paths: Sequence[str], schema: pa.Schema, sequence: bool, rows: int, size: int,
+                 results_dir: str) -> None:
+        self.paths, self.schema, self.sequence, self.rows, self.size = list(paths), schema, sequence, rows, size
+        self.results_dir = results_dir
+
+    def process(self, element):
+        number, ranges = element
+        coverage: list = []
+        result = write_parquet_file(self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size,
+                                    coverage)
+        _stages._write_result(self.results_dir, f"parquet-{number:05d}.json", result)
+        yield result
+        for c in coverage:
+            yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
+
+
+def tfrecord_to_parquet_files(p, groups: Sequence[Sequence[_stages.FileRange]], paths: Sequence[str],
+                              schema: pa.Schema, sequence: bool, results_dir: str,
+                              row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+                              row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, label: str = "ToParquet"):
+    """One element per output file (every file is written, empty ones too); PCollection of
+    {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap."""
+    outs = (
+        p
+        | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])
+        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Write" >> beam.ParDo(
+            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir)
+        ).with_outputs(_stages.COVERAGE, main="files")
+    )
+    _stages.check_coverages(outs[_stages.COVERAGE], label)
+    return outs.files
+
+
+def parquet_rows(path: str) -> int:
+    """Rows of a Parquet file, from its footer."""
+    return sum(row_groups(path))
