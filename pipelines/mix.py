@@ -21,8 +21,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.skipping import SkippingReader
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam._corrupt import CorruptRecord
 
 from . import _common
 from ._common import JobError, Summary
@@ -104,10 +106,12 @@ def selection(seed: int, source: int, available: int, wanted: int) -> np.ndarray
     return taken
 
 
-def count_range(rng: _stages.FileRange) -> Tuple[tuple, int]:
-    """((file number, range start), records whose header starts in the range)."""
-    reader = RecordReader(rng.path, rng.compression, verify=False, start_offset=rng.start,
-                          end_offset=rng.end, resync=rng.start > 0)
+def count_range(rng: _stages.FileRange, skip_corrupt: bool = False) -> Tuple[tuple, int]:
+    """((file number, range start), records whose header starts in the range); with
+    `skip_corrupt`, the intact records (CRCs checked, as the selecting read counts them)."""
+    reader = SkippingReader(rng.path, rng.compression, open_file=lambda: _fs.open_input(rng.path),
+                            verify=skip_corrupt, start_offset=rng.start, end_offset=rng.end,
+                            resync=rng.start > 0, skip_corrupt=skip_corrupt)
     return (rng.file_number, rng.start), sum(len(c) for c in reader.chunks())
 
 
@@ -115,8 +119,9 @@ class SelectFn(beam.DoFn):
     """Reads a range and emits its selected records (repeated as chosen), keyed by output shard."""
 
     def __init__(self, seed: int, wanted: Optional[List[int]], weights: List[float], groups: List[int],
-                 num_shards: int) -> None:
+                 num_shards: int, skip_corrupt: bool = False) -> None:
         self.seed, self.wanted, self.weights, self.groups, self.num_shards = seed, wanted, weights, groups, num_shards
+        self.skip_corrupt = skip_corrupt
         self._plan = None
 
     def _prepare(self, counts: List[Tuple[tuple, int]]):
@@ -143,7 +148,11 @@ class SelectFn(beam.DoFn):
         first = base[(rng.file_number, rng.start)]
         group = rng.group
         coverage: list = []
-        for batch in _stages.read_range(rng, True, coverage):
+        bad: list = []
+        report = (lambda f, o, r: bad.append(CorruptRecord(f, o, r))) if self.skip_corrupt else None
+        for batch in _stages.read_range(rng, True, coverage, report):
+            while bad:
+                yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad.pop(0))
             n = len(batch.payloads)
             times = taken[group][first : first + n]
             starts = before[group][first : first + n]
@@ -157,11 +166,14 @@ class SelectFn(beam.DoFn):
             chosen = _stages.Batch(batch.order, batch.record_offsets[picked], payloads, group)
             yield beam.pvalue.TaggedOutput("digest", _stages.payload_digest(payloads))
             yield from _stages.route(chosen, (occurrence + offsets[group]) % self.num_shards, keys)
+        for record in bad:
+            yield beam.pvalue.TaggedOutput(_stages.CORRUPT, record)
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     sources = parse_sources(args.source)
     if args.total_records is not None and args.total_records < 0:
         raise JobError("--total_records must be >= 0")
@@ -178,22 +190,25 @@ def run(args: argparse.Namespace, options) -> Summary:
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression, groups)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
     seed, num_shards = args.seed, args.num_shards
+    dead_letters = _common.dead_letters(args, staged)
+    skip = dead_letters is not None
 
     def build(p):
         plan = p | "Plan" >> beam.Create(ranges)
-        counts = plan | "Count" >> beam.Map(count_range)
+        counts = plan | "Count" >> beam.Map(count_range, skip)
         selected = (
             plan
             | "Spread" >> beam.Reshuffle()
-            | "Select" >> beam.ParDo(SelectFn(seed, wanted, weights, groups, num_shards), beam.pvalue.AsList(counts))
-            .with_outputs("digest", _stages.COVERAGE, main="routed")
+            | "Select" >> beam.ParDo(SelectFn(seed, wanted, weights, groups, num_shards, skip), beam.pvalue.AsList(counts))
+            .with_outputs("digest", _stages.COVERAGE, _stages.CORRUPT, main="routed")
         )
-        _stages.check_coverages(selected[_stages.COVERAGE])
+        gaps = _stages.check_coverages(selected[_stages.COVERAGE], skip_corrupt=skip)
+        if skip:
+            dead_letters.write((selected[_stages.CORRUPT], gaps) | "AllCorrupt" >> beam.Flatten())
         results = _stages.write_shards(selected.routed, spec, shuffled=True)
         _stages.verify_digests(p, selected.digest, results, spec, "mix")
 
@@ -206,13 +221,14 @@ def run(args: argparse.Namespace, options) -> Summary:
         _ = p | "Once" >> beam.Create([None]) | "SaveCounts" >> beam.Map(save_counts, beam.pvalue.AsList(counts))
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
-    try:
+    if True:  # (indentation kept for the merge)
         _common.run_pipeline(build, options)
         available = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]["available"]
         if wanted is None:
             wanted = allocate(exhausting_total(available, weights), weights)
         total = sum(wanted)
-        results, check, finals = _common.finish(staged, spec, "mix", True)
+        results, check = _common.collect(staged, spec, "mix", True)
+        finals = [staged.final_path(r["name"]) for r in results]
         manifest = {
             "total_records": total, "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": seed, "num_shards": num_shards,
             "sources": [
@@ -226,20 +242,24 @@ def run(args: argparse.Namespace, options) -> Summary:
             ],
             "shards": [
                 {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * len(sources))[: len(sources)]}
-                for f, r in zip([x for x in finals if not x.endswith(".tfindex")], results)
+                for f, r in zip(finals, results)
             ],
             "checksum": {"records": check["written"][0], "bytes": check["written"][1],
                          "fingerprint_sum": f"{check['written'][2]:016x}"},
         }
-        _common.write_json(manifest_path, manifest)
-    except BaseException:
-        staged.abort()
-        raise
+        # The default manifest lies beside the shards: staged and committed with them.
+        inside = args.manifest is None
+        if inside:
+            _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+        finals, corrupt = _common.commit_shards(staged, spec, results, [staged.name + ".manifest.json"] if inside else (),
+                                                details={"mix": manifest})
+        if not inside:
+            _common.write_json(manifest_path, manifest)
     extra = {
         "sources": len(sources), "per_source_records": wanted, "available_records": available,
         "output_shards": num_shards, "manifest": manifest_path,
         "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
-        "outputs": finals,
+        "outputs": finals, **corrupt,
     }
     return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)

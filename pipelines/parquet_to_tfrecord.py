@@ -20,7 +20,9 @@ import pyarrow as pa
 from apache_beam.io.parquetio import ReadAllFromParquetBatched
 
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam._corrupt import CorruptRecord
 
 from . import _common
 from ._common import JobError, Summary
@@ -59,10 +61,8 @@ def read_schema(path: str) -> pa.Schema:
     """The Arrow schema of a Parquet file (local or remote)."""
     import pyarrow.parquet as pq
 
-    from tfrecord_beam import fs
-
     try:
-        with fs.open_input(path) as handle:
+        with _fs.open_input(path) as handle:
             return pq.read_schema(handle)
     except (OSError, pa.ArrowInvalid) as exc:
         raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
@@ -71,17 +71,17 @@ def read_schema(path: str) -> pa.Schema:
 def parquet_rows(path: str) -> int:
     import pyarrow.parquet as pq
 
-    from tfrecord_beam import fs
-
-    with fs.open_input(path) as handle:
+    with _fs.open_input(path) as handle:
         return pq.read_metadata(handle).num_rows
 
 
 class EncodeFn(beam.DoFn):
     """(file name, Arrow table) -> (shard, Routed) pairs of serialized Examples."""
 
-    def __init__(self, schema: pa.Schema, options: dict, num_shards: int, file_numbers: dict) -> None:
+    def __init__(self, schema: pa.Schema, options: dict, num_shards: int, file_numbers: dict,
+                 skip_corrupt: bool = False) -> None:
         self.schema, self.options, self.num_shards, self.file_numbers = schema, options, num_shards, file_numbers
+        self.skip_corrupt = skip_corrupt
         self.encoder = None
 
     def setup(self):
@@ -94,7 +94,15 @@ class EncodeFn(beam.DoFn):
             try:
                 payloads = self.encoder.encode_payloads(batch)
             except ArrowConversionError as err:
-                raise ArrowConversionError(f"{filename}: {err} (row counted within a batch of {batch.num_rows})") from None
+                if not self.skip_corrupt:
+                    raise ArrowConversionError(f"{filename}: {err} (row counted within a batch of {batch.num_rows})") from None
+                payloads = []
+                for row in range(batch.num_rows):  # find the bad rows; keep the others
+                    try:
+                        payloads += self.encoder.encode_payloads(batch.slice(row, 1))
+                    except ArrowConversionError as row_err:
+                        yield beam.pvalue.TaggedOutput(_stages.CORRUPT, CorruptRecord(
+                            filename, None, f"row {row} of a batch of {batch.num_rows}: {row_err}; skipped"))
             if not payloads:
                 continue
             order = (number, _stages.stable_id(payloads[0].hex()[:64]), len(payloads))
@@ -103,6 +111,7 @@ class EncodeFn(beam.DoFn):
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "parquet_to_tfrecord")  # before any work
     files = _common.expand_inputs(args.input)
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
@@ -124,36 +133,44 @@ def run(args: argparse.Namespace, options) -> Summary:
         if missing:
             raise JobError(f"{other}: lacks column(s) {missing} that {files[0]} has")
     rows = sum(parquet_rows(f) for f in files)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
-    spec.checksum = False  # the row count is the check here
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     _common.progress(f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows -> {args.num_shards} shards of {kind}")
     numbers = {f: i for i, f in enumerate(files)}
     read_columns = list(encoder.columns)
 
+    dead_letters = _common.dead_letters(args, staged)
+
     def build(p):
-        routed = (
+        encoded = (
             p
             | "Files" >> beam.Create(files)
             | "ReadParquet" >> ReadAllFromParquetBatched(columns=read_columns, with_filename=True)
-            | "Encode" >> beam.ParDo(EncodeFn(schema, encoder_options, args.num_shards, numbers))
+            | "Encode" >> beam.ParDo(EncodeFn(schema, encoder_options, args.num_shards, numbers, dead_letters is not None))
+            .with_outputs(_stages.CORRUPT, main="routed")
         )
-        _stages.write_shards(routed, spec, shuffled=False)
+        if dead_letters is not None:
+            dead_letters.write(encoded[_stages.CORRUPT])
+        _stages.write_shards(encoded.routed, spec, shuffled=False)
 
-    try:
-        _common.run_pipeline(build, options)
-        results, _, finals = _common.finish(staged, spec, "parquet_to_tfrecord", False)
-        written = sum(r["records"] for r in results)
-        if written != rows:
-            raise JobError(f"the Parquet files hold {rows} rows but {written} records were written")
-    except BaseException:
-        staged.abort()
-        raise
+    _common.run_pipeline(build, options)
+    results, _ = _common.collect(staged, spec, "parquet_to_tfrecord", False)
+    written = sum(r["records"] for r in results)
+    skipped = _skipped_rows(staged)
+    if written + skipped != rows:
+        raise JobError(f"the Parquet files hold {rows} rows but {written} records were written"
+                       + (f" and {skipped} rows skipped" if skipped else ""))
+    finals, corrupt = _common.commit_shards(staged, spec, results)
     extra = {"input_files": len(files), "input_rows": rows, "record_kind": kind, "output_shards": args.num_shards,
-             "verified": f"yes: {written} records == {rows} Parquet rows", "outputs": finals}
+             "verified": f"yes: {written} records == {rows} Parquet rows" + (f" - {skipped} skipped" if skipped else ""),
+             "outputs": finals, **corrupt}
     return Summary("parquet_to_tfrecord", files=len(results), records=written,
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def _skipped_rows(staged) -> int:
+    """Rows --skip_corrupt left out (the dead letters collected so far)."""
+    return staged.collect_dead_letters()[0]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

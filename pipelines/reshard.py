@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import fs
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
@@ -52,15 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "reshard")  # before any work: writable, not another run's
     files = _common.expand_inputs(args.input)
-    total_bytes = sum(fs.file_size(f) for f in files)
+    total_bytes = sum(_fs.file_size(f) for f in files)
     if args.num_shards is not None and args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
     _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} shards")
     shuffle, seed, balance = args.shuffle, args.seed, args.balance
@@ -72,19 +72,15 @@ def run(args: argparse.Namespace, options) -> Summary:
         return _stages.route(batch, _stages.round_robin(batch, num_shards, balance), None)
 
     def build(p):
-        batches = _stages.read_batches(p, ranges)
+        batches = _stages.read_batches(p, ranges, dead_letters=_common.dead_letters(args, staged))
         routed = batches | "Route" >> beam.FlatMap(assign)
         results = _stages.write_shards(routed, spec, shuffle)
         if not args.no_verify:
             digests = batches | "DigestInput" >> beam.Map(lambda b: _stages.payload_digest(b.payloads))
             _stages.verify_digests(p, digests, results, spec, "reshard")
 
-    try:
-        _common.run_pipeline(build, options)
-        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
-    except BaseException:
-        staged.abort()
-        raise
+    _common.run_pipeline(build, options)
+    results, check, finals, corrupt = _common.finish(staged, spec, "reshard", not args.no_verify)
     records = sum(r["records"] for r in results)
     sizes = [r["records"] for r in results]
     extra = {
@@ -93,7 +89,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         "input_files": len(files), "input_bytes": total_bytes,
         "verified": "no (--no_verify)" if check is None else
         f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
+        "outputs": finals, **corrupt,
     }
     return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
 

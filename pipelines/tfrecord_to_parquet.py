@@ -20,7 +20,10 @@ import pyarrow as pa
 from apache_beam.io.parquetio import WriteToParquetBatched
 
 from tfrecord_beam.arrow import examples_to_record_batch
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.manifest import ShardEntry
+from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.skipping import SkippingReader
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
@@ -59,12 +62,18 @@ def parse_features(text: Optional[str]):
     return out
 
 
-def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool) -> pa.Schema:
-    """The schema of the first `limit` records of the files (in order)."""
+def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool,
+                 skip_corrupt: bool = False) -> pa.Schema:
+    """The schema of the first `limit` records of the files (in order; corrupt ones left out
+    with `skip_corrupt`, the pipeline reports them)."""
 
     def sample():
         for path in files:
-            yield from RecordReader(path, compression)
+            kind = resolve_compression(path, compression)
+            reader = SkippingReader(path, kind, open_file=lambda path=path: _fs.open_input(path),
+                                    skip_corrupt=skip_corrupt)
+            for chunk in reader.chunks():
+                yield from chunk.payloads()
 
     payloads = list(itertools.islice(sample(), max(limit, 1)))
     if not payloads:
@@ -79,17 +88,18 @@ def infer_schema(files: Sequence[str], compression: str, limit: int, description
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "tfrecord_to_parquet")  # before any work
     files = _common.expand_inputs(args.input)
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     description = parse_features(args.features)
     try:
-        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence)
+        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence,
+                              args.skip_corrupt)
     except (TypeError, ValueError) as err:
         raise JobError(str(err)) from None
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
-    prefix = args.output_prefix.rsplit("/", 1)[-1]
+    prefix = staged.name
     _common.progress(f"tfrecord_to_parquet: {len(files)} files -> {args.num_shards} Parquet files; schema:\n{schema}")
     sequence = args.sequence
 
@@ -97,7 +107,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         return pa.Table.from_batches([examples_to_record_batch(batch.payloads, schema=schema, sequence=sequence)])
 
     def build(p):
-        batches = _stages.read_batches(p, ranges)
+        batches = _stages.read_batches(p, ranges, dead_letters=_common.dead_letters(args, staged))
         tables = batches | "Decode" >> beam.Map(to_table)
         _ = tables | "Write" >> WriteToParquetBatched(
             staged.temp_path(prefix), schema=schema, num_shards=args.num_shards, file_name_suffix=".parquet")
@@ -108,30 +118,25 @@ def run(args: argparse.Namespace, options) -> Summary:
             | "SaveCount" >> beam.Map(lambda n: _stages._write_result(staged.temp_path("_results"), "count.json", {"records": n}))
         )
 
-    try:
-        _common.run_pipeline(build, options)
-        read = [r for r in _common.read_json_results(staged, "_results") if "records" in r][0]["records"]
-        names = _written_parquet(staged, prefix)
-        rows = sum(_parquet_rows(staged.temp_path(n)) for n in names)
-        if rows != read:
-            raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
-        finals = staged.commit(names)
-    except BaseException:
-        staged.abort()
-        raise
-    from apache_beam.io.filesystems import FileSystems
-
-    size = sum(m.size_in_bytes for f in finals for m in FileSystems.match([f])[0].metadata_list)
+    _common.run_pipeline(build, options)
+    read = [r for r in _common.read_json_results(staged, "_results") if "records" in r][0]["records"]
+    names = _written_parquet(staged, prefix)
+    counts = [_parquet_rows(staged.temp_path(n)) for n in names]
+    rows = sum(counts)
+    if rows != read:
+        raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+    entries = [ShardEntry(name=n, records=c, file_bytes=_fs.file_size(staged.temp_path(n)), compression="parquet")
+               for n, c in zip(names, counts)]
+    count, dead = staged.collect_dead_letters()
+    finals = staged.commit(entries, corrupt_records=count, dead_letters=dead)
+    size = sum(e.file_bytes for e in entries)
     extra = {"input_files": len(files), "columns": len(schema), "verified": f"yes: {rows} rows == {read} records",
-             "outputs": finals}
+             "outputs": finals, **_common.corrupt_summary(count, dead, staged)}
     return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
 
 
 def _written_parquet(staged, prefix: str) -> List[str]:
-    from apache_beam.io.filesystems import FileSystems
-
-    matches = FileSystems.match([staged.temp_path(prefix) + "*.parquet"])[0].metadata_list
-    return sorted(m.path.rstrip("/").rsplit("/", 1)[-1] for m in matches)
+    return _fs.list_names(staged.temp_dir, prefix + "*.parquet")
 
 
 def _parquet_rows(path: str) -> int:

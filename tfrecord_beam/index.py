@@ -28,11 +28,11 @@ def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
     Compressed files keep their full name (`x.tfrecord.gz` -> `x.tfrecord.gz.tfindex`) so that
     a plain and a compressed copy side by side get different indexes.
     """
-    path = os.fspath(data_path)
+    path, query = fs.split_query(os.fspath(data_path))  # s3://b/x.tfrecord?endpoint_override=...
     for suffix in _DATA_SUFFIXES:
         if path.endswith(suffix):
-            return path[: -len(suffix)] + INDEX_SUFFIX
-    return path + INDEX_SUFFIX
+            return fs.with_query(path[: -len(suffix)] + INDEX_SUFFIX, query)
+    return fs.with_query(path + INDEX_SUFFIX, query)
 
 
 def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterable[np.ndarray]:
@@ -69,9 +69,13 @@ def format_index(index: np.ndarray) -> bytes:
     return (("%d %d\n" * (len(flat) // 2)) % tuple(flat)).encode("ascii")  # one C-level format
 
 
-def write_index(index: np.ndarray, index_path) -> None:
-    """Write an index atomically (temporary name, then rename)."""
-    with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
+def write_index(index: np.ndarray, index_path, *, atomic_output=None) -> None:
+    """Write an index atomically (temporary name, then rename).
+
+    `atomic_output` is the file layer's `atomic_output` (default the core's `fs`); Beam code
+    passes `tfrecord_beam.beam._fs.atomic_output` so that its writes go through Beam.
+    """
+    with (atomic_output or fs.atomic_output)(os.fspath(index_path)) as (handle, commit):
         handle.write(format_index(index))
         commit()
 

@@ -396,6 +396,8 @@ class RecordWriter:
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
         compression_level: zlib level (default: zlib's default, as TensorFlow).
+        atomic_output: the file layer to write through (default the core's
+            `fs.atomic_output`; Beam code passes `tfrecord_beam.beam._fs.atomic_output`).
     """
 
     def __init__(
@@ -404,6 +406,8 @@ class RecordWriter:
         compression: Optional[str] = "auto",
         index_path: Union[None, bool, str] = None,
         compression_level: int = -1,
+        *,
+        atomic_output=None,
     ) -> None:
         from . import index as _index  # index imports records: import late
 
@@ -412,7 +416,8 @@ class RecordWriter:
         if index_path is True:
             index_path = _index.default_index_path(self.path)
         self.index_path = os.fspath(index_path) if index_path else None
-        self._data_cm = fs.atomic_output(self.path)
+        self._atomic_output = atomic_output or fs.atomic_output
+        self._data_cm = self._atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
         if self.compression is not None:
@@ -472,7 +477,7 @@ class RecordWriter:
 
             sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
             offsets = np.cumsum(sizes) - sizes
-            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path)
+            _index.write_index(np.stack([offsets, sizes], axis=1), self.index_path, atomic_output=self._atomic_output)
 
     def abort(self) -> None:
         """Drop everything written so far; neither the data nor the index appears."""

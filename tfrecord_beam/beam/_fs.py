@@ -8,9 +8,10 @@ imports this module instead, never both. `file://` URIs become plain local paths
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import uuid
-from typing import BinaryIO, Iterator, List, Sequence, Tuple, Union
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -24,9 +25,111 @@ def plain(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
+def set_options(options) -> None:
+    """Give Beam's FileSystems the pipeline options (`--s3_endpoint_url`, credentials, ...)
+    before anything is read or written outside a pipeline (Beam does it when a pipeline is
+    built; a job checks its output location before that)."""
+    FileSystems.set_options(options)
+
+
 def open_input(path: str) -> BinaryIO:
-    """Open a file for binary reading (seekable for local, gs:// and s3:// files)."""
-    return FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED)
+    """Open a file for binary reading (seekable for local, gs:// and s3:// files).
+
+    The handle's `name` is the path, so the core's readers name it in their errors.
+    """
+    return _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), plain(path))
+
+
+class _Named(io.RawIOBase):
+    """A Beam read handle with a `name` (Beam's handles for object stores have none)."""
+
+    def __init__(self, handle: BinaryIO, name: str) -> None:
+        super().__init__()
+        self._handle, self.name = handle, name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self._handle.read(size)
+
+    def readinto(self, buffer) -> int:
+        data = self._handle.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._handle.close()
+        super().close()
+
+
+def record_reader(path: str, compression: Optional[str] = "auto", **kwargs):
+    """A core `RecordReader` over a file opened through Beam (compression from the name by default)."""
+    from ..records import RecordReader, resolve_compression
+
+    return RecordReader(open_input(path), resolve_compression(plain(path), compression), **kwargs)
+
+
+def record_writer(path: str, compression: Optional[str] = "auto", index_path=None):
+    """A core `RecordWriter` whose data and index are written through Beam."""
+    from ..records import RecordWriter
+
+    return RecordWriter(plain(path), compression, index_path=index_path, atomic_output=atomic_output)
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole content of a (small) file."""
+    with FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a small file atomically (temporary name, then rename)."""
+    with atomic_output(path) as (handle, commit):
+        handle.write(data)
+        commit()
+
+
+def create(path: str) -> BinaryIO:
+    """Open a new file for writing (appears whole on close on object stores)."""
+    return FileSystems.create(plain(path), "application/octet-stream", CompressionTypes.UNCOMPRESSED)
+
+
+def rename(source: str, destination: str) -> None:
+    """Move one file (a copy + delete on object stores)."""
+    FileSystems.rename([plain(source)], [plain(destination)])
+
+
+def mkdirs(path: str) -> None:
+    """Make a directory and its parents (nothing to do on object stores); existing is fine."""
+    path = plain(path)
+    if not FileSystems.exists(path):
+        try:
+            FileSystems.mkdirs(path)
+        except IOError:
+            if not FileSystems.exists(path):
+                raise
+
+
+def split(path: str) -> Tuple[str, str]:
+    """(directory, last component) under the path's filesystem."""
+    return FileSystems.split(plain(path))
+
+
+def list_names(directory: str, pattern: str = "*") -> List[str]:
+    """Names of the files directly in `directory` matching `pattern` ([] when there are none)."""
+    matches = FileSystems.match([join(directory, pattern)])[0].metadata_list
+    return sorted(split(m.path)[1] for m in matches)
 
 
 def file_size(path: str) -> int:
@@ -62,6 +165,18 @@ def delete(paths: Sequence[str]) -> None:
     """Delete files or directories (recursively); missing ones are an error, as in Beam."""
     if paths:
         FileSystems.delete([plain(p) for p in paths])
+
+
+def delete_dir(path: str) -> None:
+    """Delete a directory and everything under it (a prefix on object stores); missing is fine."""
+    path = plain(path)
+    if "://" in path:
+        path = path.rstrip("/") + "/"  # Beam's object stores delete a prefix given with a slash
+        with contextlib.suppress(Exception):
+            FileSystems.delete([path])
+        return
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
 
 
 @contextlib.contextmanager
