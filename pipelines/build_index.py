@@ -24,8 +24,11 @@ from tfrecord_beam import fs
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import build_index as build_file_index
 from tfrecord_beam.index import default_index_path, write_index
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.beam.commit import corrupt_line
 
 from . import _common
 from ._common import JobError, Summary
@@ -40,7 +43,7 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("build_index", __doc__.splitlines()[0], EXAMPLES)
+    parser = _common.make_parser("build_index", __doc__.splitlines()[0], EXAMPLES, outputs=False)
     parser.add_argument("--input", action="append", required=True, help="input glob (repeatable; local or remote)")
     parser.add_argument("--output_dir", default=None,
                         help="write indexes here (named after each file) instead of beside the data")
@@ -64,8 +67,8 @@ def index_target(data_path: str, output_dir: Optional[str]) -> str:
 def scan_range(rng: _stages.FileRange, verify: bool) -> Iterable[Tuple[str, tuple]]:
     """(path, ("frames", range start, offsets, frame sizes)) or (path, ("corrupt", message))."""
     try:
-        reader = RecordReader(rng.path, rng.compression, verify=verify, start_offset=rng.start,
-                              end_offset=rng.end, resync=rng.start > 0)
+        reader = _fs.record_reader(rng.path, rng.compression, verify=verify, start_offset=rng.start,
+                                   end_offset=rng.end, resync=rng.start > 0)
         offsets: List[np.ndarray] = []
         sizes: List[np.ndarray] = []
         for chunk in reader.chunks():
@@ -73,7 +76,7 @@ def scan_range(rng: _stages.FileRange, verify: bool) -> Iterable[Tuple[str, tupl
             sizes.append(chunk.payload_lengths.astype(np.int64) + 16)
         first = reader.start_offset
     except TFRecordError as err:
-        yield rng.path, ("corrupt", str(err))
+        yield rng.path, ("corrupt", str(err), err.offset, err.reason)
         return
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     yield rng.path, ("frames", rng.start, first, cat(offsets), cat(sizes), rng.compression)
@@ -82,7 +85,7 @@ def scan_range(rng: _stages.FileRange, verify: bool) -> Iterable[Tuple[str, tupl
 def assemble(path: str, parts: Iterable[tuple], verify: bool, output_dir: Optional[str]) -> None:
     """Join a file's ranges into its index and write it, or count the file as corrupt."""
     parts = list(parts)
-    corrupt = [p[1] for p in parts if p[0] == "corrupt"]
+    corrupt = [p for p in parts if p[0] == "corrupt"]
     index = None
     if not corrupt:
         frames = sorted((p for p in parts if p[0] == "frames"), key=lambda p: p[1])
@@ -92,23 +95,26 @@ def assemble(path: str, parts: Iterable[tuple], verify: bool, output_dir: Option
         ends = offsets + sizes
         tiled = (len(offsets) == 0 or offsets[0] == 0) and np.array_equal(offsets[1:], ends[:-1])
         if compression is None:
-            tiled = tiled and (int(ends[-1]) if len(ends) else 0) == fs.file_size(path)
+            tiled = tiled and (int(ends[-1]) if len(ends) else 0) == _fs.file_size(path)
         if tiled:
             index = np.stack([offsets, sizes], axis=1).reshape(-1, 2)
         else:  # a gap or overlap between ranges: trust only a sequential scan
             Metrics.counter(NAMESPACE, "rescanned_files").inc()
             try:
-                index = build_file_index(path, compression, verify)
+                index = build_file_index(_fs.open_input(path), compression, verify)
             except TFRecordError as err:
-                corrupt.append(str(err))
+                corrupt.append(("corrupt", str(err), err.offset, err.reason))
     if corrupt:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
-        Metrics.string_set(NAMESPACE, "corrupt").add(corrupt[0])
+        Metrics.string_set(NAMESPACE, "corrupt").add(corrupt[0][1])
+        _, _, offset, reason = corrupt[0]
+        Metrics.string_set(NAMESPACE, "dead_letters").add(corrupt_line(CorruptRecord(
+            path, offset, f"{reason}; the file got no index")).decode("utf-8"))
         return
-    write_index(index, index_target(path, output_dir))
+    write_index(index, index_target(path, output_dir), atomic_output=_fs.atomic_output)
     Metrics.counter(NAMESPACE, "indexed_files").inc()
     Metrics.counter(NAMESPACE, "records").inc(len(index))
-    Metrics.counter(NAMESPACE, "bytes").inc(fs.file_size(path))
+    Metrics.counter(NAMESPACE, "bytes").inc(_fs.file_size(path))
 
 
 def _metric(result, name: str, kind: str = "counters"):
@@ -128,14 +134,13 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     if args.output_dir:
         args.output_dir = _common.beam_path(args.output_dir)
-        try:
-            from apache_beam.io.filesystems import FileSystems
-
-            if not FileSystems.exists(args.output_dir):
-                FileSystems.mkdirs(args.output_dir)
-        except Exception as exc:  # noqa: BLE001
-            raise JobError(f"cannot write to output location {args.output_dir!r}: {exc}") from None
-    skipped = [f for f in files if args.skip_existing and fs.exists(index_target(f, args.output_dir))]
+    targets = sorted({_fs.split(index_target(f, args.output_dir))[0] for f in files})
+    for directory in targets:  # before any work: every place an index goes must be writable
+        _commit.check_writable(directory)
+        for leftover in fs.stale_temp_files(directory):
+            _common.progress(f"removing {leftover}: a temporary file of a writer that is no longer running")
+            os.remove(leftover)
+    skipped = [f for f in files if args.skip_existing and _fs.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
     ranges = _stages.plan_ranges(todo, args.split_bytes, args.compression)
     _common.progress(f"build_index: {len(todo)} files to index ({len(ranges)} ranges), {len(skipped)} skipped")
@@ -164,13 +169,25 @@ def run(args: argparse.Namespace, options) -> Summary:
     }
     for line in corrupt:
         _common.progress(f"corrupt, no index written: {line}")
-    if corrupt:
+    if corrupt and args.skip_corrupt:  # listed beside the indexes; not a failure
+        where = args.output_dir or _fs.split(files[0])[0]
+        extra.update(_write_dead_letters(where, sorted(_metric(result, "dead_letters", "string_sets"))))
+    elif corrupt:
         extra["exit_code"] = 2
     return Summary(
         "build_index", files=extra["indexed_files"],
         records=_metric(result, "records") if ranges else 0,
         bytes=_metric(result, "bytes") if ranges else 0, extra=extra,
     )
+
+
+def _write_dead_letters(directory: str, lines: List[str]) -> dict:
+    """Write --skip_corrupt's dead-letter file for build_index; its summary fields."""
+    from tfrecord_beam.manifest import dead_letter_name
+
+    path = _fs.join(directory, dead_letter_name("build_index"))
+    _fs.write_bytes(path, "".join(lines).encode("utf-8"))
+    return {"corrupt_records": len(lines), "dead_letters": path}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

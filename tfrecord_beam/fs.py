@@ -223,17 +223,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def stale_temp_files(target: PathLike) -> List[str]:
-    """Temporary files `atomic_output(target)` left behind by writers on this host that are no
-    longer running (a SIGKILL, the OOM killer). A live writer's files, and files of writers
-    on other hosts (whose liveness cannot be seen from here), are never listed. Local only."""
-    path = os.fspath(target)
+def stale_temp_files(directory: PathLike) -> List[str]:
+    """Temporary files of `atomic_output` in a local directory left by writers on this host
+    that are no longer running (a SIGKILL, the OOM killer). A live writer's files, and files
+    of writers on other hosts (whose liveness cannot be seen from here), are never listed."""
+    path = os.fspath(directory)
     if is_remote(path):
         return []
-    head, tail = os.path.split(path[len("file://"):] if path.startswith("file://") else path)
+    path = path[len("file://"):] if path.startswith("file://") else path
     out = []
-    for name in sorted(_glob.glob(os.path.join(_glob.escape(head or "."), _glob.escape(f".{tail}{TEMP_MARK}") + "*"))):
-        owner = os.path.basename(name)[len(f".{tail}{TEMP_MARK}"):].rsplit("-", 1)[0]
+    for name in sorted(_glob.glob(os.path.join(_glob.escape(path or "."), ".*" + TEMP_MARK + "*@*-*"))):
+        owner = os.path.basename(name).rsplit(TEMP_MARK, 1)[1].rsplit("-", 1)[0]
         pid, _, host = owner.partition("@")
         if host == _HOST and pid.isdigit() and not pid_alive(int(pid)):
             out.append(name)

@@ -43,7 +43,8 @@ def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterab
     in C measured faster than seeking from header to header, even for 16 KiB records.
     """
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
-    for chunk in RecordReader(os.fspath(data_path), compression, verify=level).chunks():
+    source = data_path if hasattr(data_path, "read") else os.fspath(data_path)  # a path or an open file
+    for chunk in RecordReader(source, compression, verify=level).chunks():
         yield np.stack([chunk.record_offsets, chunk.payload_lengths + FRAME_OVERHEAD], axis=1)
 
 

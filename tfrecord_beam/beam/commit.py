@@ -282,6 +282,17 @@ class Output:
                 self._say(f"could not remove {self.temp_dir}; remove it by hand")
 
 
+def check_writable(directory: str) -> None:
+    """OutputError unless a file can be created (and removed) in `directory` (made if missing)."""
+    probe = _fs.join(directory, f".tfrecord_beam-probe-{uuid.uuid4().hex[:12]}")
+    try:
+        _fs.mkdirs(directory)
+        _fs.create(probe).close()
+        _fs.delete([probe])
+    except Exception as exc:  # noqa: BLE001 - any filesystem error means "cannot write there"
+        raise OutputError(f"cannot write to output location {directory!r}: {exc}") from None
+
+
 def _staging_dirs(directory: str) -> List[str]:
     """Staging directories (`.tfrecord_beam-tmp-*`) directly inside `directory`."""
     from apache_beam.io.filesystems import FileSystems
@@ -313,7 +324,7 @@ def _apply_journal(directory: str, staging: str, journal: Dict[str, Any]) -> Non
     for name in journal["moves"]:
         staged, final = _fs.join(staging, name), _fs.join(directory, name)
         if _fs.exists(staged):
-            if _fs.exists(final):
+            if not _remote(directory) and _fs.exists(final):  # an object store's copy replaces it
                 _fs.delete([final])
             _fs.rename(staged, final)
             _step()
@@ -326,6 +337,10 @@ def _apply_journal(directory: str, staging: str, journal: Dict[str, Any]) -> Non
         _fs.rename(staged_manifest, final_manifest)
         _step()
     _fs.delete_dir(staging)
+
+
+def _remote(path: str) -> bool:
+    return "://" in _fs.plain(path)
 
 
 _steps = [0]
