@@ -299,7 +299,7 @@ def _staging_dirs(directory: str) -> List[str]:
 
     if "://" in _fs.plain(directory):  # object stores have no directories: find their owner records
         found = FileSystems.match([_fs.join(directory, TEMP_PREFIX + "*/" + OWNER)])[0].metadata_list
-        return sorted({m.path.rsplit("/", 2)[0] for m in found})
+        return sorted({m.path.rsplit("/", 1)[0] for m in found})
     path = _fs.plain(directory)
     if not os.path.isdir(path):
         return []
