@@ -31,7 +31,7 @@ from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 
 from . import _common
-from ._common import JobError, Summary
+from ._common import Summary
 
 EXAMPLES = """\
   python -m pipelines.build_index --input 'data/*.tfrecord'

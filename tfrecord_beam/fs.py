@@ -21,7 +21,7 @@ import io
 import os
 import socket
 import uuid
-from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
+from typing import BinaryIO, Iterator, List, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
