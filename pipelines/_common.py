@@ -11,6 +11,7 @@ exit 1; SIGINT is exit 130 with one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -214,10 +215,16 @@ def run_job(
     aborted (their staging removed) on every way out."""
     args, beam_args = parser.parse_known_args(argv)
     verbose = bool(getattr(args, "verbose", False)) or bool(os.environ.get("TFRECORD_BEAM_DEBUG"))
+    _verbose[0] = verbose
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
     start = time.time()
     interrupted: List[int] = []
     previous = _on_sigint(interrupted)
+    import threading
+
+    hook = threading.excepthook
+    if not verbose:  # runner threads dying after a failure or Ctrl-C: the one line below says it
+        threading.excepthook = lambda args: None
     try:
         options = pipeline_options(beam_args)
         summary = job(args, options)
@@ -237,6 +244,7 @@ def run_job(
         return 1
     finally:
         _restore_sigint(previous)
+        threading.excepthook = hook
         _open_outputs.clear()
     summary.seconds = time.time() - start
     summary.print()
@@ -252,9 +260,38 @@ def _on_sigint(flag: List[int]):
 
     def handler(signum, frame):
         flag.append(signum)
+        _terminate_workers()  # worker processes of the runner would otherwise keep it waiting
         raise KeyboardInterrupt
 
     return signal.signal(signal.SIGINT, handler)
+
+
+def _terminate_workers() -> None:
+    """SIGTERM every descendant of this process (the runner's worker processes; Linux /proc)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    todo, found = [os.getpid()], []
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 def _restore_sigint(previous) -> None:
@@ -284,14 +321,59 @@ def _abort_outputs() -> None:
 
 
 def run_pipeline(build: Callable[[Any], None], options) -> Any:
-    """Build a pipeline with `build(p)` and run it to completion; returns the result."""
+    """Build a pipeline with `build(p)` and run it to completion; returns the result.
+
+    Unless --verbose, worker processes (DirectRunner multi_processing, a local job service)
+    write their logs to a discarded file instead of this job's stderr: a failure is the one
+    line `run_job` prints, not each worker's traceback.
+    """
     import apache_beam as beam
 
-    p = beam.Pipeline(options=options)
-    build(p)
-    result = p.run()
-    result.wait_until_finish()
+    with _workers_quiet(not _verbose[0]):
+        p = beam.Pipeline(options=options)
+        build(p)
+        result = p.run()
+        result.wait_until_finish()
     return result
+
+
+_verbose = [False]
+
+
+@contextlib.contextmanager
+def _workers_quiet(quiet: bool):
+    """Point file descriptor 2, which child processes inherit, at a temporary file while this
+    process's own `sys.stderr` keeps writing to the terminal."""
+    if not quiet:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    own = None
+    try:
+        if getattr(sys.stderr, "fileno", None) is not None and _fileno(sys.stderr) == 2:
+            own = sys.stderr
+            sys.stderr = open(saved, "w", buffering=1, closefd=False)
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        if own is not None:
+            sys.stderr.flush()
+            sys.stderr = own
+        os.close(saved)
+
+
+def _fileno(stream) -> int:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return -1
 
 
 def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str = "=") -> List[Tuple[str, str]]:

@@ -280,15 +280,18 @@ def test_every_job_checks_an_unwritable_output_before_any_work(job, tmp_path, ca
     assert code == 1 and "cannot write to output location" in err and len(err.strip().splitlines()) == 1
 
 
-def test_verbose_shows_the_traceback(tmp_path, capsys):
+def test_one_line_even_from_worker_processes_and_verbose_shows_the_traceback(tmp_path, capfd):
+    from pipeline_helpers import MULTI
+
     write_files(tmp_path / "in", "a", [50])
     path = tmp_path / "in" / "a-0.tfrecord"
     raw = bytearray(path.read_bytes())
     raw[700] ^= 0xFF
     path.write_bytes(bytes(raw))
-    code, _, err = run_job(reshard.main, reshard_args(path, tmp_path / "o" / "x", 1), capsys)
-    assert code == 1 and len(err.strip().splitlines()) == 2 and "Traceback" not in err  # progress + the error
-    code, _, err = run_job(reshard.main, reshard_args(path, tmp_path / "o" / "x", 1, "--verbose"), capsys)
+    args = ["--input", str(path), "--output_prefix", str(tmp_path / "o" / "x"), "--num_shards", "1"]
+    code, _, err = run_job(reshard.main, args + MULTI, capfd)  # capfd: the workers' stderr too
+    assert code == 1 and len(err.strip().splitlines()) == 2 and "Traceback" not in err, err  # progress + the error
+    code, _, err = run_job(reshard.main, reshard_args(path, tmp_path / "o" / "x", 1, "--verbose"), capfd)
     assert code == 1 and "Traceback" in err and err.strip().splitlines()[-1].startswith("reshard: error:")
 
 

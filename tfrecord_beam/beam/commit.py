@@ -130,7 +130,9 @@ class Output:
     def __init__(self, output_prefix: str, job: str, arguments: Optional[Dict[str, Any]] = None,
                  overwrite: bool = False, say: Callable[[str], None] = _say) -> None:
         self.directory, self.name = split_prefix(output_prefix)
-        self.prefix = _fs.join(self.directory, self.name) if self.directory != "." else self.name
+        if "://" not in self.directory:  # one spelling per output, however the prefix was given
+            self.directory = os.path.abspath(self.directory)
+        self.prefix = _fs.join(self.directory, self.name)
         self.job, self.arguments, self.overwrite, self._say = job, dict(arguments or {}), overwrite, say
         self.owner = Owner.mine(self.prefix, job)
         self.temp_dir = ""
