@@ -233,6 +233,17 @@ def test_dead_writers_temp_files_are_found(tmp_path):
     assert fs.stale_temp_files(str(tmp_path)) == [str(dead)]
 
 
+def test_build_index_removes_temporaries_of_dead_writers(tmp_path, capsys):
+    from tfrecord_beam import fs
+
+    write_files(tmp_path, "a", [10])
+    dead = tmp_path / f".a-0.tfindex{fs.TEMP_MARK}{dead_pid()}@{fs._HOST}-0123456789ab"
+    dead.write_bytes(b"half an index")
+    code, _, err = run_job(build_index.main, ["--input", str(tmp_path / "*.tfrecord")] + FAST, capsys)
+    assert code == 0 and not dead.exists() and "no longer running" in err
+    assert entries(tmp_path) == ["a-0.tfindex", "a-0.tfrecord"]
+
+
 # -- exit codes and one-line errors for every job ------------------------------------------------
 
 
@@ -392,6 +403,9 @@ def test_cli_and_torch_read_an_output_through_its_manifest(tmp_path, capsys):
     assert sorted(int(r["i"][0]) for r in ds) == list(range(400))
     assert ds.sources[0].index_paths[0].endswith(".tfindex")  # indexes come from the manifest
     shard = out / "x-00001-of-00002.tfrecord"
+    write_records(str(out / "x-00000-of-00002.tfrecord"), payloads(3), index_path=True)
+    with pytest.raises(mf.ManifestError, match="changed after the job committed it"):
+        TFRecordDataset(str(out / "x"), None)
     records = list(read_records(str(shard)))
     records[5] = records[5][:-1] + bytes([records[5][-1] ^ 1])  # same size, valid CRCs, other data
     write_records(str(shard), records, index_path=str(out / "x-00001-of-00002.tfindex"))

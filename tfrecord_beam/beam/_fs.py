@@ -16,6 +16,8 @@ from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from .. import fs as _core_fs  # only its temporary-name convention (writer pid@host), not its I/O
+
 _GLOB_CHARS = "*?["
 
 
@@ -234,7 +236,7 @@ def atomic_output(path: str) -> Iterator[Tuple[BinaryIO, "_Commit"]]:
         commit = _Commit(None, final, handle)
     else:
         head, tail = FileSystems.split(final)
-        temp = FileSystems.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
+        temp = FileSystems.join(head, f".{tail}{_core_fs.TEMP_MARK}{_core_fs.temp_owner_tag()}-{uuid.uuid4().hex[:12]}")
         handle = _LazyWriter(temp)
         commit = _Commit(temp, final, handle)
     try:

@@ -77,7 +77,8 @@ class CorruptCounter:
 
 
 def output_paths(data_path: Paths, index_path: Optional[Paths]):
-    """A job's output directory or prefix with a manifest -> (its shards, their indexes); else unchanged.
+    """A job's output directory or prefix with a manifest -> (its shards, their indexes, their
+    sizes by path); anything else -> (data_path, index_path, {}).
 
     An output (`out/train`, or `out/` holding one) is read through its `_MANIFEST.*.json`, so
     only the committed shards are read and their indexes come with them.
@@ -87,8 +88,9 @@ def output_paths(data_path: Paths, index_path: Optional[Paths]):
         if found is not None:
             manifest = _manifest.read_manifest(found)
             indexes = _manifest.index_paths(manifest, found) if index_path is None else index_path
-            return _manifest.shard_paths(manifest, found), indexes
-    return data_path, index_path
+            paths = _manifest.shard_paths(manifest, found)
+            return paths, indexes, {p: e.file_bytes for p, e in zip(paths, manifest.shards)}
+    return data_path, index_path, {}
 
 
 def expand_data_paths(data_path: Paths) -> List[str]:
@@ -129,7 +131,7 @@ class FileSet:
 
     def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None,
                  skip_corrupt: bool = False, counter: Optional[CorruptCounter] = None) -> None:
-        data_path, index_path = output_paths(data_path, index_path)
+        data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
         self.skip_corrupt = skip_corrupt
         self.counter = counter if counter is not None else CorruptCounter()
         self.paths = expand_data_paths(data_path)
@@ -158,8 +160,12 @@ class FileSet:
             self._infos = []
             for i, path in enumerate(self.paths):
                 index = self.index(i)
-                self._infos.append(FileInfo(self.compressions[i] is not None, fs.file_size(path),
-                                            None if index is None else len(index)))
+                size = fs.file_size(path)
+                committed = self._committed_sizes.get(path)
+                if committed is not None and size != committed:  # the cheap check against the manifest
+                    raise _manifest.ManifestError(path, f"{size} bytes, but its output's manifest says {committed}: "
+                                                        "the shard changed after the job committed it")
+                self._infos.append(FileInfo(self.compressions[i] is not None, size, None if index is None else len(index)))
         return self._infos
 
     def read(self, piece: Piece) -> Iterator[Block]:
