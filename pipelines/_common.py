@@ -42,8 +42,10 @@ outputs:
   written last: without the manifest an output is incomplete. Existing output under the prefix
   is an error unless --overwrite (which replaces it as one commit). A run killed mid-commit is
   completed by the next run; staging left by dead runs on this host is removed by the next run
-  (and reported). To clean by hand: stop the job, then delete OUTPUT_DIR/.tfrecord_beam-tmp-*
-  (each holds _OWNER.json: host, pid, start time) and hidden .NAME.tmp-* files.
+  (and reported). To clean by hand: make sure no run writes there, then delete
+  OUTPUT_DIR/.tfrecord_beam-tmp-* (each holds _OWNER.json: host, pid, start time; one holding
+  _JOURNAL.json is a begun commit, which running the job again completes) and hidden .*.tmp-*
+  files. --skip_corrupt lists skipped records in OUTPUT_DIR/_CORRUPT.NAME.jsonl.
 """
 
 

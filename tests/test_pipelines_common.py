@@ -17,6 +17,9 @@ def test_help_shows_examples_and_beam_flags(job, capsys):
     name = job.__name__.rsplit(".", 1)[-1]
     assert "examples:" in out and f"python -m pipelines.{name}" in out
     assert "--runner=DataflowRunner" in out and "--runner=FlinkRunner" in out
+    assert "--skip_corrupt" in out and "--verbose" in out and "130 interrupted" in out
+    if job is not build_index:  # jobs with an --output_prefix: the output lifecycle and cleaning by hand
+        assert "--overwrite" in out and "_MANIFEST.NAME.json" in out and "To clean by hand" in out
 
 
 def test_unknown_arguments_go_to_beam_and_runner_defaults_to_direct():
