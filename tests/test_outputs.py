@@ -188,7 +188,8 @@ def _fake_staging(directory: Path, prefix: str, **owner):
     staging = directory / (commit.TEMP_PREFIX + "feedfacecafe")
     staging.mkdir(parents=True)
     (staging / "x-00000-of-00001.tfrecord").write_bytes(b"partial")
-    record = {"host": socket.gethostname(), "pid": dead_pid(), "output": prefix, "job": "reshard", "started_utc": "T"}
+    record = {"host": socket.gethostname(), "pid": dead_pid(), "output": prefix, "job": "reshard", "started_utc": "T",
+              "pid_space": commit._pid_space()}
     record.update(owner)
     if owner.get("no_owner") is None:
         (staging / commit.OWNER).write_text(json.dumps(record))
@@ -213,6 +214,10 @@ def test_staging_of_dead_runs_is_removed_and_live_runs_are_left_alone(tmp_path):
     with pytest.raises(commit.OutputError, match="another host"):
         commit.Output(prefix, "test", say=notes.append)
     assert remote.exists()
+    (remote / commit.OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "output": prefix,
+                                                   "pid_space": "another container"}))
+    with pytest.raises(commit.OutputError, match="cannot tell"):  # same host name, other pids: unknown
+        commit.Output(prefix, "test", say=notes.append)
     (remote / commit.OWNER).unlink()  # no owner record: left alone, mentioned
     notes.clear()
     commit.Output(str(tmp_path / "x"), "test", say=notes.append).abort()

@@ -66,6 +66,20 @@ def _process_start() -> Optional[str]:
     return _proc_start(os.getpid())
 
 
+def _pid_space() -> Optional[str]:
+    """Which pids this process can see: the kernel's boot id and its pid namespace (Linux).
+
+    Host names repeat (containers, VMs from one image); a pid is only worth checking when
+    the owner saw the same pids as we do.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        return f"{boot}:{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
 def _proc_start(pid: int) -> Optional[str]:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -97,6 +111,7 @@ class Owner:
     @classmethod
     def mine(cls, output: str, job: str) -> "Owner":
         return cls({"host": socket.gethostname(), "pid": os.getpid(), "proc_start": _process_start(),
+                    "pid_space": _pid_space(),
                     "started": time.time(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "output": output, "job": job})
 
@@ -107,7 +122,7 @@ class Owner:
     def state(self) -> str:
         """"alive", "dead" or "unknown" (another host: its processes cannot be seen from here)."""
         r = self.record
-        if r.get("host") != socket.gethostname():
+        if r.get("host") != socket.gethostname() or r.get("pid_space") != _pid_space():
             return "unknown"
         pid = r.get("pid")
         if not isinstance(pid, int):
@@ -184,7 +199,7 @@ class Output:
             state = owner.state()
             if state != "dead":
                 how = "is writing this output now" if state == "alive" else \
-                    "may be writing this output (another host: cannot tell whether it is alive)"
+                    "may be writing this output (another host or container: cannot tell whether it is alive)"
                 raise OutputError(f"{owner.describe()} {how}; its staging is {directory} "
                                   "(if that run is dead, remove the directory by hand and run again)")
             journal = _read_journal(directory)
