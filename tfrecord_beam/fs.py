@@ -198,7 +198,21 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     )
 
 
-_HOST = socket.gethostname().replace("-", "_").replace("/", "_") or "host"
+def _host_tag() -> str:
+    """This host's name plus a short hash of its pid space (kernel boot id + pid namespace), so
+    that a writer in another container with the same host name is never taken for dead here."""
+    import hashlib
+
+    name = socket.gethostname().replace("-", "_").replace("/", "_").replace("@", "_") or "host"
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            space = handle.read().strip() + os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return name
+    return f"{name}.{hashlib.blake2b(space.encode(), digest_size=3).hexdigest()}"
+
+
+_HOST = _host_tag()
 TEMP_MARK = ".tmp-"
 
 
