@@ -101,7 +101,8 @@ def assemble(path: str, parts: Iterable[tuple], verify: bool, output_dir: Option
         else:  # a gap or overlap between ranges: trust only a sequential scan
             Metrics.counter(NAMESPACE, "rescanned_files").inc()
             try:
-                index = build_file_index(_fs.open_input(path), compression, verify)
+                with _fs.open_input(path) as handle:
+                    index = build_file_index(handle, compression, verify)
             except TFRecordError as err:
                 corrupt.append(("corrupt", str(err), err.offset, err.reason))
     if corrupt:

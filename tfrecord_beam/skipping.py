@@ -50,7 +50,8 @@ class SkippingReader:
         position, number, resync = self.start_offset, self.first_record_number, self.resync
         first = True
         while True:
-            reader = RecordReader(self._open(), self.compression, verify=self.verify, start_offset=position,
+            raw = self._open()
+            reader = RecordReader(raw, self.compression, verify=self.verify, start_offset=position,
                                   end_offset=self.end_offset, first_record_number=number,
                                   resync=resync and position > 0)
             try:
@@ -71,6 +72,8 @@ class SkippingReader:
                 if position is None:
                     return
                 resync = False
+            finally:
+                raw.close()
 
     def _report(self, offset: int, reason: str) -> None:
         self.skipped += 1

@@ -114,10 +114,18 @@ class _Named(io.RawIOBase):
 
 
 def record_reader(path: str, compression: Optional[str] = "auto", **kwargs):
-    """A core `RecordReader` over a file opened through Beam (compression from the name by default)."""
+    """A core `RecordReader` over a file opened through Beam (compression from the name by
+    default); the file is closed when its records have been read (or reading stopped)."""
     from ..records import RecordReader, resolve_compression
 
-    return RecordReader(open_input(path), resolve_compression(plain(path), compression), **kwargs)
+    class _Closing(RecordReader):
+        def chunks(self):
+            try:
+                yield from super().chunks()
+            finally:
+                self.source.close()
+
+    return _Closing(open_input(path), resolve_compression(plain(path), compression), **kwargs)
 
 
 def record_writer(path: str, compression: Optional[str] = "auto", index_path=None):
