@@ -227,6 +227,16 @@ def test_staging_of_dead_runs_is_removed_and_live_runs_are_left_alone(tmp_path):
     assert other.exists()
 
 
+def test_of_two_runs_started_together_only_the_first_commits(tmp_path):
+    prefix = str(tmp_path / "x")
+    late = commit.Output(prefix, "test", say=lambda m: None)
+    early = _fake_staging(tmp_path, prefix, pid=os.getpid(), proc_start=commit._process_start(), started=0)
+    with pytest.raises(commit.OutputError, match="is writing this output too"):
+        late.commit(_stage(late, [("x-00000-of-00001", payloads(3))]))
+    late.abort()
+    assert mf.find_manifest(prefix) is None and early.exists()
+
+
 def test_dead_writers_temp_files_are_found(tmp_path):
     from tfrecord_beam import fs
 

@@ -262,6 +262,7 @@ class Output:
         """Move the staged shards (and `extra_files`, names in staging) into place as one
         commit with the manifest last; returns the final paths of the data files."""
         with _hold_sigint():
+            self._check_rivals()
             if not self.overwrite:
                 self._check_existing()  # another run may have committed while this one worked
             old = set(self.existing())
@@ -278,6 +279,17 @@ class Output:
             _apply_journal(self.directory, self.temp_dir, journal)
             self.committed = True
         return [self.final_path(s.name) for s in shards]
+
+    def _check_rivals(self) -> None:
+        """Refuse to commit when another run of this output, started at the same time (both
+        passed the check at the start), is committing or started first: the earlier run wins."""
+        mine = self.owner.record.get("started", 0)
+        for directory, owner in self._stagings():
+            if owner is None or directory.rstrip("/") == self.temp_dir.rstrip("/") or owner.state() == "dead":
+                continue
+            if _read_journal(directory) is not None or owner.record.get("started", 0) <= mine:
+                raise OutputError(f"{owner.describe()} is writing this output too ({directory}); "
+                                  "this run's output was not committed")
 
     def abort(self) -> None:
         """Remove the staging directory, unless a commit has begun (the next run finishes it)."""
