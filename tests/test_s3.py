@@ -138,3 +138,16 @@ def test_jobs_from_s3_to_s3_with_manifest_and_an_interrupted_commit(s3, capsys):
     assert manifest.records == 300
     for entry, path in zip(manifest.shards, mf.shard_paths(manifest, f"s3://{BUCKET}/rs/_MANIFEST.r.json{query}")):
         assert mf.check_shard(entry, path, full=True) == []
+
+
+def test_empty_shards_on_s3(s3, capsys):
+    from pipelines import reshard
+    from tfrecord_beam.records import write_records
+
+    _, query, beam, client = s3
+    write_records(f"s3://{BUCKET}/one/a.tfrecord{query}", [b"only"])
+    code, _, err = run_job(reshard.main, ["--input", f"s3://{BUCKET}/one/a.tfrecord", "--output_prefix",
+                                          f"s3://{BUCKET}/two/x", "--num_shards", "2"] + beam + FAST, capsys)
+    assert code == 0, err  # Beam's S3 uploader cannot finish an upload of no bytes: made by one PutObject
+    sizes = {o["Key"]: o["Size"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="two/")["Contents"]}
+    assert sorted(v for k, v in sizes.items() if k.endswith(".tfrecord")) == [0, 20]
