@@ -61,6 +61,11 @@ def _extensions():
 
 TORCH = "torch==2.13.0"  # the CPU build on disk; a bare `torch` would pull a multi-GB CUDA build
 BEAM = "apache-beam>=2.77,<2.78"
+# Object stores: the core reads them through pyarrow.fs (gs://, s3://, hdfs://) and fsspec for
+# other schemes; Beam code through Beam's FileSystems, whose gs:// / s3:// support comes with
+# Beam's own extras (s3:// needs boto3).
+BEAM_AWS = "apache-beam[aws]>=2.77,<2.78"
+BEAM_GCP = "apache-beam[gcp]>=2.77,<2.78"
 
 setup(
     name="tfrecord_beam",
@@ -83,10 +88,16 @@ setup(
     ],
     extras_require={
         "beam": [BEAM],
+        "aws": [BEAM_AWS],
+        "gcp": [BEAM_GCP],
+        "fsspec": ["fsspec>=2023.1"],
         "torch": [TORCH],
         "fast": ["isal>=1.6"],
         "all": [BEAM, TORCH, "isal>=1.6"],
-        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6", "torchdata==0.11.0"],
+        # moto's standalone S3 server (on loopback, started by a test fixture) + Beam's s3://
+        # support: the object-store tests run end to end without a network.
+        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6", "torchdata==0.11.0", "moto[s3]>=5", "flask>=2",
+                 "flask-cors>=3", BEAM_AWS, "fsspec>=2023.1"],
     },
     entry_points={
         "console_scripts": [

@@ -1,45 +1,66 @@
-"""What every pipeline CLI shares: argument parsing, Beam options, staged output, the summary.
+"""What every pipeline CLI shares: argument parsing, Beam options, the output, the summary.
 
 Each job is `python -m pipelines.NAME [job flags] [Beam flags]`: arguments the job does not
-know go to Beam's PipelineOptions (`--runner` defaults to DirectRunner). Output is written
-under a temporary directory inside the output location and moved into place only after the
-pipeline succeeded and its checks passed, so a failed run leaves nothing partial there.
+know go to Beam's PipelineOptions (`--runner` defaults to DirectRunner). Output is staged
+under the output location and committed with a manifest written last, by
+`tfrecord_beam.beam.commit.Output` (`open_output`); a failed run leaves nothing partial
+there. Every failure is one line on stderr (`--verbose` for Beam's logs and the traceback),
+exit 1; SIGINT is exit 130 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
-import posixpath
+import signal
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tfrecord_beam import fs
 from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam.commit import OutputError
 
-TEMP_PREFIX = ".tfrecord_beam-tmp-"
+TEMP_PREFIX = _commit.TEMP_PREFIX
 
 
-class JobError(Exception):
+class JobError(OutputError):
     """A failure the job reports in one clear line (bad input, failed check, unwritable output)."""
 
 
-def make_parser(prog: str, description: str, examples: str) -> argparse.ArgumentParser:
-    """A parser whose --help ends with usage examples and a note on Beam flags."""
+OUTPUTS_HELP = """\
+outputs:
+  Shards are staged in OUTPUT_DIR/.tfrecord_beam-tmp-* and committed with OUTPUT_DIR/_MANIFEST.NAME.json
+  written last: without the manifest an output is incomplete. Existing output under the prefix
+  is an error unless --overwrite (which replaces it as one commit). A run killed mid-commit is
+  completed by the next run; staging left by dead runs on this host is removed by the next run
+  (and reported). To clean by hand: make sure no run writes there, then delete
+  OUTPUT_DIR/.tfrecord_beam-tmp-* (each holds _OWNER.json: host, pid, start time; one holding
+  _JOURNAL.json is a begun commit, which running the job again completes) and hidden .*.tmp-*
+  files. --skip_corrupt lists skipped records in OUTPUT_DIR/_CORRUPT.NAME.jsonl.
+"""
+
+
+def make_parser(prog: str, description: str, examples: str, outputs: bool = True) -> argparse.ArgumentParser:
+    """A parser whose --help ends with usage examples and a note on Beam flags, with the flags
+    every job shares: --skip_corrupt, --verbose and (jobs with an --output_prefix) --overwrite."""
     epilog = (
-        "examples:\n" + examples.rstrip() + "\n\n"
+        "examples:\n" + examples.rstrip() + "\n\n" + (OUTPUTS_HELP + "\n" if outputs else "") +
         "Any other --flag goes to Beam's PipelineOptions (default --runner=DirectRunner), e.g.\n"
         "  --direct_running_mode=multi_processing --direct_num_workers=4\n"
         "  --runner=DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py\n"
         "  --runner=FlinkRunner --flink_master=HOST:8081\n"
+        "  --s3_endpoint_url=http://HOST:9000 --s3_access_key_id=K --s3_secret_access_key=S (s3://, with [aws])\n"
+        "\nexit status: 0 ok, 1 failure (one line on stderr), 2 bad data reported (build_index), 130 interrupted\n"
     )
     parser = argparse.ArgumentParser(
         prog=f"python -m pipelines.{prog}", description=description, epilog=epilog,
@@ -47,6 +68,13 @@ def make_parser(prog: str, description: str, examples: str) -> argparse.Argument
     )
     parser.add_argument("--version", action="version", version=describe_engine(),
                         help="print the version and the engine in use, then exit")
+    if outputs:
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace an existing output under the prefix (as one commit)")
+    parser.add_argument("--skip_corrupt", action="store_true",
+                        help="skip corrupt records instead of failing: counted, listed (file, offset, reason) in a "
+                             "dead-letter file beside the output (OUTPUT_DIR/_CORRUPT.NAME.jsonl), in the summary and manifest")
+    parser.add_argument("--verbose", action="store_true", help="show Beam's log lines and the traceback of a failure")
     return parser
 
 
@@ -64,6 +92,7 @@ def pipeline_options(beam_args: Sequence[str]):
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "DirectRunner"
+    _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 
 
@@ -105,13 +134,13 @@ class Summary:
 
 def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str = "*.tfrecord*") -> List[str]:
     """Sorted files matching the globs, or in the directories (their `dir_glob` files), with
-    file:// URIs as plain paths; our own sidecars (`.tfindex`, dot-files, `_MANIFEST.json`-style
+    file:// URIs as plain paths; our own sidecars (`.tfindex`, dot-files, `_MANIFEST...`-style
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     for pattern in patterns:
-        if fs.is_dir(pattern):
+        if _fs.is_dir(pattern):
             pattern = pattern.rstrip("/") + "/" + dir_glob
-        found = [beam_path(f) for f in fs.expand(pattern) if fs.exists(f) and not _is_sidecar(f)]
+        found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not _is_sidecar(f)]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
@@ -129,62 +158,33 @@ def beam_path(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def _join(directory: str, name: str) -> str:
-    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
+_open_outputs: List[_commit.Output] = []  # aborted by run_job unless committed
 
 
-class StagedOutput:
-    """A temporary directory inside the output location; `commit` moves files into place.
-
-    Works for local paths and any filesystem Beam knows (gs://, s3://, ...).
-    """
-
-    def __init__(self, output_dir: str) -> None:
-        from apache_beam.io.filesystems import FileSystems
-
-        self._fs = FileSystems
-        self.output_dir = beam_path(output_dir or ".")
-        self.temp_dir = _join(self.output_dir, TEMP_PREFIX + uuid.uuid4().hex[:12])
-        try:
-            if not FileSystems.exists(self.output_dir):
-                FileSystems.mkdirs(self.output_dir)
-            FileSystems.mkdirs(self.temp_dir)
-            probe = _join(self.temp_dir, ".probe")
-            FileSystems.create(probe).close()
-            FileSystems.delete([probe])
-        except Exception as exc:  # noqa: BLE001 - any filesystem error means "cannot write there"
-            self._quiet_delete()
-            raise JobError(f"cannot write to output location {self.output_dir!r}: {exc}") from None
-
-    def temp_path(self, name: str) -> str:
-        return _join(self.temp_dir, name)
-
-    def final_path(self, name: str) -> str:
-        return _join(self.output_dir, name)
-
-    def commit(self, names: Sequence[str]) -> List[str]:
-        """Move temp_dir/NAME to output_dir/NAME for each name (replacing old files); drop temp_dir."""
-        finals = [self.final_path(n) for n in names]
-        existing = [f for f in finals if self._fs.exists(f)]
-        if existing:
-            self._fs.delete(existing)
-        if names:
-            self._fs.rename([self.temp_path(n) for n in names], finals)
-        self._quiet_delete()
-        return finals
-
-    def abort(self) -> None:
-        self._quiet_delete()
-
-    def _quiet_delete(self) -> None:
-        try:
-            if self._fs.exists(self.temp_dir):
-                self._fs.delete([self.temp_dir])
-        except Exception:  # noqa: BLE001
-            logging.warning("could not remove %s", self.temp_dir)
+def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None) -> _commit.Output:
+    """The job's output under --output_prefix: checked (writable, not another run's output
+    unless --overwrite, dead runs' staging cleaned) before any work; staged, then committed."""
+    arguments = {k: v for k, v in sorted(vars(args).items()) if k != "verbose"}
+    output = _commit.Output(prefix or args.output_prefix, job, arguments, overwrite=getattr(args, "overwrite", False),
+                            say=progress)
+    _open_outputs.append(output)
+    return output
 
 
-def read_json_results(staged: StagedOutput, subdir: str) -> List[Dict[str, Any]]:
+def dead_letters(args: argparse.Namespace, output: _commit.Output):
+    """The dead-letter writer for --skip_corrupt (None without it: corrupt data fails the job)."""
+    return output.dead_letters() if getattr(args, "skip_corrupt", False) else None
+
+
+def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> Dict[str, Any]:
+    """Summary fields for the corrupt records a job skipped."""
+    out: Dict[str, Any] = {"corrupt_records": count}
+    if name:
+        out["dead_letters"] = output.final_path(name)
+    return out
+
+
+def read_json_results(staged: _commit.Output, subdir: str) -> List[Dict[str, Any]]:
     """Every JSON result file a pipeline wrote under temp_dir/subdir."""
     from apache_beam.io.filesystems import FileSystems
 
@@ -198,20 +198,18 @@ def read_json_results(staged: StagedOutput, subdir: str) -> List[Dict[str, Any]]
 
 def write_json(path: str, value: Any) -> None:
     """Write a small JSON file atomically (local or remote)."""
-    with fs.atomic_output(path) as (handle, commit):
-        handle.write(json.dumps(value, sort_keys=True, indent=1, default=str).encode("utf-8"))
-        commit()
+    _fs.write_bytes(path, json.dumps(value, sort_keys=True, indent=1, default=str).encode("utf-8"))
 
 
 def _error_line(exc: BaseException) -> str:
     """The most useful line of an error, digging the cause out of Beam's wrappers."""
     seen = exc
     while seen is not None:
-        if isinstance(seen, (TFRecordError, JobError)):
+        if isinstance(seen, (TFRecordError, OutputError)):
             return str(seen)
         seen = seen.__cause__ or seen.__context__
     text = str(exc).strip()
-    for marker in ("JobError: ", "ArrowConversionError: ", "CorruptRecordError: ", "TruncatedRecordError: ",
+    for marker in ("JobError: ", "OutputError: ", "ArrowConversionError: ", "CorruptRecordError: ", "TruncatedRecordError: ",
                    "DecodeError: ", "IndexMismatchError: ", "ChecksumMismatch: "):
         if marker in text:
             tail = text.rsplit(marker, 1)[1]
@@ -225,35 +223,170 @@ def run_job(
     job: Callable[[argparse.Namespace, Any], Summary],
     argv: Optional[Sequence[str]] = None,
 ) -> int:
-    """Parse, run `job(args, options)`, print its summary; 0 on success, 1 on failure (one clear line)."""
+    """Parse, run `job(args, options)`, print its summary; 0 on success, 1 on failure (one clear
+    line on stderr), 130 on SIGINT (one line). Outputs the job opened and did not commit are
+    aborted (their staging removed) on every way out."""
     args, beam_args = parser.parse_known_args(argv)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    verbose = bool(getattr(args, "verbose", False)) or bool(os.environ.get("TFRECORD_BEAM_DEBUG"))
+    _verbose[0] = verbose
+    logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
     start = time.time()
+    interrupted: List[int] = []
+    previous = _on_sigint(interrupted)
+    import threading
+
+    hook = threading.excepthook
+    if not verbose:  # runner threads dying after a failure or Ctrl-C: the one line below says it
+        threading.excepthook = lambda args: None
     try:
         options = pipeline_options(beam_args)
         summary = job(args, options)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{name}: interrupted\n")
-        return 130
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one line and exit 1
-        if os.environ.get("TFRECORD_BEAM_DEBUG"):
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes one line
+        _abort_outputs()
+        if isinstance(exc, SystemExit):
             raise
+        if interrupted or _is_interrupt(exc):
+            done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
+            sys.stderr.write(f"{name}: interrupted {done}\n".replace(" ;", ";"))
+            return 130
+        if verbose:
+            import traceback
+
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.write(f"{name}: error: {_error_line(exc)}\n")
         return 1
+    finally:
+        _restore_sigint(previous)
+        threading.excepthook = hook
+        _open_outputs.clear()
     summary.seconds = time.time() - start
     summary.print()
     return int(summary.extra.get("exit_code", 0))
 
 
+def _on_sigint(flag: List[int]):
+    """Note SIGINT (Beam may wrap the KeyboardInterrupt it causes in its own errors)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        flag.append(signum)
+        _terminate_workers()  # worker processes of the runner would otherwise keep it waiting
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _terminate_workers() -> None:
+    """SIGTERM every descendant of this process (the runner's worker processes; Linux /proc)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    todo, found = [os.getpid()], []
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def _restore_sigint(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or "KeyboardInterrupt" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _committed_note(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt) and "output was committed" in str(exc)
+
+
+def _abort_outputs() -> None:
+    for output in _open_outputs:
+        try:
+            output.abort()
+        except BaseException:  # noqa: BLE001 - cleaning up must not hide the failure
+            pass
+
+
 def run_pipeline(build: Callable[[Any], None], options) -> Any:
-    """Build a pipeline with `build(p)` and run it to completion; returns the result."""
+    """Build a pipeline with `build(p)` and run it to completion; returns the result.
+
+    Unless --verbose, worker processes (DirectRunner multi_processing, a local job service)
+    write their logs to a discarded file instead of this job's stderr: a failure is the one
+    line `run_job` prints, not each worker's traceback.
+    """
     import apache_beam as beam
 
-    p = beam.Pipeline(options=options)
-    build(p)
-    result = p.run()
-    result.wait_until_finish()
+    with _workers_quiet(not _verbose[0]):
+        p = beam.Pipeline(options=options)
+        build(p)
+        result = p.run()
+        result.wait_until_finish()
     return result
+
+
+_verbose = [False]
+
+
+@contextlib.contextmanager
+def _workers_quiet(quiet: bool):
+    """Point file descriptor 2, which child processes inherit, at a temporary file while this
+    process's own `sys.stderr` keeps writing to the terminal."""
+    if not quiet:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    own = None
+    try:
+        if getattr(sys.stderr, "fileno", None) is not None and _fileno(sys.stderr) == 2:
+            own = sys.stderr
+            sys.stderr = open(saved, "w", buffering=1, closefd=False)
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        if own is not None:
+            sys.stderr.flush()
+            sys.stderr = own
+        os.close(saved)
+
+
+def _fileno(stream) -> int:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return -1
 
 
 def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str = "=") -> List[Tuple[str, str]]:
@@ -277,23 +410,40 @@ def output_spec(output_prefix: str, num_shards: int, compression: Optional[str],
     """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib] inside the staging dir."""
     kind = resolve_compression(None, compression)
     suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zlib"}[kind]
-    return _stages.ShardSpec(staged.temp_dir, os.path.basename(output_prefix), num_shards, suffix, kind, write_index)
+    return _stages.ShardSpec(staged.temp_dir, staged.name, num_shards, suffix, kind, write_index)
 
 
-def output_dir_of(prefix: str) -> str:
-    """The directory part of an output prefix ('.' for a bare name)."""
-    head = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
-    return head or "/"
-
-
-def finish(staged, spec: _stages.ShardSpec, job: str, verify: bool) -> tuple:
-    """Read the writers' results, add empty shards, move everything into place; (results, check, paths)."""
+def collect(staged: _commit.Output, spec: _stages.ShardSpec, job: str, verify: bool) -> tuple:
+    """Read the writers' results and add empty shards; (results sorted by shard, check or None)."""
     results = [r for r in read_json_results(staged, "_results") if "shard" in r]
     check = [r for r in read_json_results(staged, "_results") if "expected" in r]
     results += _stages.write_empty_shards(spec, [r["shard"] for r in results])
     results.sort(key=lambda r: r["shard"])
     if verify and not check:
         raise JobError(f"{job}: the pipeline finished without its checksum proof")
-    names = [n for r in results for n in spec.names(r["shard"])]
-    finals = staged.commit(names)
-    return results, (check[0] if check else None), finals
+    return results, (check[0] if check else None)
+
+
+def shard_entries(spec: _stages.ShardSpec, results: List[Dict[str, Any]]) -> List[ShardEntry]:
+    """Manifest entries of the written shards."""
+    from tfrecord_beam.digest import format_checksum
+
+    return [ShardEntry(name=r["name"], records=r["records"], file_bytes=r["file_bytes"], payload_bytes=r["bytes"],
+                       checksum=format_checksum(r["checksum"]) if spec.checksum else None,
+                       index=spec.index_name(r["shard"]) if spec.write_index else None, compression=spec.compression)
+            for r in results]
+
+
+def commit_shards(staged: _commit.Output, spec: _stages.ShardSpec, results, extra_files=(), details=None) -> tuple:
+    """Commit the shards with the manifest (and dead letters); (final shard paths, summary fields)."""
+    count, name = staged.collect_dead_letters()
+    finals = staged.commit(shard_entries(spec, results), extra_files, corrupt_records=count, dead_letters=name,
+                           details=details)
+    return finals, corrupt_summary(count, name, staged)
+
+
+def finish(staged, spec: _stages.ShardSpec, job: str, verify: bool) -> tuple:
+    """Collect, then commit; (results, check, final shard paths, summary fields)."""
+    results, check = collect(staged, spec, job, verify)
+    finals, fields = commit_shards(staged, spec, results)
+    return results, check, finals, fields

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, options, files, total_bytes: int, num_shards: int) -> Summary:
+def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
     """Shuffle `files` into `num_shards` shards under args.output_prefix; the job's Summary."""
     if args.balance != "records":
         raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")
@@ -34,7 +34,6 @@ def run(args: argparse.Namespace, options, files, total_bytes: int, num_shards: 
         raise JobError("--shuffle_buffer_bytes must be at least 65536")
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
     plan = _shuffle.plan_buckets(_shuffle.estimated_bytes(ranges), num_shards, args.shuffle_buffer_bytes)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
     work_dir = staged.temp_path("_shuffle")
     _common.progress(
@@ -45,14 +44,10 @@ def run(args: argparse.Namespace, options, files, total_bytes: int, num_shards: 
     def build(p):
         _shuffle.shuffle_to_shards(p, ranges, spec, args.seed, plan, work_dir, verify)
 
-    try:
-        _common.run_pipeline(build, options)
-        if _fs.exists(work_dir):
-            _fs.delete([work_dir])  # the temporary runs: as large as the input
-        results, check, finals = _common.finish(staged, spec, "reshard", verify)
-    except BaseException:
-        staged.abort()
-        raise
+    _common.run_pipeline(build, options)
+    if _fs.exists(work_dir):
+        _fs.delete([work_dir])  # the temporary runs: as large as the input
+    results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
     sizes = [r["records"] for r in results]
     extra = {
         "output_shards": num_shards,
@@ -61,7 +56,7 @@ def run(args: argparse.Namespace, options, files, total_bytes: int, num_shards: 
         "shuffle": f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes",
         "verified": "no (--no_verify)" if check is None else
         f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
+        "outputs": finals, **corrupt,
     }
     return Summary("reshard", files=len(results), records=sum(sizes),
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)

@@ -22,16 +22,19 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
-from tfrecord_beam import fs
+from tfrecord_beam import blockgzip, fs
 from tfrecord_beam._framing_py import VERIFY_ALL, VERIFY_LENGTHS
 from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
 from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import commit as _commit
+from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.beam.commit import corrupt_line
 
 from . import _common
-from ._common import JobError, Summary
+from ._common import Summary
 
 EXAMPLES = """\
   python -m pipelines.build_index --input 'data/*.tfrecord'
@@ -44,7 +47,7 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("build_index", __doc__, EXAMPLES)
+    parser = _common.make_parser("build_index", __doc__, EXAMPLES, outputs=False)
     parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
     parser.add_argument("--output_dir", default=None,
                         help="write indexes here (named after each file) instead of beside the data")
@@ -70,23 +73,65 @@ def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], c
     number, path = task
     counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
+    kind = resolve_compression(path, compression)
     records = 0
     try:
         with _fs.open_input(path) as raw, _fs.atomic_output(index_target(path, output_dir)) as (handle, commit):
-            for block in walk_frames(raw, resolve_compression(path, compression), path, verify=level):
+            members = _MemberCheck(raw) if kind == "gzip" else None  # block-gzip: keep its member table
+            for block in walk_frames(raw, kind, path, verify=level):
                 handle.write(format_index(np.stack([block.offsets, block.sizes], axis=1)))
+                if members is not None:
+                    members.see(block.offsets)
                 records += len(block)
                 counter.add(len(block), int(block.sizes.sum()))
+            if members is not None and members.table_for(records, block_end(block) if records else 0) is not None:
+                handle.write(members.table.format())
             commit()
     except TFRecordError as err:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
         Metrics.string_set(NAMESPACE, "corrupt").add(str(err))
+        Metrics.string_set(NAMESPACE, "dead_letters").add(corrupt_line(CorruptRecord(
+            path, err.offset, f"{err.reason}; the file got no index")).decode("utf-8"))
         return
     finally:
         counter.flush()
     Metrics.counter(NAMESPACE, "indexed_files").inc()
     Metrics.counter(NAMESPACE, "records").inc(records)
     Metrics.counter(NAMESPACE, "bytes").inc(_fs.file_size(path))
+
+
+def block_end(block) -> int:
+    """The uncompressed offset where a walked block's last record ends."""
+    return int(block.offsets[-1] + block.sizes[-1]) if len(block) else 0
+
+
+class _MemberCheck:
+    """A block-gzip file's member table (from its members' headers), kept for its index when
+    every member starts at a record the walk finds (`blockgzip.matches_index`, streamed)."""
+
+    def __init__(self, raw) -> None:
+        here = raw.tell()
+        self.table = blockgzip.scan_members(raw)
+        raw.seek(here)
+        self._starts = None if self.table is None else self.table.uncompressed[:-1]
+        self._next = 0  # members whose start was found so far
+
+    def see(self, offsets: np.ndarray) -> None:
+        if self._starts is None or self._next >= len(self._starts) or not len(offsets):
+            return
+        todo = self._starts[self._next:]
+        inside = todo[todo <= offsets[-1]]
+        if len(inside) and not np.all(np.isin(inside, offsets)):
+            self._starts = None  # a member starts inside a record: not ours, keep no table
+            return
+        self._next += len(inside)
+
+    def table_for(self, records: int, end: int):
+        """The table when it matches the walked records (ending at `end`), else None."""
+        if self._starts is None or self.table.data_size != end:
+            return None
+        rest = self._starts[self._next:]
+        return self.table if np.all(rest == end) else None
 
 
 def _metric(result, name: str, kind: str = "counters"):
@@ -106,14 +151,13 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     if args.output_dir:
         args.output_dir = _common.beam_path(args.output_dir)
-        try:
-            from apache_beam.io.filesystems import FileSystems
-
-            if not FileSystems.exists(args.output_dir):
-                FileSystems.mkdirs(args.output_dir)
-        except Exception as exc:  # noqa: BLE001
-            raise JobError(f"cannot write to output location {args.output_dir!r}: {exc}") from None
-    skipped = [f for f in files if args.skip_existing and fs.exists(index_target(f, args.output_dir))]
+    targets = sorted({_fs.split(index_target(f, args.output_dir))[0] for f in files})
+    for directory in targets:  # before any work: every place an index goes must be writable
+        _commit.check_writable(directory)
+        for leftover in fs.stale_temp_files(directory):
+            _common.progress(f"removing {leftover}: a temporary file of a writer that is no longer running")
+            os.remove(leftover)
+    skipped = [f for f in files if args.skip_existing and _fs.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
     total = sum(fs.file_size(f) for f in todo)
     _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
@@ -142,13 +186,25 @@ def run(args: argparse.Namespace, options) -> Summary:
     }
     for line in corrupt:
         _common.progress(f"corrupt, no index written: {line}")
-    if corrupt:
+    if corrupt and args.skip_corrupt:  # listed beside the indexes; not a failure
+        where = args.output_dir or _fs.split(files[0])[0]
+        extra.update(_write_dead_letters(where, sorted(_metric(result, "dead_letters", "string_sets"))))
+    elif corrupt:
         extra["exit_code"] = 2
     return Summary(
         "build_index", files=extra["indexed_files"],
         records=_metric(result, "records") if tasks else 0,
         bytes=_metric(result, "bytes") if tasks else 0, extra=extra,
     )
+
+
+def _write_dead_letters(directory: str, lines: list) -> dict:
+    """Write --skip_corrupt's dead-letter file for build_index; its summary fields."""
+    from tfrecord_beam.manifest import dead_letter_name
+
+    path = _fs.join(directory, dead_letter_name("build_index"))
+    _fs.write_bytes(path, "".join(lines).encode("utf-8"))
+    return {"corrupt_records": len(lines), "dead_letters": path}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

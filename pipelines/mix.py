@@ -304,6 +304,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--total_records must be >= 0")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
+    staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     files: List[str] = []
     groups: List[int] = []
     per_source_files: List[List[str]] = []
@@ -315,7 +316,6 @@ def run(args: argparse.Namespace, options) -> Summary:
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     total_bytes = sum(fs.file_size(f) for f in files)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
@@ -359,13 +359,14 @@ def run(args: argparse.Namespace, options) -> Summary:
         plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
         available, wanted = plan_result["available"], plan_result["wanted"]
         total = sum(wanted)
-        results, check, finals = _common.finish(staged, spec, "mix", True)
+        results, check = _common.collect(staged, spec, "mix", True)
+        finals = [staged.final_path(r["name"]) for r in results]
         manifest = {
             "total_records": total, "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": seed, "num_shards": num_shards,
             "sources": [
                 {
                     "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),
-                    "files": per_source_files[i], "available_records": available[i], "selected_records": wanted[i],
+                    "files": [_absolute(f) for f in per_source_files[i]], "available_records": available[i], "selected_records": wanted[i],
                     "sampling": "without replacement" if wanted[i] <= available[i] else
                     f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
                 }
@@ -373,12 +374,19 @@ def run(args: argparse.Namespace, options) -> Summary:
             ],
             "shards": [
                 {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * len(sources))[: len(sources)]}
-                for f, r in zip([x for x in finals if not x.endswith(".tfindex")], results)
+                for f, r in zip(finals, results)
             ],
             "checksum": {"records": check["written"][0], "bytes": check["written"][1],
                          "fingerprint_sum": f"{check['written'][2]:016x}"},
         }
-        _common.write_json(manifest_path, manifest)
+        # The default manifest lies beside the shards: staged and committed with them.
+        inside = args.manifest is None
+        if inside:
+            _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+        finals, corrupt = _common.commit_shards(staged, spec, results, [staged.name + ".manifest.json"] if inside else (),
+                                                details={"mix": manifest})
+        if not inside:
+            _common.write_json(manifest_path, manifest)
     except BaseException:
         staged.abort()
         raise
@@ -386,10 +394,15 @@ def run(args: argparse.Namespace, options) -> Summary:
         "sources": len(sources), "per_source_records": wanted, "available_records": available,
         "output_shards": num_shards, "manifest": manifest_path,
         "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
-        "outputs": finals,
+        "outputs": finals, **corrupt,
     }
     return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (URIs as they are), so a manifest names files from anywhere."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _selected_bytes(surveys: Sequence[FileSurvey], wanted: Sequence[int]) -> int:

@@ -74,6 +74,7 @@ def parquet_rows(path: str) -> int:
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "parquet_to_tfrecord")  # before any work: writable, not another run's
     files = _common.expand_inputs(args.input, dir_glob="*.parquet")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
@@ -100,7 +101,6 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError(f"cannot read a Parquet footer: {exc}") from None
     rows = sum(sum(counts) for _, counts in groups)
     plan = _parquet.plan_shards(groups, args.num_shards)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)
@@ -110,21 +110,19 @@ def run(args: argparse.Namespace, options) -> Summary:
     def build(p):
         _parquet.parquet_to_shards(p, plan, spec, schema, encoder_options)
 
-    try:
-        _common.run_pipeline(build, options)
-        results, _, finals = _common.finish(staged, spec, "parquet_to_tfrecord", False)
-        planned = [sum(piece.stop - piece.start for piece in pieces) for pieces in plan]
-        wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if r["records"] != planned[r["shard"]]]
-        written = sum(r["records"] for r in results)
-        if wrong or written != rows:
-            raise JobError(f"the Parquet files hold {rows} rows but {written} records were written "
-                           f"(shard, written, planned): {wrong}")
-    except BaseException:
-        staged.abort()
-        raise
+    _common.run_pipeline(build, options)
+    results, _ = _common.collect(staged, spec, "parquet_to_tfrecord", False)
+    planned = [sum(piece.stop - piece.start for piece in pieces) for pieces in plan]
+    wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if r["records"] != planned[r["shard"]]]
+    written = sum(r["records"] for r in results)
+    if wrong or written != rows:  # checked before anything is committed
+        raise JobError(f"the Parquet files hold {rows} rows but {written} records were written "
+                       f"(shard, written, planned): {wrong}")
+    finals, corrupt = _common.commit_shards(staged, spec, results)
     extra = {"input_files": len(files), "input_rows": rows, "row_groups": row_groups, "record_kind": kind,
              "output_shards": args.num_shards,
-             "verified": f"yes: {written} records == {rows} Parquet rows, each shard as planned", "outputs": finals}
+             "verified": f"yes: {written} records == {rows} Parquet rows, each shard as planned", "outputs": finals,
+             **corrupt}
     return Summary("parquet_to_tfrecord", files=len(results), records=written,
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
 

@@ -22,9 +22,8 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 
-from tfrecord_beam import fs
 from tfrecord_beam._plan import plan_contiguous
-from tfrecord_beam.beam import _progress, planned as _planned
+from tfrecord_beam.beam import _fs, _progress, planned as _planned
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common, _reshard_shuffle
@@ -60,35 +59,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_planned(args: argparse.Namespace, options, files, total_bytes: int, num_shards: int) -> Summary:
+def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
     """Unshuffled reshard: survey, plan contiguous ranges, stream each shard (see the module doc)."""
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
     _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
                      f"contiguous, balanced by {args.balance}")
     balance, compression = args.balance, args.input_compression
 
-    try:
-        with _progress.reporter("reshard", options, _common.progress) as reporter:
-            _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
+    with _progress.reporter("reshard", options, _common.progress) as reporter:
+        _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
 
-            def build(p):
-                surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory)
-                results = _planned.write_planned(p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance),
-                                                 reporter.directory)
-                if not args.no_verify:
-                    digests = surveys | "SurveyDigests" >> beam.Map(lambda s: s.digest)
-                    _planned.verify_planned(p, digests, results, spec, "reshard")
+        def build(p):
+            surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory)
+            results = _planned.write_planned(p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance),
+                                             reporter.directory)
+            if not args.no_verify:
+                digests = surveys | "SurveyDigests" >> beam.Map(lambda s: s.digest)
+                _planned.verify_planned(p, digests, results, spec, "reshard")
 
-            _common.run_pipeline(build, options)
-        results, check, finals = _common.finish(staged, spec, "reshard", not args.no_verify)
-    except BaseException:
-        staged.abort()
-        raise
-    return _summary(results, check, finals, num_shards, files, total_bytes)
+        _common.run_pipeline(build, options)
+    results, check, finals, corrupt = _common.finish(staged, spec, "reshard", not args.no_verify)
+    return _summary(results, check, finals, num_shards, files, total_bytes, corrupt)
 
 
-def _summary(results, check, finals, num_shards: int, files, total_bytes: int) -> Summary:
+def _summary(results, check, finals, num_shards: int, files, total_bytes: int, corrupt: dict) -> Summary:
     records = sum(r["records"] for r in results)
     sizes = [r["records"] for r in results]
     extra = {
@@ -97,22 +91,23 @@ def _summary(results, check, finals, num_shards: int, files, total_bytes: int) -
         "input_files": len(files), "input_bytes": total_bytes,
         "verified": "no (--no_verify)" if check is None else
         f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
+        "outputs": finals, **corrupt,
     }
     return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "reshard")  # before any work: writable, not another run's
     files = _common.expand_inputs(args.input)
-    total_bytes = sum(fs.file_size(f) for f in files)
+    total_bytes = sum(_fs.file_size(f) for f in files)
     if args.num_shards is not None and args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     if args.shuffle:  # an external shuffle through bounded temporary buckets
-        return _reshard_shuffle.run(args, options, files, total_bytes, num_shards)
-    return _run_planned(args, options, files, total_bytes, num_shards)
+        return _reshard_shuffle.run(args, options, staged, files, total_bytes, num_shards)
+    return _run_planned(args, options, staged, files, total_bytes, num_shards)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -24,7 +24,9 @@ from typing import Optional, Sequence
 import pyarrow as pa
 
 from tfrecord_beam.arrow import examples_to_record_batch
+from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import RecordReader
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 
@@ -69,12 +71,18 @@ def parse_features(text: Optional[str]):
     return out
 
 
-def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool) -> pa.Schema:
-    """The schema of the first `limit` records of the files (in order)."""
+def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool,
+                 skip_corrupt: bool = False) -> pa.Schema:
+    """The schema of the first `limit` records of the files (in order; corrupt ones left out
+    with `skip_corrupt`, the pipeline reports them)."""
 
     def sample():
         for path in files:
-            yield from RecordReader(path, compression)
+            kind = resolve_compression(path, compression)
+            reader = SkippingReader(path, kind, open_file=lambda path=path: _fs.open_input(path),
+                                    skip_corrupt=skip_corrupt)
+            for chunk in reader.chunks():
+                yield from chunk.payloads()
 
     payloads = list(itertools.islice(sample(), max(limit, 1)))
     if not payloads:
@@ -89,19 +97,20 @@ def infer_schema(files: Sequence[str], compression: str, limit: int, description
 
 
 def run(args: argparse.Namespace, options) -> Summary:
+    staged = _common.open_output(args, "tfrecord_to_parquet")  # before any work
     files = _common.expand_inputs(args.input)
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     description = parse_features(args.features)
     try:
-        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence)
+        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence,
+                              args.skip_corrupt)
     except (TypeError, ValueError) as err:
         raise JobError(str(err)) from None
     if args.row_group_rows < 1 or args.row_group_bytes < 1:
         raise JobError("--row_group_rows and --row_group_bytes must be positive")
     ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    staged = _common.StagedOutput(_common.output_dir_of(args.output_prefix))
-    prefix = args.output_prefix.rsplit("/", 1)[-1]
+    prefix = staged.name
     names = [_stages.shard_name(prefix, i, args.num_shards, ".parquet") for i in range(args.num_shards)]
     groups = _parquet.group_ranges(ranges, args.num_shards)
     _common.progress(f"tfrecord_to_parquet: {len(files)} files ({len(ranges)} ranges) -> {args.num_shards} "
@@ -111,29 +120,23 @@ def run(args: argparse.Namespace, options) -> Summary:
         _parquet.tfrecord_to_parquet_files(p, groups, [staged.temp_path(n) for n in names], schema, args.sequence,
                                            staged.temp_path("_results"), args.row_group_rows, args.row_group_bytes)
 
-    try:
-        _common.run_pipeline(build, options)
-        results = [r for r in _common.read_json_results(staged, "_results") if "parquet" in r]
-        if sorted(r["parquet"] for r in results) != sorted(names):
-            raise JobError(f"the pipeline wrote {len(results)} of {len(names)} Parquet files")
-        read = sum(r["records"] for r in results)
-        rows = sum(_parquet.parquet_rows(staged.temp_path(n)) for n in names)
-        if rows != read:
-            raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
-        size = sum(_fs_size(staged.temp_path(n)) for n in names)
-        finals = staged.commit(names)
-    except BaseException:
-        staged.abort()
-        raise
+    _common.run_pipeline(build, options)
+    results = [r for r in _common.read_json_results(staged, "_results") if "parquet" in r]
+    if sorted(r["parquet"] for r in results) != sorted(names):
+        raise JobError(f"the pipeline wrote {len(results)} of {len(names)} Parquet files")
+    read = sum(r["records"] for r in results)
+    counts = [_parquet.parquet_rows(staged.temp_path(n)) for n in names]
+    rows = sum(counts)
+    if rows != read:
+        raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+    sizes = [_fs.file_size(staged.temp_path(n)) for n in names]
+    size = sum(sizes)
+    entries = [ShardEntry(name=n, records=c, file_bytes=b, compression="parquet") for n, c, b in zip(names, counts, sizes)]
+    count, dead = staged.collect_dead_letters()
+    finals = staged.commit(entries, corrupt_records=count, dead_letters=dead)
     extra = {"input_files": len(files), "columns": len(schema), "verified": f"yes: {rows} rows == {read} records",
-             "outputs": finals}
+             "outputs": finals, **_common.corrupt_summary(count, dead, staged)}
     return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
-
-
-def _fs_size(path: str) -> int:
-    from tfrecord_beam.beam import _fs
-
-    return _fs.file_size(path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -6,6 +6,8 @@ without a network): `FileSystem.from_uri` is patched to hand it out for the fake
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pafs = pytest.importorskip("pyarrow.fs")
@@ -63,3 +65,35 @@ def test_remote_directory_lists_its_data_files(bucket, capsys):
     assert fs.data_files("gs://bucket/") == ["gs://bucket/a.tfrecord", "gs://bucket/b.tfrecord.gz"]
     assert cli.main(["count", "--json", "gs://bucket/"]) == 0
     assert '"total": 4' in capsys.readouterr().out
+
+
+def test_fsspec_is_the_fallback_for_schemes_pyarrow_lacks():
+    pytest.importorskip("fsspec")
+    from tfrecord_beam.index import load_index
+    from tfrecord_beam.records import RecordReader, write_records
+
+    base = f"memory://tfb-{os.getpid()}/d"
+    write_records(f"{base}/a-0.tfrecord", [b"x", b"yy"], index_path=True)
+    write_records(f"{base}/a-1.tfrecord", [b"z"], index_path=True)
+    found = fs.expand(f"{base}/a-*.tfrecord")
+    assert found == [f"{base}/a-0.tfrecord", f"{base}/a-1.tfrecord"]
+    assert [list(RecordReader(p)) for p in found] == [[b"x", b"yy"], [b"z"]]
+    assert load_index(f"{base}/a-0.tfindex").tolist() == [[0, 17], [17, 18]]
+    assert fs.data_files(base) == found  # a directory: its data files, no indexes, no temporaries
+
+
+def test_query_strings_survive_globs_and_index_names(monkeypatch, tmp_path):
+    from pyarrow import fs as pafs
+
+    from tfrecord_beam.index import default_index_path
+
+    (tmp_path / "b").mkdir()
+    for name in ("x-0.tfrecord", "x-1.tfrecord", "x-0.tfindex"):
+        (tmp_path / "b" / name).write_bytes(b"")
+    monkeypatch.setattr(fs, "_from_uri", lambda uri: (pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()),
+                                                      uri.split("://", 1)[1].split("?", 1)[0]))
+    q = "?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert fs.expand(f"gs://b/x-*.tfrecord{q}") == [f"gs://b/x-0.tfrecord{q}", f"gs://b/x-1.tfrecord{q}"]
+    assert fs.data_files(f"gs://b/*{q}") == [f"gs://b/x-0.tfrecord{q}", f"gs://b/x-1.tfrecord{q}"]
+    assert default_index_path(f"gs://b/x-0.tfrecord{q}") == f"gs://b/x-0.tfindex{q}"
+    assert fs.join(f"gs://b/{q}", "n") == f"gs://b/n{q}" and fs.dirname(f"gs://b/d/n{q}") == f"gs://b/d{q}"

@@ -17,6 +17,9 @@ def test_help_shows_examples_and_beam_flags(job, capsys):
     name = job.__name__.rsplit(".", 1)[-1]
     assert "examples:" in out and f"python -m pipelines.{name}" in out
     assert "--runner=DataflowRunner" in out and "--runner=FlinkRunner" in out
+    assert "--skip_corrupt" in out and "--verbose" in out and "130 interrupted" in out
+    if job is not build_index:  # jobs with an --output_prefix: the output lifecycle and cleaning by hand
+        assert "--overwrite" in out and "_MANIFEST.NAME.json" in out and "To clean by hand" in out
 
 
 def test_unknown_arguments_go_to_beam_and_runner_defaults_to_direct():
@@ -42,20 +45,6 @@ def test_beam_flags_reach_the_pipeline(tmp_path, capsys):
                                           str(tmp_path / "o" / "p"), "--num_shards", "1", "--runner=NoSuchRunner"], capsys)
     assert code == 1 and "NoSuchRunner" in err
     assert entries(tmp_path / "o") == []
-
-
-def test_staged_output_commit_and_abort(tmp_path):
-    staged = _common.StagedOutput(str(tmp_path / "out"))
-    (tmp_path / "out" / "old").write_text("stale")
-    for name in ("a", "old"):
-        with open(staged.temp_path(name), "w") as handle:
-            handle.write(name)
-    assert staged.commit(["a", "old"]) == [str(tmp_path / "out" / "a"), str(tmp_path / "out" / "old")]
-    assert entries(tmp_path / "out") == ["a", "old"] and (tmp_path / "out" / "old").read_text() == "old"
-    staged = _common.StagedOutput(str(tmp_path / "out"))
-    open(staged.temp_path("b"), "w").close()
-    staged.abort()
-    assert entries(tmp_path / "out") == ["a", "old"]
 
 
 def test_error_line_digs_out_the_cause():
@@ -92,7 +81,7 @@ def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):
     code, _, err = run_job(reshard.main, ["--input", f"file://{tmp_path}/tf/*.tfrecord", "--output_prefix",
                                           f"file://{tmp_path}/rs/r", "--num_shards", "2", "--runner=FnApiRunner"], capsys)
     assert code == 0, err
-    assert entries(tmp_path / "rs") == ["r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
+    assert entries(tmp_path / "rs") == ["_MANIFEST.r.json", "r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
                                         "r-00001-of-00002.tfindex", "r-00001-of-00002.tfrecord"]
 
 

@@ -50,7 +50,7 @@ def test_round_trip_through_tfrecord(tmp_path, capsys):
                                                         str(tmp_path / "back" / "b"), "--num_shards", "2"] + FAST, capsys)
     assert code == 0, err
     back = pq.read_table(str(tmp_path / "back")).sort_by("id")
-    assert entries(tmp_path / "back") == ["b-00000-of-00002.parquet", "b-00001-of-00002.parquet"]
+    assert entries(tmp_path / "back") == ["_MANIFEST.b.json", "b-00000-of-00002.parquet", "b-00001-of-00002.parquet"]
     assert back.column("id").to_pylist() == list(range(table.num_rows))
     assert back.column("s").to_pylist() == [None if v is None else v.encode() for v in table.column("s").to_pylist()]
     assert back.column("l").to_pylist() == table.column("l").to_pylist()

@@ -23,6 +23,7 @@ from typing import BinaryIO, Iterator, NamedTuple, Optional, Tuple
 import numpy as np
 
 from . import _engine
+from . import digest as _digest
 from ._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import CorruptRecordError
 from .records import RecordChunk, RecordReader
@@ -32,7 +33,6 @@ SEEK_FRAME_BYTES = 1 << 13  # frames at least this big are walked by seeking ove
 BLOCK_RECORDS = 1 << 14  # frames per FrameBlock in seek mode
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
-_MASK64 = (1 << 64) - 1
 
 
 class FrameBlock(NamedTuple):
@@ -180,28 +180,11 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
 # The order-independent proof that an output holds exactly some records
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser (uint64 -> uint64, a bijection that spreads every bit)."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def frame_digest(footers: np.ndarray, sizes: np.ndarray) -> Tuple[int, int, int]:
-    """(records, payload bytes, checksum) of frames given their stored payload CRCs and frame
-    sizes. The checksum is the sum mod 2**64 of a 64-bit mix of (payload CRC32C, length) per
-    record: independent of order, changed by a lost, added or altered record. It costs a few
-    ns per record because the CRC is the one the frame already carries (and that a copy checks).
-    """
-    n = len(sizes)
-    if n == 0:
-        return 0, 0, 0
-    lengths = np.asarray(sizes, dtype=np.int64) - FRAME_OVERHEAD
-    keys = (np.asarray(footers, dtype=np.uint64) << np.uint64(32)) ^ lengths.astype(np.uint64)
-    return n, int(lengths.sum()), int(_mix64(keys).sum(dtype=np.uint64))
+    """`digest.frame_digest` of frames given their footers and frame sizes."""
+    return _digest.frame_digest(footers, np.asarray(sizes, dtype=np.int64) - FRAME_OVERHEAD)
 
 
-def add_digests(a: Tuple[int, int, int], b: Tuple[int, int, int]) -> Tuple[int, int, int]:
-    """The digest of two disjoint sets of records."""
-    return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
+add_digests = _digest.add_digests
+
+

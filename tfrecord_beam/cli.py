@@ -7,9 +7,12 @@
     tfrecord-beam verify data/                       check every CRC; exit 1 on any problem
     tfrecord-beam schema data.tfrecord               a reader description and an Arrow schema
 
-FILE arguments are paths, globs (quote them), directories (their *.tfrecord* files) or remote
-URIs (gs://, s3://, hdfs:// through pyarrow.fs). Compression comes from the name (.gz, .zlib)
-unless --compression says otherwise. Exit status: 0 ok, 1 bad or unreadable data, 2 usage.
+FILE arguments are paths, globs (quote them), directories (their *.tfrecord* files), a job's
+output (its directory or prefix, e.g. out/train: the shards its _MANIFEST.NAME.json lists;
+count takes the counts from it, verify checks every shard against it) or remote URIs (gs://,
+s3://, hdfs:// through pyarrow.fs, others through fsspec; a query string such as
+?endpoint_override=HOST:PORT&scheme=http is kept). Compression comes from the name (.gz,
+.zlib) unless --compression says otherwise. Exit status: 0 ok, 1 bad or unreadable data, 2 usage.
 The work is in `inspection.py` and `verify.py`; this module parses arguments and prints.
 """
 
@@ -25,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 from . import _cli_format as fmt
 from . import _engine_info
 from . import fs
+from . import manifest as _manifest
 from .errors import TFRecordError
 from .example import feature_values
 from .inspection import (
@@ -58,15 +62,44 @@ def _message(exc: BaseException, path: str) -> str:
 # -- shared plumbing ---------------------------------------------------------------------------
 
 
+# shard path -> its manifest entry, for the files `_expand` took from a job's manifest
+_LISTED: Dict[str, "_manifest.ShardEntry"] = {}
+
+
 def _expand(patterns: List[str]) -> List[str]:
-    """Files named by paths, globs and directories (index files and dot-files left out)."""
+    """Files named by paths, globs, directories (index files and dot-files left out) and job
+    outputs (the shards their manifest lists)."""
     files: List[str] = []
     for pattern in patterns:
+        try:
+            found = _manifest.find_manifest(pattern)
+            manifest = _manifest.read_manifest(found) if found else None
+        except _manifest.ManifestError as exc:
+            raise UsageError(str(exc)) from None
+        if manifest is not None:
+            paths = _manifest.shard_paths(manifest, found)
+            _LISTED.update({p: e for p, e in zip(paths, manifest.shards) if e.compression != "parquet"})
+            files.extend(p for p, e in zip(paths, manifest.shards) if e.compression != "parquet")
+            if manifest.corrupt_records:
+                print(f"{PROG}: note: {found}: the job skipped {manifest.corrupt_records} corrupt records "
+                      f"(listed in {manifest.dead_letters})", file=sys.stderr)
+            continue
+        _note_unfinished(pattern)
         matched = fs.data_files(pattern)
         if not matched:
             raise UsageError(f"no TFRecord files match {pattern!r}")
         files.extend(matched)
     return files
+
+
+def _note_unfinished(target: str) -> None:
+    """Say so when a directory holds a job's staging (an unfinished or running commit)."""
+    base = fs.split_query(target)[0]
+    if any(ch in base for ch in "*?[") or "://" in base or not os.path.isdir(base):
+        return
+    if any(n.startswith(".tfrecord_beam-tmp-") for n in os.listdir(base)):
+        print(f"{PROG}: note: {target} holds a job's unfinished output (.tfrecord_beam-tmp-*): files there "
+              "without a _MANIFEST.*.json may be incomplete", file=sys.stderr)
 
 
 def _progress(args) -> fmt.Progress:
@@ -181,6 +214,11 @@ def cmd_count(args) -> int:
         def tick(count: int, number=number, path=path) -> None:
             progress(number, len(files), path, count, None)
 
+        entry = _LISTED.get(path)
+        if entry is not None and not args.no_index and not _manifest.check_shard(entry, path):
+            total += entry.records
+            rows.append({"path": path, "records": entry.records, "source": "manifest", "error": None})
+            continue
         try:
             count, how = count_records(path, args.compression, use_index=not args.no_index, progress=tick)
         except _READ_ERRORS as exc:
@@ -211,18 +249,27 @@ def cmd_count(args) -> int:
 def cmd_verify(args) -> int:
     files = _expand(args.files)
     progress = _progress(args)
-    results = []
+    results, mismatched = [], 0
     for number, path in enumerate(files, start=1):
         def tick(records: int, nbytes: int, number=number, path=path) -> None:
             progress(number, len(files), path, records, nbytes)
 
         result = verify_file(path, args.compression, max_problems=args.max_problems, parse=args.parse, progress=tick)
         results.append(result)
+        entry = _LISTED.get(path)
+        # a sound file must also be the shard its manifest committed (records, size, checksum)
+        mismatch = _manifest.check_shard(entry, path, full=True) if entry is not None and result.ok else []
+        mismatched += bool(mismatch)
         if not args.json:
             progress.done()
-            if result.ok:
+            if mismatch:
+                print(f"FAIL  {path}: {result.records} intact records, but not the shard its manifest lists")
+                for line in mismatch:
+                    print(f"      {line}")
+            elif result.ok:
                 index = "" if result.index is None or result.index.state == "absent" else f", index {result.index.state}"
-                print(f"OK    {path}: {result.records} records{index}")
+                listed = ", matches the manifest" if entry is not None else ""
+                print(f"OK    {path}: {result.records} records{index}{listed}")
             else:
                 rest = "" if result.complete else "; the rest could not be checked"
                 print(f"FAIL  {path}: {len(result.problems)} problem(s), {result.records} intact records{rest}")
@@ -230,11 +277,13 @@ def cmd_verify(args) -> int:
                     print(f"      {problem.message}")
     bad = [r for r in results if not r.ok]
     if args.json:
-        _print_json({"ok": not bad, "files": [r.to_dict() for r in results]})
+        _print_json({"ok": not bad and not mismatched, "manifest_mismatches": mismatched,
+                     "files": [r.to_dict() for r in results]})
     records = sum(r.records for r in results)
+    failed = len(bad) + mismatched
     _summary(args, progress, len(files), records, sum(r.data_bytes for r in results),
-             f", {len(bad)} with problems" if bad else "")
-    return 1 if bad else 0
+             f", {failed} with problems" if failed else "")
+    return 1 if failed else 0
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -394,6 +443,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     `--help` returns 0 and bad arguments return 2 (argparse's message on stderr) instead of
     raising SystemExit, so callers in-process get a status either way.
     """
+    _LISTED.clear()
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:

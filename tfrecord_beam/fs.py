@@ -1,7 +1,16 @@
-"""Opening paths: local files, `file://`, and remote URIs (gs://, s3://, hdfs://) via pyarrow.fs.
+"""Opening paths: local files, `file://`, and remote URIs through pyarrow.fs (gs://, s3://,
+hdfs://), with fsspec as the fallback for schemes pyarrow does not know (memory://, hf://,
+az://, ...; wrapped as a pyarrow filesystem, so one code path serves both).
+
+A URI may carry a query string for its filesystem (`s3://b/x-*.tfrecord?endpoint_override=
+127.0.0.1:9000&scheme=http`): pyarrow reads the options from it, and every name derived from
+such a URI (glob results, index names) keeps it, so `split_query` / `with_query` are the one
+place that takes it apart and puts it back.
 
 Writes go through `atomic_output`, which writes under a temporary name beside the target and
-renames on success, so an interrupted write never leaves a file that looks complete.
+renames on success, so an interrupted write never leaves a file that looks complete. The
+temporary name records its writer (`.NAME.tmp-PID@HOST-RANDOM`), so leftovers of a killed
+writer can be told from a live one's (`stale_temp_files`).
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ import contextlib
 import glob as _glob
 import io
 import os
+import socket
 import uuid
 from typing import BinaryIO, Iterator, List, Tuple, Union
 
@@ -26,10 +36,39 @@ def _split_uri(path: str):
 
 
 def _from_uri(uri: str):
-    """pyarrow's (filesystem, path) for a URI (one place, so tests can stand in a local one)."""
+    """pyarrow's (filesystem, path) for a URI (one place, so tests can stand in a local one).
+
+    Schemes pyarrow does not know go to fsspec (when installed), wrapped as a pyarrow
+    filesystem; the error names the URI when neither knows the scheme.
+    """
     from pyarrow import fs as pafs
 
-    return pafs.FileSystem.from_uri(uri)
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (ValueError, TypeError, OSError) as exc:
+        if "Unrecognized filesystem type" not in str(exc) and "not supported" not in str(exc).lower():
+            raise
+        try:
+            import fsspec
+        except ImportError:
+            raise ValueError(f"{uri}: pyarrow.fs does not know this scheme, and fsspec (its fallback) "
+                             "is not installed") from None
+        filesystem, inner = fsspec.core.url_to_fs(uri)
+        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), inner
+
+
+def split_query(path: str) -> Tuple[str, str]:
+    """(URI without its query string, "?query" or "") for remote URIs; local paths keep any '?'."""
+    path = os.fspath(path)
+    if is_remote(path) and "?" in path:
+        base, query = path.split("?", 1)
+        return base, "?" + query
+    return path, ""
+
+
+def with_query(path: str, query: str) -> str:
+    """`path` with the query string of another URI (as `split_query` returned it) put back."""
+    return path + query if query else path
 
 
 def is_remote(path: PathLike) -> bool:
@@ -83,9 +122,40 @@ def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
     return out
 
 
+def list_dir(directory: PathLike) -> List[str]:
+    """Names (not paths) of the files directly inside a local or remote directory; [] if none."""
+    directory = os.fspath(directory)
+    filesystem, inner = _split_uri(directory)
+    if filesystem is None:
+        return sorted(n for n in os.listdir(inner) if os.path.isfile(os.path.join(inner, n))) if os.path.isdir(inner) else []
+    from pyarrow import fs as pafs
+
+    infos = filesystem.get_file_info(pafs.FileSelector(inner.rstrip("/"), allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+
+def join(directory: PathLike, name: str) -> str:
+    """`directory/name` for a local path or a URI (a URI's query string stays at the end)."""
+    directory, query = split_query(os.fspath(directory))
+    if "://" in directory:
+        return with_query(directory.rstrip("/") + "/" + name, query)
+    return os.path.join(directory, name)
+
+
+def dirname(path: PathLike) -> str:
+    """The directory part of a local path or URI (query string kept); '.' for a bare name."""
+    base, query = split_query(os.fspath(path))
+    if "://" in base:
+        scheme, rest = base.split("://", 1)
+        head = rest.rsplit("/", 1)[0] if "/" in rest else rest
+        return with_query(f"{scheme}://{head}", query)
+    return os.path.dirname(base) or "."
+
+
 def is_dir(path: PathLike) -> bool:
-    """Whether a path or URI names an existing directory (a prefix with objects under it)."""
-    filesystem, inner = _split_uri(os.fspath(path))
+    """Whether a local path or URI names a directory (a prefix with objects, on object stores)."""
+    path = os.fspath(path)
+    filesystem, inner = _split_uri(path)
     if filesystem is None:
         return os.path.isdir(inner)
     from pyarrow import fs as pafs
@@ -97,13 +167,21 @@ def data_files(target: PathLike) -> List[str]:
     """TFRecord files named by a directory (its `*.tfrecord*`, local or remote), a path or a
     glob; indexes and dot-files excluded."""
     target = os.fspath(target)
-    if is_dir(target):
-        base, _, query = target.partition("?")
-        pattern = base.rstrip("/") + "/*.tfrecord*"
-        candidates = expand(pattern + ("?" + query if query else ""))
+    if not any(ch in split_query(target)[0] for ch in "*?[") and is_dir(target):
+        if "://" in target:
+            candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
+        else:
+            candidates = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
     else:
         candidates = expand(target)
-    return [p for p in candidates if not p.endswith(".tfindex") and not os.path.basename(p).startswith(".")]
+    return [p for p in candidates if not _is_sidecar(split_query(p)[0])]
+
+
+def _is_sidecar(path: str) -> bool:
+    """Index files, hidden files (temporaries, staging) and `_` files (manifests, dead letters)
+    are not data."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return path.endswith(".tfindex") or name.startswith((".", "_"))
 
 
 def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
@@ -111,16 +189,20 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
 
     from pyarrow import fs as pafs
 
+    _, query = split_query(pattern)
     base = inner.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0].rsplit("/", 1)[0]
     scheme = pattern.split("://", 1)[0]
-    infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+    infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     wanted = inner.split("/")  # as a local glob: `*` stays within one path segment
 
     def matches(path: str) -> bool:
         parts = path.split("/")
         return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
 
-    return sorted(f"{scheme}://{i.path}" for i in infos if i.type == pafs.FileType.File and matches(i.path))
+    return sorted(
+        with_query(f"{scheme}://{i.path.lstrip('/') if scheme == 'memory' else i.path}", query)
+        for i in infos if i.type == pafs.FileType.File and matches(i.path)
+    )
 
 
 def delete(paths: List[str]) -> None:
@@ -133,9 +215,60 @@ def delete(paths: List[str]) -> None:
             filesystem.delete_file(inner)
 
 
+def _host_tag() -> str:
+    """This host's name plus a short hash of its pid space (kernel boot id + pid namespace), so
+    that a writer in another container with the same host name is never taken for dead here."""
+    import hashlib
+
+    name = socket.gethostname().replace("-", "_").replace("/", "_").replace("@", "_") or "host"
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            space = handle.read().strip() + os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return name
+    return f"{name}.{hashlib.blake2b(space.encode(), digest_size=3).hexdigest()}"
+
+
+_HOST = _host_tag()
+TEMP_MARK = ".tmp-"
+
+
+def temp_owner_tag() -> str:
+    """`PID@HOST`, this process's part of a temporary name (see `stale_temp_files`)."""
+    return f"{os.getpid()}@{_HOST}"
+
+
 def _temp_name(inner: str) -> str:
     head, tail = os.path.split(inner)
-    return os.path.join(head, f".{tail}.tmp-{uuid.uuid4().hex[:12]}")
+    return os.path.join(head, f".{tail}{TEMP_MARK}{temp_owner_tag()}-{uuid.uuid4().hex[:12]}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_temp_files(directory: PathLike) -> List[str]:
+    """Temporary files of `atomic_output` in a local directory left by writers on this host
+    that are no longer running (a SIGKILL, the OOM killer). A live writer's files, and files
+    of writers on other hosts (whose liveness cannot be seen from here), are never listed."""
+    path = os.fspath(directory)
+    if is_remote(path):
+        return []
+    path = path[len("file://"):] if path.startswith("file://") else path
+    out = []
+    for name in sorted(_glob.glob(os.path.join(_glob.escape(path or "."), ".*" + TEMP_MARK + "*@*-*"))):
+        owner = os.path.basename(name).rsplit(TEMP_MARK, 1)[1].rsplit("-", 1)[0]
+        pid, _, host = owner.partition("@")
+        if host == _HOST and pid.isdigit() and not pid_alive(int(pid)):
+            out.append(name)
+    return out
 
 
 @contextlib.contextmanager

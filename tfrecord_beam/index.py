@@ -39,11 +39,11 @@ def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
     Compressed files keep their full name (`x.tfrecord.gz` -> `x.tfrecord.gz.tfindex`) so that
     a plain and a compressed copy side by side get different indexes.
     """
-    path = os.fspath(data_path)
+    path, query = fs.split_query(os.fspath(data_path))  # s3://b/x.tfrecord?endpoint_override=...
     for suffix in _DATA_SUFFIXES:
         if path.endswith(suffix):
-            return path[: -len(suffix)] + INDEX_SUFFIX
-    return path + INDEX_SUFFIX
+            return fs.with_query(path[: -len(suffix)] + INDEX_SUFFIX, query)
+    return fs.with_query(path + INDEX_SUFFIX, query)
 
 
 def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterable[np.ndarray]:
@@ -53,13 +53,16 @@ def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterab
     payload CRCs only with `verify`, which reads the whole file. Without it a local,
     uncompressed file is walked header to header (`_walk`): payloads are never read.
     """
-    path = os.fspath(data_path)
-    filesystem, inner = fs._split_uri(path)
-    if not verify and filesystem is None and resolve_compression(path, compression) is None:
-        yield _walk(path, inner)
-        return
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
-    for chunk in RecordReader(path, compression, verify=level).chunks():
+    if hasattr(data_path, "read"):  # an open file (Beam's file layer): read it
+        source = data_path
+    else:
+        source = path = os.fspath(data_path)
+        filesystem, inner = fs._split_uri(path)
+        if not verify and filesystem is None and resolve_compression(path, compression) is None:
+            yield _walk(path, inner)
+            return
+    for chunk in RecordReader(source, compression, verify=level).chunks():
         yield np.stack([chunk.record_offsets, chunk.payload_lengths + FRAME_OVERHEAD], axis=1)
 
 
@@ -143,11 +146,17 @@ def check_index_target(index_path, data_path=None) -> None:
         )
 
 
-def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None) -> None:
+def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None, *,
+                atomic_output=None) -> None:
     """Write an index atomically (temporary name, then rename), never over a non-index file; a
-    block-gzip file's member table (`blockgzip`) goes after the records as `#` lines."""
-    check_index_target(index_path)
-    with fs.atomic_output(os.fspath(index_path)) as (handle, commit):
+    block-gzip file's member table (`blockgzip`) goes after the records as `#` lines.
+
+    `atomic_output` is the file layer's `atomic_output` (default the core's `fs`); Beam code
+    passes `tfrecord_beam.beam._fs.atomic_output` so that its writes go through Beam.
+    """
+    if atomic_output is None:
+        check_index_target(index_path)
+    with (atomic_output or fs.atomic_output)(os.fspath(index_path)) as (handle, commit):
         handle.write(format_index(index))
         if members is not None:
             handle.write(members.format())

@@ -451,6 +451,10 @@ class RecordWriter:
             it (the `tfrecord` package's behaviour, used by `TFRecordWriter`); either way an
             `UnclosedWriterWarning` names the file. Nothing is committed when the interpreter
             ends on an uncaught exception, nor when a `with` block exits on one.
+        atomic_output: the file layer to write through (default the core's
+            `fs.atomic_output`; Beam code passes `tfrecord_beam.beam._fs.atomic_output`). Such a
+            writer writes into a job's fresh staging directory: it neither checks the index
+            path for an existing non-index file nor removes a stale index beside the data.
     """
 
     def __init__(
@@ -462,6 +466,7 @@ class RecordWriter:
         *,
         block_bytes: Optional[int] = None,
         commit_unclosed: bool = False,
+        atomic_output=None,
     ) -> None:
         from . import index as _index  # index imports records: import late
 
@@ -470,9 +475,11 @@ class RecordWriter:
         if index_path is True:
             index_path = _index.default_index_path(self.path)
         self.index_path = os.fspath(index_path) if index_path else None
-        if self.index_path is not None:
+        self._atomic_output = atomic_output or fs.atomic_output
+        self._own_layer = atomic_output is None  # the core's files: check and clean up beside the data
+        if self.index_path is not None and self._own_layer:
             _index.check_index_target(self.index_path, self.path)
-        self._data_cm = fs.atomic_output(self.path)
+        self._data_cm = self._atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
         self._blocks = _blockgzip_write.compressor_for(self._file, self.compression, bool(self.index_path),
@@ -623,16 +630,20 @@ class RecordWriter:
             if self._deflater is not None:
                 self._file.write(self._deflater.flush())
             members = self.members = self._blocks.finish() if self._blocks is not None else None
-            self._commit.finish()
             if self._frame_sizes is not None:
-                index_commit = self._finish_index(_index, members)
                 index_final = self.index_path
-            else:  # a stale index at the default name goes; a non-index file there is never touched
+            elif self._own_layer:  # a stale index at the default name goes; a non-index file is never touched
                 index_final = _index.default_index_path(self.path)
                 if fs.exists(index_final) and not _index.looks_like_index(index_final):
                     index_final = None
-            if index_final is not None:
+            else:
+                index_final = None
+            # the old index goes first: an object store's object appears as soon as it is finished
+            if index_final is not None and self._own_layer:
                 _publish.remove_old_indexes([index_final], exists=fs.exists, delete=fs.delete)
+            self._commit.finish()
+            if self._frame_sizes is not None:
+                index_commit = self._finish_index(_index, members)
             self._commit.move()
             if index_commit is not None:
                 _publish.move_new_indexes([index_commit], [index_final],
@@ -651,7 +662,7 @@ class RecordWriter:
         target; returns its commit."""
         sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
         offsets = np.cumsum(sizes) - sizes
-        self._index_cm = fs.atomic_output(self.index_path)
+        self._index_cm = self._atomic_output(self.index_path)
         handle, commit = self._index_cm.__enter__()
         try:
             handle.write(_index.format_index(np.stack([offsets, sizes], axis=1)))

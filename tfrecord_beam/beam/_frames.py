@@ -14,25 +14,17 @@ from typing import Iterator, List, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from tfrecord_beam import _engine
+from tfrecord_beam import digest as _digest
 from tfrecord_beam.errors import CorruptRecordError
 
 HEADER = 12  # uint64 length + masked CRC32C of the length
 FOOTER = 4  # masked CRC32C of the payload
 OVERHEAD = HEADER + FOOTER
-_MASK64 = (1 << 64) - 1
 
 Digest = Tuple[int, int, int]  # (records, payload bytes, checksum mod 2**64)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser over a uint64 array: a bijection whose outputs look i.i.d. uniform."""
-    z = np.asarray(x, dtype=np.uint64).copy()
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
+mix64 = _digest.mix64  # one SplitMix64 finaliser for keys and digests
 
 
 class Frames(NamedTuple):
@@ -73,19 +65,11 @@ def scan(buffer, path: str, offset: int = 0, verify: bool = True) -> Frames:
 
 
 def digest(crcs: np.ndarray, lengths: np.ndarray) -> Digest:
-    """(records, bytes, checksum) of frames from their payload CRCs and lengths.
-
-    The checksum is the sum mod 2**64 of `mix64(crc | length << 32)` per record: it does not
-    depend on order and changes when a record is lost, duplicated or swapped for another."""
-    lengths = np.asarray(lengths, np.int64)
-    if not len(lengths):
-        return 0, 0, 0
-    keys = np.asarray(crcs, np.uint64) | (lengths.astype(np.uint64) << np.uint64(32))
-    return int(len(lengths)), int(lengths.sum()), int(mix64(keys).sum(dtype=np.uint64))
+    """(records, bytes, checksum) of frames from their payload CRCs and lengths (`tfrecord_beam.digest`)."""
+    return _digest.frame_digest(crcs, lengths)
 
 
-def add(a: Digest, b: Digest) -> Digest:
-    return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
+add = _digest.add_digests
 
 
 def gather(frame_sets: Sequence[Frames], which: np.ndarray, index: np.ndarray,

@@ -18,6 +18,7 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 import apache_beam as beam
 import pyarrow as pa
 
+from tfrecord_beam import digest as _digest
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
 from tfrecord_beam.records import RecordReader, RecordWriter
 from tfrecord_beam.beam import _fs
@@ -118,6 +119,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     records = size = 0
+    digest = (0, 0, 0)
     current: Optional[Tuple[str, object, object]] = None  # (path, handle, ParquetFile): one open at a time
     try:
         with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
@@ -132,14 +134,15 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
                         framed, sizes = encoder.encode_framed(batch, first_row)
                     except ArrowConversionError as err:
                         raise ArrowConversionError(f"{piece.path}: {err}") from None
-                    writer.write_framed(framed, sizes.tolist())
+                    writer.write_framed(framed, sizes)
+                    digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
                     records += len(sizes)
                     size += len(framed) - 16 * len(sizes)
                 release_memory()
     finally:
         if current is not None:
             current[1].close()
-    result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": 0,
+    result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": digest[2],
               "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
               "groups": [records]}
     _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)

@@ -15,17 +15,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
-import google_crc32c
 import numpy as np
 
-from tfrecord_beam import fs
+from tfrecord_beam import digest as _digest
+from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.index import default_index_path
-from tfrecord_beam.records import RecordReader, RecordWriter, resolve_compression
+from tfrecord_beam.records import resolve_compression
+
+from . import _fs
+from ._corrupt import CorruptRecord
 
 DEFAULT_SPLIT_BYTES = 64 << 20
 _MASK64 = (1 << 64) - 1
@@ -48,7 +50,7 @@ def plan_ranges(files: Sequence[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
     out = []
     for number, path in enumerate(files):
         kind = resolve_compression(path, compression)
-        size = fs.file_size(path)
+        size = _fs.file_size(path)
         group = groups[number] if groups is not None else 0
         if kind is not None or size <= split_bytes:
             out.append(FileRange(path, 0, None, kind, number, group))
@@ -79,30 +81,41 @@ class Coverage(NamedTuple):
     size: Optional[int]  # file size for uncompressed files, else None
 
 
-def read_range(rng: FileRange, verify: bool = True, coverage: Optional[list] = None) -> Iterator[Batch]:
-    """The records of a range as Batches (CRCs checked; corrupt data raises CorruptRecordError).
+def read_range(rng: FileRange, verify: bool = True, coverage: Optional[list] = None,
+               on_corrupt=None) -> Iterator[Batch]:
+    """The records of a range as Batches (CRCs checked; corrupt data raises CorruptRecordError,
+    or with `on_corrupt(file, offset, reason)` is reported and skipped: `--skip_corrupt`).
 
     When `coverage` is a list, a `Coverage` is appended to it at the end, so the caller can
     check that the ranges of a file tile it without gaps (`check_coverage`): a range start
-    that resynchronised past a damaged record would otherwise skip it silently.
+    that resynchronised past a damaged record would otherwise skip it silently. Skipped
+    spans count as covered (they were reported).
     """
-    reader = RecordReader(
-        rng.path, rng.compression, verify=verify, start_offset=rng.start, end_offset=rng.end,
+    reader = SkippingReader(
+        rng.path, rng.compression, open_file=lambda: _fs.open_input(rng.path), verify=verify,
+        start_offset=rng.start, end_offset=rng.end,
         resync=rng.compression is None,  # also checks the split point at the end
+        skip_corrupt=on_corrupt is not None, on_corrupt=on_corrupt,
     )
-    end = None
     for number, chunk in enumerate(reader.chunks()):
-        end = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1] + 16)
         yield Batch((rng.file_number, rng.start, number), chunk.record_offsets, chunk.payloads(), rng.group)
     if coverage is not None:
         first = reader.start_offset
-        size = fs.file_size(rng.path) if rng.compression is None else None
-        coverage.append(Coverage(rng.path, rng.start, first, first if end is None else end, size))
+        size = _fs.file_size(rng.path) if rng.compression is None else None
+        coverage.append(Coverage(rng.path, rng.start, first, first if reader.end is None else reader.end, size))
 
 
-def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
-    """Raise CorruptRecordError unless the ranges' records tile the file from 0 to its end."""
+def check_coverage(path: str, parts: Iterable[Coverage], skip_corrupt: bool = False) -> List[CorruptRecord]:
+    """Raise CorruptRecordError unless the ranges' records tile the file from 0 to its end;
+    with `skip_corrupt`, return each gap as a CorruptRecord instead."""
     from tfrecord_beam.errors import CorruptRecordError, SplitPointError
+
+    gaps: List[CorruptRecord] = []
+
+    def gap(start: int, stop: int, why: str) -> None:
+        if not skip_corrupt:
+            raise CorruptRecordError(path, start, None, f"bytes {start}..{stop} hold no readable record ({why})")
+        gaps.append(CorruptRecord(path, start, f"bytes {start}..{stop} hold no readable record ({why}); skipped"))
 
     pos = 0
     size = None
@@ -111,9 +124,7 @@ def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
         if part.end == part.first:
             continue  # no record starts in this range
         if part.first > pos:
-            raise CorruptRecordError(
-                path, pos, None, f"bytes {pos}..{part.first} hold no readable record (corrupt data at a split point)"
-            )
+            gap(pos, part.first, "corrupt data at a split point")
         if part.first < pos:
             raise SplitPointError(
                 path, part.first, None,
@@ -123,29 +134,12 @@ def check_coverage(path: str, parts: Iterable[Coverage]) -> None:
             )
         pos = part.end
     if size is not None and pos != size:
-        raise CorruptRecordError(path, pos, None, f"bytes {pos}..{size} hold no readable record (corrupt or truncated)")
+        gap(pos, size, "corrupt or truncated")
+    return gaps
 
 
-def payload_digest(payloads: Sequence[bytes]) -> Tuple[int, int, int]:
-    """(records, bytes, checksum) of payloads. The checksum is the sum mod 2**64 of a 64-bit
-    fingerprint per payload (its CRC32C in the high half, its zlib CRC-32 in the low half):
-    it does not depend on order, and changes when a record is lost, added or altered. Both
-    CRCs run in C over each payload (about 2x faster than a per-record BLAKE2b)."""
-    total_c = sum(map(google_crc32c.value, payloads))
-    total_z = sum(map(zlib.crc32, payloads))
-    return len(payloads), sum(map(len, payloads)), ((total_c << 32) + total_z) & _MASK64
-
-
-def add_digests(a: Tuple[int, int, int], b: Tuple[int, int, int]) -> Tuple[int, int, int]:
-    return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
-
-
-def combine_digests(digests: Iterable[Tuple[int, int, int]]) -> Tuple[int, int, int]:
-    """Sum of (records, bytes, checksum) triples (a CombineGlobally function)."""
-    out = (0, 0, 0)
-    for d in digests:
-        out = add_digests(out, d)
-    return out
+# One checksum for jobs, manifests and readers: tfrecord_beam.digest.
+payload_digest, add_digests, combine_digests = _digest.payload_digest, _digest.add_digests, _digest.combine_digests
 
 
 def seeded_keys(seed: int, *parts: int, size: int) -> np.ndarray:
@@ -245,7 +239,7 @@ def write_shard(spec: ShardSpec, shard: int, parts: Iterable[Routed], shuffled: 
     group_counts = np.bincount(groups) if len(groups) else np.zeros(0, np.int64)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
-    with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
+    with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
         for start in range(0, len(payloads), 4096):
             writer.write_many(payloads[start : start + 4096])
     if spec.checksum:
@@ -254,7 +248,7 @@ def write_shard(spec: ShardSpec, shard: int, parts: Iterable[Routed], shuffled: 
         records, size, checksum = len(payloads), sum(map(len, payloads)), 0
     result = {
         "shard": shard, "name": name, "records": records, "bytes": size, "checksum": checksum,
-        "file_bytes": fs.file_size(spec.path(name)), "groups": [int(c) for c in group_counts],
+        "file_bytes": _fs.file_size(spec.path(name)), "groups": [int(c) for c in group_counts],
     }
     _write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
@@ -266,11 +260,8 @@ def write_empty_shards(spec: ShardSpec, done: Sequence[int]) -> List[dict]:
 
 
 def _write_result(directory: str, name: str, value: dict) -> None:
-    if "://" not in directory:
-        os.makedirs(directory, exist_ok=True)
-    with fs.atomic_output(directory + "/" + name) as (handle, commit):
-        handle.write(json.dumps(value).encode("utf-8"))
-        commit()
+    _fs.mkdirs(directory)
+    _fs.write_bytes(directory + "/" + name, json.dumps(value).encode("utf-8"))
 
 
 class ChecksumMismatch(Exception):
@@ -290,40 +281,58 @@ def check_digests(expected: Tuple[int, int, int], written: Tuple[int, int, int],
 # Beam wiring
 
 COVERAGE = "coverage"
+CORRUPT = "corrupt"
 
 
 class _ReadRanges(beam.DoFn):
-    """FileRange -> Batches (main output) and one Coverage per range (COVERAGE output)."""
+    """FileRange -> Batches (main output), one Coverage per range (COVERAGE output) and, with
+    `skip_corrupt`, the records skipped (CORRUPT output)."""
 
-    def __init__(self, verify: bool) -> None:
-        self.verify = verify
+    def __init__(self, verify: bool, skip_corrupt: bool = False) -> None:
+        self.verify, self.skip_corrupt = verify, skip_corrupt
 
     def process(self, rng):
         cov: list = []
-        yield from read_range(rng, self.verify, cov)
+        bad: List[CorruptRecord] = []
+        report = (lambda f, o, r: bad.append(CorruptRecord(f, o, r))) if self.skip_corrupt else None
+        for batch in read_range(rng, self.verify, cov, report):
+            yield batch
+            while bad:
+                yield beam.pvalue.TaggedOutput(CORRUPT, bad.pop(0))
+        for record in bad:
+            yield beam.pvalue.TaggedOutput(CORRUPT, record)
         for c in cov:
             yield beam.pvalue.TaggedOutput(COVERAGE, c)
 
 
-def read_batches(p, ranges: Sequence[FileRange], verify: bool = True, label: str = "Read"):
-    """PCollection of Batches from the ranges; the pipeline fails if a file is not fully covered."""
+def read_batches(p, ranges: Sequence[FileRange], verify: bool = True, label: str = "Read", dead_letters=None):
+    """PCollection of Batches from the ranges; the pipeline fails if a file is not fully covered.
+
+    With `dead_letters` (a `commit.DeadLetters`), corrupt records and uncovered spans are
+    skipped and written there instead of failing the pipeline (`--skip_corrupt`).
+    """
+    skip = dead_letters is not None
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(ranges))
         | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Records" >> beam.ParDo(_ReadRanges(verify)).with_outputs(COVERAGE, main="batches")
+        | f"{label}Records" >> beam.ParDo(_ReadRanges(verify, skip)).with_outputs(COVERAGE, CORRUPT, main="batches")
     )
-    check_coverages(outs[COVERAGE], label)
+    gaps = check_coverages(outs[COVERAGE], label, skip)
+    if skip:
+        corrupt = (outs[CORRUPT], gaps) | f"{label}AllCorrupt" >> beam.Flatten()
+        dead_letters.write(corrupt, f"{label}DeadLetters")
     return outs.batches
 
 
-def check_coverages(coverages, label: str = "Read") -> None:
-    """Fail the pipeline when the ranges read of some file leave a gap (see `check_coverage`)."""
-    _ = (
+def check_coverages(coverages, label: str = "Read", skip_corrupt: bool = False):
+    """Fail the pipeline when the ranges read of some file leave a gap (see `check_coverage`);
+    with `skip_corrupt`, return the gaps as a PCollection of CorruptRecords instead."""
+    return (
         coverages
         | f"{label}CoverageByFile" >> beam.Map(lambda c: (c.path, c))
         | f"{label}GroupCoverage" >> beam.GroupByKey()
-        | f"{label}CheckCoverage" >> beam.MapTuple(check_coverage)
+        | f"{label}CheckCoverage" >> beam.FlatMapTuple(lambda path, parts: check_coverage(path, parts, skip_corrupt))
     )
 
 

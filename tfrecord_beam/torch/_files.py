@@ -7,6 +7,8 @@ started at a byte offset without an index and so does not know it).
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -15,8 +17,10 @@ import numpy as np
 from .. import _index_check, blockgzip, fs
 from .. import index as _index
 from ..blockgzip import MemberTable
+from .. import manifest as _manifest
 from ..errors import IndexMismatchError
-from ..records import RecordReader, resolve_compression
+from ..records import resolve_compression
+from ..skipping import SkippingReader
 from ._stream import Block
 from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 
@@ -27,6 +31,67 @@ _GLOB_CHARS = "*?["
 
 def _is_glob(path: str) -> bool:
     return any(ch in path for ch in _GLOB_CHARS)
+
+
+_log = logging.getLogger("tfrecord_beam.torch")
+
+
+class CorruptCounter:
+    """How many corrupt records `skip_corrupt` skipped, counted across DataLoader workers.
+
+    Shared memory without a lock (a lock of one multiprocessing context cannot cross into
+    another: fork vs spawn workers): one slot per worker, each written by its worker only,
+    summed on reading. Forked and spawned workers both inherit it.
+    """
+
+    SLOTS = 257  # the main process, then DataLoader workers 0..255
+
+    def __init__(self) -> None:
+        self._shared = multiprocessing.RawArray("q", self.SLOTS)
+        self._local = 0
+
+    @property
+    def value(self) -> int:
+        return int(sum(self._shared)) if self._shared is not None else self._local
+
+    def add(self, n: int = 1) -> None:
+        if self._shared is None:
+            self._local += n
+            return
+        import torch.utils.data
+
+        info = torch.utils.data.get_worker_info()
+        slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
+        self._shared[slot] += n
+
+    def __getstate__(self):
+        try:  # a worker being started: share the counter; any other pickle: a snapshot
+            from multiprocessing.context import assert_spawning
+
+            assert_spawning(self)
+            return {"_shared": self._shared, "_local": 0}
+        except RuntimeError:
+            return {"_shared": None, "_local": self.value}
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+
+
+def output_paths(data_path: Paths, index_path: Optional[Paths]):
+    """A job's output directory or prefix with a manifest -> (its shards, their indexes, their
+    sizes by path); anything else -> (data_path, index_path, {}).
+
+    An output (`out/train`, or `out/` holding one) is read through its `_MANIFEST.*.json`, so
+    only the committed shards are read and their indexes come with them.
+    """
+    if isinstance(data_path, (str, os.PathLike)):
+        found = _manifest.find_manifest(os.fspath(data_path))
+        if found is not None:
+            manifest = _manifest.read_manifest(found)
+            indexes = _manifest.index_paths(manifest, found) if index_path is None else index_path
+            paths = _manifest.shard_paths(manifest, found)
+            return paths, indexes, {p: e.file_bytes for p, e in zip(paths, manifest.shards)}
+    return data_path, index_path, {}
 
 
 def expand_data_paths(data_path: Paths) -> List[str]:
@@ -65,7 +130,11 @@ class FileSet:
     Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
     """
 
-    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None) -> None:
+    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None,
+                 skip_corrupt: bool = False, counter: Optional[CorruptCounter] = None) -> None:
+        data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
+        self.skip_corrupt = skip_corrupt
+        self.counter = counter if counter is not None else CorruptCounter()
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
         setting = "auto" if compression_type is None else compression_type
@@ -100,9 +169,13 @@ class FileSet:
             self._infos = []
             for i, path in enumerate(self.paths):
                 index = self.index(i)
+                size = fs.file_size(path)
+                committed = self._committed_sizes.get(path)
+                if committed is not None and size != committed:  # the cheap check against the manifest
+                    raise _manifest.ManifestError(path, f"{size} bytes, but its output's manifest says {committed}: "
+                                                        "the shard changed after the job committed it")
                 seekable = self.compressions[i] is None or self.members(i) is not None  # block-gzip seeks
-                self._infos.append(FileInfo(not seekable, fs.file_size(path),
-                                            None if index is None else len(index)))
+                self._infos.append(FileInfo(not seekable, size, None if index is None else len(index)))
         return self._infos
 
     def read(self, piece: Piece) -> Iterator[Block]:
@@ -111,6 +184,7 @@ class FileSet:
         compression = self.compressions[piece.file]
         expected = None
         starts = None
+        common = dict(open_file=lambda: fs.open_input(path), skip_corrupt=self.skip_corrupt, on_corrupt=self._corrupt)
         if piece.kind == RECORDS:
             index = self.index(piece.file)
             first, last = piece.start, piece.stop
@@ -121,13 +195,14 @@ class FileSet:
                 size = fs.file_size(path)
                 with fs.open_input(path) as raw:
                     _index_check.check_entry(raw, starts, first, size, self.index_paths[piece.file], path)
-            reader = RecordReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
-                                  first_record_number=first, members=self.members(piece.file) or False)
+            reader = SkippingReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
+                                    first_record_number=first, boundaries=index[:, 0],
+                                    members=self.members(piece.file) or False, **common)
         elif piece.kind == BYTES:
-            reader = RecordReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
-                                  resync=True)  # also checks the split point at the end
+            reader = SkippingReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
+                                    resync=True, **common)  # resync also checks the split point at the end
         else:
-            reader = RecordReader(path, compression)
+            reader = SkippingReader(path, compression, **common)
         count = 0
         for chunk in reader.chunks():
             n = len(chunk)
@@ -141,11 +216,15 @@ class FileSet:
             count += n
             if len(block):
                 yield block
-        if expected is not None and count != expected:
+        if expected is not None and count + reader.skipped != expected:
             raise IndexMismatchError(
                 self.index_paths[piece.file], None, piece.start,
                 f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
             )
+
+    def _corrupt(self, path: str, offset: int, reason: str) -> None:
+        self.counter.add()
+        _log.warning("skipped a corrupt record: %s, byte offset %d: %s", path, offset, reason)
 
     def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Block]:
         """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed

@@ -21,7 +21,7 @@ from ..example import Description, normalize_description
 from ..iterator_utils import shuffle_iterator
 from . import sampling
 from ._collate import collate_batch, decode_record, decode_records
-from ._files import FileSet, Paths
+from ._files import CorruptCounter, FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from .indexed import IndexedTFRecordDataset
 
@@ -79,6 +79,13 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._pending: Optional[Dict[str, Any]] = None  # a loaded state, applied by the next __iter__
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
         self._mixer: Optional[sampling.WeightedMixer] = None
+
+    @property
+    def corrupt_records(self) -> int:
+        """Corrupt records skipped so far (`skip_corrupt=True`), in this process and its
+        DataLoader workers together; each is also logged (file, offset, reason) as a warning
+        on the `tfrecord_beam.torch` logger."""
+        return self.sources[0].counter.value
 
     # -- epochs and checkpoints ---------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -247,6 +254,9 @@ class TFRecordDataset(_ShardedIterable):
             DataLoader with `batch_size=None` then.
         drop_last: drop each worker's last, short batch.
         rank, world_size: this process's DDP rank; default from `torch.distributed`.
+        skip_corrupt: skip records that fail their CRCs (or are truncated) instead of raising
+            CorruptRecordError; `corrupt_records` counts them. `data_path` may also be a job's
+            output directory or prefix: its manifest then names the shards and indexes.
     """
 
     def __init__(
@@ -264,11 +274,14 @@ class TFRecordDataset(_ShardedIterable):
         drop_last: bool = False,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        skip_corrupt: bool = False,
     ) -> None:
         self.data_path = data_path
         self.index_path = index_path
         self.compression_type = compression_type
-        super().__init__([FileSet(data_path, index_path, compression_type)], None, False, description,
+        self.skip_corrupt = skip_corrupt
+        files = FileSet(data_path, index_path, compression_type, skip_corrupt)
+        super().__init__([files], None, False, description,
                          shuffle_queue_size, transform, sequence_description, seed, batch_size, drop_last,
                          rank, world_size)
 
@@ -277,7 +290,7 @@ class MultiTFRecordDataset(_ShardedIterable):
     """Mix several splits, drawing records in proportion to `splits`' weights.
 
     Same signature as `tfrecord.torch.dataset.MultiTFRecordDataset`, plus `seed`,
-    `batch_size`, `drop_last`, `rank`, `world_size` as in `TFRecordDataset`.
+    `batch_size`, `drop_last`, `rank`, `world_size`, `skip_corrupt` as in `TFRecordDataset`.
 
     Args:
         data_pattern: `data_pattern.format(split)` names each split's files: a path or a glob.
@@ -304,6 +317,7 @@ class MultiTFRecordDataset(_ShardedIterable):
         drop_last: bool = False,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        skip_corrupt: bool = False,
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
@@ -311,8 +325,11 @@ class MultiTFRecordDataset(_ShardedIterable):
         self.index_pattern = index_pattern
         self.splits = dict(splits)
         self.compression_type = compression_type
+        self.skip_corrupt = skip_corrupt
+        counter = CorruptCounter()
         sources = [FileSet(data_pattern.format(split),
-                           None if index_pattern is None else index_pattern.format(split), compression_type)
+                           None if index_pattern is None else index_pattern.format(split), compression_type,
+                           skip_corrupt, counter)
                    for split in self.splits]
         weights = [float(w) for w in self.splits.values()]
         sampling.WeightedMixer(weights, sampling.rng(0))  # validate the weights now, not in a worker

@@ -22,6 +22,7 @@ from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description, normalize_description
 from ._collate import decode_record
 from ._files import FileSet, Paths
+from .sampling import WHOLE, Piece
 
 
 class IndexedTFRecordDataset(torch.utils.data.Dataset):
@@ -35,6 +36,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         compression_type: None (from the file name); compressed files must be block-gzip with
             their index (its member table), others raise ValueError.
         verify: check both CRCs of every record read (default True).
+        skip_corrupt: when the indexes are built here (`index_path=None`), leave corrupt records
+            out (counted in `corrupt_records`, logged); with index files a corrupt record still
+            raises on access, since `len()` was fixed by the index.
     """
 
     def __init__(
@@ -46,8 +50,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         sequence_description: Description = None,
         compression_type: Optional[str] = None,
         verify: bool = True,
+        skip_corrupt: bool = False,
     ) -> None:
-        self.files = FileSet(data_path, index_path, compression_type)
+        self.files = FileSet(data_path, index_path, compression_type, skip_corrupt)
         for i, (path, kind) in enumerate(zip(self.files.paths, self.files.compressions)):
             if kind is not None and (self.files.index_paths[i] is None or self.files.members(i) is None):
                 raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed or block-gzip files (with "
@@ -60,11 +65,24 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._description = normalize_description(description)
         self._sequence_description = normalize_description(sequence_description)
         self._indexes = [self.files.index(i) if self.files.index_paths[i] is not None
-                         else _index.build_index(path, None) for i, path in enumerate(self.files.paths)]
+                         else self._scan(i) for i in range(len(self.files.paths))]
         self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
         self._handles: Dict[int, Any] = {}
         self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
         self._pid = os.getpid()
+
+    @property
+    def corrupt_records(self) -> int:
+        """Corrupt records left out while building the indexes (`skip_corrupt=True`)."""
+        return self.files.counter.value
+
+    def _scan(self, i: int) -> np.ndarray:
+        """The index of file `i` by one scan (both CRCs checked; bad records left out with skip_corrupt)."""
+        if not self.files.skip_corrupt:
+            return _index.build_index(self.files.paths[i], None)
+        parts = [np.stack([b.record_offsets, b.payload_lengths + FRAME_OVERHEAD], axis=1)
+                 for b in self.files.read(Piece(i, WHOLE, 0, 0))]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 2), np.int64)
 
     def __len__(self) -> int:
         return int(self._starts[-1])

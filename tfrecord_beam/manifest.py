@@ -1,0 +1,232 @@
+"""`DIR/_MANIFEST.NAME.json`: the record of a complete job output, written last.
+
+A job's output `out/train` is its shards (`out/train-00000-of-00004.tfrecord`, ...), their
+indexes, an optional dead-letter file (`out/_CORRUPT.train.jsonl`) and this manifest
+(`out/_MANIFEST.train.json`). The leading `_` keeps both out of globs of the data and out
+of Parquet / Spark dataset readers, which skip `_` and `.` files; the name part keeps
+several outputs in one directory apart. The
+manifest is the last file a commit writes (and the first an overwrite removes), so its
+presence is what says "complete": shards without it are an interrupted or failed output.
+
+It lists the job and its arguments, and per shard its name, record count, file size,
+payload bytes, the order-independent payload checksum (`tfrecord_beam.digest`) and the name
+of its index; the corrupt records skipped (`--skip_corrupt`) and the dead-letter file that
+lists them; and the run that wrote it. Names are relative to the manifest's directory.
+
+Readers (`tfrecord-beam inspect/verify/count`, the torch datasets) find it with
+`find_manifest(target)` for an output directory or prefix, and check a shard against it with
+`check_shard` (size only, or every record and the checksum). Core module: no Beam import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from . import fs
+from .errors import TFRecordError
+
+FORMAT = "tfrecord_beam.manifest/1"
+MANIFEST_PREFIX, MANIFEST_SUFFIX = "_MANIFEST.", ".json"
+DEAD_LETTER_PREFIX, DEAD_LETTER_SUFFIX = "_CORRUPT.", ".jsonl"
+
+
+class ManifestError(TFRecordError):
+    """A manifest that cannot be read or does not hold what a manifest must."""
+
+    def __init__(self, path: Optional[str], reason: str) -> None:
+        super().__init__(path, None, None, reason)
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason))
+
+
+@dataclass
+class ShardEntry:
+    """One data file of an output."""
+
+    name: str  # file name, relative to the manifest's directory
+    records: int
+    file_bytes: int  # size of the file as stored (compressed size for compressed shards)
+    payload_bytes: Optional[int] = None
+    checksum: Optional[str] = None  # tfrecord_beam.digest checksum, 16 hex digits; None if not computed
+    index: Optional[str] = None  # name of its .tfindex, None without one
+    compression: Optional[str] = None  # None, "gzip", "zlib" (parquet: "parquet")
+
+
+@dataclass
+class Manifest:
+    """What a complete output holds (see the module docstring)."""
+
+    job: str
+    output_prefix: str  # the name part of the prefix (`train` for `out/train`)
+    shards: List[ShardEntry]
+    arguments: Dict[str, Any] = field(default_factory=dict)
+    corrupt_records: int = 0
+    dead_letters: Optional[str] = None  # name of the dead-letter file, None when nothing was skipped
+    run: Dict[str, Any] = field(default_factory=dict)  # host, pid, started, committed
+    details: Dict[str, Any] = field(default_factory=dict)  # job-specific (mix: sources and selection)
+    format: str = FORMAT
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.shards)
+
+    def files(self) -> List[str]:
+        """Every name the output owns, the manifest itself excluded."""
+        names = [s.name for s in self.shards] + [s.index for s in self.shards if s.index]
+        return names + ([self.dead_letters] if self.dead_letters else [])
+
+    def to_json(self) -> str:
+        value = asdict(self)
+        value["records"] = self.records
+        return json.dumps(value, indent=1, sort_keys=True, default=str) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: Optional[str] = None) -> "Manifest":
+        """Parse and validate; ManifestError naming the path and the problem otherwise."""
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ManifestError(path, f"not JSON ({exc})") from None
+        if not isinstance(value, dict) or value.get("format") != FORMAT:
+            raise ManifestError(path, f"not a {FORMAT} manifest (format {value.get('format') if isinstance(value, dict) else None!r})")
+        try:
+            shards = [ShardEntry(**s) for s in value["shards"]]
+            manifest = cls(
+                job=str(value["job"]), output_prefix=str(value["output_prefix"]), shards=shards,
+                arguments=dict(value.get("arguments") or {}), corrupt_records=int(value.get("corrupt_records", 0)),
+                dead_letters=value.get("dead_letters"), run=dict(value.get("run") or {}),
+                details=dict(value.get("details") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(path, f"malformed manifest ({type(exc).__name__}: {exc})") from None
+        for name in manifest.files():
+            if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or name in ("..",):
+                raise ManifestError(path, f"bad file name {name!r} in the manifest")
+        for s in shards:
+            if not isinstance(s.records, int) or s.records < 0 or not isinstance(s.file_bytes, int) or s.file_bytes < 0:
+                raise ManifestError(path, f"bad counts for {s.name!r}")
+        if "records" in value and value["records"] != manifest.records:
+            raise ManifestError(path, f"records {value['records']} is not the sum over the shards ({manifest.records})")
+        return manifest
+
+
+def manifest_name(name_prefix: str) -> str:
+    """The manifest's file name for an output named `name_prefix` (`train` -> `_MANIFEST.train.json`)."""
+    return MANIFEST_PREFIX + name_prefix + MANIFEST_SUFFIX
+
+
+def is_manifest_name(name: str) -> bool:
+    return name.startswith(MANIFEST_PREFIX) and name.endswith(MANIFEST_SUFFIX) and len(name) > 15
+
+
+def manifest_path(output_prefix: str) -> str:
+    """`out/train` -> `out/_MANIFEST.train.json` (a URI's query string kept)."""
+    base, query = fs.split_query(output_prefix)
+    head, _, name = base.rpartition("/")
+    return fs.with_query((head + "/" if head or base.startswith("/") else "") + manifest_name(name), query)
+
+
+def dead_letter_name(name_prefix: str) -> str:
+    """The dead-letter file's name for an output named `name_prefix` (`_CORRUPT.train.jsonl`)."""
+    return DEAD_LETTER_PREFIX + name_prefix + DEAD_LETTER_SUFFIX
+
+
+def read_manifest(path: str) -> Manifest:
+    """Read and validate a manifest file."""
+    try:
+        with fs.open_input(path) as handle:
+            text = handle.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(path, f"cannot read ({exc})") from None
+    return Manifest.from_json(text, path)
+
+
+def write_manifest(manifest: Manifest, path: str) -> None:
+    """Write a manifest atomically (local or remote; Beam code writes through its own layer)."""
+    with fs.atomic_output(path) as (handle, commit):
+        handle.write(manifest.to_json().encode("utf-8"))
+        commit()
+
+
+def find_manifest(target: str) -> Optional[str]:
+    """The manifest of an output named by `target`, or None when there is none.
+
+    `target` may be the manifest itself, an output prefix (`out/train`), or a directory
+    holding exactly one manifest (several: ManifestError, name the prefix instead). Globs
+    name files, not outputs: None.
+    """
+    target = os.fspath(target)
+    base, query = fs.split_query(target)
+    if any(ch in base for ch in "*?["):
+        return None
+    if is_manifest_name(base.rsplit("/", 1)[-1]):
+        return target if fs.exists(target) else None
+    candidate = manifest_path(target)
+    if fs.exists(candidate):
+        return candidate
+    if fs.is_dir(target):
+        found = [n for n in fs.list_dir(target) if is_manifest_name(n)]
+        if len(found) > 1:
+            raise ManifestError(target, f"holds {len(found)} outputs ({', '.join(found)}): name one by its prefix")
+        if found:
+            return fs.join(target, found[0])
+    return None
+
+
+def shard_paths(manifest: Manifest, manifest_file: str) -> List[str]:
+    """Full paths of the manifest's shards."""
+    directory = fs.dirname(manifest_file)
+    return [fs.join(directory, s.name) for s in manifest.shards]
+
+
+def index_paths(manifest: Manifest, manifest_file: str) -> List[Optional[str]]:
+    """Full paths of the shards' indexes (None where a shard has none)."""
+    directory = fs.dirname(manifest_file)
+    return [fs.join(directory, s.index) if s.index else None for s in manifest.shards]
+
+
+def check_shard(entry: ShardEntry, path: str, full: bool = False) -> List[str]:
+    """Problems of one shard against its manifest entry ([] when it matches).
+
+    Always: the file exists with the recorded size, and its index exists. With `full`: every
+    record is read (CRCs checked) and the count, payload bytes and checksum are compared.
+    """
+    from . import digest
+
+    problems = []
+    if not fs.exists(path):
+        return [f"{path}: listed in the manifest but missing"]
+    size = fs.file_size(path)
+    if size != entry.file_bytes:
+        problems.append(f"{path}: {size} bytes, the manifest says {entry.file_bytes}")
+    if entry.index and not fs.exists(fs.join(fs.dirname(path), entry.index)):
+        problems.append(f"{path}: its index {entry.index} is missing")
+    if full and not problems and entry.compression != "parquet":
+        try:
+            records, payload_bytes, checksum = digest.file_digest(path, entry.compression or "auto")
+        except TFRecordError as err:
+            return problems + [str(err)]
+        if records != entry.records:
+            problems.append(f"{path}: {records} records, the manifest says {entry.records}")
+        if entry.payload_bytes is not None and payload_bytes != entry.payload_bytes:
+            problems.append(f"{path}: {payload_bytes} payload bytes, the manifest says {entry.payload_bytes}")
+        if entry.checksum is not None and digest.format_checksum(checksum) != entry.checksum:
+            problems.append(f"{path}: payload checksum {digest.format_checksum(checksum)}, the manifest says {entry.checksum}")
+    return problems
+
+
+_SHARD_NAME = r"-\d{5}-of-\d{5}"
+
+
+def owned_by_prefix(name_prefix: str, names: List[str]) -> List[str]:
+    """Which of `names` (in the output's directory) belong to an output named `name_prefix`:
+    its shards (`NAME-SSSSS-of-NNNNN...`, indexes included), its manifest, its dead letters.
+    Another output's files (`NAME2-...`, `NAMEx.tfrecord`) are not."""
+    pattern = re.compile(re.escape(name_prefix) + _SHARD_NAME + r"($|\.)")
+    own = {manifest_name(name_prefix), dead_letter_name(name_prefix)}
+    return [n for n in names if n in own or pattern.match(n)]

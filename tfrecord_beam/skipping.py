@@ -1,0 +1,118 @@
+"""Reading past corrupt records (`skip_corrupt`): one implementation for the jobs and the
+torch datasets (the Beam source has its own, tied to its range tracker).
+
+`SkippingReader` reads the records whose header starts in [start_offset, end_offset), like a
+`RecordReader`; with `skip_corrupt` a bad record is reported to `on_corrupt(file, offset,
+reason)` and reading goes on at the next record boundary:
+
+* with an index (`boundaries`: the sorted record offsets), the next indexed record;
+* else, when the bad record's length passes its CRC (only the payload is damaged), right
+  after it; otherwise the next boundary a resync finds (`records.find_record_start`);
+* a compressed stream cannot be re-entered: the rest of the file is reported lost;
+* a truncated tail ends the file.
+
+`end` is where the reader's chain stopped (the end of its last record or skipped span), so a
+caller that checks that ranges tile a file counts skipped spans as covered. Without
+`skip_corrupt` the first bad record raises, as `RecordReader` does.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
+from .errors import CorruptRecordError, TruncatedRecordError
+from .records import RecordChunk, RecordReader, find_record_start, header_length
+
+OnCorrupt = Callable[[str, int, str], None]
+
+
+class SkippingReader:
+    """Chunks of records of one file range, reporting and skipping corrupt records (see module)."""
+
+    def __init__(self, path: str, compression: Optional[str], *, open_file: Callable[[], BinaryIO],
+                 verify: bool = True, start_offset: int = 0, end_offset: Optional[int] = None,
+                 resync: bool = False, first_record_number: Optional[int] = None,
+                 skip_corrupt: bool = False, on_corrupt: Optional[OnCorrupt] = None,
+                 boundaries: Optional[Sequence[int]] = None, size: Optional[int] = None,
+                 members=None) -> None:
+        self.path, self.compression, self._open = path, compression, open_file
+        self.verify, self.start_offset, self.end_offset = verify, int(start_offset), end_offset
+        self.resync, self.first_record_number = resync, first_record_number
+        self.skip_corrupt, self.on_corrupt = skip_corrupt, on_corrupt
+        self.boundaries = None if boundaries is None else np.asarray(boundaries, dtype=np.int64)
+        self.size = size
+        self.members = members  # a block-gzip member table to seek by (RecordReader's `members`)
+        self.end: Optional[int] = None  # set as reading goes
+        self.skipped = 0
+
+    def chunks(self) -> Iterator[RecordChunk]:
+        position, number, resync = self.start_offset, self.first_record_number, self.resync
+        first = True
+        while True:
+            raw = self._open()
+            reader = RecordReader(raw, self.compression, verify=self.verify, start_offset=position,
+                                  end_offset=self.end_offset, first_record_number=number,
+                                  resync=resync, members=self.members)
+            try:
+                for chunk in reader.chunks():
+                    if first:
+                        self.start_offset, first = reader.start_offset, False
+                    self.end = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1] + FRAME_OVERHEAD)
+                    yield chunk
+                if first:
+                    self.start_offset, first = reader.start_offset, False
+                return
+            except CorruptRecordError as err:
+                if first:
+                    self.start_offset, first = reader.start_offset, False
+                if not self.skip_corrupt:
+                    raise
+                position, number = self._skip(err)
+                if position is None:
+                    return
+                resync = False
+            finally:
+                raw.close()
+
+    def _report(self, offset: int, reason: str) -> None:
+        self.skipped += 1
+        if self.on_corrupt is not None:
+            self.on_corrupt(self.path, offset, reason)
+
+    def _skip(self, err: CorruptRecordError):
+        """Report `err`; (next boundary, its record number) to go on from, or (None, None)."""
+        offset = int(err.offset)
+        if self.compression is not None:
+            self._report(offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped")
+            return None, None
+        size = self.size if self.size is not None else self._file_size()
+        if isinstance(err, TruncatedRecordError):
+            self._report(offset, err.reason)
+            self.end = size
+            return None, None
+        self._report(offset, err.reason)
+        number = None
+        if self.boundaries is not None:
+            i = int(np.searchsorted(self.boundaries, offset, side="right"))
+            nxt = int(self.boundaries[i]) if i < len(self.boundaries) else size
+            number = i
+        else:
+            with self._open() as raw:
+                raw.seek(offset)
+                length = header_length(raw.read(HEADER_SIZE))
+                if length is not None and offset + FRAME_OVERHEAD + length <= size:
+                    nxt = offset + FRAME_OVERHEAD + length
+                    number = None if err.record_number is None else err.record_number + 1
+                else:
+                    nxt = find_record_start(raw, offset + 1, size, self.path)
+        self.end = nxt
+        if nxt >= size or (self.end_offset is not None and nxt >= self.end_offset):
+            return None, None
+        return nxt, number
+
+    def _file_size(self) -> int:
+        with self._open() as raw:
+            return raw.seek(0, 2)
