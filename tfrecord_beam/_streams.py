@@ -51,15 +51,28 @@ DEFAULT_INFLATER = os.environ.get("TFRECORD_BEAM_INFLATE") or ("isal" if "isal" 
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 
 
-def _tell_and_size(raw: BinaryIO) -> Tuple[int, Optional[int]]:
-    """(current offset, size) of a seekable file; (0, None) when it cannot seek."""
+def _tell_and_size(raw: BinaryIO) -> Tuple[Optional[int], Optional[int]]:
+    """(current offset, size) of a seekable file; (None, None) when it cannot tell and seek."""
     try:
         here = raw.tell()
         size = raw.seek(0, io.SEEK_END)
         raw.seek(here)
         return int(here), int(size)
     except (OSError, AttributeError, ValueError, TypeError, io.UnsupportedOperation):
-        return 0, None
+        return None, None
+
+
+def _consumed(inflater, fed: int) -> int:
+    """How many of the `fed` input bytes of the inflater's last call it used.
+
+    Before a member's end the unused rest is `unconsumed_tail`; at the end it is `unused_data`
+    (what follows the member). Only one of them may be subtracted: CPython's zlib (3.11 at
+    least) leaves the same leftover in `unconsumed_tail` too when the call that reaches the end
+    also hit its output limit, and subtracting both put the reader before its own input.
+    """
+    if inflater.eof:
+        return fed - len(inflater.unused_data)
+    return fed - len(inflater.unconsumed_tail)
 
 
 class InflatingReader:
@@ -68,14 +81,25 @@ class InflatingReader:
     `complete` tells, once `read` returns b"", whether the compressed stream ended properly;
     a cut stream yields every byte it can and then reports `complete == False`. Damaged data
     yields every byte before the damage, then `read` raises (`damage` holds the error).
+
+    A reader opened in the middle of a stream (at a gzip member of a block-gzip file) is told
+    where it starts: `uncompressed_offset` (default 0) and `compressed_offset` (default the
+    raw file's `tell()`, else 0), so its `position` and the offsets in its errors are those of
+    the whole stream. `compressed_size` is then the compressed offset where the input ends
+    (None when the file cannot seek).
     """
 
     def __init__(self, raw: BinaryIO, compression: str, path: Optional[str] = None,
-                 inflater: Optional[str] = None) -> None:
+                 inflater: Optional[str] = None, *, uncompressed_offset: int = 0,
+                 compressed_offset: Optional[int] = None) -> None:
         self._raw = raw
         self._path = path
         self._compression = compression
-        start, self.compressed_size = _tell_and_size(raw)
+        here, size = _tell_and_size(raw)
+        self._seekable = here is not None
+        start = int(compressed_offset) if compressed_offset is not None else (here or 0)
+        self._shift = start - here if here is not None else 0  # our compressed offsets - raw's
+        self.compressed_size = None if size is None else size + self._shift
         if inflater is None and self.compressed_size is None:
             inflater = "zlib"  # a stream that cannot be re-read: only zlib recovers from damage exactly
         self._zlib = INFLATERS[inflater or DEFAULT_INFLATER]
@@ -86,7 +110,8 @@ class InflatingReader:
         self._block_offset = start  # compressed offset of _block[0]
         self._member_start = start  # compressed offset where the current member begins
         self._member_out = 0  # uncompressed bytes of the current member produced so far
-        self._produced = 0  # uncompressed bytes produced (handed out, or about to be by this read)
+        start_out = int(uncompressed_offset)
+        self._produced = start_out  # stream offset after the bytes produced (handed out, or about to be)
         self._raw_eof = False
         self._ended = False  # nothing more will come: the end, or damage
         self._horizon: Optional[int] = None  # compressed offset where inflating must stop (damage)
@@ -94,7 +119,7 @@ class InflatingReader:
         self.damage: Optional[CorruptStreamError] = None
         self.complete = True
         self._seen_input = False
-        self.position = 0  # bytes of the decompressed stream handed out so far
+        self.position = start_out  # uncompressed stream offset of the next byte `read` hands out
         self._after_member: Optional[bytearray] = None  # first bytes after the last member, while they inflate to nothing
 
     # -- reading ----------------------------------------------------------------------------
@@ -190,10 +215,7 @@ class InflatingReader:
             out = inflater.decompress(feed, limit)
         except self._zlib.error as exc:
             return self._failed(exc, feed, checkpoint)
-        used = len(feed) - len(inflater.unconsumed_tail)
-        if inflater.eof:
-            used -= len(inflater.unused_data)
-        self._at += used
+        self._at += _consumed(inflater, len(feed))
         return self._produce(out)
 
     @property
@@ -270,10 +292,10 @@ class InflatingReader:
         """Re-inflate the current member with zlib from its start until it has produced what
         was handed out so far, and go on reading with it from there; False when the file
         cannot be re-read or zlib disagrees (then the damage is reported where we are)."""
-        if self._zlib is zlib:
+        if self._zlib is zlib or not self._seekable:
             return False
         try:
-            self._raw.seek(self._member_start)
+            self._raw.seek(self._member_start - self._shift)
         except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
             return False
         z = zlib.decompressobj(self._wbits)
@@ -288,11 +310,11 @@ class InflatingReader:
             except zlib.error:
                 return False
             produced += len(out)
-            used = len(data) - len(z.unconsumed_tail) - (len(z.unused_data) if z.eof else 0)
+            used = _consumed(z, len(data))
             pos, data = pos + used, data[used:]
             if z.eof and produced < self._member_out:
                 return False
-        self._raw.seek(pos)
+        self._raw.seek(pos - self._shift)
         self._block, self._at, self._block_offset, self._raw_eof = memoryview(b""), 0, pos, False
         self._inflater, self._zlib = z, zlib
         return True

@@ -216,28 +216,42 @@ def open_at(raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] 
     only, so damage beyond them is the next range's to find.
     """
     m = table.member_at(offset)
-    start = int(table.compressed[m])
+    start, at = int(table.compressed[m]), int(table.uncompressed[m])
     raw.seek(start)
     if end is not None and end < table.data_size:
         last = table.member_at(end)
         stop = int(table.compressed[last if int(table.uncompressed[last]) == end else last + 1])
-        raw = _Window(raw, stop - start)  # type: ignore[assignment]
-    stream = InflatingReader(raw, "gzip", path)
-    stream.position = int(table.uncompressed[m])
-    return stream, int(table.uncompressed[m])
+        raw = _Window(raw, start, stop)  # type: ignore[assignment]
+    stream = InflatingReader(raw, "gzip", path, uncompressed_offset=at, compressed_offset=start)
+    return stream, at
 
 
 class _Window:
-    """The next `size` bytes of a binary file, as a file that ends there (read and close only)."""
+    """File bytes [start, stop) of a binary file positioned at `start`, as a file that ends at
+    `stop`: `tell` and `seek` use the file's own offsets, and seeking to the end lands on
+    `stop`, so a reader over it sees a file of `stop` bytes (bounds what it can inflate to,
+    and lets it re-read a member after damage)."""
 
-    def __init__(self, raw: BinaryIO, size: int) -> None:
-        self._raw, self._left = raw, max(int(size), 0)
+    def __init__(self, raw: BinaryIO, start: int, stop: int) -> None:
+        self._raw, self._start, self._stop = raw, int(start), max(int(stop), int(start))
+        self._pos = self._start
 
     def read(self, n: int = -1) -> bytes:
-        n = self._left if n is None or n < 0 else min(n, self._left)
-        data = self._raw.read(n) if n else b""
-        self._left -= len(data)
+        left = self._stop - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        data = self._raw.read(n) if n > 0 else b""
+        self._pos += len(data)
         return data
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._stop}[whence]
+        target = min(max(base + int(offset), self._start), self._stop)
+        self._raw.seek(target)
+        self._pos = target
+        return target
 
     def close(self) -> None:
         self._raw.close()

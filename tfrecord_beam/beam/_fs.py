@@ -77,7 +77,7 @@ def open_input(path: str) -> BinaryIO:
 
     The handle's `name` is the path, so the core's readers name it in their errors.
     """
-    return _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), plain(path))
+    return _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
 
 
 class _Named(io.RawIOBase):
