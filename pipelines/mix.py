@@ -33,7 +33,6 @@ from tfrecord_beam import _bucketed, fs
 from tfrecord_beam._copy import IndexStream, piece_chunks
 from tfrecord_beam._plan import FileSurvey, Piece
 from tfrecord_beam._walk import add_digests, frame_digest
-from tfrecord_beam.records import RecordWriter
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
@@ -279,7 +278,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
-    writer = RecordWriter(spec.path(name), spec.compression)
+    writer = _fs.record_writer(spec.path(name), spec.compression)
     index = IndexStream(index_path, _fs.atomic_output) if index_path else None
     try:
         digest, groups = _bucketed.write_merged(tables, writer, index, _fs.open_input, counter.add)
@@ -304,6 +303,9 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--total_records must be >= 0")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
+    if args.skip_corrupt:  # the planned selection copies frames the survey found sound: it cannot step over damage
+        raise JobError("mix does not take --skip_corrupt yet: clean the sources first with "
+                       "`python -m pipelines.reshard --skip_corrupt` (corrupt records listed), then mix the result")
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     files: List[str] = []
     groups: List[int] = []

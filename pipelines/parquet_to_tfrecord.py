@@ -59,10 +59,10 @@ def read_schema(path: str) -> pa.Schema:
     """The Arrow schema of a Parquet file (local or remote)."""
     import pyarrow.parquet as pq
 
-    from tfrecord_beam import fs
+    from tfrecord_beam.beam import _fs
 
     try:
-        with fs.open_input(path) as handle:
+        with _fs.open_input(path) as handle:
             return pq.read_schema(handle)
     except (OSError, pa.ArrowInvalid) as exc:
         raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
@@ -108,20 +108,23 @@ def run(args: argparse.Namespace, options) -> Summary:
                      f"-> {args.num_shards} shards of {kind}")
 
     def build(p):
-        _parquet.parquet_to_shards(p, plan, spec, schema, encoder_options)
+        _parquet.parquet_to_shards(p, plan, spec, schema, encoder_options,
+                                   dead_letters=_common.dead_letters(args, staged))
 
     _common.run_pipeline(build, options)
     results, _ = _common.collect(staged, spec, "parquet_to_tfrecord", False)
     planned = [sum(piece.stop - piece.start for piece in pieces) for pieces in plan]
-    wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if r["records"] != planned[r["shard"]]]
+    done = lambda r: r["records"] + r.get("skipped", 0)  # noqa: E731 - rows written or listed as skipped
+    wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if done(r) != planned[r["shard"]]]
     written = sum(r["records"] for r in results)
-    if wrong or written != rows:  # checked before anything is committed
+    if wrong or sum(map(done, results)) != rows:  # checked before anything is committed
         raise JobError(f"the Parquet files hold {rows} rows but {written} records were written "
                        f"(shard, written, planned): {wrong}")
     finals, corrupt = _common.commit_shards(staged, spec, results)
     extra = {"input_files": len(files), "input_rows": rows, "row_groups": row_groups, "record_kind": kind,
              "output_shards": args.num_shards,
-             "verified": f"yes: {written} records == {rows} Parquet rows, each shard as planned", "outputs": finals,
+             "verified": f"yes: {written} records + {rows - written} rows skipped == {rows} Parquet rows, each shard as planned",
+             "outputs": finals,
              **corrupt}
     return Summary("parquet_to_tfrecord", files=len(results), records=written,
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)

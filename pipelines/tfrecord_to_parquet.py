@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.records import RecordReader, resolve_compression
+from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     def build(p):
         _parquet.tfrecord_to_parquet_files(p, groups, [staged.temp_path(n) for n in names], schema, args.sequence,
-                                           staged.temp_path("_results"), args.row_group_rows, args.row_group_bytes)
+                                           staged.temp_path("_results"), args.row_group_rows, args.row_group_bytes,
+                                           dead_letters=_common.dead_letters(args, staged))
 
     _common.run_pipeline(build, options)
     results = [r for r in _common.read_json_results(staged, "_results") if "parquet" in r]

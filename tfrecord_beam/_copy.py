@@ -94,7 +94,7 @@ def copy_pieces(
     groups (records per source group). Nothing is left behind on failure."""
     # GZIP shards with an index are block-gzip (the index streams beside the writer, so say so)
     blocks = DEFAULT_BLOCK_BYTES if compression == "gzip" and index_path else None
-    writer = RecordWriter(data_path, compression, block_bytes=blocks)
+    writer = RecordWriter(data_path, compression, block_bytes=blocks, atomic_output=atomic_output)
     index = IndexStream(index_path, atomic_output) if index_path else None
     digest = (0, 0, 0)
     groups: dict = {}

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence, Tuple
 
 import numpy as np
 
-Digest = Tuple[int, int, int]
+Digest = tuple  # (records, payload bytes, checksum); untyped so Beam pickles, not varints, the 64-bit sums
 _MASK64 = (1 << 64) - 1
 
 
@@ -38,7 +38,9 @@ def frame_digest(crcs: np.ndarray, payload_lengths: np.ndarray) -> Digest:
     if not len(lengths):
         return 0, 0, 0
     keys = (np.asarray(crcs, dtype=np.uint64) << np.uint64(32)) ^ lengths.astype(np.uint64)
-    return int(len(lengths)), int(lengths.sum()), int(mix64(keys).sum(dtype=np.uint64))
+    # .item(): Python ints whose type Beam cannot infer, so its coders pickle the 64-bit sum
+    # (a VarIntCoder, inferred from int(...), refuses sums of 2**63 and more)
+    return len(lengths), lengths.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
 
 
 def payload_digest(payloads: Sequence[bytes]) -> Digest:

@@ -128,11 +128,11 @@ def record_reader(path: str, compression: Optional[str] = "auto", **kwargs):
     return _Closing(open_input(path), resolve_compression(plain(path), compression), **kwargs)
 
 
-def record_writer(path: str, compression: Optional[str] = "auto", index_path=None):
+def record_writer(path: str, compression: Optional[str] = "auto", index_path=None, **kwargs):
     """A core `RecordWriter` whose data and index are written through Beam."""
     from ..records import RecordWriter
 
-    return RecordWriter(plain(path), compression, index_path=index_path, atomic_output=atomic_output)
+    return RecordWriter(plain(path), compression, index_path=index_path, atomic_output=atomic_output, **kwargs)
 
 
 def read_bytes(path: str) -> bytes:

@@ -20,9 +20,11 @@ import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
-from tfrecord_beam.records import RecordReader, RecordWriter
+from tfrecord_beam.records import RecordReader
+from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam._corrupt import CorruptRecord
 
 BATCH_ROWS = 65536  # rows per record batch at most
 BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
@@ -113,7 +115,7 @@ def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tup
 
 
 def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Piece], schema: pa.Schema,
-                        options: dict) -> dict:
+                        options: dict, corrupt: Optional[list] = None) -> dict:
     """Encode one shard's pieces into its TFRecord file (+ index); returns its stats."""
     encoder = ExampleEncoder(schema, **options)
     name = spec.name(shard)
@@ -122,7 +124,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
     digest = (0, 0, 0)
     current: Optional[Tuple[str, object, object]] = None  # (path, handle, ParquetFile): one open at a time
     try:
-        with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
+        with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
             for piece in pieces:  # in input order: each file's pieces are consecutive
                 if current is None or current[0] != piece.path:
                     if current is not None:
@@ -130,34 +132,66 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
                     handle = _fs.open_input(piece.path)
                     current = (piece.path, handle, open_parquet(handle))
                 for first_row, batch in _batches(current[2], piece, encoder.columns):
-                    try:
-                        framed, sizes = encoder.encode_framed(batch, first_row)
-                    except ArrowConversionError as err:
-                        raise ArrowConversionError(f"{piece.path}: {err}") from None
-                    writer.write_framed(framed, sizes)
-                    digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
-                    records += len(sizes)
-                    size += len(framed) - 16 * len(sizes)
+                    for framed, sizes in _encoded(encoder, batch, first_row, piece.path, corrupt):
+                        writer.write_framed(framed, sizes)
+                        digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
+                        records += len(sizes)
+                        size += len(framed) - 16 * len(sizes)
                 release_memory()
     finally:
         if current is not None:
             current[1].close()
     result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": digest[2],
+              "skipped": 0 if corrupt is None else len(corrupt),
               "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
               "groups": [records]}
     _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
 
+def _encoded(encoder, batch: pa.RecordBatch, first_row: int, path: str, corrupt: Optional[list]):
+    """(framed, frame sizes) of a batch's rows. A batch with a row that cannot be converted
+    fails, naming the file and row; with `corrupt` (--skip_corrupt) its rows are encoded one by
+    one instead and each bad row is listed there (offset: its row number in the file)."""
+    try:
+        yield encoder.encode_framed(batch, first_row)
+        return
+    except ArrowConversionError as err:
+        if corrupt is None:
+            raise ArrowConversionError(f"{path}: {err}") from None
+    for i in range(batch.num_rows):
+        try:
+            yield encoder.encode_framed(batch.slice(i, 1), first_row + i)
+        except ArrowConversionError as err:
+            corrupt.append(CorruptRecord(path, first_row + i, f"row {first_row + i} cannot be converted: {err}; skipped"))
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, spec: _stages.ShardSpec, schema: pa.Schema, options: dict, skip_corrupt: bool) -> None:
+        self.spec, self.schema, self.options, self.skip_corrupt = spec, schema, options, skip_corrupt
+
+    def process(self, element):
+        shard, pieces = element
+        corrupt: Optional[list] = [] if self.skip_corrupt else None
+        yield write_parquet_shard(self.spec, shard, pieces, self.schema, self.options, corrupt)
+        for bad in corrupt or ():
+            yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
+
+
 def parquet_to_shards(p, shards: Sequence[Sequence[Piece]], spec: _stages.ShardSpec, schema: pa.Schema,
-                      options: dict, label: str = "Parquet"):
-    """One element per shard: PCollection of the shards' result dicts."""
-    return (
+                      options: dict, label: str = "Parquet", dead_letters=None):
+    """One element per shard: PCollection of the shards' result dicts (rows that cannot be
+    converted go to `dead_letters` when given, `--skip_corrupt`)."""
+    outs = (
         p
         | f"{label}Plan" >> beam.Create([(s, list(pieces)) for s, pieces in enumerate(shards) if pieces])
         | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Encode" >> beam.MapTuple(lambda s, pieces: write_parquet_shard(spec, s, pieces, schema, options))
+        | f"{label}Encode" >> beam.ParDo(_WriteShard(spec, schema, options, dead_letters is not None))
+        .with_outputs(_stages.CORRUPT, main="results")
     )
+    if dead_letters is not None:
+        dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
+    return outs.results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,8 +234,11 @@ class _Pending:
 
 def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: pa.Schema, sequence: bool,
                        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
-                       coverage: Optional[list] = None) -> dict:
-    """Decode the ranges' records into one Parquet file, a row group at a time; its stats."""
+                       coverage: Optional[list] = None, corrupt: Optional[list] = None) -> dict:
+    """Decode the ranges' records into one Parquet file, a row group at a time; its stats.
+
+    With `corrupt` (a list), corrupt records are stepped over and appended to it as
+    CorruptRecords (`--skip_corrupt`); without it they fail the write."""
     import pyarrow.parquet as pq
 
     records = 0
@@ -213,9 +250,11 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
         writer = pq.ParquetWriter(sink, schema)
         try:
             for rng in ranges:
-                reader = RecordReader(rng.path, rng.compression, verify=True, start_offset=rng.start,
-                                      end_offset=rng.end, resync=rng.start > 0)
-                end = None
+                reader = SkippingReader(
+                    rng.path, rng.compression, open_file=lambda rng=rng: _fs.open_input(rng.path),
+                    start_offset=rng.start, end_offset=rng.end, resync=rng.compression is None,
+                    skip_corrupt=corrupt is not None,
+                    on_corrupt=None if corrupt is None else (lambda f, o, r: corrupt.append(CorruptRecord(f, o, r))))
                 for chunk in reader.chunks():
                     every = chunk.payloads()
                     for lo in range(0, len(every), BATCH_ROWS):
@@ -228,10 +267,10 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                             writer.write_table(table, row_group_size=max(table.num_rows, 1))
                             del table
                             release_memory()
-                    end = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1] + 16)
                 if coverage is not None:
                     first = reader.start_offset
                     size = _fs.file_size(rng.path) if rng.compression is None else None
+                    end = reader.end
                     coverage.append(_stages.Coverage(rng.path, rng.start, first, first if end is None else end, size))
             if pending.rows:
                 table = pending.take()
@@ -245,36 +284,45 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
 
 class _WriteParquet(beam.DoFn):
     def __init__(self, paths: Sequence[str], schema: pa.Schema, sequence: bool, rows: int, size: int,
-                 results_dir: str) -> None:
+                 results_dir: str, skip_corrupt: bool = False) -> None:
         self.paths, self.schema, self.sequence, self.rows, self.size = list(paths), schema, sequence, rows, size
-        self.results_dir = results_dir
+        self.results_dir, self.skip_corrupt = results_dir, skip_corrupt
 
     def process(self, element):
         number, ranges = element
         coverage: list = []
+        corrupt: Optional[list] = [] if self.skip_corrupt else None
         result = write_parquet_file(self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size,
-                                    coverage)
+                                    coverage, corrupt)
         _stages._write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
+        for bad in corrupt or ():
+            yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
 
 
 def tfrecord_to_parquet_files(p, groups: Sequence[Sequence[_stages.FileRange]], paths: Sequence[str],
                               schema: pa.Schema, sequence: bool, results_dir: str,
                               row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-                              row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, label: str = "ToParquet"):
+                              row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, label: str = "ToParquet",
+                              dead_letters=None):
     """One element per output file (every file is written, empty ones too); PCollection of
-    {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap."""
+    {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap; with
+    `dead_letters` (a `commit.DeadLetters`) corrupt records and gaps are written there instead."""
+    skip = dead_letters is not None
     outs = (
         p
         | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])
         | f"{label}Spread" >> beam.Reshuffle()
         | f"{label}Write" >> beam.ParDo(
-            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir)
-        ).with_outputs(_stages.COVERAGE, main="files")
+            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip)
+        ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")
     )
-    _stages.check_coverages(outs[_stages.COVERAGE], label)
+    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip)
+    if skip:
+        corrupt = (outs[_stages.CORRUPT], gaps) | f"{label}AllCorrupt" >> beam.Flatten()
+        dead_letters.write(corrupt, f"{label}DeadLetters")
     return outs.files
 
 

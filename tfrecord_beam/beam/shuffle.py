@@ -307,7 +307,6 @@ def _split_bucket(slices, key_range, buffer_bytes, work_dir, total, depth):
 def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts: Iterable[RunPart],
                          work_dir: str) -> dict:
     """Write one shard from the run parts of its buckets (in key order); returns its stats."""
-    from tfrecord_beam.records import RecordWriter
 
     per_bucket: Dict[int, List[Tuple[Tuple[int, int], Slice]]] = {}
     for part in parts:
@@ -316,7 +315,7 @@ def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts:
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     written: _frames.Digest = (0, 0, 0)
-    with RecordWriter(spec.path(name), spec.compression, index_path=index_path) as writer:
+    with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
         for bucket in sorted(per_bucket):
             slices = [s for _, s in sorted(per_bucket[bucket], key=lambda t: t[0])]
             for block, sizes, d in shuffled_bucket(slices, plan.key_range(bucket), plan.buffer_bytes, work_dir):
