@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
+from tfrecord_beam import _described
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import RecordReader, resolve_compression
@@ -88,6 +89,12 @@ def infer_schema(files: Sequence[str], compression: str, limit: int, description
     payloads = list(itertools.islice(sample(), max(limit, 1)))
     if not payloads:
         raise JobError("the input files hold no records: cannot infer a schema (pass --features)")
+    if description:  # a typo would otherwise be an all-null column, "verified"
+        absent = _described.absent_features(payloads, description)
+        if absent:
+            _common.progress("warning: " + _described.message(
+                files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)", absent,
+                f"the first {len(payloads)} records"))
     if sequence:
         batch = examples_to_record_batch(payloads, None if description is None else description, sequence=True)
     else:

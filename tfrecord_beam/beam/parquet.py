@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
+from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.records import RecordReader
 from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
@@ -259,7 +260,11 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                     every = chunk.payloads()
                     for lo in range(0, len(every), BATCH_ROWS):
                         payloads = every[lo : lo + BATCH_ROWS]
-                        batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
+                        try:
+                            batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
+                        except (ArrowConversionError, TFRecordError) as err:  # name the file, not only the record
+                            raise ArrowConversionError(f"{rng.path}: records from byte offset "
+                                                       f"{int(chunk.record_offsets[lo])}: {err}") from None
                         pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
                         records += len(payloads)
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:

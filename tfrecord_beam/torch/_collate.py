@@ -316,3 +316,37 @@ def collate_batch(blocks: Sequence[AnyBlock], description: Names, sequence_descr
         return columns_to_batch(decode_batch(blocks, description))
     context, lists = decode_sequence_batch(blocks, description, sequence_description)
     return SequenceBatch(columns_to_batch(context), sequences_to_batch(lists))
+
+
+def _collate_samples(batch, *, collate_fn_map=None):
+    """torch's default collate of per-record `Sample`s, with a clear error when a feature has
+    a different number of values in different records (torch says only "stack expects each
+    tensor to be equal size")."""
+    from torch.utils.data._utils.collate import collate
+
+    try:
+        return Sample({key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in batch[0]})
+    except RuntimeError as exc:
+        if "equal size" not in str(exc):
+            raise
+        for key in batch[0]:
+            sizes = {len(d[key]) if hasattr(d[key], "__len__") else 1 for d in batch}
+            if len(sizes) > 1:
+                raise RuntimeError(
+                    f"feature {key!r} has {sorted(sizes)} values in different records of this batch, so torch's "
+                    "default_collate cannot stack it: pass batch_size= to the dataset (ragged features come as "
+                    "values plus lengths), give the feature a fixed size in a transform (pad or a default value), "
+                    "or pass your own collate_fn") from exc
+        raise
+
+
+def _register_collate() -> None:
+    """Let torch's default_collate use `_collate_samples` for our per-record samples."""
+    try:
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # an older torch without the registry: its own message stays
+        return
+    default_collate_fn_map.setdefault(Sample, _collate_samples)
+
+
+_register_collate()

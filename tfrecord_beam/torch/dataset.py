@@ -151,6 +151,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         """
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker {worker} is not in [0, {num_workers})")
+        self._check_description()
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
@@ -170,6 +171,30 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                 return self._records_in_runs(cursors[0])
             return self._records(items)
         return self._batches(take)
+
+    SAMPLE_RECORDS = 256  # records looked at for described features that no record has
+
+    def _check_description(self) -> None:
+        """Once per process: a described feature in none of the first records of the first file
+        is a typo until shown otherwise: FeatureNameWarning, or DecodeError with `strict=True`."""
+        if getattr(self, "_description_checked", False) or not (self._description or self._sequence_description):
+            return
+        self._description_checked = True
+        from .. import _described
+        from ..errors import TFRecordError
+        from ..records import RecordReader
+
+        files = self.sources[0]
+        if not files.paths:
+            return
+        try:
+            payloads = list(itertools.islice(iter(RecordReader(files.paths[0], files.compressions[0])),
+                                             self.SAMPLE_RECORDS))
+        except TFRecordError:
+            return  # damaged data is reported when it is read, not here
+        _described.check_described(files.paths[0], payloads, self._description, self._sequence_description,
+                                   strict=getattr(self, "strict", False),
+                                   records=f"its first {len(payloads)} records")
 
     def _records(self, items: Iterator[Item]) -> Iterator[Any]:
         for item in items:
@@ -257,6 +282,8 @@ class TFRecordDataset(_ShardedIterable):
         skip_corrupt: skip records that fail their CRCs (or are truncated) instead of raising
             CorruptRecordError; `corrupt_records` counts them. `data_path` may also be a job's
             output directory or prefix: its manifest then names the shards and indexes.
+        strict: a described feature that none of the first file's first 256 records has is a
+            DecodeError (default: a FeatureNameWarning naming it and the closest names).
     """
 
     def __init__(
@@ -275,11 +302,13 @@ class TFRecordDataset(_ShardedIterable):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         skip_corrupt: bool = False,
+        strict: bool = False,
     ) -> None:
         self.data_path = data_path
         self.index_path = index_path
         self.compression_type = compression_type
         self.skip_corrupt = skip_corrupt
+        self.strict = strict  # a described feature absent from the first records is an error, not a warning
         files = FileSet(data_path, index_path, compression_type, skip_corrupt)
         super().__init__([files], None, False, description,
                          shuffle_queue_size, transform, sequence_description, seed, batch_size, drop_last,
@@ -318,6 +347,7 @@ class MultiTFRecordDataset(_ShardedIterable):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         skip_corrupt: bool = False,
+        strict: bool = False,
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
@@ -326,6 +356,7 @@ class MultiTFRecordDataset(_ShardedIterable):
         self.splits = dict(splits)
         self.compression_type = compression_type
         self.skip_corrupt = skip_corrupt
+        self.strict = strict  # a described feature absent from the first records is an error, not a warning
         counter = CorruptCounter()
         sources = [FileSet(data_pattern.format(split),
                            None if index_pattern is None else index_pattern.format(split), compression_type,
