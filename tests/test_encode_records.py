@@ -231,3 +231,10 @@ def test_pure_append_frame_matches_the_frame_format():
         nbuf = bytearray(40)
         assert NATIVE.append_frame(nbuf, 3, b"hello") == end and nbuf == buf
         assert NATIVE.append_frame(nbuf, 30, b"hello") == -1
+
+
+@needs_native
+def test_zero_dimensional_array_steps_encode_as_in_the_compiled_encoder():
+    """A 0-d array step is one value on both paths (the protobuf path once failed on len())."""
+    lists = {"x": [0.0, np.array(0.5, dtype=np.float32)], "y": ([np.zeros(0), [1.0]], "float")}
+    assert example.encode_sequence_example_message(None, lists) == NATIVE.encode_sequence_example(None, lists)

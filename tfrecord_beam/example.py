@@ -326,7 +326,8 @@ def encode_sequence_example_message(context: Mapping[str, Any], feature_lists: M
     for name, spec in (feature_lists or {}).items():
         steps, kind = _split_spec(name, spec)
         if kind is None:
-            non_empty = [s for s in steps if not (isinstance(s, (list, tuple, np.ndarray)) and len(s) == 0)]
+            non_empty = [s for s in steps if not (isinstance(s, (list, tuple)) and len(s) == 0
+                                                  or isinstance(s, np.ndarray) and s.size == 0)]
             if not non_empty:
                 raise TypeError(f"feature list {name!r}: cannot infer the kind of empty steps; pass (steps, kind)")
             kind = infer_kind(non_empty[0], name)
