@@ -25,6 +25,7 @@ from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import resolve_compression
+from tfrecord_beam import fs
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam import stages as _stages
@@ -140,17 +141,12 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     for pattern in patterns:
         if _fs.is_dir(pattern):
             pattern = pattern.rstrip("/") + "/" + dir_glob
-        found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not _is_sidecar(f)]
+        found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not fs.is_sidecar(f)]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
     seen = set()
     return [f for f in files if not (f in seen or seen.add(f))]
-
-
-def _is_sidecar(path: str) -> bool:
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    return name.endswith(".tfindex") or name.startswith((".", "_"))
 
 
 def beam_path(path: str) -> str:

@@ -84,7 +84,7 @@ def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], c
                     members.see(block.offsets)
                 records += len(block)
                 counter.add(len(block), int(block.sizes.sum()))
-            if members is not None and members.table_for(records, block_end(block) if records else 0) is not None:
+            if members is not None and members.table_for(block_end(block) if records else 0) is not None:
                 handle.write(members.table.format())
             commit()
     except TFRecordError as err:
@@ -126,7 +126,7 @@ class _MemberCheck:
             return
         self._next += len(inside)
 
-    def table_for(self, records: int, end: int):
+    def table_for(self, end: int):
         """The table when it matches the walked records (ending at `end`), else None."""
         if self._starts is None or self.table.data_size != end:
             return None

@@ -26,7 +26,7 @@ import pyarrow as pa
 from tfrecord_beam import _described
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import RecordReader, resolve_compression
+from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet

@@ -57,14 +57,7 @@ def chunk_footers(chunk: RecordChunk) -> np.ndarray:
     return footers_at(chunk.buffer, chunk.payload_offsets + chunk.payload_lengths)
 
 
-def footers_at(buffer, positions: np.ndarray) -> np.ndarray:
-    """Little-endian uint32 values at the given byte positions of `buffer`."""
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    pos = np.asarray(positions, dtype=np.int64)
-    out = raw[pos].astype(np.uint32)
-    for k in (1, 2, 3):
-        out |= raw[pos + k].astype(np.uint32) << np.uint32(8 * k)
-    return out
+footers_at = _digest.footers_at
 
 
 def chunk_block(chunk: RecordChunk, first_record: int) -> FrameBlock:

@@ -12,7 +12,7 @@ the footers); from payloads it costs one CRC32C each (`payload_digest`).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence, Tuple
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -65,11 +65,15 @@ def combine_digests(digests: Iterable[Digest]) -> Digest:
     return out
 
 
-def _footers(buffer, ends: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 footers that end at `ends` in `buffer` (the masked payload CRCs)."""
-    buf = np.frombuffer(buffer, dtype=np.uint8)
-    starts = np.asarray(ends, dtype=np.int64) - 4
-    return buf[starts[:, None] + np.arange(4)].astype(np.uint32) @ np.array([1, 1 << 8, 1 << 16, 1 << 24], np.uint32)
+def footers_at(buffer, positions: np.ndarray) -> np.ndarray:
+    """Little-endian uint32 values at the given byte positions of `buffer` (frames' footers:
+    their masked payload CRCs)."""
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    pos = np.asarray(positions, dtype=np.int64)
+    out = raw[pos].astype(np.uint32)
+    for k in (1, 2, 3):
+        out |= raw[pos + k].astype(np.uint32) << np.uint32(8 * k)
+    return out
 
 
 def framed_digest(framed, frame_sizes) -> Digest:
@@ -77,7 +81,7 @@ def framed_digest(framed, frame_sizes) -> Digest:
     sizes = np.asarray(frame_sizes, dtype=np.int64)
     if not len(sizes):
         return 0, 0, 0
-    return frame_digest(_footers(framed, np.cumsum(sizes)), sizes - 16)
+    return frame_digest(footers_at(framed, np.cumsum(sizes) - 4), sizes - 16)
 
 
 def chunk_digest(chunk) -> Digest:
@@ -85,8 +89,8 @@ def chunk_digest(chunk) -> Digest:
     the reader that made it)."""
     if not len(chunk):
         return 0, 0, 0
-    ends = np.asarray(chunk.payload_offsets, dtype=np.int64) + np.asarray(chunk.payload_lengths, dtype=np.int64) + 4
-    return frame_digest(_footers(chunk.buffer, ends), chunk.payload_lengths)
+    at = np.asarray(chunk.payload_offsets, dtype=np.int64) + np.asarray(chunk.payload_lengths, dtype=np.int64)
+    return frame_digest(footers_at(chunk.buffer, at), chunk.payload_lengths)
 
 
 def file_digest(path: str, compression=None) -> Digest:

@@ -174,10 +174,10 @@ def data_files(target: PathLike) -> List[str]:
             candidates = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
     else:
         candidates = expand(target)
-    return [p for p in candidates if not _is_sidecar(split_query(p)[0])]
+    return [p for p in candidates if not is_sidecar(split_query(p)[0])]
 
 
-def _is_sidecar(path: str) -> bool:
+def is_sidecar(path: str) -> bool:
     """Index files, hidden files (temporaries, staging) and `_` files (manifests, dead letters)
     are not data."""
     name = path.rstrip("/").rsplit("/", 1)[-1]

@@ -21,7 +21,6 @@ import pyarrow as pa
 from tfrecord_beam import digest as _digest
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
 from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.records import RecordReader
 from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
