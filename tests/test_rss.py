@@ -1,0 +1,39 @@
+"""The memory meter the budget tests rely on (`tests/_rss.py`) sees memory held in a
+descendant process, both as the tree's sum and as its largest process."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from _rss import MiB, PeakRSS, peak_rss_tree
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+HOLD = 96 * MiB
+# a child that starts a grandchild which touches HOLD bytes and keeps them a moment
+GRANDCHILD = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
+              f"'import time; b = bytearray({HOLD}); b[::4096] = bytes(len(b[::4096])); time.sleep(0.5)'], check=True)")
+IDLE = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.5)'], check=True)"
+
+
+def test_tree_meter_sees_a_grandchild_hold_memory():
+    held = peak_rss_tree([sys.executable, "-c", GRANDCHILD])
+    idle = peak_rss_tree([sys.executable, "-c", IDLE])
+    assert held.returncode == idle.returncode == 0
+    assert held.largest_rss - idle.largest_rss > HOLD * 0.9
+    assert held.peak_rss - idle.peak_rss > HOLD * 0.9
+    assert held.peak_rss >= held.largest_rss
+
+
+def test_in_process_meter_sees_a_child_hold_memory():
+    import subprocess
+
+    with PeakRSS() as idle:
+        subprocess.run([sys.executable, "-c", IDLE], check=True)
+    with PeakRSS() as held:
+        subprocess.run([sys.executable, "-c", GRANDCHILD], check=True)
+    assert held.largest > HOLD  # the grandchild, not this (smaller) process
+    assert held.peak - idle.peak > HOLD * 0.9
+    assert held.samples > 10
