@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import os
 import zlib
-from typing import BinaryIO, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 from .errors import CorruptStreamError
 
@@ -38,7 +38,7 @@ _MAX_OUT = 1 << 22  # uncompressed bytes one inflater call may produce (memory s
 DEFLATE_MAX_RATIO = 1032
 _INFLATER_SLACK = 1 << 20  # bytes an inflater may hold decoded but not yet handed out
 
-INFLATERS: Dict[str, object] = {"zlib": zlib}
+INFLATERS: Dict[str, Any] = {"zlib": zlib}  # zlib-compatible modules
 try:  # optional accelerator, same API as zlib
     from isal import isal_zlib
 
@@ -199,8 +199,8 @@ class InflatingReader:
                 if out:
                     return self._produce(out)
             if at_horizon:  # all that inflates before the damage is out
-                exc, where = self._cause
-                self._damage_here(where, str(exc))
+                cause, where = self._cause
+                self._damage_here(where, str(cause))
                 return b""
             self._ended = True
             # A zero-byte file holds no records; anything else must end its stream properly.
