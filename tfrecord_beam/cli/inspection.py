@@ -425,8 +425,9 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
 
     The index is trusted only for uncompressed files whose index ends exactly at the end of
     the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
-    at the end of the file and matches the index. The scan reads only the 12-byte headers of an
-    uncompressed file (each length CRC checked) and inflates a compressed one.
+    at the end of the file and matches the index. The scan checks every length CRC: it walks a
+    local uncompressed file header to header (payloads skipped), reads a remote one through
+    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frames`).
     """
     kind = resolve_compression(path, compression)
     if use_index and kind is None:
