@@ -1,6 +1,6 @@
 """The streaming jobs beside their peers, with peak memory: parquet_to_tfrecord,
 tfrecord_to_parquet and reshard --shuffle, each end to end as a subprocess whose process
-tree's peak RSS is sampled from /proc (tests/_rss.py), at 1 and 2 workers.
+tree's peak RSS is sampled from /proc (tests/helpers/rss.py), at 1 and 2 workers.
 
     python -m bench.bench_convert [--rows N] [--shuffle-mb MB] [--tfx-python PATH] [--skip-builtin] [--only parquet|shuffle]
 
@@ -39,7 +39,7 @@ TWO = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--dir
 
 def _rss():
     sys.path.insert(0, str(ROOT / "tests"))
-    import _rss  # tests/_rss.py: the process-tree sampler the memory tests use
+    from helpers import rss as _rss  # tests/helpers/rss.py: the process-tree sampler the memory tests use
 
     return _rss
 

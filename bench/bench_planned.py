@@ -32,7 +32,7 @@ from bench._common import DATA_DIR, print_table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from _rss import PeakRSS  # noqa: E402  (the tests' sampler: one implementation)
+from helpers.rss import PeakRSS  # noqa: E402  (the tests' sampler: one implementation)
 
 ONE = ["--runner=DirectRunner"]
 TWO = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]

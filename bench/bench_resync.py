@@ -26,7 +26,7 @@ from ._common import median_seconds, print_table
 
 
 def crafted_damage(units: int) -> bytes:
-    """The issue's crafted damage (the tests build the same bytes in tests/_crafted.py)."""
+    """The issue's crafted damage (the tests build the same bytes in tests/helpers/crafted.py)."""
     return (b"J" * 12 + frame_header(8) + b"payload!" + bytes(4)) * units
 
 

@@ -181,15 +181,8 @@ def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> 
 
 
 def read_json_results(staged: _commit.Output, subdir: str) -> List[Dict[str, Any]]:
-    """Every JSON result file a pipeline wrote under temp_dir/subdir."""
-    from apache_beam.io.filesystems import FileSystems
-
-    pattern = staged.temp_path(subdir) + "/*.json"
-    out = []
-    for match in FileSystems.match([pattern])[0].metadata_list:
-        with FileSystems.open(match.path) as handle:
-            out.append(json.loads(handle.read().decode("utf-8")))
-    return out
+    """Every JSON result file a pipeline wrote under temp_dir/subdir (`stages.write_result`)."""
+    return _stages.read_results(staged.temp_path(subdir))
 
 
 def write_json(path: str, value: Any) -> None:

@@ -293,7 +293,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     counter.flush()
     result = {"shard": shard, "name": name, "records": digest[0], "bytes": digest[1], "checksum": digest[2],
               "file_bytes": _fs.file_size(spec.path(name)), "groups": groups}
-    _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
 
@@ -332,7 +332,7 @@ def run(args: argparse.Namespace, options) -> Summary:
 
             def plan(_, surveys):
                 tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
-                _stages._write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
+                _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
                 _progress.write_plan(progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks),
                                      "reading the selected blocks")
                 _progress.write_plan(progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards")

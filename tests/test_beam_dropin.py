@@ -27,7 +27,7 @@ from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
 from apache_beam.transforms.display import DisplayData  # noqa: E402
 
-from _beam_data import plain_payloads, write_file  # noqa: E402
+from helpers.beam_data import plain_payloads, write_file  # noqa: E402
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError  # noqa: E402

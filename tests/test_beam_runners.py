@@ -23,12 +23,13 @@ pytest.importorskip("apache_beam")
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from _beam_data import example_payloads, write_file  # noqa: E402
+from helpers.beam_data import example_payloads, write_file  # noqa: E402
+from helpers.fixtures import REPO as _REPO  # noqa: E402
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import DecodeExamples, EncodeExamples, ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 from tfrecord_beam.index import default_index_path, verify_index  # noqa: E402
 
-REPO = str(Path(__file__).resolve().parents[1])
+REPO = str(_REPO)
 
 
 def _env_with_repo():

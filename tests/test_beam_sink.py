@@ -12,7 +12,7 @@ pytest.importorskip("apache_beam")
 import apache_beam as beam  # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
 
-from _beam_data import plain_payloads  # noqa: E402
+from helpers.beam_data import plain_payloads  # noqa: E402
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import WriteToTFRecord  # noqa: E402
 from tfrecord_beam.beam.sink import _TFRecordSink  # noqa: E402

@@ -12,7 +12,8 @@ pytest.importorskip("apache_beam")
 from apache_beam.io import source_test_utils  # noqa: E402
 from apache_beam.io.range_trackers import OffsetRangeTracker  # noqa: E402
 
-from _beam_data import FIXTURES, nested_payloads, plain_payloads, write_file  # noqa: E402
+from helpers.beam_data import nested_payloads, plain_payloads, write_file  # noqa: E402
+from helpers.fixtures import FIXTURES  # noqa: E402
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import CorruptRecord  # noqa: E402
 from tfrecord_beam.records import find_record_start  # noqa: E402

@@ -12,7 +12,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
 
-from _beam_data import FIXTURES, example_payloads, plain_payloads, write_file  # noqa: E402
+from helpers.beam_data import example_payloads, plain_payloads, write_file  # noqa: E402
+from helpers.fixtures import FIXTURES  # noqa: E402
 from tfrecord_beam import example, records  # noqa: E402
 from tfrecord_beam.beam import (  # noqa: E402
     CorruptRecord,

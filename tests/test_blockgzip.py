@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.fixtures import DATA
 from tfrecord_beam import _engine, _framing_py, blockgzip, index
 from tfrecord_beam._blockgzip_write import deflate_member
 from tfrecord_beam._streams import INFLATERS
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
 from tfrecord_beam.records import RecordReader, RecordWriter
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "block_gzip"
+GOLDEN = DATA / "block_gzip"
 
 
 def _payloads(n: int = 3000):

@@ -17,14 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from helpers.fixtures import FIXTURES, MANIFEST, REPO
 from tfrecord_beam import cli
 from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example
 from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import RecordReader, write_records
 
-REPO = Path(__file__).resolve().parents[1]
-from _golden import GOLDEN as FIXTURES  # noqa: E402
-from _golden import MANIFEST  # noqa: E402
 
 KIND = {"bytes_list": "byte", "float_list": "float", "int64_list": "int"}
 

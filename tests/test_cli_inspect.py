@@ -1,5 +1,5 @@
 """The modules under the command: record-type detection, statistics, description and Arrow schema
-inference (`tfrecord_beam.inspection`), and the text helpers (`tfrecord_beam._cli_format`)."""
+inference (`tfrecord_beam.cli.inspection`), and the text helpers (`tfrecord_beam.cli._format`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tfrecord_beam import _cli_format as fmt
+from tfrecord_beam.cli import _format as fmt
+from tfrecord_beam.cli._images import image_info
 from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
 from tfrecord_beam.index import create_index, default_index_path
-from tfrecord_beam.inspection import (
+from tfrecord_beam.cli.inspection import (
     EXAMPLE,
     INVALID,
     SEQUENCE_EXAMPLE,
@@ -215,12 +216,12 @@ def test_index_status_and_count(tmp_path):
 
 def test_image_info():
     png = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", 7, 9)
-    assert fmt.image_info(png) == ("PNG", 7, 9)
-    assert fmt.image_info(png[:10]) == ("PNG", None, None)
+    assert image_info(png) == ("PNG", 7, 9)
+    assert image_info(png[:10]) == ("PNG", None, None)
     sof = b"\xff\xc2" + struct.pack(">HBHH", 17, 8, 30, 40)
-    assert fmt.image_info(b"\xff\xd8\xff\xe0\x00\x04ab" + sof) == ("JPEG", 40, 30)
-    assert fmt.image_info(b"GIF89a" + struct.pack("<HH", 5, 6)) == ("GIF", 5, 6)
-    assert fmt.image_info(b"hello") is None
+    assert image_info(b"\xff\xd8\xff\xe0\x00\x04ab" + sof) == ("JPEG", 40, 30)
+    assert image_info(b"GIF89a" + struct.pack("<HH", 5, 6)) == ("GIF", 5, 6)
+    assert image_info(b"hello") is None
 
 
 def test_shorten_bytes_and_values():
@@ -250,3 +251,17 @@ def test_progress_is_throttled_and_optional():
     late = io.StringIO()
     fmt.Progress(stream=late, delay=60)(1, 1, "f", 1, None)
     assert quiet.getvalue() == "" and late.getvalue() == ""
+
+
+def test_old_import_paths_are_the_cli_modules():
+    """`tfrecord_beam.inspection` / `tfrecord_beam.verify` (the paths before the CLI became a
+    package) hand out the very objects of `tfrecord_beam.cli.inspection` / `.verify`."""
+    import tfrecord_beam.cli.inspection as inspection
+    import tfrecord_beam.cli.verify as verify
+    from tfrecord_beam.inspection import collect_stats as old_collect
+    from tfrecord_beam.verify import VerifyResult as OldResult, verify_file as old_verify
+
+    assert old_collect is inspection.collect_stats
+    assert old_verify is verify.verify_file and OldResult is verify.VerifyResult
+    with pytest.raises(ImportError):
+        from tfrecord_beam.inspection import no_such_name  # noqa: F401

@@ -4,7 +4,7 @@ dense/ragged views, errors naming records, encode round trips, batched file read
 import numpy as np
 import pytest
 
-from _parity import FIXTURES
+from helpers.fixtures import FIXTURES
 from tfrecord_beam import _framing_py, columnar
 from tfrecord_beam._proto import Example, SequenceExample
 from tfrecord_beam.errors import DecodeError

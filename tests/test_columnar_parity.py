@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import _wire
-from _parity import FIXTURES, KIND_CODE, both, manifest
+from helpers import wire as _wire
+from helpers.fixtures import FIXTURES
+from helpers.parity import KIND_CODE, both, manifest
 from tfrecord_beam import _columnar_py, _framing_py
 from tfrecord_beam._proto import Example
 

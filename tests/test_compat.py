@@ -13,7 +13,7 @@ import pytest
 import tfrecord_beam as tfrecord
 from tfrecord_beam import index, iterator_utils
 
-from conftest import FIXTURES, MANIFEST, REPO
+from helpers.fixtures import REPO
 
 
 def _write_examples(path, n=10, **kw):

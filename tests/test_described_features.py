@@ -59,7 +59,7 @@ def test_collate_of_a_ragged_feature_names_it_and_what_to_do(tmp_path):
 
 
 def test_tfrecord_to_parquet_warns_about_a_described_typo(tmp_path, capsys):
-    from pipeline_helpers import FAST, run_job
+    from helpers.jobs import FAST, run_job
     from pipelines import tfrecord_to_parquet
 
     path = _write(tmp_path / "d.tfrecord")

@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 import pytest
-from _parity import NATIVE, needs_native
+from helpers.parity import NATIVE, needs_native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

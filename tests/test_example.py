@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from tfrecord_beam import _proto, example
 from tfrecord_beam.errors import DecodeError
 
-from conftest import FIXTURES, MANIFEST, same_floats
+from helpers.fixtures import FIXTURES
+from helpers.parity import same_floats
 
 
 def test_descriptions_accept_the_spellings_people_write():

@@ -8,16 +8,15 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tfrecord_beam
+from helpers.fixtures import REPO
 from tfrecord_beam import cli, encode_example, encode_sequence_example, example_pb2, reader
 from tfrecord_beam.errors import FeatureKindError
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _python(*args: str, code: str = None, cwd=None) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from tfrecord_beam import example, index
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
 
-from conftest import FIXTURES, MANIFEST, fixture_files, manifest_value
+from helpers.fixtures import FIXTURES, MANIFEST, fixture_files, manifest_value
 
 
 READABLE = fixture_files(lambda n, m: "records" in m)

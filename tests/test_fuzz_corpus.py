@@ -2,13 +2,12 @@
 engines, read the way the libFuzzer harness (fuzz/fuzz_core.c) reads each input: a mode byte,
 then bytes that are scanned as frames and decoded as Examples and SequenceExamples."""
 
-from pathlib import Path
 
 import pytest
 
-from _parity import both
+from helpers.fixtures import FUZZ_CORPUS as CORPUS
+from helpers.parity import both
 
-CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 NAMES = ["a", "b", "tokens", "ints", "floats", "dup", "bytes_utf8", "", "ключ", "length", "words", "weights"]
 
 

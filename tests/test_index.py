@@ -10,7 +10,7 @@ import pytest
 from tfrecord_beam import index, records
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
 
-from conftest import FIXTURES
+from helpers.fixtures import FIXTURES
 
 
 def _write(path, payloads, **kw):

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from _parity import NATIVE
+from helpers.parity import NATIVE
 
 from tfrecord_beam import _framing_py, index, records
 from tfrecord_beam.errors import TFRecordError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _parity import NATIVE, needs_native
+from helpers.parity import NATIVE, needs_native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

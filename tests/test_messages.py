@@ -12,7 +12,7 @@ import pytest
 from tfrecord_beam import _engine, records
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError, SplitPointError, TruncatedRecordError
 from tfrecord_beam.index import check_index, load_index
-from tfrecord_beam.verify import verify_file
+from tfrecord_beam.cli.verify import verify_file
 
 PAYLOADS = [b"r%d" % i * i for i in range(6)]
 

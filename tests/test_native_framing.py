@@ -7,7 +7,8 @@ import google_crc32c
 import numpy as np
 import pytest
 
-from _parity import FIXTURES, NATIVE, both, needs_native
+from helpers.fixtures import FIXTURES
+from helpers.parity import NATIVE, both, needs_native
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.tfrecord")))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_helpers import FAST, entries, payloads, run_job, summary_json, write_files
+from helpers.fixtures import REPO
+from helpers.jobs import FAST, entries, payloads, run_job, summary_json, write_files
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.beam import commit
@@ -19,7 +20,6 @@ from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.records import read_records, write_records
 
-REPO = Path(__file__).resolve().parents[1]
 JOBS = [build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet]
 
 
@@ -307,7 +307,7 @@ def test_every_job_checks_an_unwritable_output_before_any_work(job, tmp_path, ca
 
 
 def test_one_line_even_from_worker_processes_and_verbose_shows_the_traceback(tmp_path, capfd):
-    from pipeline_helpers import MULTI
+    from helpers.jobs import MULTI
 
     write_files(tmp_path / "in", "a", [50])
     path = tmp_path / "in" / "a-0.tfrecord"

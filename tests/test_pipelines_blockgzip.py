@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from pipeline_helpers import FAST, read_shards, run_job, write_files  # noqa: E402
+from helpers.jobs import FAST, read_shards, run_job, write_files  # noqa: E402
 from pipelines import reshard  # noqa: E402
 from tfrecord_beam import blockgzip  # noqa: E402
 from tfrecord_beam.index import verify_index  # noqa: E402

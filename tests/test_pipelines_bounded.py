@@ -12,8 +12,8 @@ from typing import List
 import numpy as np
 import pytest
 
-from _rss import MiB, PeakRSS
-from pipeline_helpers import FAST, MULTI, entries, run_job, summary_json
+from helpers.rss import MiB, PeakRSS
+from helpers.jobs import FAST, MULTI, entries, run_job, summary_json
 from pipelines import build_index, mix, reshard
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.index import load_index, verify_index
@@ -67,7 +67,7 @@ def _peak_growth(run_small, run_big) -> int:
         run_small()
     with PeakRSS() as big:
         run_big()
-    return big.largest - small.largest  # per process: see tests/_rss.py
+    return big.largest - small.largest  # per process: see tests/helpers/rss.py
 
 
 @RUNNERS

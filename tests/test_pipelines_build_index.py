@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipeline_helpers import FAST, MULTI, entries, run_job, summary_json, write_files
+from helpers.jobs import FAST, MULTI, entries, run_job, summary_json, write_files
 from pipelines import build_index as job
 from tfrecord_beam.index import build_index, load_index, verify_index
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline_helpers import entries, run_job, write_files
+from helpers.jobs import entries, run_job, write_files
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 
 JOBS = [build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet]

@@ -15,7 +15,7 @@ from tfrecord_beam.beam import parquet as bp
 from tfrecord_beam.example import parse_example
 from tfrecord_beam.records import read_records
 
-from pipeline_helpers import FAST, MULTI, read_shards, run_job, summary_json
+from helpers.jobs import FAST, MULTI, read_shards, run_job, summary_json
 
 
 def test_plan_cuts_rows_into_equal_contiguous_pieces():

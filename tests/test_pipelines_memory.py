@@ -1,7 +1,7 @@
 """Bounded memory: reshard --shuffle, parquet_to_tfrecord and tfrecord_to_parquet on an input
 several times larger than a memory budget, on FnApiRunner and multi_processing.
 
-Each job runs as a subprocess whose process tree is sampled from /proc (`tests/_rss.py`):
+Each job runs as a subprocess whose process tree is sampled from /proc (`tests/helpers/rss.py`):
 the peak RSS of its largest process (main or worker) is what is compared; the budget is on the growth over a baseline: the peak of a job on a small
 input on the same runner (Beam, pyarrow and the runner's workers cost the same whatever the
 input), so it measures what the data costs. One baseline per runner, from the job that
@@ -21,8 +21,8 @@ import pytest
 from tfrecord_beam.example import encode_example
 from tfrecord_beam.records import RecordWriter, read_records
 
-from _rss import job_env, peak_rss_tree
-from pipeline_helpers import FAST, MULTI
+from helpers.rss import job_env, peak_rss_tree
+from helpers.jobs import FAST, MULTI
 
 # Growth of the largest process's peak RSS allowed for the big input. Each worker holds about
 # one bucket / batch / row group (4 MiB here) several times over plus what the allocators
@@ -99,7 +99,7 @@ RUNNERS = {"fnapi": FAST, "multi_processing": MULTI}
 def _peak(job: str, src: Path, out: Path, runner) -> int:
     measured = peak_rss_tree([sys.executable, "-m", *JOBS[job](src, out), *runner], env=job_env(), cwd=os.getcwd())
     assert measured.returncode == 0, measured.stderr[-2000:]
-    return measured.largest_rss  # the largest process: see tests/_rss.py
+    return measured.largest_rss  # the largest process: see tests/helpers/rss.py
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 from pipelines import mix
 from pipelines._common import JobError
 from tfrecord_beam.example import decode_example

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json
 from pipelines import parquet_to_tfrecord, tfrecord_to_parquet
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.example import encode_example, encode_sequence_example

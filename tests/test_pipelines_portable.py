@@ -17,7 +17,7 @@ portable_services = runners.portable_services
 # interpreter (a venv's python is often not on PATH, e.g. under `make test`).
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
-from pipeline_helpers import entries, read_shards, run_job, summary_json, write_files  # noqa: E402
+from helpers.jobs import entries, read_shards, run_job, summary_json, write_files  # noqa: E402
 from pipelines import reshard  # noqa: E402
 
 

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 from pipelines import reshard
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.errors import CorruptRecordError

@@ -17,7 +17,7 @@ from tfrecord_beam.beam import shuffle as sh
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.records import read_records, write_records
 
-from pipeline_helpers import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 
 
 def _shuffle(tmp_path, capsys, out, *extra, runner=FAST, inputs="in/*"):

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from helpers.fixtures import REPO
 
 
 def _python_blocks():

@@ -15,7 +15,7 @@ from tfrecord_beam import _framing_py, records
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader, RecordWriter, find_record_start, resolve_compression
 
-from conftest import FIXTURES, MANIFEST
+from helpers.fixtures import FIXTURES
 
 PAYLOADS = [b"", b"a", b"hello world" * 3, bytes(range(256)) * 40, b"\x00" * 5000]
 

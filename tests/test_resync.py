@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from _crafted import PHANTOM_EXAMPLE, crafted_damage, phantom_file
+from helpers.crafted import PHANTOM_EXAMPLE, crafted_damage, phantom_file
 from tfrecord_beam import _engine, records
 from tfrecord_beam._framing_py import FRAME_OVERHEAD, HEADER_SIZE, frame_header
 from tfrecord_beam._resync import (
@@ -284,7 +284,7 @@ def test_torch_dataset_without_index_fails_loudly(phantom):
 
 def test_phantom_like_bytes_under_a_megabyte_are_still_split_exactly(tmp_path):
     """The check costs nothing in correctness: ordinary nested payloads split anywhere."""
-    from _beam_data import nested_payloads, write_file
+    from helpers.beam_data import nested_payloads, write_file
 
     payloads = nested_payloads()
     path = write_file(tmp_path / "nested.tfrecord", payloads)

@@ -1,4 +1,4 @@
-"""The memory meter the budget tests rely on (`tests/_rss.py`) sees memory held in a
+"""The memory meter the budget tests rely on (`tests/helpers/rss.py`) sees memory held in a
 descendant process, both as the tree's sum and as its largest process."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from _rss import MiB, PeakRSS, peak_rss_tree
+from helpers.rss import MiB, PeakRSS, peak_rss_tree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -15,7 +15,7 @@ else:
     moto_server = pytest.importorskip("moto.server", reason="moto[s3] (the test extra) runs the S3 server")
     boto3 = pytest.importorskip("boto3")
 
-from pipeline_helpers import FAST, payloads, run_job, summary_json  # noqa: E402
+from helpers.jobs import FAST, payloads, run_job, summary_json  # noqa: E402
 
 BUCKET = "tfrecord-beam-test"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}

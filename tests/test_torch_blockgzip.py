@@ -15,7 +15,7 @@ from tfrecord_beam.errors import CorruptRecordError  # noqa: E402
 from tfrecord_beam.records import RecordWriter  # noqa: E402
 from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch import sampling  # noqa: E402
-from _torch_data import ids_of, payload  # noqa: E402
+from helpers.torch_data import ids_of, payload  # noqa: E402
 
 
 def _write(path, ids, block_bytes=2048):

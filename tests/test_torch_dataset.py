@@ -19,7 +19,8 @@ from tfrecord_beam.errors import DecodeError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.example import encode_example  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
-from _torch_data import FIXTURES, INDEXED, MIXED, add_one_to_id, ids_of, write_files  # noqa: E402
+from helpers.fixtures import FIXTURES  # noqa: E402
+from helpers.torch_data import INDEXED, MIXED, add_one_to_id, ids_of, write_files  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
-from _torch_data import INDEXED, add_one_to_id, ids_of, write_files  # noqa: E402
+from helpers.torch_data import INDEXED, add_one_to_id, ids_of, write_files  # noqa: E402
 
 
 @pytest.fixture()

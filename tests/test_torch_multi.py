@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tfrecord_beam.torch import MultiTFRecordDataset  # noqa: E402
-from _torch_data import ids_of, write_files  # noqa: E402
+from helpers.torch_data import ids_of, write_files  # noqa: E402
 
 SPLIT_BASE = {"a": 0, "b": 1000, "c": 2000}
 

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tfrecord_beam.torch import MultiTFRecordDataset, TFRecordDataset  # noqa: E402
-from _torch_data import INDEXED, MIXED, ids_of, write_files  # noqa: E402
+from helpers.torch_data import INDEXED, MIXED, ids_of, write_files  # noqa: E402
 
 
 @pytest.fixture(scope="module")

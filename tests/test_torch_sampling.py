@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch import sampling  # noqa: E402
-from _torch_data import COMPRESSED, INDEXED, MIXED, UNINDEXED, ids_of, write_files  # noqa: E402
+from helpers.torch_data import COMPRESSED, INDEXED, MIXED, UNINDEXED, ids_of, write_files  # noqa: E402
 
 GRID = [(ranks, workers) for ranks in (1, 2, 3) for workers in (1, 2, 3, 4)]
 

@@ -31,8 +31,7 @@ from tfrecord_beam.index import create_index  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import MultiTFRecordDataset, SequenceBatch, TFRecordDataset  # noqa: E402
 
-from _golden import GOLDEN as FIXTURES  # noqa: E402
-HERE = Path(__file__).resolve().parent
+from helpers.fixtures import FIXTURES, REPO, TESTS  # noqa: E402
 
 CONTEXT = {"id": "int", "label": "float", "name": "byte", "tags": "byte"}
 LISTS = {"tokens": "int", "weights": "float", "words": "byte", "nowhere": "float", "nothing": "byte"}
@@ -368,7 +367,7 @@ def _payloads(path: str) -> List[bytes]:
 def test_pure_engine_in_a_fresh_process(tmp_path):
     """TFRECORD_BEAM_PURE=1 as users set it: the whole check, 2 DataLoader workers included."""
     env = dict(os.environ, TFRECORD_BEAM_PURE="1",
-               PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     script = (
         "import sys, pathlib, collections\n"
         "from tfrecord_beam import _engine\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.fixtures import REPO
 from tfrecord_beam import fs
 from tfrecord_beam.cli import main as cli_main
 from tfrecord_beam.compat import TFRecordWriter
@@ -21,7 +22,6 @@ from tfrecord_beam.index import create_index, load_index, write_index
 from tfrecord_beam.records import RecordReader, RecordWriter, write_records
 from tfrecord_beam.tools import tfrecord2idx
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _payloads(n, tag=b"r"):

@@ -23,7 +23,7 @@ def absent_features(payloads: Iterable[bytes], description: Optional[Mapping[str
                     sequence_description: Optional[Mapping[str, object]] = None) -> Dict[str, List[str]]:
     """{described name: closest names present} for every described name that no sampled record
     has (context features and feature lists searched alike). {} when nothing was sampled."""
-    from .inspection import INVALID, parse_record
+    from ._proto import INVALID, parse_record
 
     present: set = set()
     sampled = 0

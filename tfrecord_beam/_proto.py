@@ -2,11 +2,22 @@
 
 TensorFlow registers `tensorflow.Example` in protobuf's default pool; registering it a second
 time there fails. A private pool lets this package and TensorFlow live in one process.
+
+Example or SequenceExample? The two messages share field 1 (`Example.features` and
+`SequenceExample.context` are both `Features`), so every Example is also a valid
+SequenceExample with only a context, and a SequenceExample parses as an Example with an unknown
+field 2. `parse_record` therefore parses a record once as a SequenceExample: when it carries
+field 2 (`feature_lists`, even an empty one) it is a SequenceExample record, otherwise an
+Example record; when that parse fails it is parsed as an Example (the field-2 bytes may be some
+other unknown field), and a record neither parse accepts is "invalid".
 """
 
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 _LABEL_OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _LABEL_REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
@@ -86,3 +97,25 @@ FeatureList = _cls("FeatureList")
 FeatureLists = _cls("FeatureLists")
 Example = _cls("Example")
 SequenceExample = _cls("SequenceExample")
+
+
+EXAMPLE, SEQUENCE_EXAMPLE, INVALID = "Example", "SequenceExample", "invalid"
+
+
+def parse_record(payload: bytes) -> Tuple[str, Any, Any]:
+    """(record type, feature map of field 1, feature-list map or None); see the module docstring.
+
+    The type is EXAMPLE, SEQUENCE_EXAMPLE or INVALID (both maps None then).
+    """
+    try:
+        message = SequenceExample.FromString(payload)
+    except _ProtoDecodeError:
+        message = None
+    if message is not None:
+        if message.HasField("feature_lists"):
+            return SEQUENCE_EXAMPLE, message.context.feature, message.feature_lists.feature_list
+        return EXAMPLE, message.context.feature, None
+    try:
+        return EXAMPLE, Example.FromString(payload).features.feature, None
+    except _ProtoDecodeError:
+        return INVALID, None, None

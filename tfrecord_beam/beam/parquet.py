@@ -145,7 +145,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
               "skipped": 0 if corrupt is None else len(corrupt),
               "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
               "groups": [records]}
-    _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
 
@@ -298,7 +298,7 @@ class _WriteParquet(beam.DoFn):
         corrupt: Optional[list] = [] if self.skip_corrupt else None
         result = write_parquet_file(self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size,
                                     coverage, corrupt)
-        _stages._write_result(self.results_dir, f"parquet-{number:05d}.json", result)
+        _stages.write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)

@@ -56,7 +56,7 @@ def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[
     counter.flush()
     result = {"shard": plan.shard, "name": name, "records": stats["records"], "bytes": stats["bytes"],
               "checksum": stats["checksum"], "file_bytes": _fs.file_size(spec.path(name)), "groups": stats["groups"]}
-    _stages._write_result(spec.path("_results"), f"shard-{plan.shard:05d}.json", result)
+    _stages.write_result(spec.path("_results"), f"shard-{plan.shard:05d}.json", result)
     return result
 
 

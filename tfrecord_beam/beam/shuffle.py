@@ -325,7 +325,7 @@ def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts:
         "shard": shard, "name": name, "records": written[0], "bytes": written[1], "checksum": written[2],
         "file_bytes": _fs.file_size(spec.path(name)), "groups": [written[0]],
     }
-    _stages._write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
 

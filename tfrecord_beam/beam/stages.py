@@ -250,7 +250,7 @@ def write_shard(spec: ShardSpec, shard: int, parts: Iterable[Routed], shuffled: 
         "shard": shard, "name": name, "records": records, "bytes": size, "checksum": checksum,
         "file_bytes": _fs.file_size(spec.path(name)), "groups": [int(c) for c in group_counts],
     }
-    _write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
 
@@ -259,9 +259,17 @@ def write_empty_shards(spec: ShardSpec, done: Sequence[int]) -> List[dict]:
     return [write_shard(spec, s, [], False) for s in range(spec.num_shards) if s not in set(done)]
 
 
-def _write_result(directory: str, name: str, value: dict) -> None:
+def write_result(directory: str, name: str, value: dict) -> None:
+    """A task's small JSON result (a shard's counts and digest, a plan's totals) as `name` under
+    `directory`: results go to files, not through the pipeline, so the driver reads them after
+    the run (`read_results`) without a collect step. Each task writes its own name."""
     _fs.mkdirs(directory)
     _fs.write_bytes(directory + "/" + name, json.dumps(value).encode("utf-8"))
+
+
+def read_results(directory: str) -> List[dict]:
+    """Every result `write_result` wrote under `directory` (any order; [] when none)."""
+    return [json.loads(_fs.read_bytes(found.path).decode("utf-8")) for found in _fs.match(directory + "/*.json")]
 
 
 class ChecksumMismatch(Exception):
@@ -360,7 +368,7 @@ def verify_digests(p, expected, results, spec: ShardSpec, what: str, label: str 
 
     def check(_, expected_digest, written_digest):
         check_digests(expected_digest, written_digest, what)
-        _write_result(spec.path("_results"), "check.json",
+        write_result(spec.path("_results"), "check.json",
                       {"expected": list(expected_digest), "written": list(written_digest)})
 
     _ = (

@@ -11,8 +11,6 @@ from tfrecord_beam.example import encode_example
 from tfrecord_beam.index import create_index
 from tfrecord_beam.records import write_records
 
-from _golden import GOLDEN as FIXTURES  # noqa: E402
-
 
 def payload(uid: int) -> bytes:
     """A record with a unique id, a variable-length float list, bytes of varying size and 0-2 tags."""

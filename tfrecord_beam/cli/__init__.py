@@ -25,12 +25,12 @@ import sys
 import zlib
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _cli_format as fmt
-from . import _engine_info
-from . import fs
-from . import manifest as _manifest
-from .errors import TFRecordError
-from .example import feature_values
+from . import _format as fmt
+from .. import _engine_info
+from .. import fs
+from .. import manifest as _manifest
+from ..errors import TFRecordError
+from ..example import feature_values
 from .inspection import (
     INVALID,
     SchemaInferenceError,
@@ -40,7 +40,7 @@ from .inspection import (
     infer_description,
     parse_record,
 )
-from .records import RecordReader, resolve_compression
+from ..records import RecordReader, resolve_compression
 from .verify import verify_file
 
 PROG = "tfrecord-beam"

@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Dict, Iterable, NamedTuple, Optional, Sequence, Set
 
+from .fixtures import REPO
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
 
@@ -160,7 +162,7 @@ def peak_rss_tree(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[
 def job_env() -> dict:
     """The environment a job subprocess needs to import this tree's package."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONWARNINGS", "ignore")
     return env

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import List
 
 from tfrecord_beam import _engine, example, records
 from tfrecord_beam.index import create_index
-
-from _golden import GOLDEN as FIXTURES  # noqa: E402
 
 
 def plain_payloads(n: int = 30) -> List[bytes]:

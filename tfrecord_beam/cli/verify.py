@@ -19,11 +19,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import fs
-from ._streams import open_stream
-from .errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
+from .. import fs
+from .._streams import open_stream
+from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from .inspection import INVALID, IndexStatus, index_status, parse_record
-from .records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, header_length, resolve_compression
+from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, header_length, resolve_compression
 
 
 @dataclass

@@ -6,15 +6,10 @@ those statistics follow the reader description (`infer_description`) and the Arr
 a TFRecord -> Parquet conversion would use (`infer_arrow_schema`); `infer_schema(paths)` does
 both steps for callers that just want the schema.
 
-Example or SequenceExample? The two messages share field 1 (`Example.features` and
-`SequenceExample.context` are both `Features`), so every Example is also a valid
-SequenceExample with only a context, and a SequenceExample parses as an Example with an unknown
-field 2. A record is therefore parsed once as a SequenceExample: when it carries field 2
-(`feature_lists`, even an empty one) it is a SequenceExample record, otherwise an Example
-record; when that parse fails it is parsed as an Example (the field-2 bytes may be some other
-unknown field), and a record neither parse accepts is "invalid". A dataset is a SequenceExample
-dataset when any scanned record is one (its records without feature lists are then
-SequenceExamples with only a context), an Example dataset when all records are Examples.
+Each record's type comes from `_proto.parse_record` (re-exported here with EXAMPLE,
+SEQUENCE_EXAMPLE and INVALID). A dataset is a SequenceExample dataset when any scanned record
+is one (its records without feature lists are then SequenceExamples with only a context), an
+Example dataset when all records are Examples.
 """
 
 from __future__ import annotations
@@ -26,16 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
-from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from . import _proto, blockgzip, fs
-from ._cli_format import image_info
-from .errors import IndexMismatchError, TFRecordError
-from .example import BYTES, FLOAT, INT, feature_kind
-from .index import default_index_path, iter_frames, load_index
-from .records import FRAME_OVERHEAD, RecordReader, resolve_compression
+from .. import blockgzip, fs
+from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
+from ._images import image_info
+from ..errors import IndexMismatchError, TFRecordError
+from ..example import BYTES, FLOAT, INT, feature_kind
+from ..index import default_index_path, iter_frames, load_index
+from ..records import FRAME_OVERHEAD, RecordReader, resolve_compression
 
-EXAMPLE, SEQUENCE_EXAMPLE, INVALID = "Example", "SequenceExample", "invalid"
 NO_KIND = "none"  # a Feature message with no kind set
 _FIELD = {BYTES: "bytes_list", FLOAT: "float_list", INT: "int64_list"}
 _SAMPLE_BYTES = 256  # how much of the first bytes value is kept as a sample
@@ -46,28 +40,6 @@ Progress = Callable[[int, int, str, int, int], None]
 
 class SchemaInferenceError(ValueError):
     """The statistics do not determine one Arrow type for a feature (mixed kinds, name clash)."""
-
-
-# -- one record --------------------------------------------------------------------------------
-
-
-def parse_record(payload: bytes) -> Tuple[str, Any, Any]:
-    """(record type, feature map of field 1, feature-list map or None); see the module docstring.
-
-    The type is EXAMPLE, SEQUENCE_EXAMPLE or INVALID (both maps None then).
-    """
-    try:
-        message = _proto.SequenceExample.FromString(payload)
-    except _ProtoDecodeError:
-        message = None
-    if message is not None:
-        if message.HasField("feature_lists"):
-            return SEQUENCE_EXAMPLE, message.context.feature, message.feature_lists.feature_list
-        return EXAMPLE, message.context.feature, None
-    try:
-        return EXAMPLE, _proto.Example.FromString(payload).features.feature, None
-    except _ProtoDecodeError:
-        return INVALID, None, None
 
 
 # -- statistics --------------------------------------------------------------------------------
@@ -453,8 +425,9 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
 
     The index is trusted only for uncompressed files whose index ends exactly at the end of
     the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
-    at the end of the file and matches the index. The scan reads only the 12-byte headers of an
-    uncompressed file (each length CRC checked) and inflates a compressed one.
+    at the end of the file and matches the index. The scan checks every length CRC: it walks a
+    local uncompressed file header to header (payloads skipped), reads a remote one through
+    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frames`).
     """
     kind = resolve_compression(path, compression)
     if use_index and kind is None:

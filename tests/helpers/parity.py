@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, MANIFEST  # noqa: F401 - re-exported for the parity tests
 
 from tfrecord_beam import _columnar_py, _framing_py
+
+from .fixtures import MANIFEST
 
 try:
     from tfrecord_beam._native import _core as NATIVE
@@ -31,6 +32,11 @@ def same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return a == b
+
+
+def same_floats(a, b) -> bool:
+    """Bit-exact float32 equality (NaN payloads and -0.0 included)."""
+    return np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
 
 
 def run(fn, *args, **kw):

@@ -1,18 +1,21 @@
 """Text formatting for the `tfrecord-beam` command: tables, sizes, shortened values, progress.
 
-Nothing here reads files; `cli.py` and `inspect.py` hand it plain values. Kept apart so the
-command stays thin and the formatting can be tested on its own.
+Nothing here reads files; the command (`cli/__init__.py`) hands it plain values and the
+statistics `inspection.py` collected. Kept apart so the command stays thin and the formatting
+can be tested on its own. The dependency runs one way: this module may use `inspection`'s
+results, `inspection` never imports from here.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import sys
 import time
 from typing import Any, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
+
+from ._images import image_info
 
 # -- sizes and numbers ----------------------------------------------------------------------
 
@@ -44,58 +47,6 @@ def format_number(value: Any) -> str:
 
 
 # -- bytes values ----------------------------------------------------------------------------
-
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-_JPEG_MAGIC = b"\xff\xd8\xff"
-# JPEG start-of-frame markers carry the image size (C4, C8 and CC are not SOF markers).
-_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-
-
-def image_info(value: bytes) -> Optional[Tuple[str, Optional[int], Optional[int]]]:
-    """(format, width, height) when `value` starts like a PNG / JPEG / GIF / WebP file, else None.
-
-    Width and height are None when the header is cut short; only headers are read.
-    """
-    if value.startswith(_PNG_MAGIC):
-        if len(value) >= 24 and value[12:16] == b"IHDR":
-            width, height = struct.unpack_from(">II", value, 16)
-            return "PNG", width, height
-        return "PNG", None, None
-    if value.startswith(_JPEG_MAGIC):
-        return ("JPEG",) + _jpeg_size(value)
-    if value[:6] in (b"GIF87a", b"GIF89a"):
-        if len(value) >= 10:
-            width, height = struct.unpack_from("<HH", value, 6)
-            return "GIF", width, height
-        return "GIF", None, None
-    if value[:4] == b"RIFF" and value[8:12] == b"WEBP":
-        return "WebP", None, None
-    return None
-
-
-def _jpeg_size(value: bytes) -> Tuple[Optional[int], Optional[int]]:
-    """Walk the JPEG marker segments up to the first start-of-frame; (width, height)."""
-    pos = 2
-    n = len(value)
-    while pos + 4 <= n:
-        if value[pos] != 0xFF:
-            return None, None
-        marker = value[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
-            pos += 2
-            continue
-        (length,) = struct.unpack_from(">H", value, pos + 2)
-        if marker in _JPEG_SOF:
-            if pos + 9 <= n:
-                height, width = struct.unpack_from(">HH", value, pos + 5)
-                return width, height
-            return None, None
-        pos += 2 + length
-    return None, None
-
 
 def shorten_bytes(value: bytes, limit: int = 40, total_length: Optional[int] = None) -> str:
     """A bytes value for people: images noted by format and size, other values repr'd and cut.

@@ -1,0 +1,7 @@
+"""`python -m tfrecord_beam.cli`: the `tfrecord-beam` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
