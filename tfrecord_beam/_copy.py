@@ -15,39 +15,13 @@ import numpy as np
 
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
-from .index import format_index
+from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
 from ._blockgzip_write import DEFAULT_BLOCK_BYTES
 from .records import RecordReader, RecordWriter
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
 AtomicOutput = Callable[[str], ContextManager]
-
-
-class IndexStream:
-    """Writes `.tfindex` lines for frames as they are written (nothing held in memory)."""
-
-    def __init__(self, path: str, atomic_output: AtomicOutput) -> None:
-        self._cm = atomic_output(path)
-        self._handle, self._commit = self._cm.__enter__()
-        self.offset = 0
-
-    def add(self, sizes: np.ndarray) -> None:
-        if len(sizes):
-            sizes = np.asarray(sizes, dtype=np.int64)
-            offsets = np.cumsum(sizes) - sizes + self.offset
-            self._handle.write(format_index(np.stack([offsets, sizes], axis=1)))
-            self.offset = int(offsets[-1] + sizes[-1])
-
-    def close(self, members=None) -> None:
-        """Finish the index (with a block-gzip member table after the records) and move it in."""
-        if members is not None:
-            self._handle.write(members.format())
-        self._commit()
-        self._cm.__exit__(None, None, None)
-
-    def abort(self) -> None:
-        self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
 
 
 def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview, np.ndarray, np.ndarray]]:

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, List, Optional, 
 
 import numpy as np
 
-from . import _blockgzip_write, _diagnose, _engine, blockgzip, fs
+from . import _blockgzip_write, _diagnose, _engine, _tfindex, blockgzip, fs
 from ._framing_py import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -98,6 +98,10 @@ class RecordChunk:
 
     def __len__(self) -> int:
         return len(self.payload_offsets)
+
+    def frames(self) -> np.ndarray:
+        """The chunk's rows of an index: (n, 2) int64 (header offset, frame length)."""
+        return np.stack([self.record_offsets, self.payload_lengths + FRAME_OVERHEAD], axis=1).astype(np.int64)
 
     def payloads(self) -> List[bytes]:
         """Each payload as its own bytes object."""
@@ -468,17 +472,15 @@ class RecordWriter:
         commit_unclosed: bool = False,
         atomic_output=None,
     ) -> None:
-        from . import index as _index  # index imports records: import late
-
         self.path = os.fspath(dest)
         self.compression = resolve_compression(self.path, compression)
         if index_path is True:
-            index_path = _index.default_index_path(self.path)
+            index_path = _tfindex.default_index_path(self.path)
         self.index_path = os.fspath(index_path) if index_path else None
         self._atomic_output = atomic_output or fs.atomic_output
         self._own_layer = atomic_output is None  # the core's files: check and clean up beside the data
         if self.index_path is not None and self._own_layer:
-            _index.check_index_target(self.index_path, self.path)
+            _tfindex.check_index_target(self.index_path, self.path)
         self._data_cm = self._atomic_output(self.path)
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
@@ -490,7 +492,8 @@ class RecordWriter:
             from ._streams import WBITS
 
             self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
-        self._frame_sizes: Optional[List[np.ndarray]] = [] if self.index_path else None
+        # index lines go to a temporary file as frames are handed on: nothing per record is kept
+        self._index = _tfindex.IndexStream(self.index_path, self._atomic_output) if self.index_path else None
         self._offset = 0  # uncompressed bytes handed on (to the compressor or the file)
         self._records = 0  # records handed on
         self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
@@ -567,8 +570,8 @@ class RecordWriter:
             return
         view = memoryview(self._buf)[:pos]
         lengths = _engine.scan_frames(view, False)[1]
-        if self._frame_sizes is not None:
-            self._frame_sizes.append(lengths + FRAME_OVERHEAD)
+        if self._index is not None:
+            self._index.add(lengths + FRAME_OVERHEAD)
         if self._blocks is not None:  # block-gzip members: the compressor keeps what it is given
             self._blocks.add(bytes(view), lengths + FRAME_OVERHEAD)
         else:  # local files copy (or write) synchronously; other streams may keep what they are given
@@ -593,8 +596,8 @@ class RecordWriter:
         if int(sizes.sum()) != len(framed):
             raise ValueError(f"{self.path}: record sizes add up to {int(sizes.sum())}, not {len(framed)} bytes")
         self._drain()
-        if self._frame_sizes is not None:
-            self._frame_sizes.append(sizes.copy() if sizes is record_sizes else sizes)
+        if self._index is not None:
+            self._index.add(sizes)
         if self._blocks is not None:
             self._blocks.add(framed, sizes)
         else:
@@ -622,7 +625,6 @@ class RecordWriter:
         if self.closed:
             return
         from . import _publish
-        from . import index as _index
 
         index_commit = None
         try:
@@ -630,11 +632,11 @@ class RecordWriter:
             if self._deflater is not None:
                 self._file.write(self._deflater.flush())
             members = self.members = self._blocks.finish() if self._blocks is not None else None
-            if self._frame_sizes is not None:
+            if self._index is not None:
                 index_final = self.index_path
             elif self._own_layer:  # a stale index at the default name goes; a non-index file is never touched
-                index_final = _index.default_index_path(self.path)
-                if fs.exists(index_final) and not _index.looks_like_index(index_final):
+                index_final = _tfindex.default_index_path(self.path)
+                if fs.exists(index_final) and not _tfindex.looks_like_index(index_final):
                     index_final = None
             else:
                 index_final = None
@@ -642,42 +644,27 @@ class RecordWriter:
             if index_final is not None and self._own_layer:
                 _publish.remove_old_indexes([index_final], exists=fs.exists, delete=fs.delete)
             self._commit.finish()
-            if self._frame_sizes is not None:
-                index_commit = self._finish_index(_index, members)
+            if self._index is not None:
+                index_commit = self._index.finish(members)
             self._commit.move()
             if index_commit is not None:
                 _publish.move_new_indexes([index_commit], [index_final],
                                           rename=lambda commits, _finals: [c.move() for c in commits])
         except BaseException:
             self._commit.abort()
-            if index_commit is not None:
-                index_commit.abort()
+            if self._index is not None:
+                self._index.abort()
             raise
         finally:
             self.closed = True
             _open_writers.discard(self)
 
-    def _finish_index(self, _index, members):
-        """Write the index (and a block-gzip member table) under a temporary name beside its
-        target; returns its commit."""
-        sizes = np.concatenate(self._frame_sizes) if self._frame_sizes else np.zeros(0, np.int64)
-        offsets = np.cumsum(sizes) - sizes
-        self._index_cm = self._atomic_output(self.index_path)
-        handle, commit = self._index_cm.__enter__()
-        try:
-            handle.write(_index.format_index(np.stack([offsets, sizes], axis=1)))
-            if members is not None:
-                handle.write(members.format())
-            commit.finish()
-        except BaseException:
-            commit.abort()
-            raise
-        return commit
-
     def abort(self) -> None:
         """Drop everything written so far; neither the data nor the index appears."""
         if not self.closed:
             self._commit.abort()
+            if self._index is not None:
+                self._index.abort()
             self.closed = True
             _open_writers.discard(self)
 

@@ -14,7 +14,7 @@ import re
 from typing import Iterable, List, Optional, TypeVar
 
 from ..errors import CorruptRecordError
-from ..index import INDEX_SUFFIX
+from .._tfindex import INDEX_SUFFIX
 from . import _fs
 
 _LOG = logging.getLogger("tfrecord_beam.beam")

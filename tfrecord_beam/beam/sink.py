@@ -39,7 +39,7 @@ from apache_beam.transforms.display import DisplayDataItem
 from .. import _engine, _publish
 from .._blockgzip_write import DEFAULT_BLOCK_BYTES, BlockCompressor
 from .._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
-from ..index import default_index_path, format_index
+from .._tfindex import default_index_path, format_index, frame_index
 from ..records import RecordReader
 from . import _coders, _fs, _metrics, _paths
 
@@ -130,8 +130,7 @@ class _ShardFile:
         else:
             self._handle.write(framed)
         if self._index is not None:
-            offsets = self._offset + np.cumsum(sizes) - sizes
-            self._index.write(format_index(np.stack([offsets, sizes], axis=1)))
+            self._index.write(format_index(frame_index(sizes, self._offset)))
         self._offset += int(sizes.sum())
 
     def close(self) -> None:

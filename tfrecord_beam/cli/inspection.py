@@ -359,10 +359,6 @@ class DatasetStats:
         }
 
 
-def _frames_of(chunk) -> np.ndarray:
-    return np.stack([chunk.record_offsets, chunk.payload_lengths + FRAME_OVERHEAD], axis=1).astype(np.int64)
-
-
 def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto", *, limit: Optional[int] = None,
               progress: Optional[Progress] = None, file_number: int = 1, file_count: int = 1) -> FileStats:
     """Read up to `limit` records of one file into `stats`; errors are kept in the FileStats.
@@ -383,7 +379,7 @@ def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto
                 payloads = payloads[: limit - info.records]
             for payload in payloads:  # the one place records are decoded: a batch path goes here
                 stats.add_record(payload)
-            kept = _frames_of(chunk)[: len(payloads)]
+            kept = chunk.frames()[: len(payloads)]
             frames.append(kept)
             info.records += len(payloads)
             info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0

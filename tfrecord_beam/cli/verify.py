@@ -101,10 +101,10 @@ def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems:
             for chunk in RecordReader(path, kind, start_offset=start, first_record_number=number).chunks():
                 if parse:
                     _check_payloads(result, chunk, max_problems)
-                sizes = chunk.payload_lengths + FRAME_OVERHEAD
-                frames.append(np.stack([chunk.record_offsets, sizes], axis=1))
+                rows = chunk.frames()
+                frames.append(rows)
                 result.records += len(chunk)
-                result.data_bytes += int(sizes.sum())
+                result.data_bytes += int(rows[:, 1].sum())
                 if progress is not None:
                     progress(result.records, result.data_bytes)
             break
