@@ -301,3 +301,20 @@ def test_header_length_reads_only_whole_headers():
     assert header_length(header[:11]) is None
     assert header_length(b"\0" + header, 1) == 5
     assert header_length(struct.pack("<QI", 5, 0)) is None
+
+
+def test_after_bad_skips_a_frame_whose_length_is_sound_and_resyncs_otherwise():
+    from tfrecord_beam._engine import frame_records
+    from tfrecord_beam._tfindex import frame_index
+
+    payloads = [bytes([65 + i]) * (30 + i) for i in range(6)]
+    data = bytearray(frame_records(payloads))
+    offsets = frame_index([len(p) + FRAME_OVERHEAD for p in payloads])[:, 0].tolist()
+    data[offsets[1] + HEADER_SIZE + 3] ^= 0xFF  # record 1: payload damaged, length sound
+    data[offsets[3] + 2] ^= 0xFF  # record 3: length field damaged
+    resync = records.Resync(io.BytesIO(bytes(data)), len(data))
+    assert resync.after_bad(offsets[1], 1) == (offsets[2], 2, True)
+    assert resync.after_bad(offsets[1]) == (offsets[2], None, True)
+    assert resync.after_bad(offsets[3], 3) == (offsets[4], None, False)  # found by the search: number unknown
+    assert resync.after_bad(offsets[5] + 1) == (len(data), None, False)  # nothing after: the end
+

@@ -142,6 +142,20 @@ class Resync:
                 return c
         return self.total
 
+    def after_bad(self, offset: int, record: Optional[int] = None) -> Tuple[int, Optional[int], bool]:
+        """Where reading goes on after a corrupt record at `offset` (record number `record`):
+        (next boundary, its record number or None, whether exactly that one record was skipped).
+
+        When the record's length field passes its CRC (only the payload is damaged) the frame
+        is skipped whole; otherwise the next boundary the search finds (`total` when none).
+        The one rule for every reader that skips corrupt records (`skipping`, the Beam source's
+        ranges, `verify`); with an index, readers go to the next indexed record instead.
+        """
+        length = self.header_at(offset)
+        if length is not None and offset + FRAME_OVERHEAD + length <= self.total:
+            return offset + FRAME_OVERHEAD + length, None if record is None else record + 1, True
+        return self.find(offset + 1), None, False
+
     def check_split(self, end: int, next_start: int) -> None:
         """Raise SplitPointError unless the search from `end` lands on `next_start`.
 

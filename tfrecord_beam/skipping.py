@@ -7,7 +7,7 @@ reason)` and reading goes on at the next record boundary:
 
 * with an index (`boundaries`: the sorted record offsets), the next indexed record;
 * else, when the bad record's length passes its CRC (only the payload is damaged), right
-  after it; otherwise the next boundary a resync finds (`records.find_record_start`);
+  after it; otherwise the next boundary a resync finds (both: `Resync.after_bad`);
 * a compressed stream cannot be re-entered: the rest of the file is reported lost;
 * a truncated tail ends the file.
 
@@ -22,9 +22,10 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
+from ._framing_py import FRAME_OVERHEAD
+from ._resync import Resync
 from .errors import CorruptRecordError, TruncatedRecordError
-from .records import RecordChunk, RecordReader, find_record_start, header_length
+from .records import RecordChunk, RecordReader
 
 OnCorrupt = Callable[[str, int, str], None]
 
@@ -101,13 +102,7 @@ class SkippingReader:
             number = i
         else:
             with self._open() as raw:
-                raw.seek(offset)
-                length = header_length(raw.read(HEADER_SIZE))
-                if length is not None and offset + FRAME_OVERHEAD + length <= size:
-                    nxt = offset + FRAME_OVERHEAD + length
-                    number = None if err.record_number is None else err.record_number + 1
-                else:
-                    nxt = find_record_start(raw, offset + 1, size, self.path)
+                nxt, number, _ = Resync(raw, size, self.path).after_bad(offset, err.record_number)
         self.end = nxt
         if nxt >= size or (self.end_offset is not None and nxt >= self.end_offset):
             return None, None

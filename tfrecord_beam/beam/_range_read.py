@@ -188,10 +188,8 @@ class _RangeRead:
         if self.offsets is not None:
             number, position = self.offsets.first_after(offset, self.total)
             return position, number
-        length = self.resync.header_at(offset)
-        if length is not None and offset + FRAME_OVERHEAD + length <= self.total:
-            return offset + FRAME_OVERHEAD + length, None
-        return self.resync.find(offset + 1), None
+        position, _, _ = self.resync.after_bad(offset)
+        return position, None
 
     def _emit(self, tracker, chunk, starts) -> Generator[List[bytes], None, int]:
         """Claim a chunk's records in runs (`_claims`) and yield each claimed run as a list of

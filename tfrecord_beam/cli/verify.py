@@ -23,7 +23,7 @@ from .. import fs
 from .._streams import open_stream
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from .inspection import INVALID, IndexStatus, index_status, parse_record
-from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, find_record_start, header_length, resolve_compression
+from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length, resolve_compression
 
 
 @dataclass
@@ -94,6 +94,13 @@ def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems:
         result.problems.append(Problem("unreadable", None, None, f"{path}: {exc}"))
         result.complete = False
         return result
+    with _Resumer(path, kind) as resumer:
+        return _verify_chain(result, path, kind, resumer, max_problems, parse, progress)
+
+
+def _verify_chain(result: VerifyResult, path: str, kind: Optional[str], resumer: "_Resumer", max_problems: int,
+                  parse: bool, progress: Optional[Callable[[int, int], None]]) -> VerifyResult:
+    """Read the file's record chain, going on past each corrupt record where `resumer` can."""
     frames: List[np.ndarray] = []
     start, number = 0, 0
     while True:
@@ -124,7 +131,7 @@ def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems:
                 result.complete = False
                 break
             try:
-                resume = _resume_point(path, kind, exc.offset, exc.record_number, problem)
+                resume = resumer.resume(exc.offset, exc.record_number, problem)
             except (TFRecordError, OSError, zlib.error, EOFError) as again:  # re-reading failed too
                 problem.message += f"; the rest of the file could not be read ({_text(path, again)})"
                 resume = None
@@ -166,28 +173,48 @@ def _check_payloads(result: VerifyResult, chunk, max_problems: int) -> None:
                 "nor a SequenceExample protobuf"))
 
 
-def _resume_point(path: str, kind: Optional[str], offset: int, record: Optional[int], problem: Problem):
-    """(offset, record number or None) at which to go on after a corrupt record, or None to stop.
+class _Resumer:
+    """Where `verify` goes on after a corrupt record: `Resync.after_bad` over one open file
+    (its search state kept across the file's problems), or for a compressed file, the next
+    record when the bad one's length is sound."""
 
-    Adds what was done to `problem.message`.
-    """
-    header = _read_at(path, kind, offset, HEADER_SIZE)
-    length = header_length(header)
-    if length is not None:  # payload CRC failed; the length is sound: skip exactly one record
-        problem.message += "; skipped this record"
-        return offset + FRAME_OVERHEAD + length, None if record is None else record + 1
-    if kind is not None:
-        problem.message += f"; framing lost in a {kind} file: the rest of it was not checked"
-        return None
-    total = fs.file_size(path)
-    with fs.open_input(path) as raw:
-        found = find_record_start(raw, offset + 1, total, path)
-    if found >= total:
-        problem.message += f"; no valid record in the remaining {total - offset} bytes"
-        return None
-    claimed = struct.unpack_from("<Q", header)[0] if len(header) >= 8 else None
-    exact = record is not None and claimed is not None and found == offset + FRAME_OVERHEAD + claimed
-    problem.message += f"; resynced at byte offset {found} (skipped {found - offset} bytes)"
-    if not exact:
-        problem.message += ", record numbers after it unknown"
-    return found, record + 1 if exact else None
+    def __init__(self, path: str, kind: Optional[str]) -> None:
+        self.path, self.kind = path, kind
+        self._raw = None
+        self._resync: Optional[Resync] = None
+
+    def __enter__(self) -> "_Resumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._raw is not None:
+            self._raw.close()
+
+    def resume(self, offset: int, record: Optional[int], problem: Problem):
+        """(offset, record number or None) at which to go on, or None to stop; adds what was
+        done to `problem.message`."""
+        if self.kind is not None:
+            length = header_length(_read_at(self.path, self.kind, offset, HEADER_SIZE))
+            if length is None:
+                problem.message += f"; framing lost in a {self.kind} file: the rest of it was not checked"
+                return None
+            problem.message += "; skipped this record"
+            return offset + FRAME_OVERHEAD + length, None if record is None else record + 1
+        if self._resync is None:
+            self._raw = fs.open_input(self.path)
+            self._resync = Resync(self._raw, fs.file_size(self.path), self.path)
+        found, number, whole = self._resync.after_bad(offset, record)
+        if whole:
+            problem.message += "; skipped this record"
+            return found, number
+        total = self._resync.total
+        if found >= total:
+            problem.message += f"; no valid record in the remaining {total - offset} bytes"
+            return None
+        header = self._resync.read_at(offset, HEADER_SIZE)
+        claimed = struct.unpack_from("<Q", header)[0] if len(header) >= 8 else None
+        exact = record is not None and claimed is not None and found == offset + FRAME_OVERHEAD + claimed
+        problem.message += f"; resynced at byte offset {found} (skipped {found - offset} bytes)"
+        if not exact:
+            problem.message += ", record numbers after it unknown"
+        return found, record + 1 if exact else None
