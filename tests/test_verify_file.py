@@ -113,7 +113,7 @@ def test_stale_and_invalid_indexes_are_problems(tmp_path):
     result = verify_file(str(path))
     assert result.records == N and result.complete  # the data itself is fine
     assert [p.kind for p in result.problems] == ["index"] and result.index.state == "stale"
-    detail = f"record 0: index says offset 0 length {7 + FRAME_OVERHEAD}, data has offset 0 length {sizes[0]}"
+    detail = f"record 0: index says offset 0 length {7 + FRAME_OVERHEAD} but the data has offset 0 length {sizes[0]}"
     assert result.problems[0].message == f"{default_index_path(str(path))}: stale index: {detail}"
 
     Path(default_index_path(str(path))).write_text("not an index\n")

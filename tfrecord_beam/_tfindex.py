@@ -150,6 +150,23 @@ def check_index(index: np.ndarray, data_size: Optional[int], index_path=None, da
     return index
 
 
+def first_difference(index: np.ndarray, frames: np.ndarray, data_name: str, complete: bool = True
+                     ) -> Optional[Tuple[int, str]]:
+    """How an index first differs from the (n, 2) rows read from its data (all of them when
+    `complete`): (record number, what differs, calling the data `data_name`), or None when they agree.
+    The one entry-by-entry comparison (`index.verify_index`, `inspect`, `verify`)."""
+    frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
+    common = min(len(frames), len(index))
+    diff = np.flatnonzero(np.any(index[:common] != frames[:common], axis=1))
+    if len(diff):
+        i = int(diff[0])
+        return i, (f"record {i}: index says offset {index[i, 0]} length {index[i, 1]} but {data_name} "
+                   f"has offset {frames[i, 0]} length {frames[i, 1]}")
+    if complete and len(index) != len(frames):
+        return common, f"index lists {len(index)} records but {data_name} holds {len(frames)}"
+    return None
+
+
 def shard_range(index: np.ndarray, shard: int, num_shards: int) -> Tuple[int, int, int, Optional[int]]:
     """Records [first, last) and byte range [start, end) of shard `shard` of `num_shards`.
 

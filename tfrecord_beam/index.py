@@ -30,6 +30,7 @@ from ._tfindex import (  # noqa: F401 - the format's names, re-exported where us
     check_index,
     check_index_target,
     default_index_path,
+    first_difference,
     format_index,
     frame_index,
     load_index,
@@ -125,20 +126,9 @@ def verify_index(index_path, data_path, compression: Optional[str] = "auto", ver
     data was rewritten, say), or the data file's own CorruptRecordError.
     """
     index = load_index(index_path)
-    actual = build_index(data_path, compression, verify_crc)
-    ipath = os.fspath(index_path)
-    common = min(len(index), len(actual))
-    diff = np.flatnonzero(np.any(index[:common] != actual[:common], axis=1))
-    if len(diff):
-        i = int(diff[0])
-        raise IndexMismatchError(
-            ipath, int(index[i, 0]), i,
-            f"index says offset {index[i, 0]} length {index[i, 1]} but {os.fspath(data_path)} has "
-            f"offset {actual[i, 0]} length {actual[i, 1]} (stale index)",
-        )
-    if len(index) != len(actual):
-        raise IndexMismatchError(
-            ipath, None, common,
-            f"index lists {len(index)} records but {os.fspath(data_path)} holds {len(actual)} (stale index)",
-        )
+    difference = first_difference(index, build_index(data_path, compression, verify_crc), os.fspath(data_path))
+    if difference is not None:
+        record, what = difference
+        offset = int(index[record, 0]) if record < len(index) else None
+        raise IndexMismatchError(os.fspath(index_path), offset, record, f"{what} (stale index)")
     return index

@@ -27,7 +27,8 @@ from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
 from ._images import image_info
 from ..errors import IndexMismatchError, TFRecordError
 from ..example import BYTES, FLOAT, INT, feature_kind
-from ..index import default_index_path, iter_frames, load_index
+from .._tfindex import default_index_path, first_difference, load_index
+from ..index import iter_frames
 from ..records import FRAME_OVERHEAD, RecordReader, resolve_compression
 
 NO_KIND = "none"  # a Feature message with no kind set
@@ -251,15 +252,9 @@ def index_status(data_path: str, compression: Optional[str] = "auto",
         return IndexStatus(ipath, "stale", f"first record at offset {index[0, 0]}, not 0", index)
     end = int(index[-1].sum()) if len(index) else 0
     if frames is not None:
-        frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
-        common = min(len(frames), len(index))
-        diff = np.flatnonzero(np.any(index[:common] != frames[:common], axis=1))
-        if len(diff):
-            i = int(diff[0])
-            return IndexStatus(ipath, "stale", f"record {i}: index says offset {index[i, 0]} length "
-                               f"{index[i, 1]}, data has offset {frames[i, 0]} length {frames[i, 1]}", index)
-        if complete and len(index) != len(frames):
-            return IndexStatus(ipath, "stale", f"index lists {len(index)} records, data holds {len(frames)}", index)
+        difference = first_difference(index, frames, "the data", complete)
+        if difference is not None:
+            return IndexStatus(ipath, "stale", difference[1], index)
         if complete:
             return IndexStatus(ipath, "valid", "", index)
     if resolve_compression(data_path, compression) is not None:
