@@ -103,6 +103,14 @@ def exists(path: PathLike) -> bool:
     return filesystem.get_file_info(inner).type == pafs.FileType.File
 
 
+GLOB_CHARS = "*?["
+
+
+def is_glob(pattern: PathLike) -> bool:
+    """Whether a path has glob characters (so it may match files the user did not name)."""
+    return any(ch in os.fspath(pattern) for ch in GLOB_CHARS)
+
+
 def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
     """Expand a path, glob or list of them into a sorted list of files (remote globs too)."""
     if isinstance(patterns, (str, os.PathLike)):
@@ -110,7 +118,7 @@ def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
     out: List[str] = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
-        if not any(ch in pattern for ch in "*?["):
+        if not is_glob(pattern):
             out.append(pattern)
             continue
         filesystem, inner = _split_uri(pattern)
@@ -167,7 +175,7 @@ def data_files(target: PathLike) -> List[str]:
     """TFRecord files named by a directory (its `*.tfrecord*`, local or remote), a path or a
     glob; indexes and dot-files excluded."""
     target = os.fspath(target)
-    if not any(ch in split_query(target)[0] for ch in "*?[") and is_dir(target):
+    if not is_glob(split_query(target)[0]) and is_dir(target):
         if "://" in target:
             candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
         else:

@@ -162,7 +162,7 @@ def find_manifest(target: str) -> Optional[str]:
     """
     target = os.fspath(target)
     base, query = fs.split_query(target)
-    if any(ch in base for ch in "*?["):
+    if fs.is_glob(base):
         return None
     if is_manifest_name(base.rsplit("/", 1)[-1]):
         return target if fs.exists(target) else None

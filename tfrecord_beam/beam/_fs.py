@@ -16,9 +16,8 @@ from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
-from .. import fs as _core_fs  # only its temporary-name convention (writer pid@host), not its I/O
+from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
 
-_GLOB_CHARS = "*?["
 
 
 def plain(path: str) -> str:
@@ -196,7 +195,7 @@ def is_dir(path: str) -> bool:
     path = plain(path)
     if "://" not in path:
         return os.path.isdir(path)
-    if any(ch in path for ch in _GLOB_CHARS) or FileSystems.match([path], [1])[0].metadata_list:
+    if _core_fs.is_glob(path) or FileSystems.match([path], [1])[0].metadata_list:
         return False
     return bool(FileSystems.match([path.rstrip("/") + "/*"], [1])[0].metadata_list)
 
@@ -208,7 +207,7 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
     out: List[str] = []
     for pattern in patterns:
         pattern = plain(pattern)
-        if not any(ch in pattern for ch in _GLOB_CHARS):
+        if not _core_fs.is_glob(pattern):
             out.append(pattern)
             continue
         if "://" not in pattern:  # Beam's local matching misses relative globs ("data*.tfrecord")

@@ -15,19 +15,14 @@ from typing import Iterable, List, Optional, TypeVar
 
 from ..errors import CorruptRecordError
 from .._tfindex import INDEX_SUFFIX
+from ..fs import is_glob
 from . import _fs
 
 _LOG = logging.getLogger("tfrecord_beam.beam")
-_GLOB_CHARS = "*?["
 #: The first line of a `.tfindex` (or `tfrecord`-package index): "offset length".
 _INDEX_LINE = re.compile(rb"\d+ \d+\r?\n")
 
 T = TypeVar("T")
-
-
-def is_glob(pattern: str) -> bool:
-    """Whether a pattern has glob characters (so it may match files the user did not name)."""
-    return any(ch in pattern for ch in _GLOB_CHARS)
 
 
 def is_index_name(path: str) -> bool:

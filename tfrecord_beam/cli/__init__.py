@@ -95,7 +95,7 @@ def _expand(patterns: List[str]) -> List[str]:
 def _note_unfinished(target: str) -> None:
     """Say so when a directory holds a job's staging (an unfinished or running commit)."""
     base = fs.split_query(target)[0]
-    if any(ch in base for ch in "*?[") or "://" in base or not os.path.isdir(base):
+    if fs.is_glob(base) or "://" in base or not os.path.isdir(base):
         return
     if any(n.startswith(".tfrecord_beam-tmp-") for n in os.listdir(base)):
         print(f"{PROG}: note: {target} holds a job's unfinished output (.tfrecord_beam-tmp-*): files there "

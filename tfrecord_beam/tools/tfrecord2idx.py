@@ -77,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         files = list(args.paths)
     else:
         target = args.paths[0]
-        single = not os.path.isdir(target) and not any(c in target for c in "*?[")
+        single = not os.path.isdir(target) and not fs.is_glob(target)
         files = [target] if single else fs.data_files(target)
     if not files:
         print(f"tfrecord2idx: no TFRecord files match {args.paths[0]}", file=sys.stderr)

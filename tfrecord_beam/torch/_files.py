@@ -26,13 +26,6 @@ from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 
 Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
-_GLOB_CHARS = "*?["
-
-
-def _is_glob(path: str) -> bool:
-    return any(ch in path for ch in _GLOB_CHARS)
-
-
 _log = logging.getLogger("tfrecord_beam.torch")
 
 
@@ -115,7 +108,7 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
         paths = [None if p is None else os.fspath(p) for p in index_path]
     else:
         text = os.fspath(index_path)
-        paths = fs.expand(text) if _is_glob(text) else [text]
+        paths = fs.expand(text) if fs.is_glob(text) else [text]
     if len(paths) != len(data_paths):
         raise ValueError(
             f"{len(data_paths)} data files but {len(paths)} index paths from {index_path!r}; "
