@@ -234,6 +234,9 @@ class RecordReader:
         return self.members or None
 
     def _scan(self, raw: BinaryIO) -> Iterator[RecordChunk]:
+        """Chunks of the records whose header starts in [start_offset, end_offset): read a
+        chunk, scan its frames (`_engine.scan_frames`, both CRCs), yield them, then act on
+        where the scan stopped (`_after_chunk`)."""
         if self.end_offset is not None and self.start_offset >= self.end_offset:
             return  # an empty range owns no record
         stream, total = self._position(raw)
@@ -245,7 +248,7 @@ class RecordReader:
         end = self.end_offset
         buf = b""
         keep = 0  # bytes at the end of buf that start the next chunk (buf[-keep:])
-        need = 0
+        need: Optional[int] = 0
         eof = False
         while True:
             if not eof:
@@ -254,71 +257,92 @@ class RecordReader:
                 else:
                     # Chunks of one size (unless a record is longer): the allocator then reuses
                     # the last chunk's memory (varying sizes cost page faults, 2-3x the read).
-                    size = max(self.chunk_size, need)
+                    size = max(self.chunk_size, need or 0)
                 buf, eof = self._fill(stream, buf, keep, pos, size, reread, number)
-            offsets, lengths, consumed, status = _engine.scan_frames(buf, self.verify)
-            count = len(offsets)
-            if count and self.max_record_size < len(buf) and int(lengths.max()) > self.max_record_size:
-                count = int(np.argmax(lengths > self.max_record_size))
-                consumed = int(offsets[count]) - HEADER_SIZE
-                offsets, lengths, status = offsets[:count], lengths[:count], _TOO_LARGE
-            stop = False
-            if count:
-                record_offsets = offsets_all = offsets - HEADER_SIZE + pos
-                if end is not None and record_offsets[-1] >= end:
+            offsets, lengths, consumed, status = self._scan_buffer(buf)
+            if len(offsets):
+                record_offsets = offsets - HEADER_SIZE + pos
+                if end is not None and record_offsets[-1] >= end:  # the range ends in this chunk
                     count = int(np.searchsorted(record_offsets, end, side="left"))
-                    offsets, lengths, record_offsets = offsets[:count], lengths[:count], record_offsets[:count]
-                    stop = True
-                if count:
-                    yield RecordChunk(buf, offsets, lengths, record_offsets, number)
-                    if number is not None:
-                        number += count
-            if stop:
-                self._check_split(raw, total, int(offsets_all[count]))
-                return
-            here = pos + consumed
-            if end is not None and here >= end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
-                self._check_split(raw, total, here)
-                return  # the next range's record (its header is sound): that range reports it
-            if status == STATUS_BAD_LENGTH_CRC:
-                raise CorruptRecordError(self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed:consumed + 16]))
-            if status == STATUS_BAD_DATA_CRC:
-                raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
-            if status == _TOO_LARGE:
-                (length,) = _U64.unpack_from(buf, consumed)
-                raise self._too_large(length, here, number)
-            keep = len(buf) - consumed
-            need = 0
-            if status == STATUS_INCOMPLETE:
-                if end is not None and here >= end and keep >= HEADER_SIZE:
-                    # The next range's record: its header is sound (the scan checked its length
-                    # CRC), so that range's resync lands on it and reports anything wrong with it.
-                    self._check_split(raw, total, here)
+                    if count:
+                        yield RecordChunk(buf, offsets[:count], lengths[:count], record_offsets[:count], number)
+                    self._check_split(raw, total, int(record_offsets[count]))
                     return
-                if keep >= HEADER_SIZE:
-                    (length,) = _U64.unpack_from(buf, consumed)
-                    if self._cannot_follow(length, here, number, total, stream, keep):
-                        return
-                    need = HEADER_SIZE + length + FOOTER_SIZE
-                if eof:
-                    self._raise_stream_damage(stream, number, here, keep)
-                    if self.allow_truncated_tail:
-                        return
-                    if keep < HEADER_SIZE:
-                        reason = _diagnose.short_tail(buf[len(buf) - keep:] if keep else b"", at_start=here == 0)
-                    else:
-                        reason = "data ends inside the record's payload or footer (truncated record)"
-                    raise TruncatedRecordError(self.path, here, number, reason)
-            elif eof:
-                self._raise_stream_damage(stream, number, here, keep)
-                if isinstance(stream, InflatingReader) and not stream.complete:
-                    trailing = stream.trailing
-                    reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
-                              else _diagnose.gzip_trailing(self.compression, trailing))
-                    raise TruncatedRecordError(self.path, here, number, reason)
-                self._check_split(raw, total, here)
+                yield RecordChunk(buf, offsets, lengths, record_offsets, number)
+                if number is not None:
+                    number += len(offsets)
+            here = pos + consumed
+            keep = len(buf) - consumed
+            need = self._after_chunk(raw, stream, total, buf, consumed, status, here, number, eof)
+            if need is None:
                 return
             pos = here
+
+    def _scan_buffer(self, buf) -> Tuple[np.ndarray, np.ndarray, int, int]:
+        """(payload offsets, payload lengths, bytes consumed, status) of the whole frames at the
+        start of `buf`, stopping before a record longer than `max_record_size` (`_TOO_LARGE`)."""
+        offsets, lengths, consumed, status = _engine.scan_frames(buf, self.verify)
+        if len(offsets) and self.max_record_size < len(buf) and int(lengths.max()) > self.max_record_size:
+            count = int(np.argmax(lengths > self.max_record_size))
+            return offsets[:count], lengths[:count], int(offsets[count]) - HEADER_SIZE, _TOO_LARGE
+        return offsets, lengths, consumed, status
+
+    def _after_chunk(self, raw, stream, total, buf, consumed: int, status: int, here: int,
+                     number: Optional[int], eof: bool) -> Optional[int]:
+        """Act on where the scan of a chunk stopped (stream offset `here`, `buf[consumed:]`):
+        raise for a bad record of this range, None when the range or the data is done, else
+        how many bytes the next chunk must hold at least (0: any)."""
+        past_end = self.end_offset is not None and here >= self.end_offset
+        if past_end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
+            self._check_split(raw, total, here)
+            return None  # the next range's record (its header is sound): that range reports it
+        if status == STATUS_BAD_LENGTH_CRC:
+            raise CorruptRecordError(self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed:consumed + 16]))
+        if status == STATUS_BAD_DATA_CRC:
+            raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
+        if status == _TOO_LARGE:
+            (length,) = _U64.unpack_from(buf, consumed)
+            raise self._too_large(length, here, number)
+        keep = len(buf) - consumed
+        if status == STATUS_INCOMPLETE:
+            return self._unfinished_record(raw, stream, total, buf, consumed, here, number, eof, past_end)
+        if eof:
+            self._raise_stream_damage(stream, number, here, keep)
+            if isinstance(stream, InflatingReader) and not stream.complete:
+                trailing = stream.trailing
+                reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
+                          else _diagnose.gzip_trailing(self.compression, trailing))
+                raise TruncatedRecordError(self.path, here, number, reason)
+            self._check_split(raw, total, here)
+            return None
+        return 0
+
+    def _unfinished_record(self, raw, stream, total, buf, consumed: int, here: int, number: Optional[int],
+                           eof: bool, past_end: bool) -> Optional[int]:
+        """The chunk ends inside a record at `here`: the bytes the next chunk needs, None when
+        the record is the next range's or a truncated tail allowed to end the file; else raise."""
+        keep = len(buf) - consumed
+        if past_end and keep >= HEADER_SIZE:
+            # The next range's record: its header is sound (the scan checked its length CRC),
+            # so that range's resync lands on it and reports anything wrong with it.
+            self._check_split(raw, total, here)
+            return None
+        need = 0
+        if keep >= HEADER_SIZE:
+            (length,) = _U64.unpack_from(buf, consumed)
+            if self._cannot_follow(length, here, number, total, stream, keep):
+                return None
+            need = HEADER_SIZE + length + FOOTER_SIZE
+        if not eof:
+            return need
+        self._raise_stream_damage(stream, number, here, keep)
+        if self.allow_truncated_tail:
+            return None
+        if keep < HEADER_SIZE:
+            reason = _diagnose.short_tail(buf[len(buf) - keep:] if keep else b"", at_start=here == 0)
+        else:
+            reason = "data ends inside the record's payload or footer (truncated record)"
+        raise TruncatedRecordError(self.path, here, number, reason)
 
     def _fill(self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool,
               number: Optional[int]) -> Tuple[bytes, bool]:
