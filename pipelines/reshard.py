@@ -11,7 +11,8 @@ With --skip_corrupt the survey reads every byte (both CRCs checked) and steps ov
 records (a bad CRC or length, a truncated tail, garbage between records: reading goes on at
 the next record boundary; a damaged gzip/zlib file loses its rest): they are listed in
 OUTPUT_DIR/_CORRUPT.NAME.jsonl, counted in the summary and the manifest, and the plan and
-the copies hold only the intact records, still in input order and in bounded memory.
+the copies hold only the intact records, still in input order and in bounded memory;
+--shuffle reads its byte ranges the same way.
 
 The output holds exactly the input records, and the job proves it: the count, the bytes and
 an order-independent checksum of the records surveyed are compared inside the pipeline with

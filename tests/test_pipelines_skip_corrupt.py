@@ -48,16 +48,19 @@ class Inputs:
         self.plain_kept = [p for i, p in enumerate(data) if i not in (50, 150, 399)]
 
         self.gz = root / "b.tfrecord.gz"
-        write_records(str(self.gz), payloads(300, tag=1))
-        packed = bytearray(self.gz.read_bytes())
-        for i in range(len(packed) // 2, len(packed) // 2 + 8):  # damage inside the deflate stream
-            packed[i] ^= 0x5A
-        self.gz.write_bytes(bytes(packed))
+        self.zlib = root / "c.tfrecord.zlib"
+        for tag, path in ((1, self.gz), (2, self.zlib)):
+            write_records(str(path), payloads(300, tag=tag))
+            packed = bytearray(path.read_bytes())
+            for i in range(len(packed) // 2, len(packed) // 2 + 8):  # damage inside the deflate stream
+                packed[i] ^= 0x5A
+            path.write_bytes(bytes(packed))
 
         self.plain_stream, self.plain_letters = _skipping_read(self.plain, None)
         self.gz_stream, self.gz_letters = _skipping_read(self.gz, "gzip")
-        self.stream = self.plain_stream + self.gz_stream  # in input order
-        self.letters = sorted(self.plain_letters + self.gz_letters)
+        self.zlib_stream, self.zlib_letters = _skipping_read(self.zlib, "zlib")
+        self.stream = self.plain_stream + self.gz_stream + self.zlib_stream  # in input order
+        self.letters = sorted(self.plain_letters + self.gz_letters + self.zlib_letters)
 
 
 def _skipping_read(path: Path, compression) -> Tuple[List[bytes], List[Tuple[str, int]]]:
@@ -73,7 +76,8 @@ def damaged(tmp_path) -> Inputs:
     # the streaming reader agrees with what the damage should cost
     assert inputs.plain_stream == inputs.plain_kept
     assert [o for _, o in inputs.plain_letters] == inputs.plain_bad
-    assert len(inputs.gz_letters) == 1 and 0 < len(inputs.gz_stream) < 300  # the records before the damage
+    for letters, stream in ((inputs.gz_letters, inputs.gz_stream), (inputs.zlib_letters, inputs.zlib_stream)):
+        assert len(letters) == 1 and 0 < len(stream) < 300  # the records before the damage; the rest is one entry
     return inputs
 
 
@@ -85,7 +89,9 @@ def _check_dead_letters(out: Path, name: str, stdout: str, inputs: Inputs) -> No
     letters = _letters(out / f"_CORRUPT.{name}.jsonl")
     assert sorted((l["file"], l["offset"]) for l in letters) == [(str(f), o) for f, o in inputs.letters]
     assert all(l["reason"] for l in letters)
-    assert any("rest of this gzip file" in l["reason"] for l in letters if l["file"] == str(inputs.gz))
+    for path, kind in ((inputs.gz, "gzip"), (inputs.zlib, "zlib")):
+        (reason,) = [l["reason"] for l in letters if l["file"] == str(path)]
+        assert f"the rest of this {kind} file" in reason
     summary = summary_json(stdout)
     assert summary["corrupt_records"] == len(inputs.letters)
     manifest = mf.read_manifest(str(out / f"_MANIFEST.{name}.json"))
@@ -153,11 +159,11 @@ def test_mix_skip_corrupt_selects_among_the_intact_records(damaged, tmp_path, ca
 
     # two sources, one repeated: still only intact records, in the planned counts
     out2 = tmp_path / "m2"
-    code, stdout, err = run_job(mix.main, ["--source", f"{damaged.plain}=1", "--source", f"{damaged.gz}=1",
-                                           "--total_records", "600", "--output_prefix", str(out2 / "y"),
+    code, stdout, err = run_job(mix.main, ["--source", f"{damaged.plain}=1", "--source", f"{damaged.dir}/*.tfrecord.*=1",
+                                           "--total_records", "800", "--output_prefix", str(out2 / "y"),
                                            "--skip_corrupt"] + FAST, capsys)
     assert code == 0, err
     got = Counter(_shards(out2, "y"))
-    assert sum(got.values()) == 600 and set(got) <= set(damaged.stream)
-    assert sum(c for p, c in got.items() if p in set(damaged.gz_stream)) == 300
+    assert sum(got.values()) == 800 and set(got) <= set(damaged.stream)
+    assert sum(c for p, c in got.items() if p in set(damaged.plain_stream)) == 400  # repeated: more than it has
     _check_dead_letters(out2, "y", stdout, damaged)
