@@ -18,6 +18,7 @@ from pipeline_helpers import FAST, MULTI, payloads, run_job, summary_json
 from pipelines import mix, reshard
 from tfrecord_beam import _plan
 from tfrecord_beam import manifest as mf
+from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index
 from tfrecord_beam.records import read_records, write_records
 from tfrecord_beam.skipping import SkippingReader
@@ -167,3 +168,18 @@ def test_mix_skip_corrupt_selects_among_the_intact_records(damaged, tmp_path, ca
     assert sum(got.values()) == 800 and set(got) <= set(damaged.stream)
     assert sum(c for p, c in got.items() if p in set(damaged.plain_stream)) == 400  # repeated: more than it has
     _check_dead_letters(out2, "y", stdout, damaged)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_copy_fails_when_its_file_lost_records_after_the_survey(tmp_path, skip):
+    from tfrecord_beam._copy import piece_chunks
+
+    path = tmp_path / "a.tfrecord"
+    write_records(str(path), payloads(50))
+    offsets = build_index(str(path))[:, 0]
+    piece = _plan.Piece(str(path), None, 0, "records", 10, 50, 0, 0, skip_corrupt=skip)
+    assert sum(len(sizes) for _, sizes, _ in piece_chunks(piece, lambda p: open(p, "rb"))) == 40
+    path.write_bytes(path.read_bytes()[: int(offsets[45])])  # shortened at a record boundary: no damage to see
+    with pytest.raises(CorruptRecordError, match="before the 50 records its survey found") as err:
+        list(piece_chunks(piece, lambda p: open(p, "rb")))
+    assert str(path) in str(err.value) and "record 45" in str(err.value)
