@@ -10,7 +10,7 @@ the inputs and of the shard.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple
+from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -63,6 +63,7 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
     """
     stop = piece.hi if piece.unit == "bytes" else None
     raw = None
+    reader: Union[RecordReader, SkippingReader]
     if piece.skip_corrupt:
         reader = SkippingReader(piece.path, piece.compression, open_file=lambda: open_input(piece.path), verify=True,
                                 start_offset=piece.from_offset, end_offset=stop, first_record_number=piece.from_record,
