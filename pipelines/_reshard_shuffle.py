@@ -40,9 +40,10 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
         f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
         f"shards through {plan.buckets} buckets of ~{args.shuffle_buffer_bytes // 2:,} bytes (seed {args.seed})")
     verify = not args.no_verify
+    dead_letters = _common.dead_letters(args, staged)  # --skip_corrupt: listed, not fatal
 
     def build(p):
-        _shuffle.shuffle_to_shards(p, ranges, spec, args.seed, plan, work_dir, verify)
+        _shuffle.shuffle_to_shards(p, ranges, spec, args.seed, plan, work_dir, verify, dead_letters=dead_letters)
 
     _common.run_pipeline(build, options)
     if _fs.exists(work_dir):

@@ -17,6 +17,10 @@ counts and checkpoints, no payloads read); the selection is planned per block of
 hypergeometrically, then which ones inside the block); readers copy the selected framed
 records into temporary runs sorted by (shard, bucket, random key); each shard is written
 bucket by bucket in key order (a uniform shuffle, `tfrecord_beam._bucketed`).
+
+With --skip_corrupt the survey reads every byte (both CRCs checked) and steps over corrupt
+records, which are listed in OUTPUT_DIR/_CORRUPT.NAME.jsonl and counted in the summary and
+the manifest; a source's available records are its intact ones, and only those are selected.
 """
 
 from __future__ import annotations
@@ -161,6 +165,7 @@ class Block(NamedTuple):
     size: int  # bytes of the block's frames
     extra: int  # records sampled once more than `full`
     occurrence: int  # number (within the source) of the block's first selected occurrence
+    skip_corrupt: bool = False  # surveyed by a skipping walk: read the same way (see _plan)
 
 
 class Task(NamedTuple):
@@ -209,7 +214,8 @@ def plan_mix(surveys: List[FileSurvey], weights: Sequence[float], wanted: Option
         for (s, b, first, n, offset, size), extra in zip(blocks, extras.tolist()):
             if full == 0 and extra == 0:
                 continue  # nothing taken from this block: not even read
-            current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence))
+            current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence,
+                                 s.skip_corrupt))
             occurrence += full * n + extra
             current_bytes += size
             if current_bytes >= TASK_BYTES:
@@ -240,7 +246,7 @@ class SelectFn(beam.DoFn):
                                               block.number]).bit_generator
                 occurrence = block.occurrence
                 piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
-                              block.first + block.n, block.first, block.offset, task.group)
+                              block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt)
                 done = 0
                 for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
                     times = taken[done : done + len(sizes)]
@@ -303,9 +309,6 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--total_records must be >= 0")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
-    if args.skip_corrupt:  # the planned selection copies frames the survey found sound: it cannot step over damage
-        raise JobError("mix does not take --skip_corrupt yet: clean the sources first with "
-                       "`python -m pipelines.reshard --skip_corrupt` (corrupt records listed), then mix the result")
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     files: List[str] = []
     groups: List[int] = []
@@ -323,6 +326,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
     seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
+    dead_letters = _common.dead_letters(args, staged)
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
     try:
@@ -341,7 +345,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             def build(p):
                 if "://" not in spill_dir:
                     os.makedirs(spill_dir, exist_ok=True)
-                surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir)
+                surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir, dead_letters=dead_letters)
                 selected = (
                     p
                     | "Start" >> beam.Create([None])

@@ -7,6 +7,13 @@ its ranges' framed records straight from the inputs (both CRCs checked) into its
 index. Only the plan goes through Beam; memory does not grow with the data. Shard 0 holds the
 first records of the first file, and the shards concatenated are the inputs in order.
 
+With --skip_corrupt the survey reads every byte (both CRCs checked) and steps over corrupt
+records (a bad CRC or length, a truncated tail, garbage between records: reading goes on at
+the next record boundary; a damaged gzip/zlib file loses its rest): they are listed in
+OUTPUT_DIR/_CORRUPT.NAME.jsonl, counted in the summary and the manifest, and the plan and
+the copies hold only the intact records, still in input order and in bounded memory;
+--shuffle reads its byte ranges the same way.
+
 The output holds exactly the input records, and the job proves it: the count, the bytes and
 an order-independent checksum of the records surveyed are compared inside the pipeline with
 what the shard writers wrote; a mismatch fails the job and nothing is moved into the output
@@ -55,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="with --shuffle or --skip_corrupt: read uncompressed inputs in byte ranges of this "
-                             "size, in parallel")
+                        help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel")
     return parser
 
 
@@ -66,12 +72,14 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
     _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
                      f"contiguous, balanced by {args.balance}")
     balance, compression = args.balance, args.input_compression
+    dead_letters = _common.dead_letters(args, staged)
 
     with _progress.reporter("reshard", options, _common.progress) as reporter:
         _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
 
         def build(p):
-            surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory)
+            surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory,
+                                             dead_letters=dead_letters)
             results = _planned.write_planned(p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance),
                                              reporter.directory)
             if not args.no_verify:
@@ -108,35 +116,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     if args.shuffle:  # an external shuffle through bounded temporary buckets
         return _reshard_shuffle.run(args, options, staged, files, total_bytes, num_shards)
-    if args.skip_corrupt:
-        return _run_skipping(args, options, staged, files, total_bytes, num_shards)
     return _run_planned(args, options, staged, files, total_bytes, num_shards)
-
-
-def _run_skipping(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
-    """Unshuffled reshard with --skip_corrupt: the inputs are read in byte ranges that step over
-    corrupt records (reported to the dead-letter file) and routed round robin to the shards.
-
-    The planned path copies frames the survey found sound and cannot step over damage; this
-    one can, at the cost of holding each shard's records while it is written (see README)."""
-    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
-    _common.progress(f"reshard --skip_corrupt: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) "
-                     f"-> {num_shards} shards, round robin")
-    balance = args.balance
-
-    def build(p):
-        batches = _stages.read_batches(p, ranges, dead_letters=_common.dead_letters(args, staged))
-        routed = batches | "Route" >> beam.FlatMap(
-            lambda b: _stages.route(b, _stages.round_robin(b, num_shards, balance), None))
-        results = _stages.write_shards(routed, spec, False)
-        if not args.no_verify:
-            digests = batches | "DigestInput" >> beam.Map(lambda b: _stages.payload_digest(b.payloads))
-            _stages.verify_digests(p, digests, results, spec, "reshard")
-
-    _common.run_pipeline(build, options)
-    results, check, finals, corrupt = _common.finish(staged, spec, "reshard", not args.no_verify)
-    return _summary(results, check, finals, num_shards, files, total_bytes, corrupt)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

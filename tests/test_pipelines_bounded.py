@@ -90,6 +90,55 @@ def test_reshard_streams_in_bounded_memory_and_keeps_order(inputs, tmp_path, cap
     verify_index(str(shards[1]).replace(".tfrecord", ".tfindex"), str(shards[1]))
 
 
+def _damaged_copies(files, directory: Path) -> List[Path]:
+    """Copies of `files` with a corrupt payload in the middle of the first and garbage between
+    two records in the middle of the second (the rest as they are)."""
+    directory.mkdir()
+    out = []
+    for k, f in enumerate(files):
+        raw = bytearray(f.read_bytes())
+        offsets = index_of(str(f))[:, 0]
+        middle = int(offsets[len(offsets) // 2])
+        if k == 0:
+            raw[middle + 20] ^= 0x40
+        elif k == 1:
+            raw[middle:middle] = b"garbage between records"
+        (directory / f.name).write_bytes(bytes(raw))
+        out.append(directory / f.name)
+    return out
+
+
+def _skipping_hash(paths) -> str:
+    """`_stream_hash` of what a streaming reader with skipping reads."""
+    from tfrecord_beam.skipping import SkippingReader
+
+    h = hashlib.blake2b()
+    for p in paths:
+        for chunk in SkippingReader(str(p), None, open_file=lambda p=p: open(p, "rb"), skip_corrupt=True).chunks():
+            for payload in chunk.payloads():
+                h.update(len(payload).to_bytes(8, "little"))
+                h.update(payload)
+    return h.hexdigest()
+
+
+def test_reshard_skip_corrupt_in_bounded_memory(inputs, tmp_path, capsys):
+    """--skip_corrupt takes the planned path too: no shard is held in memory."""
+    big, small = (_damaged_copies(files, tmp_path / name) for files, name in zip(inputs, ("big_in", "small_in")))
+
+    def job(files, name):
+        code, out, err = run_job(reshard.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_prefix",
+                                                str(tmp_path / name / "r"), "--num_shards", "2", "--skip_corrupt"] + FAST,
+                                 capsys)
+        assert code == 0, err
+        assert summary_json(out)["corrupt_records"] == 2
+        return summary_json(out)
+
+    growth = _peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
+    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+    shards = sorted((tmp_path / "b").glob("r-*-of-00002.tfrecord"))
+    assert _stream_hash(shards) == _skipping_hash(big)  # the intact records, exactly once, in input order
+
+
 @RUNNERS
 def test_build_index_in_bounded_memory(inputs, tmp_path, capsys, runner):
     big, small = inputs

@@ -7,6 +7,7 @@ import pytest
 from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 from pipelines import reshard
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.digest import payload_digest
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index, verify_index
 
@@ -118,7 +119,7 @@ def test_coverage_gap_and_checksum_mismatch_are_errors():
     _stages.check_coverage("f", [_stages.Coverage("f", 0, 0, 150, 300), _stages.Coverage("f", 100, 150, 300, 300)])
     with pytest.raises(CorruptRecordError, match="bytes 150..300"):
         _stages.check_coverage("f", [_stages.Coverage("f", 0, 0, 150, 300)])
-    a = _stages.payload_digest([b"x", b"y"])
-    assert a == _stages.payload_digest([b"y", b"x"])
+    a = payload_digest([b"x", b"y"])
+    assert a == payload_digest([b"y", b"x"])
     with pytest.raises(_stages.ChecksumMismatch):
-        _stages.check_digests(a, _stages.payload_digest([b"x", b"x"]), "test")
+        _stages.check_digests(a, payload_digest([b"x", b"x"]), "test")

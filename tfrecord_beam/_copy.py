@@ -1,6 +1,7 @@
 """Stream planned pieces of input files into one output shard, copying framed bytes.
 
-Each piece is read from its checkpoint by `RecordReader.chunks` with both CRCs checked; the
+Each piece is read from its checkpoint by `RecordReader.chunks` with both CRCs checked (by
+`SkippingReader` for a `--skip_corrupt` survey's pieces: see `_plan`); the
 frames that belong to the piece are written as they are (no re-framing, no per-record Python
 objects) and the shard's `.tfindex` is written from the frame sizes as it goes. Memory is a
 read chunk (or one record, when larger) plus a chunk of index lines, whatever the sizes of
@@ -9,7 +10,7 @@ the inputs and of the shard.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple
+from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -17,7 +18,9 @@ from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
 from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
 from ._blockgzip_write import DEFAULT_BLOCK_BYTES
+from .errors import CorruptRecordError
 from .records import RecordReader, RecordWriter
+from .skipping import SkippingReader
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
@@ -25,13 +28,26 @@ AtomicOutput = Callable[[str], ContextManager]
 
 
 def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview, np.ndarray, np.ndarray]]:
-    """(framed bytes, frame sizes, footers) of a piece's records, both CRCs checked, in order."""
-    raw = open_input(piece.path)
-    try:
+    """(framed bytes, frame sizes, footers) of a piece's records, both CRCs checked, in order.
+
+    A piece of a `--skip_corrupt` survey is read by the same skipping reader (its reports are
+    the survey's, already listed, so they are dropped here), which steps over the same damage.
+    A records piece whose file ends before its last record fails: the file changed since it
+    was surveyed.
+    """
+    stop = piece.hi if piece.unit == "bytes" else None
+    raw = None
+    reader: Union[RecordReader, SkippingReader]
+    if piece.skip_corrupt:
+        reader = SkippingReader(piece.path, piece.compression, open_file=lambda: open_input(piece.path), verify=True,
+                                start_offset=piece.from_offset, end_offset=stop, first_record_number=piece.from_record,
+                                skip_corrupt=True, chunk_size=COPY_READ_BYTES)
+    else:
+        raw = open_input(piece.path)
         reader = RecordReader(raw, piece.compression, verify=True, start_offset=piece.from_offset,
-                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES,
-                              end_offset=piece.hi if piece.unit == "bytes" else None)
+                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES, end_offset=stop)
         reader.path = piece.path
+    try:
         number = piece.from_record
         for chunk in reader.chunks():
             n = len(chunk)
@@ -50,8 +66,12 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
                 yield memoryview(chunk.buffer)[start:end], sizes, footers
             if piece.unit == "records" and number >= piece.hi:
                 return
+        if piece.unit == "records":
+            raise CorruptRecordError(piece.path, None, number, f"the file ends here, before the {piece.hi} records "
+                                     "its survey found: it changed while the job ran")
     finally:
-        raw.close()
+        if raw is not None:
+            raw.close()
 
 
 def copy_pieces(

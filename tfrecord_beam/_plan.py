@@ -6,6 +6,11 @@ into contiguous ranges, one per output shard (`plan_contiguous`). A range is a l
 `Piece`s (records [lo, hi) of one file, or the records whose header starts in bytes [lo, hi));
 each names the checkpoint (a known record boundary) its copy starts reading from, so a plan
 is a handful of numbers per shard however large the input is.
+
+With `--skip_corrupt` the survey walks with `_walk.walk_frames_skipping` (both CRCs, corrupt
+records reported and stepped over): its counts, checkpoints and digest are of the intact
+records only, so the plan leaves the corrupt ones out, and each piece's copy reads with the
+same skipping reader, which steps over the same damage from any checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import BinaryIO, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._framing_py import VERIFY_LENGTHS
-from ._walk import add_digests, frame_digest, walk_frames
+from ._walk import FrameBlock, add_digests, frame_digest, walk_frames
 
 CHECKPOINT_BYTES = 16 << 20  # a checkpoint at least every 16 MiB ...
 CHECKPOINT_RECORDS = 1 << 16  # ... and every 65,536 records
@@ -29,11 +34,35 @@ class FileSurvey:
     path: str
     compression: Optional[str]
     file_number: int  # position in the job's input list (orders the concatenation)
-    records: int
-    stream_bytes: int  # size of the (uncompressed) record stream
+    records: int  # intact records (all of them, unless skip_corrupt stepped over some)
+    stream_bytes: int  # size of the (uncompressed) record stream, up to the end of its last intact record
     digest: Tuple[int, int, int]  # (records, payload bytes, checksum): see _walk.frame_digest
     checkpoints: List[Tuple[int, int]] = field(default_factory=list)  # (record number, offset)
     group: int = 0  # which source (mix) the file belongs to
+    # walked by `_walk.walk_frames_skipping` (--skip_corrupt): record numbers count intact
+    # records, and the copies must read with the same skipping reader to find the same ones
+    skip_corrupt: bool = False
+
+
+class Surveyor:
+    """Builds one file's FileSurvey from its FrameBlocks, added in order (so a caller can do
+    other work between blocks, e.g. emit the dead letters of a skipping walk as they come)."""
+
+    def __init__(self, path: str, compression: Optional[str], file_number: int, group: int = 0,
+                 skip_corrupt: bool = False) -> None:
+        self._survey = FileSurvey(path, compression, file_number, 0, 0, (0, 0, 0), [(0, 0)], group, skip_corrupt)
+
+    def add(self, block: FrameBlock) -> None:
+        if not len(block):
+            return
+        s = self._survey
+        s.digest = add_digests(s.digest, frame_digest(block.footers, block.sizes))
+        _add_checkpoints(s.checkpoints, block)
+        s.records = block.first_record + len(block)
+        s.stream_bytes = block.end
+
+    def result(self) -> FileSurvey:
+        return self._survey
 
 
 def survey(raw: BinaryIO, path: str, compression: Optional[str], file_number: int, group: int = 0,
@@ -42,17 +71,12 @@ def survey(raw: BinaryIO, path: str, compression: Optional[str], file_number: in
 
     `progress(records, bytes)` is called after each block walked (for progress lines).
     """
-    digest = (0, 0, 0)
-    checkpoints = [(0, 0)]
-    records = end = 0
+    surveyor = Surveyor(path, compression, file_number, group)
     for block in walk_frames(raw, compression, path, verify=VERIFY_LENGTHS):
-        digest = add_digests(digest, frame_digest(block.footers, block.sizes))
-        _add_checkpoints(checkpoints, block)
-        records = block.first_record + len(block)
-        end = block.end
+        surveyor.add(block)
         if progress is not None:
             progress(len(block), int(block.sizes.sum()))
-    return FileSurvey(path, compression, file_number, records, end, digest, checkpoints, group)
+    return surveyor.result()
 
 
 def _add_checkpoints(checkpoints: List[Tuple[int, int]], block) -> None:
@@ -87,6 +111,7 @@ class Piece:
     from_record: int
     from_offset: int
     group: int = 0
+    skip_corrupt: bool = False  # read like its survey: stepping over the damage it skipped
 
 
 @dataclass
@@ -135,7 +160,7 @@ def plan_contiguous(surveys: Sequence[FileSurvey], num_shards: int, balance: str
             if a >= b:
                 continue
             rec, off = checkpoint_before(f.checkpoints, a, unit)
-            pieces.append(Piece(f.path, f.compression, f.file_number, unit, a, b, rec, off, f.group))
+            pieces.append(Piece(f.path, f.compression, f.file_number, unit, a, b, rec, off, f.group, f.skip_corrupt))
             share = (b - a) / size
             records += (b - a) if unit == "records" else round(f.records * share)
             stream += (b - a) if unit == "bytes" else round(f.stream_bytes * share)

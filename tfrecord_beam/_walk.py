@@ -12,13 +12,17 @@ header), seeking over the payload. Everything else (compressed or remote files, 
 verification) goes through `RecordReader.chunks`. Any problem is reported by `RecordReader`
 itself (re-read from the record at fault), so the errors, which name the file, the record and
 its offset, are the reader's.
+
+`walk_frames_skipping` is the walk of `--skip_corrupt`: every byte read, both CRCs checked,
+and each corrupt record reported and stepped over by `skipping.SkippingReader` (its resync
+after damage, the rest of a damaged compressed file lost) instead of raised.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Iterator, NamedTuple, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -27,6 +31,7 @@ from . import digest as _digest
 from ._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import CorruptRecordError
 from .records import RecordChunk, RecordReader
+from .skipping import OnCorrupt, SkippingReader
 
 READ_BYTES = 1 << 22  # one positional read while scanning small records
 SEEK_FRAME_BYTES = 1 << 13  # frames at least this big are walked by seeking over their payload
@@ -87,6 +92,32 @@ def walk_frames(
         yield from _reader_blocks(raw, compression, path, verify, start_offset, first_record)
     else:
         yield from _walk_local(raw, fileno, path, start_offset, first_record)
+
+
+def walk_frames_skipping(
+    open_file: Callable[[], BinaryIO],
+    compression: Optional[str],
+    path: str,
+    on_corrupt: OnCorrupt,
+    *,
+    chunk_size: int = READ_BYTES,
+) -> Iterator[FrameBlock]:
+    """Yield the intact frames of a file, both CRCs checked; every corrupt record (bad length
+    or payload CRC, impossible length, truncated tail, damaged compressed stream) goes to
+    `on_corrupt(path, offset, reason)` and is stepped over by `SkippingReader`'s rules.
+
+    Record numbers (`FrameBlock.first_record`) count intact records only. Where the reader
+    goes on after damage depends on the damage alone, so a `SkippingReader` started at any
+    record boundary this walk passed (a survey checkpoint) steps over the same damage to the
+    same records: that is how planned copies of a damaged file (`_copy.piece_chunks`) get
+    exactly the records the survey counted.
+    """
+    reader = SkippingReader(path, compression, open_file=open_file, verify=True, skip_corrupt=True,
+                            on_corrupt=on_corrupt, chunk_size=chunk_size)
+    number = 0
+    for chunk in reader.chunks():
+        yield chunk_block(chunk, number)
+        number += len(chunk)
 
 
 def _fileno(raw) -> Optional[int]:

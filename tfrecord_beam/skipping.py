@@ -25,7 +25,7 @@ import numpy as np
 from ._framing_py import FRAME_OVERHEAD
 from ._resync import Resync
 from .errors import CorruptRecordError, TruncatedRecordError
-from .records import RecordChunk, RecordReader
+from .records import DEFAULT_CHUNK_SIZE, RecordChunk, RecordReader
 
 OnCorrupt = Callable[[str, int, str], None]
 
@@ -38,7 +38,7 @@ class SkippingReader:
                  resync: bool = False, first_record_number: Optional[int] = None,
                  skip_corrupt: bool = False, on_corrupt: Optional[OnCorrupt] = None,
                  boundaries: Optional[Sequence[int]] = None, size: Optional[int] = None,
-                 members=None) -> None:
+                 members=None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         self.path, self.compression, self._open = path, compression, open_file
         self.verify, self.start_offset, self.end_offset = verify, int(start_offset), end_offset
         self.resync, self.first_record_number = resync, first_record_number
@@ -46,6 +46,7 @@ class SkippingReader:
         self.boundaries = None if boundaries is None else np.asarray(boundaries, dtype=np.int64)
         self.size = size
         self.members = members  # a block-gzip member table to seek by (RecordReader's `members`)
+        self.chunk_size = chunk_size
         self.end: Optional[int] = None  # set as reading goes
         self.skipped = 0
 
@@ -56,7 +57,7 @@ class SkippingReader:
             raw = self._open()
             reader = RecordReader(raw, self.compression, verify=self.verify, start_offset=position,
                                   end_offset=self.end_offset, first_record_number=number,
-                                  resync=resync, members=self.members)
+                                  resync=resync, members=self.members, chunk_size=self.chunk_size)
             try:
                 for chunk in reader.chunks():
                     if first:

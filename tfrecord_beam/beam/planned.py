@@ -1,10 +1,11 @@
 """Beam stages of planned jobs: survey the inputs, plan the shards, stream each shard's copy.
 
-    surveys = survey_inputs(p, files)                  # one element per input file
+    surveys = survey_inputs(p, files)                  # one element per input file (+ dead letters)
     results = write_planned(p, surveys, spec, plan_fn) # one element per output shard
     verify_planned(p, surveys, results, spec, "reshard")
 
-Only file names, surveys (counts, checkpoints, digests) and shard plans travel through Beam;
+Only file names, surveys (counts, checkpoints, digests), shard plans and, with
+`--skip_corrupt`, the corrupt records the surveys stepped over travel through Beam;
 payload bytes go straight from the input files to the shard writers (`tfrecord_beam._copy`).
 Each survey and each shard is one element, so the work spreads over workers (the plan goes
 through a Reshuffle) and no step holds more than a read chunk of data.
@@ -12,39 +13,73 @@ through a Reshuffle) and no step holds more than a read chunk of data.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from collections import deque
+from typing import Callable, Deque, List, Optional, Sequence
 
 import apache_beam as beam
 
 from tfrecord_beam._copy import copy_pieces
-from tfrecord_beam._plan import FileSurvey, ShardPlan, survey
+from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, survey
+from tfrecord_beam._walk import walk_frames_skipping
 from tfrecord_beam.records import resolve_compression
 
 from . import _fs
 from . import _progress
 from . import stages as _stages
+from ._corrupt import CorruptRecord
 
 
-def _survey_one(task, progress_dir: Optional[str]) -> FileSurvey:
-    number, path, compression, group = task
-    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}")
-    with _fs.open_input(path) as raw:
-        result = survey(raw, path, compression, number, group, counter.add)
-    counter.flush()
-    return result
+class _SurveyFn(beam.DoFn):
+    """(number, path, compression, group) -> its FileSurvey; with `skip_corrupt`, the records
+    the walk stepped over too (CorruptRecords, tagged CORRUPT), emitted as they are found."""
+
+    def __init__(self, progress_dir: Optional[str], skip_corrupt: bool) -> None:
+        self.progress_dir, self.skip_corrupt = progress_dir, skip_corrupt
+
+    def process(self, task):
+        number, path, compression, group = task
+        counter = _progress.ProgressFile(self.progress_dir, "survey", f"{number:06d}")
+        if not self.skip_corrupt:
+            with _fs.open_input(path) as raw:
+                result = survey(raw, path, compression, number, group, counter.add)
+            counter.flush()
+            yield result
+            return
+        found: Deque[CorruptRecord] = deque()
+        surveyor = Surveyor(path, compression, number, group, skip_corrupt=True)
+        blocks = walk_frames_skipping(lambda: _fs.open_input(path), compression, path,
+                                      lambda f, o, r: found.append(CorruptRecord(f, o, r)))
+        for block in blocks:
+            surveyor.add(block)
+            counter.add(len(block), int(block.sizes.sum()))
+            while found:
+                yield beam.pvalue.TaggedOutput(_stages.CORRUPT, found.popleft())
+        while found:
+            yield beam.pvalue.TaggedOutput(_stages.CORRUPT, found.popleft())
+        counter.flush()
+        yield surveyor.result()
 
 
 def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
                   groups: Optional[Sequence[int]] = None, progress_dir: Optional[str] = None,
-                  label: str = "Survey"):
-    """PCollection of one FileSurvey per input file (header walk, length CRCs checked)."""
+                  label: str = "Survey", dead_letters=None):
+    """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
+
+    With `dead_letters` (a `commit.DeadLetters`: `--skip_corrupt`) the walk checks both CRCs
+    and steps over corrupt records (`_walk.walk_frames_skipping`), which go there; the
+    surveys, and so the plans made from them, hold the intact records only.
+    """
     tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
-    return (
+    skip = dead_letters is not None
+    outs = (
         p
         | f"{label}Files" >> beam.Create(tasks)
         | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Walk" >> beam.Map(_survey_one, progress_dir)
+        | f"{label}Walk" >> beam.ParDo(_SurveyFn(progress_dir, skip)).with_outputs(_stages.CORRUPT, main="surveys")
     )
+    if skip:
+        dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
+    return outs.surveys
 
 
 def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
@@ -63,7 +98,8 @@ def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[
 def write_planned(p, surveys, spec: _stages.ShardSpec, plan_fn: Callable[[List[FileSurvey]], List[ShardPlan]],
                   progress_dir: Optional[str] = None, label: str = "Write"):
     """Plan the shards from all surveys (`plan_fn`) and write each; PCollection of result dicts
-    (the same dicts `stages.write_shard` returns, also saved under the staging `_results`)."""
+    ({shard, name, records, bytes, checksum, file_bytes, groups}, also saved under the
+    staging `_results`)."""
 
     def make_plans(_, all_surveys):
         plans = plan_fn(sorted(all_surveys, key=lambda s: s.file_number))

@@ -27,9 +27,10 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequenc
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 from tfrecord_beam.beam import _frames, _fs
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.beam._corrupt import CorruptRecord
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
@@ -142,11 +143,15 @@ def write_run(frame_sets: Sequence[_frames.Frames], keys: Sequence[np.ndarray], 
 
 
 def bucket_runs(rng: _stages.FileRange, range_number: int, seed: int, plan: Plan, run_dir: str,
-                coverage: Optional[list] = None, digests: Optional[list] = None) -> Iterator[Tuple[int, RunPart]]:
+                coverage: Optional[list] = None, digests: Optional[list] = None,
+                on_corrupt: Optional[OnCorrupt] = None) -> Iterator[Tuple[int, RunPart]]:
     """Read one range (CRCs checked) and write its records as run files of at most about
-    `plan.buffer_bytes` each; append the range's `Coverage` and `Digest` to the lists given."""
-    reader = RecordReader(rng.path, rng.compression, verify=True, start_offset=rng.start, end_offset=rng.end,
-                          resync=rng.start > 0)
+    `plan.buffer_bytes` each; append the range's `Coverage` and `Digest` to the lists given.
+    With `on_corrupt(file, offset, reason)` (--skip_corrupt) corrupt records are reported to
+    it and stepped over (`skipping.SkippingReader`) instead of failing the read."""
+    reader = SkippingReader(rng.path, rng.compression, open_file=lambda: _fs.open_input(rng.path), verify=True,
+                            start_offset=rng.start, end_offset=rng.end, resync=rng.start > 0,
+                            skip_corrupt=on_corrupt is not None, on_corrupt=on_corrupt)
     key = file_key(seed, rng.file_number)
     frame_sets: List[_frames.Frames] = []
     keys: List[np.ndarray] = []
@@ -169,6 +174,7 @@ def bucket_runs(rng: _stages.FileRange, range_number: int, seed: int, plan: Plan
     if coverage is not None:
         first = reader.start_offset
         size = _fs.file_size(rng.path) if rng.compression is None else None
+        end = reader.end  # where its chain stopped: skipped spans count as covered (they were reported)
         coverage.append(_stages.Coverage(rng.path, rng.start, first, first if end is None else end, size))
     if digests is not None:
         digests.append(total)
@@ -336,14 +342,20 @@ def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts:
 class _BucketRuns(beam.DoFn):
     """(range number, FileRange) -> (shard, RunPart) pairs; COVERAGE and DIGEST side outputs."""
 
-    def __init__(self, seed: int, plan: Plan, run_dir: str) -> None:
-        self.seed, self.plan, self.run_dir = seed, plan, run_dir
+    def __init__(self, seed: int, plan: Plan, run_dir: str, skip_corrupt: bool = False) -> None:
+        self.seed, self.plan, self.run_dir, self.skip_corrupt = seed, plan, run_dir, skip_corrupt
 
     def process(self, element):
         number, rng = element
         coverage: list = []
         digests: list = []
-        yield from bucket_runs(rng, number, self.seed, self.plan, self.run_dir, coverage, digests)
+        bad: List[CorruptRecord] = []
+        report = (lambda f, o, r: bad.append(CorruptRecord(f, o, r))) if self.skip_corrupt else None
+        for part in bucket_runs(rng, number, self.seed, self.plan, self.run_dir, coverage, digests, report):
+            yield part
+            yield from (beam.pvalue.TaggedOutput(_stages.CORRUPT, record) for record in bad)
+            bad.clear()
+        yield from (beam.pvalue.TaggedOutput(_stages.CORRUPT, record) for record in bad)
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
         for d in digests:
@@ -351,18 +363,24 @@ class _BucketRuns(beam.DoFn):
 
 
 def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.ShardSpec, seed: int, plan: Plan,
-                      work_dir: str, verify: bool = True, label: str = "Shuffle"):
+                      work_dir: str, verify: bool = True, label: str = "Shuffle", dead_letters=None):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
-    dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records."""
+    dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records.
+    With `dead_letters` (a `commit.DeadLetters`: --skip_corrupt) corrupt records and spans no
+    range read are written there instead of failing the pipeline; the rest is shuffled."""
     run_dir = _fs.join(work_dir, "runs")
+    skip = dead_letters is not None
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))
         | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Runs" >> beam.ParDo(_BucketRuns(seed, plan, run_dir)).with_outputs(
-            _stages.COVERAGE, DIGEST, main="parts")
+        | f"{label}Runs" >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip)).with_outputs(
+            _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts")
     )
-    _stages.check_coverages(outs[_stages.COVERAGE], label)
+    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip)
+    if skip:
+        corrupt = (outs[_stages.CORRUPT], gaps) | f"{label}AllCorrupt" >> beam.Flatten()
+        dead_letters.write(corrupt, f"{label}DeadLetters")
     results = (
         outs.parts
         | f"{label}GroupByShard" >> beam.GroupByKey()
