@@ -14,7 +14,7 @@ from typing import List, Tuple
 
 import pytest
 
-from pipeline_helpers import FAST, MULTI, payloads, run_job, summary_json
+from helpers.jobs import FAST, MULTI, payloads, run_job, summary_json
 from pipelines import mix, reshard
 from tfrecord_beam import _plan
 from tfrecord_beam import manifest as mf
