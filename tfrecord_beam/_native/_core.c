@@ -18,6 +18,7 @@
 #include "tfr_encode.h"
 #include "tfr_example.h"
 #include "tfr_framing.h"
+#include "tfr_index.h"
 
 /* ---- numpy out ---------------------------------------------------------------------- */
 
@@ -227,6 +228,36 @@ static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
     PyObject *a = buf_to_array(&offs, NPY_INT64, 8), *b = buf_to_array(&lens, NPY_INT64, 8);
     if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); tfr_buf_free(&offs); tfr_buf_free(&lens); return NULL; }
     return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
+}
+
+/* parse_index(buf) -> (pairs int64 (2n,), error): `.tfindex` text; error None, or (code, line,
+ * line start) of the first malformed line (the pairs before it are returned). */
+static PyObject *py_parse_index(PyObject *self, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *buf = (const uint8_t *)v.buf;
+    size_t size = (size_t)v.len, n = 0, cap;
+    tfr_index_error err;
+    tfr_buf out = {0};
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    cap = tfr_index_max_pairs(buf, size);
+    if (tfr_buf_reserve(&out, cap * 16)) nomem = 1;
+    else {
+        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err);
+        out.len = n * 16;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (nomem) { tfr_buf_free(&out); return PyErr_NoMemory(); }
+    if (out.len && out.len < out.cap) { /* the buffer grew in powers of 2: give the spare back */
+        uint8_t *smaller = (uint8_t *)realloc(out.data, out.len);
+        if (smaller) { out.data = smaller; out.cap = out.len; }
+    }
+    PyObject *pairs = buf_to_array(&out, NPY_INT64, 8);
+    if (!pairs) { tfr_buf_free(&out); return NULL; }
+    if (err.code == TFR_INDEX_OK) return Py_BuildValue("(NO)", pairs, Py_None);
+    return Py_BuildValue("(N(inn))", pairs, err.code, (Py_ssize_t)err.line, (Py_ssize_t)err.line_start);
 }
 
 /* ---- record input: (buffer, offsets, lengths) or a sequence of bytes-likes --------------- */
@@ -596,6 +627,8 @@ static PyMethodDef methods[] = {
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
     {"walk_headers", py_walk_headers, METH_VARARGS,
      "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
+    {"parse_index", py_parse_index, METH_O,
+     "parse_index(buf) -> (int64 pairs (2n,), None | (code, line, line start)): `.tfindex` text."},
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},
     {"decode_examples", (PyCFunction)(void (*)(void))py_decode_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_examples(records, names, kinds, offsets=None, lengths=None) -> (columns|None, error|None)."},
