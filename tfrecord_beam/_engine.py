@@ -35,6 +35,7 @@ find_length_crc = _impl.find_length_crc
 find_length_crcs = _impl.find_length_crcs
 append_frame = _impl.append_frame
 walk_headers = _impl.walk_headers
+slice_payloads = _impl.slice_payloads
 parse_index = _native.parse_index if NATIVE else _index_text_py.parse_index  # `.tfindex` text
 
 # Per-record Example / SequenceExample encoders (compiled only): they return None for values
