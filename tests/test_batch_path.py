@@ -13,7 +13,6 @@ from _parity import both
 apache_beam = pytest.importorskip("apache_beam")
 from apache_beam import coders  # noqa: E402
 from apache_beam.coders.typecoders import registry  # noqa: E402
-
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.typehints import List as ListHint  # noqa: E402
 
@@ -42,7 +41,8 @@ def test_chunk_payloads_are_the_records(tmp_path):
     payloads = [os.urandom(i % 50) for i in range(3000)]
     path = str(tmp_path / "d.tfrecord")
     records.write_records(path, payloads)
-    assert [p for chunk in records.RecordReader(path, None, chunk_size=4096).chunks() for p in chunk.payloads()] == payloads
+    chunks = records.RecordReader(path, None, chunk_size=4096).chunks()
+    assert [p for chunk in chunks for p in chunk.payloads()] == payloads
 
 
 @pytest.mark.parametrize("value", [[], [b""], [b"a" * 200, b"b"], [os.urandom(n % 300) for n in range(2000)]])

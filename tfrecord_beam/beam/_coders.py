@@ -12,9 +12,9 @@ from typing import Any, Callable, Optional, Tuple
 from apache_beam import coders
 from apache_beam.coders import coder_impl
 from apache_beam.typehints import Any as AnyHint
-from apache_beam.typehints.typehints import ListConstraint
 from apache_beam.typehints import List as ListHint
 from apache_beam.typehints import Tuple as TupleHint
+from apache_beam.typehints.typehints import ListConstraint
 
 
 def check_coder(coder: Optional[coders.Coder]) -> coders.Coder:
@@ -82,7 +82,7 @@ class PayloadList(ListConstraint):
         super().__init__(bytes)
 
     def __eq__(self, other) -> bool:  # equal to List[bytes] both ways (a subclass's __eq__ goes first)
-        return isinstance(other, ListConstraint) and other.inner_type == bytes
+        return isinstance(other, ListConstraint) and other.inner_type is bytes
 
     def __hash__(self) -> int:
         return hash(ListHint[bytes])
