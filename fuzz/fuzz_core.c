@@ -9,7 +9,9 @@
  *  - Example / SequenceExample decode; encoded decoder columns decode again;
  *  - the encoder on hostile columns built from the input (raw or plausible row_splits, value
  *    offsets and status bytes): it refuses them (TFR_ENC_BAD_INPUT) or its output parses, as
- *    framed records that scan whole and as payloads that decode. */
+ *    framed records that scan whole and as payloads that decode;
+ *  - `.tfindex` text parsing: never writes past its capacity; a parse with a data-chosen
+ *    small capacity is a prefix of the full one (which never runs out of room). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "tfr_encode.h"
 #include "tfr_example.h"
 #include "tfr_framing.h"
+#include "tfr_index.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -297,6 +300,22 @@ static void fuzz_encoder(const uint8_t *data, size_t size) {
     }
 }
 
+static void fuzz_index_text(const uint8_t *data, size_t size, uint8_t mode) {
+    size_t cap = tfr_index_max_pairs(data, size);
+    int64_t *all = (int64_t *)malloc(cap * 16), few[8];
+    if (!all) abort();
+    tfr_index_error err, err2;
+    size_t n = tfr_parse_index(data, size, all, cap, &err);
+    if (n > cap || err.code == TFR_INDEX_FULL || (err.code && (err.line < 1 || err.line_start > size))) abort();
+    size_t small = (size_t)(mode % 5);
+    size_t m = tfr_parse_index(data, size, few, small, &err2);
+    if (m > small || m > n || memcmp(few, all, m * 16) != 0) abort();
+    if (m < n && err2.code != TFR_INDEX_FULL) abort();
+    if (m == n && err2.code != err.code && err2.code != TFR_INDEX_FULL) abort();
+    for (size_t i = 0; i < 2 * n; i++) if (all[i] < 0) abort();
+    free(all);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t mode = data[0];
@@ -311,6 +330,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (tfr_crc32c(0, data, size) != tfr_crc32c_sw(0, data, size)) abort();
     check_framing(data, size, mode);
     fuzz_encoder(data, size);
+    fuzz_index_text(data, size, mode);
 
     /* records: the whole input, and the input split in two at a data-chosen point */
     size_t cut = size ? (size_t)(mode * 131u) % (size + 1) : 0;

@@ -47,6 +47,25 @@ def test_initial_splits_equal_whole_read(tmp_path, indexed, kind):
         )
 
 
+def test_initial_splits_make_enough_ranges_to_balance_workers(tmp_path):
+    """Beam's size rule would cut 17 MiB into 5 ranges (3/5 for one of 2 workers); the
+    source makes at least MIN_SPLITS ranges of >= 1 MiB, read exactly once between them."""
+    from apache_beam.io.iobase import Read
+
+    from tfrecord_beam.beam.source import MIN_SPLIT_BYTES, MIN_SPLITS
+
+    payloads = [os.urandom(4096 - 16) for _ in range(17 * 256)]
+    path = write_file(tmp_path / "data.tfrecord", payloads, index=True)
+    source = _TFRecordSource(path)
+    beam_rule = Read.get_desired_chunk_size(source.estimate_size())
+    assert beam_rule > (17 << 20) // 6
+    splits = list(source.split(desired_bundle_size=beam_rule))
+    assert len(splits) >= MIN_SPLITS and all(s.weight >= MIN_SPLIT_BYTES for s in splits[:-1])
+    got = [p for s in splits for p in source_test_utils.read_from_source(s.source, s.start_position, s.stop_position)]
+    assert got == payloads
+    assert len(list(_TFRecordSource(write_file(tmp_path / "small.tfrecord", payloads[:100])).split(beam_rule))) == 1
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["index", "no-index"])
 @pytest.mark.parametrize("kind", ["plain", "nested"])
 def test_split_at_fraction_exhaustive(tmp_path, indexed, kind):

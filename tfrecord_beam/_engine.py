@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from . import _columnar_py, _framing_py
+from . import _columnar_py, _framing_py, _index_text_py
 
 PURE_REQUESTED = os.environ.get("TFRECORD_BEAM_PURE", "") not in ("", "0")
 
@@ -35,6 +35,8 @@ find_length_crc = _impl.find_length_crc
 find_length_crcs = _impl.find_length_crcs
 append_frame = _impl.append_frame
 walk_headers = _impl.walk_headers
+slice_payloads = _impl.slice_payloads
+parse_index = _native.parse_index if NATIVE else _index_text_py.parse_index  # `.tfindex` text
 
 # Per-record Example / SequenceExample encoders (compiled only): they return None for values
 # they leave to the Python path in `example`, which is also their pure twin (same bytes).

@@ -7,7 +7,7 @@ results; `tfrecord_beam._engine` picks one of the two in one place.
 from __future__ import annotations
 
 import struct
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import google_crc32c
 import numpy as np
@@ -234,3 +234,20 @@ def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray
             break
         want = WALK_SMALL if last is not None and last + FRAME_OVERHEAD >= WALK_BLOCK // 8 else WALK_BLOCK
     return np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pos, status
+
+
+def slice_payloads(buffer, offsets, lengths) -> List[bytes]:
+    """`buffer[offsets[i] : offsets[i] + lengths[i]]` for each i, as bytes (a chunk's payloads);
+    ValueError for a slice outside the buffer."""
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if len(offsets) != len(lengths):
+        raise ValueError("offsets and lengths differ in length")
+    size = len(buffer)
+    bad = np.flatnonzero((offsets < 0) | (lengths < 0) | (offsets > size) | (lengths > size - offsets))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"payload {i} (offset {offsets[i]}, length {lengths[i]}) is outside the {size}-byte buffer")
+    if not isinstance(buffer, bytes):
+        buffer = bytes(buffer)
+    return [buffer[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]

@@ -15,8 +15,8 @@ from typing import Callable, ContextManager, Optional, Tuple, Union
 
 import numpy as np
 
-from . import fs
-from .blockgzip import MemberTable, strip_trailer
+from . import _engine, _index_text_py, fs
+from .blockgzip import MemberTable
 from .errors import IndexMismatchError, OverwriteRefusedError
 
 INDEX_SUFFIX = ".tfindex"
@@ -93,46 +93,58 @@ def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] 
 
 
 def load_index(index_path) -> np.ndarray:
-    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array (`#` lines, such
-    as a block-gzip member table, are skipped).
+    """Read a `.tfindex` file of 0, 1 or N lines into an (n, 2) int64 array (blank and `#`
+    lines, such as a block-gzip member table, are skipped).
 
-    The entries must start at offset 0 and follow each other (each offset the previous one
-    plus its length); `check_index` also compares the end with the data file's size.
+    The text is parsed in one pass by the engine's `parse_index` (compiled, or its numpy twin
+    `_index_text_py`, which also states the grammar); a malformed line is an
+    IndexMismatchError naming the file, the line number and what is wrong. The entries must
+    start at offset 0 and follow each other (each offset the previous one plus its length);
+    `check_index` also compares the end with the data file's size.
     """
     path = os.fspath(index_path)
     with fs.open_input(path) as handle:
-        text = strip_trailer(handle.read().decode("ascii", errors="replace"))
-    lines = [line for line in text.splitlines() if line.strip()]
-    tokens = text.split()
-    try:
-        if len(tokens) != 2 * len(lines):
-            raise ValueError
-        index = np.array(tokens, dtype=np.int64).reshape(-1, 2)
-        if np.any(index < 0):
-            raise ValueError
-    except (ValueError, OverflowError):
-        for number, line in enumerate(lines):  # slow path only to name the bad line
-            parts = line.split()
-            if len(parts) == 2 and all(p.isdigit() for p in parts) and not all(int(p) < 1 << 63 for p in parts):
-                raise IndexMismatchError(path, None, number, f"index line {number + 1} ({line.strip()}): a number "
-                                         "does not fit in 64 bits (a corrupt index)") from None
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                raise IndexMismatchError(path, None, number, f"index line {number + 1} is not 'offset length': {line!r}") from None
-        raise
-    overflow = np.flatnonzero(index[:, 1] > np.iinfo(np.int64).max - index[:, 0]) if len(index) else []
+        data = handle.read()
+    pairs, error = _engine.parse_index(data)
+    if error is not None:
+        _raise_parse_error(path, data, len(pairs) // 2, error)
+    index = pairs.reshape(-1, 2)
+    if not len(index):
+        return index
+    ends = index[:, 0] + index[:, 1]  # wraps below zero where the sum passes 2**63 - 1
+    overflow = np.flatnonzero(ends < 0)
     if len(overflow):
         bad = int(overflow[0])
         raise IndexMismatchError(
             path, None, bad,
-            f"index line {bad + 1} ({index[bad, 0]} {index[bad, 1]}): offset + length overflows 64 bits "
-            "(a corrupt index)",
+            f"index line {_index_text_py.entry_line(data, bad)} ({index[bad, 0]} {index[bad, 1]}): offset + length "
+            "overflows 64 bits (a corrupt index)",
         )
-    if len(index) and index[0, 0] != 0:
-        raise IndexMismatchError(path, int(index[0, 0]), 0, "index does not start at offset 0 (lines missing)")
-    if len(index) > 1 and np.any(index[1:, 0] != index[:-1, 0] + index[:-1, 1]):
-        bad = int(np.flatnonzero(index[1:, 0] != index[:-1, 0] + index[:-1, 1])[0]) + 1
-        raise IndexMismatchError(path, int(index[bad, 0]), bad, "index entries are not contiguous")
+    if index[0, 0] != 0:
+        raise IndexMismatchError(path, int(index[0, 0]), 0, f"index line {_index_text_py.entry_line(data, 0)}: "
+                                 "index does not start at offset 0 (lines missing)")
+    gaps = np.flatnonzero(index[1:, 0] != ends[:-1])
+    if len(gaps):
+        bad = int(gaps[0]) + 1
+        raise IndexMismatchError(
+            path, int(index[bad, 0]), bad,
+            f"index line {_index_text_py.entry_line(data, bad)}: index entries are not contiguous (offset "
+            f"{index[bad, 0]}, but the entry before ends at {ends[bad - 1]})",
+        )
     return index
+
+
+def _raise_parse_error(path: str, data: bytes, entries: int, error: Tuple[int, int, int]) -> None:
+    """IndexMismatchError for `parse_index`'s `(code, line, line start)`."""
+    code, line, start = error
+    stop = data.find(b"\n", start)
+    text = data[start: stop if stop >= 0 else len(data)].decode("ascii", errors="replace")
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    if code == _index_text_py.ERROR_TOO_BIG:
+        reason = f"index line {line} ({shown.strip()}): a number does not fit in 64 bits (a corrupt index)"
+    else:
+        reason = f"index line {line} is not 'offset length': {shown!r}"
+    raise IndexMismatchError(path, None, entries, reason)
 
 
 def check_index(index: np.ndarray, data_size: Optional[int], index_path=None, data_path=None) -> np.ndarray:

@@ -18,6 +18,7 @@
 #include "tfr_encode.h"
 #include "tfr_example.h"
 #include "tfr_framing.h"
+#include "tfr_index.h"
 
 /* ---- numpy out ---------------------------------------------------------------------- */
 
@@ -178,6 +179,45 @@ done:
     return out;
 }
 
+/* slice_payloads(buffer, offsets, lengths) -> [bytes]: buffer[offsets[i]:offsets[i] + lengths[i]]
+ * for each i (a chunk's payloads as Beam and the loaders hand them on); ValueError for a
+ * slice outside the buffer. */
+static PyObject *py_slice_payloads(PyObject *self, PyObject *args) {
+    PyObject *buffer, *offsets, *lengths;
+    if (!PyArg_ParseTuple(args, "OOO", &buffer, &offsets, &lengths)) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(buffer, &v, PyBUF_SIMPLE) < 0) return NULL;
+    PyArrayObject *offs = as_i64(offsets), *lens = offs ? as_i64(lengths) : NULL;
+    PyObject *out = NULL;
+    if (!offs || !lens) goto done;
+    npy_intp n = PyArray_SIZE(offs);
+    if (PyArray_SIZE(lens) != n) {
+        PyErr_SetString(PyExc_ValueError, "offsets and lengths differ in length");
+        goto done;
+    }
+    const int64_t *o = (const int64_t *)PyArray_DATA(offs), *l = (const int64_t *)PyArray_DATA(lens);
+    for (npy_intp i = 0; i < n; i++) {
+        if (o[i] < 0 || l[i] < 0 || o[i] > (int64_t)v.len || l[i] > (int64_t)v.len - o[i]) {
+            PyErr_Format(PyExc_ValueError, "payload %zd (offset %lld, length %lld) is outside the %zd-byte buffer",
+                         (Py_ssize_t)i, (long long)o[i], (long long)l[i], v.len);
+            goto done;
+        }
+    }
+    out = PyList_New(n);
+    if (!out) goto done;
+    const char *base = (const char *)v.buf;
+    for (npy_intp i = 0; i < n; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(base + o[i], (Py_ssize_t)l[i]);
+        if (!item) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, i, item);
+    }
+done:
+    Py_XDECREF(offs);
+    Py_XDECREF(lens);
+    PyBuffer_Release(&v);
+    return out;
+}
+
 /* walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): the records
  * of an uncompressed file read by header alone (pread at each header; a block at a time while
  * records are small). status 0: reached `size`; 1: fewer than 12 bytes left at `stop`; 2: bad
@@ -227,6 +267,36 @@ static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
     PyObject *a = buf_to_array(&offs, NPY_INT64, 8), *b = buf_to_array(&lens, NPY_INT64, 8);
     if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); tfr_buf_free(&offs); tfr_buf_free(&lens); return NULL; }
     return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
+}
+
+/* parse_index(buf) -> (pairs int64 (2n,), error): `.tfindex` text; error None, or (code, line,
+ * line start) of the first malformed line (the pairs before it are returned). */
+static PyObject *py_parse_index(PyObject *self, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *buf = (const uint8_t *)v.buf;
+    size_t size = (size_t)v.len, n = 0, cap;
+    tfr_index_error err;
+    tfr_buf out = {0};
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    cap = tfr_index_max_pairs(buf, size);
+    if (tfr_buf_reserve(&out, cap * 16)) nomem = 1;
+    else {
+        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err);
+        out.len = n * 16;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (nomem) { tfr_buf_free(&out); return PyErr_NoMemory(); }
+    if (out.len && out.len < out.cap) { /* the buffer grew in powers of 2: give the spare back */
+        uint8_t *smaller = (uint8_t *)realloc(out.data, out.len);
+        if (smaller) { out.data = smaller; out.cap = out.len; }
+    }
+    PyObject *pairs = buf_to_array(&out, NPY_INT64, 8);
+    if (!pairs) { tfr_buf_free(&out); return NULL; }
+    if (err.code == TFR_INDEX_OK) return Py_BuildValue("(NO)", pairs, Py_None);
+    return Py_BuildValue("(N(inn))", pairs, err.code, (Py_ssize_t)err.line, (Py_ssize_t)err.line_start);
 }
 
 /* ---- record input: (buffer, offsets, lengths) or a sequence of bytes-likes --------------- */
@@ -596,6 +666,10 @@ static PyMethodDef methods[] = {
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
     {"walk_headers", py_walk_headers, METH_VARARGS,
      "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
+    {"parse_index", py_parse_index, METH_O,
+     "parse_index(buf) -> (int64 pairs (2n,), None | (code, line, line start)): `.tfindex` text."},
+    {"slice_payloads", py_slice_payloads, METH_VARARGS,
+     "slice_payloads(buffer, offsets, lengths) -> list of bytes: each payload of a chunk."},
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},
     {"decode_examples", (PyCFunction)(void (*)(void))py_decode_examples, METH_VARARGS | METH_KEYWORDS,
      "decode_examples(records, names, kinds, offsets=None, lengths=None) -> (columns|None, error|None)."},
