@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from _parity import both
+from helpers.parity import both
 
 apache_beam = pytest.importorskip("apache_beam")
 from apache_beam import coders  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _parity import NATIVE, needs_native, same
+from helpers.parity import NATIVE, needs_native, same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
