@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _diagnose, _engine, fs
 from .blockgzip import MemberTable, strip_trailer, table_from_data
-from ._framing_py import (
+from ._engine._common import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
     HEADER_SIZE,

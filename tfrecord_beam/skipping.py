@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
+from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE
 from .errors import CorruptRecordError, TruncatedRecordError
 from .records import RecordChunk, RecordReader, find_record_start, header_length
 

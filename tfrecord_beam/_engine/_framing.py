@@ -1,32 +1,40 @@
-"""Pure-Python twin of the compiled framing hot paths: scan frames, check CRCs, frame payloads.
+"""Pure-Python twin of the compiled framing hot paths: scan frames, check CRCs, frame payloads,
+find candidate headers, walk the headers of a file.
 
 The compiled module (`tfrecord_beam._native._core`) exposes the same functions with the same
-results; `tfrecord_beam._engine` picks one of the two in one place.
+results; `tfrecord_beam._engine` picks one of the two in one place. The constants both share
+(frame layout, status codes, verify levels) are in `tfrecord_beam._engine._common`.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Sequence, Tuple
 
 import google_crc32c
 import numpy as np
 
-HEADER_SIZE = 12  # uint64 length + masked CRC32C of the length
-FOOTER_SIZE = 4  # masked CRC32C of the payload
-FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
-_MASK_DELTA = 0xA282EAD8
+from ._common import (
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    MASK_DELTA,
+    STATUS_BAD_DATA_CRC,
+    STATUS_BAD_LENGTH_CRC,
+    STATUS_INCOMPLETE,
+    STATUS_OK,
+    VERIFY_ALL,
+    VERIFY_LENGTHS,
+    VERIFY_NONE,
+    WALK_BAD_LENGTH_CRC,
+    WALK_DONE,
+    WALK_PAST_END,
+    WALK_SHORT_HEADER,
+)
 
-# scan_frames status codes (shared with the C twin).
-STATUS_OK = 0
-STATUS_INCOMPLETE = 1
-STATUS_BAD_LENGTH_CRC = 2
-STATUS_BAD_DATA_CRC = 3
-
-# scan_frames verify levels (shared with the C twin): VERIFY_ALL == True.
-VERIFY_NONE = 0
-VERIFY_ALL = 1
-VERIFY_LENGTHS = 2  # length CRCs only: framing trusted, payloads not checked (index building)
+__all__ = ["masked_crc32c", "scan_frames", "find_length_crc", "find_length_crcs", "frame_header",
+           "frame_records", "append_frame", "walk_headers"]
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -38,7 +46,7 @@ def masked_crc32c(data) -> int:
     if not isinstance(data, bytes):
         data = bytes(data)  # google_crc32c.value rejects memoryview slices
     crc = google_crc32c.value(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]:
@@ -120,7 +128,7 @@ def _length_crc_hits(data: np.ndarray, pos: int, n: int) -> np.ndarray:
     crc = np.full(n, zero, dtype=np.uint32)
     for k in range(8):
         crc ^= tables[k][data[pos + k : pos + k + n]]
-    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(MASK_DELTA)
     stored = np.zeros(n, dtype=np.uint32)
     for k in range(4):
         stored |= data[pos + 8 + k : pos + 8 + k + n].astype(np.uint32) << np.uint32(8 * k)
@@ -191,7 +199,6 @@ def append_frame(buf: bytearray, pos: int, payload) -> int:
 
 WALK_BLOCK = 64 * 1024
 WALK_SMALL = 4096
-WALK_DONE, WALK_SHORT_HEADER, WALK_BAD_LENGTH_CRC, WALK_PAST_END = 0, 1, 2, 3
 
 
 def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
@@ -203,8 +210,6 @@ def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray
     `size`), WALK_SHORT_HEADER (fewer than 12 bytes left at `stop`), WALK_BAD_LENGTH_CRC or
     WALK_PAST_END (the frame at `stop` runs past `size`).
     """
-    import os
-
     if start < 0 or size < start:
         raise ValueError(f"bad range {start}..{size}")
     offsets, lengths = [], []
