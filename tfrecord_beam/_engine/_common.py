@@ -21,7 +21,7 @@ __all__ = [
     "STATUS_OK", "STATUS_INCOMPLETE", "STATUS_BAD_LENGTH_CRC", "STATUS_BAD_DATA_CRC",
     "VERIFY_NONE", "VERIFY_ALL", "VERIFY_LENGTHS",
     "WALK_DONE", "WALK_SHORT_HEADER", "WALK_BAD_LENGTH_CRC", "WALK_PAST_END",
-    "KIND_NONE", "KIND_BYTES", "KIND_FLOAT", "KIND_INT64", "BYTES", "FLOAT", "INT",
+    "KIND_NONE", "KIND_BYTES", "KIND_FLOAT", "KIND_INT64", "BYTES", "FLOAT", "INT", "KIND_NONE_NAME",
     "KIND_CODE", "KIND_NAME", "KIND_DTYPE", "KIND_FIELD",
     "MISSING", "NO_KIND", "PRESENT", "ERR_MALFORMED", "ERR_KIND",
 ]
@@ -48,6 +48,7 @@ WALK_DONE, WALK_SHORT_HEADER, WALK_BAD_LENGTH_CRC, WALK_PAST_END = 0, 1, 2, 3
 # Feature kinds: the numbers the engines take and return, and the Python API's names.
 KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
 BYTES, FLOAT, INT = "byte", "float", "int"
+KIND_NONE_NAME = "none"  # how statistics and schema metadata name "no kind set" (KIND_NONE)
 KIND_CODE = {BYTES: KIND_BYTES, FLOAT: KIND_FLOAT, INT: KIND_INT64}
 KIND_NAME = {code: name for name, code in KIND_CODE.items()}
 KIND_DTYPE = {KIND_BYTES: np.uint8, KIND_FLOAT: np.float32, KIND_INT64: np.int64}  # of `values`
