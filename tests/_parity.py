@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import _encode_oracle
 import numpy as np
 import pytest
 from conftest import FIXTURES, MANIFEST  # noqa: F401 - re-exported for the parity tests
 
-import _encode_oracle
 from tfrecord_beam._engine import _decode, _encode, _framing, _rows
 
 try:

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam import _engine  # noqa: E402
-from tfrecord_beam._engine import _decode, _encode, _framing, _rows
+from tfrecord_beam._engine import _decode, _encode, _framing, _rows  # noqa: E402
 from tfrecord_beam.errors import FeatureKindError  # noqa: E402
 from tfrecord_beam.example import decode_sequence_example, encode_sequence_example, normalize_description  # noqa: E402
 from tfrecord_beam.index import create_index  # noqa: E402

@@ -320,10 +320,8 @@ def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = No
     What the drop-in loaders and Beam's DecodeExamples yield: float32 / int64 arrays (copies,
     so a kept record does not pin the batch), a single bytes value as `bytes`, zero or several
     as an object array, and an empty array for a missing or kind-less feature. `rows` picks
-    records (default: all). Built in C where the compiled core is; `_to_records_py` is the twin.
+    records (default: all). Built in C where the compiled core is (`_engine._rows` is the twin).
     """
-    if _engine.example_rows is None:
-        return _to_records_py(columns, rows)
     count = len(next(iter(columns.values()))) if columns else 0
     return iter(_engine.example_rows(*_column_args(columns, False), count, rows))
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from types import ModuleType
+from typing import Optional
 
 from . import _decode, _encode, _framing, _rows
 
@@ -37,10 +39,10 @@ __all__ = [
 
 PURE_REQUESTED = os.environ.get("TFRECORD_BEAM_PURE", "") not in ("", "0")
 
-_native = None
+_native: Optional[ModuleType] = None
 if not PURE_REQUESTED:
     try:
-        from .._native import _core as _native  # type: ignore[no-redef]
+        from .._native import _core as _native
     except ImportError as exc:  # pragma: no cover - depends on the build
         warnings.warn(
             f"tfrecord_beam: compiled fast path unavailable ({exc}); using the pure-Python engine",
@@ -51,26 +53,39 @@ if not PURE_REQUESTED:
 NATIVE = _native is not None
 ENGINE = "native" if NATIVE else "pure"
 
-_framing_impl = _native if NATIVE else _framing
-scan_frames = _framing_impl.scan_frames
-frame_records = _framing_impl.frame_records
-masked_crc32c = _framing_impl.masked_crc32c
-find_length_crc = _framing_impl.find_length_crc
-find_length_crcs = _framing_impl.find_length_crcs
-append_frame = _framing_impl.append_frame
-walk_headers = _framing_impl.walk_headers
+if _native is not None:
+    scan_frames = _native.scan_frames
+    frame_records = _native.frame_records
+    masked_crc32c = _native.masked_crc32c
+    find_length_crc = _native.find_length_crc
+    find_length_crcs = _native.find_length_crcs
+    append_frame = _native.append_frame
+    walk_headers = _native.walk_headers
+    decode_examples = _native.decode_examples
+    decode_sequence_examples = _native.decode_sequence_examples
+    encode_examples = _native.encode_examples
+    example_rows = _native.example_rows
+    decode_example_rows = _native.decode_example_rows
+    sequence_rows = _native.sequence_rows
+    # Per-record encoders (compiled only; see the module docstring).
+    encode_example = _native.encode_example
+    encode_sequence_example = _native.encode_sequence_example
+    append_example = _native.append_example
+    append_sequence_example = _native.append_sequence_example
+else:
+    scan_frames = _framing.scan_frames
+    frame_records = _framing.frame_records
+    masked_crc32c = _framing.masked_crc32c
+    find_length_crc = _framing.find_length_crc
+    find_length_crcs = _framing.find_length_crcs
+    append_frame = _framing.append_frame
+    walk_headers = _framing.walk_headers
+    decode_examples = _decode.decode_examples
+    decode_sequence_examples = _decode.decode_sequence_examples
+    encode_examples = _encode.encode_examples
+    example_rows = _rows.example_rows
+    decode_example_rows = _rows.decode_example_rows
+    sequence_rows = _rows.sequence_rows
+    encode_example = encode_sequence_example = append_example = append_sequence_example = None
 
-decode_examples = (_native or _decode).decode_examples
-decode_sequence_examples = (_native or _decode).decode_sequence_examples
-encode_examples = (_native or _encode).encode_examples
-encode_sequence_examples = _encode.encode_sequence_examples  # no compiled counterpart
-
-example_rows = (_native or _rows).example_rows
-decode_example_rows = (_native or _rows).decode_example_rows
-sequence_rows = (_native or _rows).sequence_rows
-
-# Per-record encoders (compiled only; see the module docstring).
-encode_example = _native.encode_example if NATIVE else None
-encode_sequence_example = _native.encode_sequence_example if NATIVE else None
-append_example = _native.append_example if NATIVE else None
-append_sequence_example = _native.append_sequence_example if NATIVE else None
+encode_sequence_examples = _encode.encode_sequence_examples  # no compiled counterpart: both engines

