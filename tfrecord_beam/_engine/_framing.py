@@ -101,23 +101,26 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
 
 
 def _scan_unverified(view: memoryview, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
-    """`scan_frames(buf, VERIFY_NONE)`: only the lengths are read (the tightest loop)."""
+    """`scan_frames(buf, VERIFY_NONE)`: only the lengths are read, offsets follow from them."""
     unpack = _U64.unpack_from
-    offsets: list = []
     lengths: list = []
+    append = lengths.append
     pos, status = 0, STATUS_OK
     while pos < size:
         if size - pos < HEADER_SIZE:
             status = STATUS_INCOMPLETE
             break
-        (length,) = unpack(view, pos)
-        if length > size - pos - FRAME_OVERHEAD:
+        end = pos + unpack(view, pos)[0] + FRAME_OVERHEAD
+        if end > size:
             status = STATUS_INCOMPLETE
             break
-        offsets.append(pos + HEADER_SIZE)
-        lengths.append(length)
-        pos += length + FRAME_OVERHEAD
-    return np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pos, status
+        append(end - pos - FRAME_OVERHEAD)
+        pos = end
+    lens = np.asarray(lengths, dtype=np.int64)
+    offsets = np.full(len(lens), HEADER_SIZE, dtype=np.int64)
+    if len(lens) > 1:
+        offsets[1:] += np.cumsum(lens[:-1] + FRAME_OVERHEAD)
+    return offsets, lens, pos, status
 
 
 def _window_crc_tables() -> Tuple[int, np.ndarray]:
