@@ -317,9 +317,13 @@ def test_encoder_columns_api_exposes_columnar_form():
     assert len(offsets) == 4 and offsets[-1] == len(data)
 
 
-def test_large_gathers_are_split_into_slices(monkeypatch):
-    """Batches over _GATHER_BYTES copy in row slices; the bytes must not change."""
+@pytest.mark.parametrize("long_pieces", [256, 1 << 40])
+def test_large_gathers_are_split_into_slices(monkeypatch, long_pieces):
+    """Batches over _GATHER_BYTES copy in row slices, long pieces one slice copy each (or, with
+    that path off, by index arrays); the bytes must not change."""
     from tfrecord_beam._engine import _encode
+
+    monkeypatch.setattr(_encode, "_LONG", long_pieces)
 
     rows = [[bytes([i % 256]) * (i % 300) for _ in range(i % 4)] for i in range(400)]
     batch = pa.record_batch({"x": pa.array(rows, pa.list_(pa.binary())), "s": [b"q" * (i % 700) for i in range(400)]})

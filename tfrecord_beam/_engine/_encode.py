@@ -29,6 +29,7 @@ __all__ = ["encode_examples", "encode_sequence_examples", "split_payloads", "var
 
 _KIND_TAG = {KIND_BYTES: 0x0A, KIND_FLOAT: 0x12, 3: 0x1A}  # Feature.bytes_list / float_list / int64_list
 _SHORT = 12  # pieces up to this long are copied position by position
+_LONG = 256  # pieces this long on average are copied one slice each (index arrays cost 8x the bytes)
 _GATHER_BYTES = 1 << 22  # copy at most this many bytes per gather (bounds the index arrays)
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 
@@ -137,6 +138,10 @@ def _gather(out: np.ndarray, dest: np.ndarray, buf, src: Optional[np.ndarray], l
                 more = length > k
                 dest, src, length = dest[more], src[more], length[more]
             out[dest + k] = buf[src + k]
+        return
+    if total >= _LONG * len(length):  # long pieces (images): one slice copy (memcpy) per piece
+        for d, a, k in zip(dest.tolist(), src.tolist(), length.tolist()):
+            out[d : d + k] = buf[a : a + k]
         return
     if total > _GATHER_BYTES and len(length) > 1:  # bounded index arrays: gather in slices of rows
         ends = np.cumsum(length)
