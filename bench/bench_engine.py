@@ -4,7 +4,8 @@ One command; each engine runs in its own process (`TFRECORD_BEAM_PURE=1` for the
 one thread, CPU seconds (`time.process_time`), median of `--repeats`. Rows:
 
 - columnar encode: `columnar.encode_examples` of D2-like columns (label float, index int,
-  tokens int x20, name bytes ~12), framed;
+  tokens int x20, name bytes ~12), framed; and of D1-like columns (a 16 KiB image, label,
+  index; records / 10 of them);
 - columnar decode: `columnar.decode_examples` of the same records from one buffer;
 - arrow encode: `arrow.ExampleEncoder.encode_framed` of the same data as a RecordBatch with a
   nullable column (a null every 7th row);
@@ -42,6 +43,10 @@ def _measure(n: int, repeats: int) -> dict:
     names = [b"name-%07d" % i for i in range(n)]
     cols = {"label": label, "index": index, "tokens": tokens,
             "name": columnar.Column.from_rows("name", "byte", [[x] for x in names])}
+    n1 = max(1, n // 10)
+    d1 = {"image": columnar.Column("image", "byte", rng.integers(0, 256, n1 << 14, dtype=np.uint8),
+                                   np.arange(n1 + 1), np.arange(n1 + 1, dtype=np.int64) << 14),
+          "label": label[:n1], "index": index[:n1]}
     framed = columnar.encode_examples(cols, framed=True)
     payloads = columnar.encode_examples(cols)
     offs, lens, _, _ = _engine.scan_frames(framed, False)
@@ -62,6 +67,7 @@ def _measure(n: int, repeats: int) -> dict:
                         ("name", pa.binary())])
     rows = {
         "columnar encode (framed)": lambda: columnar.encode_examples(cols, framed=True),
+        "columnar encode D1 (framed)": lambda: columnar.encode_examples(d1, framed=True),
         "columnar decode": lambda: columnar.decode_examples(framed, desc, offsets=offs, lengths=lens),
         "arrow encode_framed": lambda: enc.encode_framed(batch),
         "arrow sequence encode": lambda: seq_enc.encode(seq_batch),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, MANIFEST  # noqa: F401 - re-exported for the parity tests
 
-from tfrecord_beam._engine import _decode, _encode, _framing, _rows
+from tfrecord_beam._engine import _common, _decode, _encode, _framing, _rows
 
 try:
     from tfrecord_beam._native import _core as NATIVE
@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - the extension is optional
     NATIVE = None
 
 needs_native = pytest.mark.skipif(NATIVE is None, reason="compiled core not built")
-KIND_CODE = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
+KIND_CODE = {field: _common.KIND_CODE[kind] for kind, field in _common.KIND_FIELD.items()}  # by oneof field
 PURE = {name: getattr(mod, name) for mod in (_framing, _decode, _encode, _rows) for name in mod.__all__}
 ORACLES = {"encode_examples": _encode_oracle.encode_examples}  # slow references the twins must match
 
