@@ -75,19 +75,20 @@ def _sizes(framed: bytes, label: str):
 def run(records: int = 300_000, repeats: int = 3, tf_python: str = None) -> str:
     from torch.utils.data import DataLoader
 
-    from tfrecord_beam import _framing_py, blockgzip, index
+    from tfrecord_beam import blockgzip, index
+    from tfrecord_beam._engine import _framing
     from tfrecord_beam.records import RecordReader, RecordWriter
     from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset
 
     src = dataset_file("d2", records)
     payloads = list(RecordReader(src))
-    framed = _framing_py.frame_records(payloads)
+    framed = _framing.frame_records(payloads)
     d1 = list(RecordReader(dataset_file("d1", 600)))
     out = []
     out.append(print_table(
         f"Size: blocks vs one stream ({len(payloads):,} D2 records, {len(framed) / 1e6:.1f} MB; 600 D1 records)",
         ["data", "deflater", "block", "one stream / raw", "blocks overhead"],
-        _sizes(framed, "D2") + _sizes(_framing_py.frame_records(d1), "D1")))
+        _sizes(framed, "D2") + _sizes(_framing.frame_records(d1), "D1")))
 
     tmp = Path(tempfile.mkdtemp())
     stream = str(tmp / "stream.tfrecord.gz")

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tfrecord_beam import _columnar_py, _framing_py  # noqa: E402
+from tfrecord_beam._engine import _decode, _encode, _framing  # noqa: E402
 from bench import _common  # noqa: E402
 from tfrecord_beam._native import _core  # noqa: E402
 from tfrecord_beam._proto import SequenceExample  # noqa: E402
@@ -247,13 +247,13 @@ def main(argv=None) -> int:
         payload, spayload = int(lens.sum()), int(slens.sum())
         # read + CRC (in-memory buffer for ours; the file for the others)
         table.add(name, "read+CRC", "ours native", n, len(buf), median_seconds(lambda: _core.scan_frames(buf), args.repeats))
-        table.add(name, "read+CRC", "ours pure", sn, len(sbuf), median_seconds(lambda: _framing_py.scan_frames(sbuf), slow_repeats))
+        table.add(name, "read+CRC", "ours pure", sn, len(sbuf), median_seconds(lambda: _framing.scan_frames(sbuf), slow_repeats))
         table.add(name, "read", "tfrecord pkg", sn, len(sbuf), median_seconds(vahid_read(slow_path), slow_repeats), "file, no CRC")
         if f"{name}/read" in tf:
             table.add(name, "read+CRC", "TensorFlow", n, len(buf), tf[f"{name}/read"], "TFRecordDataset, batch 4096")
         # decode
         table.add(name, "decode", "ours native", n, payload, median_seconds(decode_fn(_core, name, buf, offs, lens), args.repeats))
-        table.add(name, "decode", "ours pure", sn, spayload, median_seconds(decode_fn(_columnar_py, name, sbuf, soffs, slens), slow_repeats))
+        table.add(name, "decode", "ours pure", sn, spayload, median_seconds(decode_fn(_decode, name, sbuf, soffs, slens), slow_repeats))
         table.add(name, "read+decode", "tfrecord pkg", sn, spayload, median_seconds(vahid_decode(name, slow_path), slow_repeats), "file")
         for bs in (256, 4096):
             if f"{name}/decode/{bs}" in tf:
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
             c = cols[name]
             sc = slice_cols(c, sn)
             table.add(name, "encode+frame", "ours native", n, len(buf), median_seconds(lambda: _core.encode_examples(c, n, True), args.repeats))
-            table.add(name, "encode+frame", "ours pure", sn, len(sbuf), median_seconds(lambda: _columnar_py.encode_examples(sc, sn, True), slow_repeats))
+            table.add(name, "encode+frame", "ours pure", sn, len(sbuf), median_seconds(lambda: _encode.encode_examples(sc, sn, True), slow_repeats))
             table.add(name, "encode+frame", "tfrecord pkg", sn, len(sbuf), median_seconds(vahid_encode(sc, sn), slow_repeats), "dict per record")
         if name == "D2" and "D2/write_preserialized" in tf:
             table.add(name, "frame (write)", "TensorFlow", n, len(buf), tf["D2/write_preserialized"], "TFRecordWriter, pre-serialized, to file")

@@ -19,7 +19,7 @@ import time
 from typing import List
 
 from tfrecord_beam import _engine, records
-from tfrecord_beam._framing_py import frame_header
+from tfrecord_beam._engine._framing import frame_header
 from tfrecord_beam._resync import Resync
 
 from ._common import median_seconds, print_table

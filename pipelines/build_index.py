@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from tfrecord_beam import blockgzip, fs
-from tfrecord_beam._framing_py import VERIFY_ALL, VERIFY_LENGTHS
+from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
 from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index

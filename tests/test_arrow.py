@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tfrecord_beam import arrow
+from tfrecord_beam import arrow, columnar
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch, record_batch_to_examples
 from tfrecord_beam.example import decode_example, encode_example, encode_sequence_example
 
@@ -312,26 +312,30 @@ def test_encoder_columns_api_exposes_columnar_form():
     assert seqs == []
     assert col.values.tolist() == [1, 2, 3]
     assert col.row_splits.tolist() == [0, 2, 2, 3]
-    assert col.present.tolist() == [True, False, True]
+    assert col.status.tolist() == [columnar.PRESENT, columnar.MISSING, columnar.PRESENT]
     data, offsets = arrow.serialize_columns([col], None, 3)
     assert len(offsets) == 4 and offsets[-1] == len(data)
 
 
-def test_large_gathers_are_split_into_slices(monkeypatch):
-    """Batches over _GATHER_BYTES copy in row slices; the bytes must not change."""
-    from tfrecord_beam import _encode_np
+@pytest.mark.parametrize("long_pieces", [256, 1 << 40])
+def test_large_gathers_are_split_into_slices(monkeypatch, long_pieces):
+    """Batches over _GATHER_BYTES copy in row slices, long pieces one slice copy each (or, with
+    that path off, by index arrays); the bytes must not change."""
+    from tfrecord_beam._engine import _encode
+
+    monkeypatch.setattr(_encode, "_LONG", long_pieces)
 
     rows = [[bytes([i % 256]) * (i % 300) for _ in range(i % 4)] for i in range(400)]
     batch = pa.record_batch({"x": pa.array(rows, pa.list_(pa.binary())), "s": [b"q" * (i % 700) for i in range(400)]})
     want = [encode_example({"x": (r, "byte"), "s": (b"q" * (i % 700), "byte")}) for i, r in enumerate(rows)]
-    monkeypatch.setattr(_encode_np, "_GATHER_BYTES", 1000)
+    monkeypatch.setattr(_encode, "_GATHER_BYTES", 1000)
     context, _ = ExampleEncoder(batch.schema).to_columns(batch)
-    assert _encode_np.split_payloads(*_encode_np.encode_examples(context, batch.num_rows)) == want
+    assert _encode.split_payloads(*_encode.encode_examples(columnar._engine_columns(context), batch.num_rows)) == want
 
 
 def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
-    """With a schema, decoding goes through columnar.decode_examples when it is built: same batch."""
-    if arrow._columnar_decoder() is None:
+    """With a schema, decoding goes through columnar.decode_examples when it is compiled: same batch."""
+    if not arrow._engine.NATIVE:
         pytest.skip("the compiled batch decoder (columnar.decode_examples) is not built here")
     batch = pa.record_batch({
         "i": pa.array([1, None, -3], pa.int32()), "f": [0.5, None, 2.0], "s": ["a", None, ""],
@@ -340,7 +344,7 @@ def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
     })
     payloads = record_batch_to_examples(batch) + [encode_example({"i": 9})]
     fast = examples_to_record_batch(payloads, schema=batch.schema)
-    monkeypatch.setattr(arrow, "_columnar_decoder", lambda: None)
+    monkeypatch.setattr(arrow._engine, "NATIVE", False)
     assert fast.equals(examples_to_record_batch(payloads, schema=batch.schema))
     assert fast.slice(0, 3).equals(batch)
 

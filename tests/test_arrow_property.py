@@ -5,8 +5,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrecord_beam import _encode_np
-from tfrecord_beam._encode_np import split_payloads, varint_sizes, varints
+from tfrecord_beam import columnar
+from tfrecord_beam._engine import _encode
+from tfrecord_beam._engine._encode import split_payloads, varint_sizes, varints
 from tfrecord_beam.arrow import ExampleEncoder, examples_to_record_batch, record_batch_to_examples
 from tfrecord_beam.example import encode_example, encode_sequence_example
 
@@ -47,7 +48,7 @@ def test_encoder_matches_upb(batch_rows):
     want = [encode_example(r) for r in rows]
     assert record_batch_to_examples(batch) == want
     context, _ = ExampleEncoder(batch.schema).to_columns(batch)
-    assert split_payloads(*_encode_np.encode_examples(context, batch.num_rows)) == want
+    assert split_payloads(*_encode.encode_examples(columnar._engine_columns(context), batch.num_rows)) == want
 
 
 @settings(max_examples=60, deadline=None)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from helpers.fixtures import DATA
-from tfrecord_beam import _engine, _framing_py, blockgzip, index
+from tfrecord_beam import _engine, blockgzip, index
+from tfrecord_beam._engine import _framing
 from tfrecord_beam._blockgzip_write import deflate_member
 from tfrecord_beam._streams import INFLATERS
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
@@ -35,7 +36,7 @@ def engine(request, monkeypatch):
     """The compiled framing where built, and the pure-Python twins: same results."""
     if request.param == "pure":
         for name in ("scan_frames", "frame_records", "masked_crc32c"):
-            monkeypatch.setattr(_engine, name, getattr(_framing_py, name))
+            monkeypatch.setattr(_engine, name, getattr(_framing, name))
     return request.param
 
 
@@ -65,7 +66,7 @@ def test_members_hold_whole_records_and_every_gzip_reader_agrees(tmp_path, engin
     assert len(table) > 20 and np.all(sizes[:-1] >= 8192) and np.all(sizes[:-1] < 8192 + 16 + 700)
     assert set(table.uncompressed[:-1].tolist()) <= set(ix[:, 0].tolist())  # members start at records
     assert table.data_size == int(ix[-1].sum()) and table.file_size == os.path.getsize(path)
-    framed = _framing_py.frame_records(PAYLOADS)
+    framed = _framing.frame_records(PAYLOADS)
     raw = Path(path).read_bytes()
     assert gzip.decompress(raw) == framed == _zlib_members(raw)
     assert list(RecordReader(path)) == PAYLOADS
@@ -159,7 +160,7 @@ def test_long_tables_load_from_the_index_tail(tmp_path):
 
 @pytest.mark.parametrize("engine_name", sorted(INFLATERS))
 def test_deflate_engines_write_the_same_records(engine_name):
-    data = _framing_py.frame_records(PAYLOADS[:200])
+    data = _framing.frame_records(PAYLOADS[:200])
     for level in (-1, 0, 1, 9):
         member = deflate_member(data, level, engine_name)
         assert gzip.decompress(member) == data == _zlib_members(member)
@@ -172,7 +173,7 @@ def test_golden_file_reads_as_its_manifest():
     payloads = list(RecordReader(path))
     assert len(payloads) == manifest["records"]
     assert hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in payloads)).hexdigest() == manifest["sha256"]
-    assert gzip.decompress(Path(path).read_bytes()) == _framing_py.frame_records(payloads)
+    assert gzip.decompress(Path(path).read_bytes()) == _framing.frame_records(payloads)
     assert len(blockgzip.member_table_for(path)) == manifest["members"] > 1
 
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from helpers.fixtures import FIXTURES
-from tfrecord_beam import _framing_py, columnar
+from tfrecord_beam import columnar
+from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example, SequenceExample
 from tfrecord_beam.errors import DecodeError
 
@@ -75,8 +76,8 @@ def test_kinds_inferred_from_records():
 
 
 def test_buffer_with_offsets_is_the_same_as_a_list():
-    framed = _framing_py.frame_records(RECORDS)
-    offs, lens, _, _ = _framing_py.scan_frames(framed)
+    framed = _framing.frame_records(RECORDS)
+    offs, lens, _, _ = _framing.scan_frames(framed)
     a = columnar.decode_examples(framed, {"x": "int", "s": "byte"}, offsets=offs, lengths=lens)
     b = columnar.decode_examples(RECORDS, {"x": "int", "s": "byte"})
     assert all(a[k].to_list() == b[k].to_list() for k in a)
@@ -92,7 +93,7 @@ def test_encode_round_trip_and_upb_identity():
     for p in payloads:
         assert Example.FromString(p).SerializeToString(deterministic=True) == p
     framed = columnar.encode_examples(cols, framed=True)
-    assert framed == _framing_py.frame_records(payloads)
+    assert framed == _framing.frame_records(payloads)
 
 
 def test_encode_accepts_arrays_pairs_and_lists():
@@ -133,8 +134,8 @@ def test_sequence_examples_two_levels():
 def test_read_example_batches_across_chunks(batch_size):
     path = FIXTURES / "examples.tfrecord"
     desc = {"bytes_utf8": "byte", "floats_edge": "float", "ints_edge": "int"}
-    whole = columnar.decode_examples(path.read_bytes(), desc, offsets=_framing_py.scan_frames(path.read_bytes())[0],
-                                     lengths=_framing_py.scan_frames(path.read_bytes())[1])
+    whole = columnar.decode_examples(path.read_bytes(), desc, offsets=_framing.scan_frames(path.read_bytes())[0],
+                                     lengths=_framing.scan_frames(path.read_bytes())[1])
     got = {k: [] for k in desc}
     sizes = []
     for batch in columnar.read_example_batches(str(path), desc, batch_size, chunk_size=100):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from helpers import wire as _wire
 from helpers.fixtures import FIXTURES
 from helpers.parity import KIND_CODE, both, manifest
-from tfrecord_beam import _columnar_py, _framing_py
+from tfrecord_beam._engine import _decode, _framing
 from tfrecord_beam._proto import Example
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -20,7 +20,7 @@ SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHES
 
 def frames(name):
     buf = (FIXTURES / name).read_bytes()
-    offs, lens, _, _ = _framing_py.scan_frames(buf, verify=False)
+    offs, lens, _, _ = _framing.scan_frames(buf, verify=False)
     return buf, offs, lens
 
 
@@ -231,7 +231,7 @@ def test_encode_parity_and_roundtrip(case):
     payloads, offsets = both("encode_examples", cols, n)
     framed = both("encode_examples", cols, n, True)
     records = [payloads[offsets[i] : offsets[i + 1]].tobytes() for i in range(n)]
-    assert framed == _framing_py.frame_records(records)
+    assert framed == _framing.frame_records(records)
     for r in records:  # upb writes the very same bytes
         assert Example.FromString(r).SerializeToString(deterministic=True) == r
     decoded, err = both("decode_examples", records, [c[0] for c in cols], [c[1] for c in cols])

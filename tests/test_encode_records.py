@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_beam as tfb
-from tfrecord_beam import _framing_py, example, index, records
+from tfrecord_beam import example, index, records
+from tfrecord_beam._engine import _framing
 
 KINDS = ["byte", "float", "int", "bytes", "int64", "float32", " Int", "BYTES", "x"]
 
@@ -116,7 +117,7 @@ def test_common_inputs_are_taken_by_the_compiled_encoder():
     ctx, seq = {"length": (3, "int")}, {"tokens": ([[1, 2], [3]], "int"), "f": ([[0.5]], "float"), "w": ([[b"a"]], "byte")}
     assert NATIVE.encode_sequence_example(ctx, seq) == example.encode_sequence_example_message(ctx, seq)
     framed = NATIVE.encode_example(datum, True)
-    assert framed == _framing_py.frame_records([example.encode_example_message(datum)])
+    assert framed == _framing.frame_records([example.encode_example_message(datum)])
 
 
 @needs_native
@@ -222,11 +223,11 @@ def test_an_aborted_writer_leaves_nothing(tmp_path):
 
 def test_pure_append_frame_matches_the_frame_format():
     buf = bytearray(40)
-    end = _framing_py.append_frame(buf, 3, b"hello")
+    end = _framing.append_frame(buf, 3, b"hello")
     assert end == 3 + 5 + 16
-    assert bytes(buf[3:end]) == _framing_py.frame_records([b"hello"])
+    assert bytes(buf[3:end]) == _framing.frame_records([b"hello"])
     assert struct.unpack_from("<Q", buf, 3)[0] == 5
-    assert _framing_py.append_frame(buf, 30, b"hello") == -1 and buf[30:] == bytearray(10)
+    assert _framing.append_frame(buf, 30, b"hello") == -1 and buf[30:] == bytearray(10)
     if NATIVE is not None:
         nbuf = bytearray(40)
         assert NATIVE.append_frame(nbuf, 3, b"hello") == end and nbuf == buf

@@ -12,7 +12,8 @@ from helpers.parity import NATIVE, needs_native, same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrecord_beam import _engine, _index_text_py, index
+from tfrecord_beam import _engine, index
+from tfrecord_beam._engine import _index_text as _index_text_py
 from tfrecord_beam.errors import IndexMismatchError
 
 FUZZ_CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"

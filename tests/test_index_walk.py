@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from helpers.parity import NATIVE
 
-from tfrecord_beam import _framing_py, index, records
+from tfrecord_beam import index, records
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.tools import tfrecord2idx
 
-WALKERS = [pytest.param(_framing_py.walk_headers, id="pure")]
+WALKERS = [pytest.param(_framing.walk_headers, id="pure")]
 if NATIVE is not None:
     WALKERS.append(pytest.param(NATIVE.walk_headers, id="native"))
 
@@ -21,7 +22,7 @@ if NATIVE is not None:
 def _by_reader(path):
     """What the index was before the walk: every chunk read, length CRCs checked."""
     parts = [np.stack([c.record_offsets, c.payload_lengths + 16], axis=1)
-             for c in records.RecordReader(str(path), None, verify=_framing_py.VERIFY_LENGTHS).chunks()]
+             for c in records.RecordReader(str(path), None, verify=_framing.VERIFY_LENGTHS).chunks()]
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
@@ -61,7 +62,7 @@ def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
     elif damage == "bad length crc":
         raw[victim + 9] ^= 0xFF
     elif damage == "huge length":
-        raw[victim : victim + 12] = _framing_py.frame_header(1 << 40)
+        raw[victim : victim + 12] = _framing.frame_header(1 << 40)
     elif damage == "junk tail":
         raw += b"\x01\x02\x03"
     path.write_bytes(bytes(raw))
@@ -103,7 +104,7 @@ def test_walk_reads_headers_only_for_large_records(tmp_path, walker):
         return real(f, n, at)
 
     try:
-        if walker is _framing_py.walk_headers:
+        if walker is _framing.walk_headers:
             os.pread = counting
         offsets, lengths, stop, status = walker(fd, 0, os.fstat(fd).st_size)
     finally:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import tfrecord_beam as tfb
 from tfrecord_beam import _proto, columnar, compat, example, records
+from tfrecord_beam._engine import _rows
 
 
 def same(a, b) -> bool:
@@ -95,13 +96,21 @@ def test_compiled_rows_match_the_pure_twins(payloads, pick):
     rows = list(range(0, len(payloads), 2)) if pick else None
     cols = columnar.decode_examples([columnar.encode_examples({"x": columnar.Column.from_rows("x", "int", [[1]])})[0]]
                                     * 3, {"x": "int", "y": "byte"})
-    assert same(list(columnar.to_records(cols)), list(columnar._to_records_py(cols)))
+    assert same(list(columnar.to_records(cols)), list(_rows.example_rows(*columnar._column_args(cols, False), 3, None)))
     context, lists = columnar.decode_sequence_examples(payloads, DESC, DESC)
     native = list(columnar.to_sequence_records(context, lists, rows))
-    pure = list(columnar._to_sequence_records_py(context, lists, len(payloads), rows))
+    pure = list(_rows.sequence_rows(*columnar._column_args(context, False), *columnar._column_args(lists, True),
+                                    len(payloads), rows))
     assert same(native, pure)
     native_ex = list(columnar.to_records(context, rows))
-    assert same(native_ex, list(columnar._to_records_py(context, rows)))
+    assert same(native_ex, list(_rows.example_rows(*columnar._column_args(context, False), len(payloads), rows)))
+    buf = b"".join(payloads)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    args = (buf, [k.encode() for k in DESC], [columnar.KIND_CODE[k] for k in DESC.values()], offsets, lengths,
+            list(DESC), rows)
+    (fast, ferr), (slow, serr) = NATIVE.decode_example_rows(*args), _rows.decode_example_rows(*args)
+    assert ferr == serr and (ferr is not None or same(list(fast), list(slow)))
 
 
 @needs_native

@@ -51,7 +51,7 @@ def test_crc32c_paths_agree(size):
 
 
 def test_verify_lengths_checks_headers_but_not_payloads():
-    from tfrecord_beam._framing_py import STATUS_BAD_LENGTH_CRC, STATUS_OK, VERIFY_LENGTHS
+    from tfrecord_beam._engine._common import STATUS_BAD_LENGTH_CRC, STATUS_OK, VERIFY_LENGTHS
 
     framed = bytearray(both("frame_records", [b"abc", b"defg"]))
     framed[13] ^= 1  # payload of record 0

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import parquet_to_tfrecord, tfrecord_to_parquet
-from tfrecord_beam import _framing_py
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.arrow import ExampleEncoder
 from tfrecord_beam.beam import parquet as bp
 from tfrecord_beam.example import parse_example
@@ -87,7 +87,7 @@ def test_encode_framed_is_framing_of_encode_payloads():
     encoder = ExampleEncoder(batch.schema)
     payloads = encoder.encode_payloads(batch)
     framed, sizes = encoder.encode_framed(batch)
-    assert framed == _framing_py.frame_records(payloads)
+    assert framed == _framing.frame_records(payloads)
     assert sizes.tolist() == [len(p) + 16 for p in payloads]
 
 

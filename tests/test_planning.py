@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from tfrecord_beam import _bucketed, _copy, _engine, _framing_py, _plan, _walk
+from tfrecord_beam import _bucketed, _copy, _engine, _plan, _walk
+from tfrecord_beam._engine import _framing
 from tfrecord_beam import fs as core_fs
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.index import build_index, load_index
@@ -19,7 +20,7 @@ from tfrecord_beam.records import RecordReader, RecordWriter, write_records
 @pytest.fixture(params=["native", "pure"])
 def engine(request, monkeypatch):
     """Run the test on one engine's framing functions (whatever TFRECORD_BEAM_PURE says)."""
-    impl = _framing_py
+    impl = _framing
     if request.param == "native":
         impl = pytest.importorskip("tfrecord_beam._native._core", reason="compiled core not built")
     for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
@@ -51,7 +52,7 @@ def test_walk_equals_a_sequential_index(tmp_path, engine, monkeypatch, read_byte
     assert np.array_equal(np.concatenate([b.sizes for b in blocks]), ref[:, 1])
     assert [b.first_record for b in blocks] == np.cumsum([0] + [len(b) for b in blocks])[:-1].tolist()
     footers = np.concatenate([b.footers for b in blocks])
-    assert footers.tolist() == [_framing_py.masked_crc32c(p) for p in payloads]
+    assert footers.tolist() == [_framing.masked_crc32c(p) for p in payloads]
     mid = 100  # from a record boundary inside the file
     later = _walk_all(path, start_offset=int(ref[mid, 0]), first_record=mid)
     assert later[0].first_record == mid and np.array_equal(np.concatenate([b.offsets for b in later]), ref[mid:, 0])
@@ -62,8 +63,8 @@ def test_walk_of_compressed_and_verified_files(tmp_path):
     write_records(str(tmp_path / "a.tfrecord.gz"), payloads)
     write_records(str(tmp_path / "a.tfrecord"), payloads)
     ref = build_index(str(tmp_path / "a.tfrecord"))
-    for name, compression, verify in (("a.tfrecord.gz", "gzip", _framing_py.VERIFY_LENGTHS),
-                                      ("a.tfrecord", None, _framing_py.VERIFY_ALL)):
+    for name, compression, verify in (("a.tfrecord.gz", "gzip", _framing.VERIFY_LENGTHS),
+                                      ("a.tfrecord", None, _framing.VERIFY_ALL)):
         blocks = _walk_all(tmp_path / name, compression, verify=verify)
         assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[:, 0])
 
@@ -97,7 +98,7 @@ def test_walk_names_a_truncated_record(tmp_path, engine, cut):
 
 def test_frame_digest_is_order_independent_and_sensitive():
     payloads = [b"a", b"bb", b"", b"a"]
-    crcs = np.array([_framing_py.masked_crc32c(p) for p in payloads], np.uint32)
+    crcs = np.array([_framing.masked_crc32c(p) for p in payloads], np.uint32)
     sizes = np.array([len(p) + 16 for p in payloads], np.int64)
     d = _walk.frame_digest(crcs, sizes)
     assert d[:2] == (4, 4)

@@ -11,7 +11,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tfrecord_beam import _framing_py, records
+from tfrecord_beam import records
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader, RecordWriter, find_record_start, resolve_compression
 
@@ -40,7 +41,7 @@ def test_auto_compression_from_the_name(tmp_path, suffix, kind):
         raw = gzip.decompress(raw)
     elif kind == "zlib":
         raw = zlib.decompress(raw)
-    assert raw == _framing_py.frame_records(PAYLOADS)
+    assert raw == _framing.frame_records(PAYLOADS)
     assert list(records.read_records(path)) == PAYLOADS
 
 
@@ -68,7 +69,7 @@ def test_compressed_writes_decompress_to_tensorflows_stream(tmp_path, name):
 
 def test_concatenated_gzip_members_are_read(tmp_path):
     path = tmp_path / "cat.tfrecord.gz"
-    path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS[:2])) + gzip.compress(_framing_py.frame_records(PAYLOADS[2:])))
+    path.write_bytes(gzip.compress(_framing.frame_records(PAYLOADS[:2])) + gzip.compress(_framing.frame_records(PAYLOADS[2:])))
     assert list(RecordReader(path)) == PAYLOADS
 
 
@@ -82,7 +83,7 @@ def test_garbage_gzip_is_an_error(tmp_path):
 def test_every_inflater_gives_the_same_bytes(tmp_path):
     from tfrecord_beam import _streams
 
-    raw = _framing_py.frame_records(PAYLOADS * 50)
+    raw = _framing.frame_records(PAYLOADS * 50)
     for compression, compress in (("gzip", gzip.compress), ("zlib", zlib.compress)):
         blob = compress(raw)
         outs = []
@@ -95,7 +96,7 @@ def test_every_inflater_gives_the_same_bytes(tmp_path):
 def test_huge_length_field_errors_before_allocating(tmp_path):
     header = struct.pack("<Q", 1 << 63)
     path = tmp_path / "huge.tfrecord"
-    path.write_bytes(header + struct.pack("<I", _framing_py.masked_crc32c(header)) + b"x" * 100)
+    path.write_bytes(header + struct.pack("<I", _framing.masked_crc32c(header)) + b"x" * 100)
     with pytest.raises(TruncatedRecordError) as info:
         list(RecordReader(path))
     assert info.value.offset == 0 and info.value.record_number == 0
@@ -105,7 +106,7 @@ def test_huge_length_field_errors_before_allocating(tmp_path):
 def test_huge_length_in_a_gzip_stream_is_truncation_not_a_memory_error(tmp_path):
     header = struct.pack("<Q", 1 << 62)
     path = tmp_path / "huge.tfrecord.gz"
-    path.write_bytes(gzip.compress(header + struct.pack("<I", _framing_py.masked_crc32c(header)) + b"x" * 10))
+    path.write_bytes(gzip.compress(header + struct.pack("<I", _framing.masked_crc32c(header)) + b"x" * 10))
     with pytest.raises(TruncatedRecordError):
         list(RecordReader(path))
 
@@ -153,7 +154,7 @@ def test_record_numbers_in_errors_after_a_start_offset(tmp_path):
 
 
 def test_resync_finds_the_next_record_even_past_lookalike_bytes(tmp_path):
-    inner = _framing_py.frame_records([b"fake record inside a payload"])
+    inner = _framing.frame_records([b"fake record inside a payload"])
     payloads = [b"head" + inner + b"tail", inner, b"x" * 100, inner * 3]
     path = tmp_path / "d.tfrecord"
     records.write_records(str(path), payloads)
@@ -166,7 +167,7 @@ def test_resync_finds_the_next_record_even_past_lookalike_bytes(tmp_path):
 
 
 def test_byte_ranges_with_resync_partition_the_records(tmp_path):
-    inner = _framing_py.frame_records([b"lookalike"])
+    inner = _framing.frame_records([b"lookalike"])
     payloads = [bytes([i]) * (i * 7) + inner for i in range(60)]
     path = tmp_path / "d.tfrecord"
     records.write_records(str(path), payloads)
@@ -278,7 +279,7 @@ def test_nothing_appears_before_close_and_abort_removes_it(tmp_path):
 
 
 def test_write_framed_checks_sizes(tmp_path):
-    framed = _framing_py.frame_records([b"ab", b"c"])
+    framed = _framing.frame_records([b"ab", b"c"])
     with RecordWriter(tmp_path / "d.tfrecord", index_path=True) as writer:
         with pytest.raises(ValueError, match="add up"):
             writer.write_framed(framed, [18])
@@ -319,7 +320,7 @@ def test_resync_on_a_non_seekable_source_is_refused(tmp_path):
 
 def test_an_empty_range_owns_nothing(tmp_path):
     path = tmp_path / "d.tfrecord"
-    path.write_bytes(_framing_py.frame_records([b"abc"])[:5])  # cut inside record 0's header
+    path.write_bytes(_framing.frame_records([b"abc"])[:5])  # cut inside record 0's header
     assert list(RecordReader(path, start_offset=0, end_offset=0)) == []
     with pytest.raises(TruncatedRecordError):
         list(RecordReader(path, start_offset=0, end_offset=1))
@@ -327,16 +328,16 @@ def test_an_empty_range_owns_nothing(tmp_path):
 
 def test_zero_padding_after_a_gzip_stream_is_ignored(tmp_path):
     path = tmp_path / "padded.tfrecord.gz"
-    path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS)) + b"\0" * 4096)
+    path.write_bytes(gzip.compress(_framing.frame_records(PAYLOADS)) + b"\0" * 4096)
     assert list(RecordReader(path)) == PAYLOADS
-    path.write_bytes(gzip.compress(_framing_py.frame_records(PAYLOADS)) + b"\0" * 8 + b"junk")
+    path.write_bytes(gzip.compress(_framing.frame_records(PAYLOADS)) + b"\0" * 8 + b"junk")
     with pytest.raises(CorruptRecordError):
         list(RecordReader(path))
 
 
 def test_resync_inside_a_big_record_with_a_header_like_run_deep_in_it(tmp_path):
     # 12 bytes that pass the length CRC, 2 MiB into a 3 MiB payload (beyond the 1 MiB look-back)
-    planted = _framing_py.frame_header(1 << 40)
+    planted = _framing.frame_header(1 << 40)
     big = bytearray(os.urandom(3 << 20))
     big[2 << 20 : (2 << 20) + 12] = planted
     payloads = [b"first", bytes(big), b"after"]
@@ -349,7 +350,7 @@ def test_resync_inside_a_big_record_with_a_header_like_run_deep_in_it(tmp_path):
 
 
 def test_resync_skips_a_small_fake_frame_inside_a_payload(tmp_path):
-    fake = _framing_py.frame_header(28) + b"x" * 28  # a header whose record would not check out
+    fake = _framing.frame_header(28) + b"x" * 28  # a header whose record would not check out
     payloads = [b"a" * 10, fake, b"b" * 10]
     path = tmp_path / "d.tfrecord"
     records.write_records(str(path), payloads)

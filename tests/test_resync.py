@@ -11,7 +11,7 @@ import pytest
 
 from helpers.crafted import PHANTOM_EXAMPLE, crafted_damage, phantom_file
 from tfrecord_beam import _engine, records
-from tfrecord_beam._framing_py import FRAME_OVERHEAD, HEADER_SIZE, frame_header
+from tfrecord_beam._engine._framing import FRAME_OVERHEAD, HEADER_SIZE, frame_header
 from tfrecord_beam._resync import (
     RESYNC_DEEP_LOOKBACK,
     RESYNC_LOOKAHEAD,

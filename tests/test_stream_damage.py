@@ -18,7 +18,8 @@ import zlib
 
 import pytest
 
-from tfrecord_beam import _columnar_py, _engine, _framing_py, _streams, records
+from tfrecord_beam import _engine, _streams, records
+from tfrecord_beam._engine import _decode, _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
 
@@ -39,10 +40,10 @@ def engine(request, monkeypatch):
             pytest.skip("compiled core not built")
         impl = _NATIVE
     else:
-        impl = _framing_py
+        impl = _framing
     for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
         monkeypatch.setattr(_engine, name, getattr(impl, name))
-    columnar = _NATIVE if impl is _NATIVE else _columnar_py
+    columnar = _NATIVE if impl is _NATIVE else _decode
     monkeypatch.setattr(_engine, "decode_examples", columnar.decode_examples)
     return request.param
 
@@ -66,7 +67,7 @@ def _read_until_error(path, **kwargs):
 
 def _header(length: int) -> bytes:
     raw = struct.pack("<Q", length)
-    return raw + struct.pack("<I", _framing_py.masked_crc32c(raw))
+    return raw + struct.pack("<I", _framing.masked_crc32c(raw))
 
 
 # -- item 1: damage keeps the records before it ---------------------------------------------------
@@ -74,7 +75,7 @@ def _header(length: int) -> bytes:
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_garbage_after_the_stream_keeps_every_record_before_it(tmp_path, engine, inflater, compression):
     payloads = [b"record-%02d-" % i * 7 for i in range(10)]
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
     path = tmp_path / ("d" + SUFFIX[compression])
     blob = COMPRESS[compression](stream)
     path.write_bytes(blob + b"GARBAGE-GARBAGE")
@@ -111,7 +112,7 @@ def _wrap(deflate: bytes, data: bytes, compression: str) -> bytes:
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_damage_mid_stream_of_a_multi_mib_file_keeps_every_intact_record(tmp_path, engine, inflater, compression):
     payloads = [bytes([i % 251]) * (700 + 37 * (i % 50)) for i in range(4000)]  # ~4.2 MB of records
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
     block = 60_000
     blob = bytearray(_wrap(_stored_blocks(stream, block), stream, compression))
     head = 10 if compression == "gzip" else 2
@@ -121,7 +122,7 @@ def test_damage_mid_stream_of_a_multi_mib_file_keeps_every_intact_record(tmp_pat
     path = tmp_path / ("big" + SUFFIX[compression])
     path.write_bytes(bytes(blob))
     damage = bad_block * block
-    ends = [o + _framing_py.FRAME_OVERHEAD + len(p) for o, p in records_offsets(payloads)]
+    ends = [o + _framing.FRAME_OVERHEAD + len(p) for o, p in records_offsets(payloads)]
     intact = sum(1 for e in ends if e <= damage)
     got, err = _read_until_error(path)
     assert got == payloads[:intact] and intact > 1500
@@ -133,13 +134,13 @@ def test_damage_mid_stream_of_a_multi_mib_file_keeps_every_intact_record(tmp_pat
 def test_damage_in_a_later_gzip_member_keeps_the_earlier_members_and_its_intact_start(tmp_path, engine, inflater):
     first = [b"first-%04d" % i * 30 for i in range(3000)]
     second = [b"second-%04d" % i * 30 for i in range(3000)]
-    s1, s2 = _framing_py.frame_records(first), _framing_py.frame_records(second)
+    s1, s2 = _framing.frame_records(first), _framing.frame_records(second)
     member2 = bytearray(_wrap(_stored_blocks(s2, 50_000), s2, "gzip"))
     member2[10 + 7 * 50_005 + 3] ^= 0xFF  # the 8th stored block of member 2
     path = tmp_path / "cat.tfrecord.gz"
     path.write_bytes(gzip.compress(s1) + bytes(member2))
     damage = len(s1) + 7 * 50_000
-    intact = sum(1 for o, p in records_offsets(first + second) if o + _framing_py.FRAME_OVERHEAD + len(p) <= damage)
+    intact = sum(1 for o, p in records_offsets(first + second) if o + _framing.FRAME_OVERHEAD + len(p) <= damage)
     got, err = _read_until_error(path)
     assert got == (first + second)[:intact] and intact > len(first)
     assert (err.offset, err.record_number) == (damage, intact)
@@ -149,12 +150,12 @@ def records_offsets(payloads):
     offset = 0
     for p in payloads:
         yield offset, p
-        offset += _framing_py.FRAME_OVERHEAD + len(p)
+        offset += _framing.FRAME_OVERHEAD + len(p)
 
 
 def test_damage_in_a_stream_that_cannot_be_re_read_is_still_reported_after_the_good_records(engine):
     payloads = [b"x" * 100] * 10
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
 
     class Pipe(io.RawIOBase):  # read() only: no seek, no tell
         def __init__(self, data):
@@ -179,7 +180,7 @@ def test_beam_skip_corrupt_keeps_the_records_before_compressed_damage(tmp_path, 
     from tfrecord_beam.beam.source import _TFRecordSource
 
     payloads = [b"payload-%03d" % i * 20 for i in range(300)]
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
     path = tmp_path / ("d" + SUFFIX[compression])
     path.write_bytes(COMPRESS[compression](stream) + b"GARBAGE-GARBAGE")
     source = _TFRecordSource(str(path), compression_type=compression, skip_corrupt=True)
@@ -196,12 +197,12 @@ def _hostile_gzip(tmp_path, claimed: int, zeros: int, compression: str = "gzip")
     """Two good records, then a header claiming `claimed` bytes (valid length CRC), then zeros."""
     path = tmp_path / ("hostile" + SUFFIX[compression])
     path.write_bytes(_hostile_blob(claimed, zeros, compression))
-    return path, 2 * (_framing_py.FRAME_OVERHEAD + 50)
+    return path, 2 * (_framing.FRAME_OVERHEAD + 50)
 
 
 @functools.lru_cache(maxsize=None)
 def _hostile_blob(claimed: int, zeros: int, compression: str) -> bytes:
-    good = _framing_py.frame_records([b"a" * 50, b"b" * 50])
+    good = _framing.frame_records([b"a" * 50, b"b" * 50])
     comp = zlib.compressobj(9, zlib.DEFLATED, _streams.WBITS[compression])
     parts = [comp.compress(good + _header(claimed))]
     block = bytes(1 << 20)
@@ -299,13 +300,13 @@ def test_random_damage_delivers_exactly_the_records_that_inflate_intact(tmp_path
     rng = random.Random(seed)
     for case in range(6):
         payloads = [bytes(rng.randrange(6) for _ in range(rng.randrange(10, 300))) for _ in range(200)]
-        stream = _framing_py.frame_records(payloads)
+        stream = _framing.frame_records(payloads)
         compression = rng.choice(["gzip", "zlib"])
         blob = bytearray(COMPRESS[compression](stream))
         for _ in range(rng.randrange(1, 4)):
             blob[rng.randrange(len(blob))] = rng.randrange(256)
         good = _inflates_before_damage(bytes(blob), compression)
-        offsets, lengths, _, _ = _framing_py.scan_frames(good)
+        offsets, lengths, _, _ = _framing.scan_frames(good)
         expected = [good[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
         path = tmp_path / f"{case}{SUFFIX[compression]}"
         path.write_bytes(bytes(blob))
@@ -317,10 +318,10 @@ def test_random_damage_delivers_exactly_the_records_that_inflate_intact(tmp_path
 
 def test_mid_stream_damage_in_a_stream_that_cannot_be_re_read_keeps_every_intact_record(engine):
     payloads = [bytes([i % 251]) * 900 for i in range(3000)]
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
     blob = bytearray(_wrap(_stored_blocks(stream, 40_000), stream, "gzip"))
     blob[10 + 30 * 40_005 + 3] ^= 0xFF  # stored block 30's NLEN
     with io.BytesIO(bytes(blob)) as fh:
         got, err = _read_until_error(io.BufferedReader(_NoSeek(fh)), compression="gzip")
-    intact = sum(1 for o, p in records_offsets(payloads) if o + _framing_py.FRAME_OVERHEAD + len(p) <= 30 * 40_000)
+    intact = sum(1 for o, p in records_offsets(payloads) if o + _framing.FRAME_OVERHEAD + len(p) <= 30 * 40_000)
     assert got == payloads[:intact] and (err.offset, err.record_number) == (30 * 40_000, intact)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrecord_beam import _framing_py, _streams, blockgzip, index
+from tfrecord_beam import _streams, blockgzip, index
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, CorruptStreamError
 from tfrecord_beam.records import RecordReader, RecordWriter
 from test_stream_damage import engine, inflater  # noqa: F401  (fixtures: both engines, both inflaters)
@@ -121,7 +122,7 @@ def test_garbage_after_many_members_keeps_every_byte_and_names_both_offsets(size
 
 def _cut_records(payloads, seed: int) -> bytes:
     """The records as gzip members cut at random places (inside headers and payloads too)."""
-    stream = _framing_py.frame_records(payloads)
+    stream = _framing.frame_records(payloads)
     rng = random.Random(seed)
     cuts = sorted({0, len(stream), *(rng.randrange(len(stream)) for _ in range(len(payloads) // 2))})
     return _members([stream[a:b] for a, b in zip(cuts, cuts[1:])])

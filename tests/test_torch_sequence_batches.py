@@ -24,7 +24,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from tfrecord_beam import _columnar_py, _engine, _framing_py  # noqa: E402
+from tfrecord_beam import _engine  # noqa: E402
+from tfrecord_beam._engine import _decode, _encode, _framing, _rows  # noqa: E402
 from tfrecord_beam.errors import FeatureKindError  # noqa: E402
 from tfrecord_beam.example import decode_sequence_example, encode_sequence_example, normalize_description  # noqa: E402
 from tfrecord_beam.index import create_index  # noqa: E402
@@ -89,10 +90,11 @@ def files(tmp_path_factory):
 def engine(request, monkeypatch):
     """Run with the default engine (compiled where built) and with the pure-Python twins."""
     if request.param == "pure":
-        for name in ("scan_frames", "frame_records", "masked_crc32c"):
-            monkeypatch.setattr(_engine, name, getattr(_framing_py, name))
-        for name in ("decode_examples", "decode_sequence_examples", "encode_examples"):
-            monkeypatch.setattr(_engine, name, getattr(_columnar_py, name))
+        for mod, names in ((_framing, ("scan_frames", "frame_records", "masked_crc32c")),
+                           (_decode, ("decode_examples", "decode_sequence_examples")), (_encode, ("encode_examples",)),
+                           (_rows, ("example_rows", "decode_example_rows", "sequence_rows"))):
+            for name in names:
+                monkeypatch.setattr(_engine, name, getattr(mod, name))
     return request.param
 
 

@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, ContextManager, Iterator, List, NamedTupl
 import numpy as np
 
 from . import _engine
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL
+from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL
 from ._walk import footers_at
 from .errors import CorruptRecordError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._framing_py import HEADER_SIZE
+from ._engine._common import HEADER_SIZE
 
 # Leading bytes of formats that end up where a TFRecord was expected, and what to say.
 _MAGIC = (

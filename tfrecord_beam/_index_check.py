@@ -25,7 +25,7 @@ from typing import BinaryIO, Optional
 
 import numpy as np
 
-from ._framing_py import FRAME_OVERHEAD, HEADER_SIZE
+from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE
 from ._resync import header_length
 from .errors import IndexMismatchError
 

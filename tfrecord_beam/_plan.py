@@ -20,7 +20,7 @@ from typing import BinaryIO, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._framing_py import VERIFY_LENGTHS
+from ._engine._common import VERIFY_LENGTHS
 from ._walk import FrameBlock, add_digests, frame_digest, walk_frames
 
 CHECKPOINT_BYTES = 16 << 20  # a checkpoint at least every 16 MiB ...

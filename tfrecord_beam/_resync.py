@@ -35,7 +35,7 @@ from typing import BinaryIO, Deque, Dict, Iterator, Optional, Tuple
 import numpy as np
 
 from . import _engine
-from ._framing_py import (
+from ._engine._common import (
     FRAME_OVERHEAD,
     HEADER_SIZE,
     STATUS_BAD_LENGTH_CRC,

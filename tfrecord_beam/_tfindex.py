@@ -15,7 +15,8 @@ from typing import Callable, ContextManager, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, _index_text_py, fs
+from . import _engine, fs
+from ._engine import _index_text
 from .blockgzip import MemberTable
 from .errors import IndexMismatchError, OverwriteRefusedError
 
@@ -97,7 +98,7 @@ def load_index(index_path) -> np.ndarray:
     lines, such as a block-gzip member table, are skipped).
 
     The text is parsed in one pass by the engine's `parse_index` (compiled, or its numpy twin
-    `_index_text_py`, which also states the grammar); a malformed line is an
+    `_engine._index_text`, which also states the grammar); a malformed line is an
     IndexMismatchError naming the file, the line number and what is wrong. The entries must
     start at offset 0 and follow each other (each offset the previous one plus its length);
     `check_index` also compares the end with the data file's size.
@@ -117,18 +118,18 @@ def load_index(index_path) -> np.ndarray:
         bad = int(overflow[0])
         raise IndexMismatchError(
             path, None, bad,
-            f"index line {_index_text_py.entry_line(data, bad)} ({index[bad, 0]} {index[bad, 1]}): offset + length "
+            f"index line {_index_text.entry_line(data, bad)} ({index[bad, 0]} {index[bad, 1]}): offset + length "
             "overflows 64 bits (a corrupt index)",
         )
     if index[0, 0] != 0:
-        raise IndexMismatchError(path, int(index[0, 0]), 0, f"index line {_index_text_py.entry_line(data, 0)}: "
+        raise IndexMismatchError(path, int(index[0, 0]), 0, f"index line {_index_text.entry_line(data, 0)}: "
                                  "index does not start at offset 0 (lines missing)")
     gaps = np.flatnonzero(index[1:, 0] != ends[:-1])
     if len(gaps):
         bad = int(gaps[0]) + 1
         raise IndexMismatchError(
             path, int(index[bad, 0]), bad,
-            f"index line {_index_text_py.entry_line(data, bad)}: index entries are not contiguous (offset "
+            f"index line {_index_text.entry_line(data, bad)}: index entries are not contiguous (offset "
             f"{index[bad, 0]}, but the entry before ends at {ends[bad - 1]})",
         )
     return index
@@ -140,7 +141,7 @@ def _raise_parse_error(path: str, data: bytes, entries: int, error: Tuple[int, i
     stop = data.find(b"\n", start)
     text = data[start: stop if stop >= 0 else len(data)].decode("ascii", errors="replace")
     shown = text if len(text) <= 80 else text[:77] + "..."
-    if code == _index_text_py.ERROR_TOO_BIG:
+    if code == _index_text.ERROR_TOO_BIG:
         reason = f"index line {line} ({shown.strip()}): a number does not fit in 64 bits (a corrupt index)"
     else:
         reason = f"index line {line} is not 'offset length': {shown!r}"

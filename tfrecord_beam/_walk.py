@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _engine
 from . import digest as _digest
-from ._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
+from ._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
 from .errors import CorruptRecordError
 from .records import RecordChunk, RecordReader
 from .skipping import OnCorrupt, SkippingReader

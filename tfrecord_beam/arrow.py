@@ -21,24 +21,33 @@ A null cell leaves the feature out of that record; an empty list writes the feat
 values; a null inside a list is an error naming column and row. Dictionary columns are decoded.
 
 Encoding never loops over cells in Python: each column becomes numpy `values` + `row_splits`
-straight from the Arrow buffers, and `serialize_columns` turns a whole batch into payloads
-(byte-identical to `example.encode_example`). The reverse, `examples_to_record_batch`, takes a
-description or a schema (a flat schema decodes through the compiled `columnar.decode_examples`
-when it is built), or infers one (a feature with exactly one value in every record where
-it appears becomes a scalar column, otherwise a list column).
+straight from the Arrow buffers (a `columnar.Column`, or a `columnar.SequenceColumn` for a
+sequence column), and `serialize_columns` turns a whole batch into payloads (byte-identical to
+`example.encode_example`) through the engine's columns -> Examples encoder. The reverse,
+`examples_to_record_batch`, takes a description or a schema (a flat schema decodes through
+the compiled `columnar.decode_examples` when it is built), or infers one with
+`inferred_type` (a feature with exactly one value in every record where it appears becomes a
+scalar column, otherwise a list column), the rule `inspection.infer_arrow_schema` uses too.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _encode_np
-from ._encode_np import BYTES, FLOAT, INT, Column
+from . import _engine
+from ._engine._common import BYTES, FLOAT, FRAME_OVERHEAD, INT, MISSING, PRESENT
+from ._engine._encode import split_payloads
+from .columnar import Column, SequenceColumn, _engine_columns, _engine_list_columns, decode_examples
 from .example import Description, feature_values, normalize_description, parse_example, parse_sequence_example
+
+__all__ = [
+    "ArrowConversionError", "DECIMAL_MODES", "ExampleEncoder", "column_from_arrow", "examples_to_record_batch",
+    "inferred_type", "record_batch_to_examples", "serialize_columns",
+]
 
 _INT64_MAX = (1 << 63) - 1
 DECIMAL_MODES = (None, "float", "bytes")
@@ -183,8 +192,9 @@ def column_from_arrow(
     sequence: bool = False,
     decimal_as: Optional[str] = None,
     first_row: int = 0,
-) -> Column:
-    """One Arrow column (no structs) as a `Column`; `first_row` numbers rows in error messages."""
+) -> Union[Column, SequenceColumn]:
+    """One Arrow column (no structs) as a `Column` (a `SequenceColumn` when `sequence`); null
+    cells get status MISSING. `first_row` numbers rows in error messages."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     kind, depth = _plan_field(name, arr.type, sequence, decimal_as)
@@ -211,7 +221,10 @@ def column_from_arrow(
                 np.searchsorted(outer, np.searchsorted(splits, i, side="right") - 1, side="right") - 1
             )
     values, offsets = _leaf_values(name, values_arr, kind, leaf_row, decimal_as)
-    return Column(name, kind, values, splits, offsets, None if present.all() else present, step_splits)
+    status = None if present.all() else np.where(present, PRESENT, MISSING).astype(np.uint8)
+    if step_splits is not None:  # records -> steps, steps -> values
+        return SequenceColumn(name, kind, values, step_splits, splits, offsets, status)
+    return Column(name, kind, values, splits, offsets, status)
 
 
 def _flatten_struct_columns(names: List[str], arrays: List[pa.Array], flatten_structs: bool):
@@ -316,7 +329,7 @@ class ExampleEncoder:
             self.feature_names[name] = feature
         self.is_sequence = bool(self.sequence_columns)
 
-    def to_columns(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[List[Column], List[Column]]:
+    def to_columns(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[List[Column], List[SequenceColumn]]:
         """(context or Example columns, sequence columns) of a batch; `first_row` for messages."""
         if batch.schema.names != self.schema.names:
             missing = [c for c in self.columns if c not in batch.schema.names]
@@ -339,58 +352,32 @@ class ExampleEncoder:
 
     def encode_payloads(self, batch: pa.RecordBatch, first_row: int = 0) -> List[bytes]:
         """The batch's records as a list of serialized payloads."""
-        return _encode_np.split_payloads(*self.encode(batch, first_row))
+        return split_payloads(*self.encode(batch, first_row))
 
     def encode_framed(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[bytes, np.ndarray]:
         """The batch's records already framed as TFRecords: (bytes, int64 frame sizes), ready
         for `RecordWriter.write_framed` (the compiled encoder frames as it encodes)."""
-        from . import _engine
-
         context, sequences = self.to_columns(batch, first_row)
-        native = _native_encoder()
-        if native is not None and not self.is_sequence:
-            framed = native(_native_columns(context), batch.num_rows, True)
+        if not self.is_sequence:
+            framed = _engine.encode_examples(_engine_columns(context), batch.num_rows, True)
             _, lengths, _, _ = _engine.scan_frames(framed, False)
-            return framed, np.asarray(lengths, np.int64) + 16
-        buffer, offsets = serialize_columns(context, sequences if self.is_sequence else None, batch.num_rows)
-        framed = _engine.frame_records(_encode_np.split_payloads(buffer, offsets))
-        return framed, np.diff(np.asarray(offsets, np.int64)) + 16
+            return framed, np.asarray(lengths, np.int64) + FRAME_OVERHEAD
+        buffer, offsets = serialize_columns(context, sequences, batch.num_rows)
+        framed = _engine.frame_records(split_payloads(buffer, offsets))
+        return framed, np.diff(np.asarray(offsets, np.int64)) + FRAME_OVERHEAD
 
 
 def serialize_columns(
-    context: Sequence[Column], sequences: Optional[Sequence[Column]], num_rows: int
+    context: Sequence[Column], sequences: Optional[Sequence[SequenceColumn]], num_rows: int
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Columns -> serialized records (uint8 buffer, offsets): THE one columns-to-bytes step.
 
-    `sequences` None writes Examples; a list (even empty) writes SequenceExamples. This is the
-    place that dispatches to the compiled encoder (`columnar.encode_examples`) when it exists.
+    `sequences` None writes Examples (the engine's `encode_examples`: compiled, or its numpy
+    twin); a list (even empty) writes SequenceExamples (`encode_sequence_examples`, numpy).
     """
     if sequences is None:
-        native = _native_encoder()
-        if native is not None:
-            return native(_native_columns(context), num_rows, False)
-        return _encode_np.encode_examples(context, num_rows)
-    return _encode_np.encode_sequence_examples(context, sequences, num_rows)
-
-
-_KIND_CODE = {BYTES: 1, FLOAT: 2, INT: 3}  # the compiled encoder's kind numbers
-
-
-def _native_encoder():
-    """The compiled columns -> Examples encoder when it is built (else None: use the numpy twin)."""
-    from . import _engine
-
-    return getattr(_engine, "encode_examples", None) if getattr(_engine, "NATIVE", False) else None
-
-
-def _native_columns(columns: Sequence[Column]) -> list:
-    """Columns in the compiled encoder's form: (name, kind, values, row_splits, value_offsets, status)."""
-    out = []
-    for c in columns:
-        status = None if c.present is None else np.where(c.present, 2, 0).astype(np.uint8)  # PRESENT / MISSING
-        out.append((c.name.encode("utf-8"), _KIND_CODE[c.kind], c.values, c.row_splits,
-                    c.value_offsets if c.kind == BYTES else None, status))
-    return out
+        return _engine.encode_examples(_engine_columns(context), num_rows, False)
+    return _engine.encode_sequence_examples(_engine_columns(context), _engine_list_columns(sequences), num_rows)
 
 
 def record_batch_to_examples(batch: pa.RecordBatch, **options) -> List[bytes]:
@@ -410,6 +397,18 @@ def record_batch_to_examples(batch: pa.RecordBatch, **options) -> List[bytes]:
 # Examples -> Arrow
 
 _ARROW_OF_KIND = {INT: pa.int64(), FLOAT: pa.float32(), BYTES: pa.binary()}
+
+
+def inferred_type(kind: Optional[str], *, depth: int = 1, one_value: bool = False, text: bool = False) -> pa.DataType:
+    """The Arrow type an inferred schema gives a feature (the one rule of `examples_to_record_batch`
+    and `inspection.infer_arrow_schema`): int -> int64, float -> float32, bytes -> binary
+    (string with `text`), no kind ever set -> null; a scalar when `one_value` (exactly one value
+    in every record that has the feature) and a kind is known, else list<item>;
+    list<list<item>> for a SequenceExample feature list (`depth` 2)."""
+    item = pa.null() if kind is None else pa.string() if text and kind == BYTES else _ARROW_OF_KIND[kind]
+    if depth == 2:
+        return pa.list_(pa.list_(item))
+    return item if one_value and kind is not None else pa.list_(item)
 
 
 class _Collector:
@@ -451,37 +450,28 @@ class _Collector:
             self.values.extend(values)
 
     def to_arrow(self, target: Optional[pa.DataType]) -> pa.Array:
+        """The column: cast to `target`, or typed by `inferred_type` when None."""
         leaf = pa.array(self.values, type=_ARROW_OF_KIND[self.kind] if self.kind else pa.null())
-        mask = pa.array(~np.asarray(self.present, dtype=bool)) if not all(self.present) else None
+        present = np.asarray(self.present, dtype=bool)
+        mask = pa.array(~present) if not present.all() else None
         counts = np.asarray(self.counts, dtype=np.int64)
+        inferred = None
+        if target is None:
+            one_value = self.depth == 1 and bool(present.any()) and bool(np.all(counts[present] == 1))
+            inferred = inferred_type(self.kind, depth=self.depth, one_value=one_value)
         if self.depth == 2:
             inner = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(np.asarray(self.step_counts, np.int64))), leaf)
             arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), inner, mask=mask)
+        elif not _is_list(target or inferred):
+            bad = np.flatnonzero(present & (counts != 1))
+            if len(bad):
+                raise ArrowConversionError(
+                    f"feature {self.name!r}, record {int(bad[0])}: {int(counts[bad[0]])} values for a scalar column"
+                )
+            arr = _spread(leaf, present)
         else:
-            present = np.asarray(self.present, dtype=bool)
-            if target is not None:
-                scalar = not _is_list(target)
-            else:
-                scalar = bool(present.any()) and bool(np.all(counts[present] == 1))
-            if scalar:
-                bad = np.flatnonzero(np.asarray(self.present, bool) & (counts != 1))
-                if len(bad):
-                    raise ArrowConversionError(
-                        f"feature {self.name!r}, record {int(bad[0])}: {int(counts[bad[0]])} values for a scalar column"
-                    )
-                arr = _spread(leaf, np.asarray(self.present, bool))
-            else:
-                arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), leaf, mask=mask)
-        if target is None:
-            return arr.cast(_default_type(arr.type))
-        return _cast_to(arr, target, self.name)
-
-
-def _default_type(t: pa.DataType) -> pa.DataType:
-    """Inferred schemas use list<...> (int32 offsets) rather than large_list."""
-    if pa.types.is_large_list(t):
-        return pa.list_(_default_type(t.value_type))
-    return t
+            arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), leaf, mask=mask)
+        return arr.cast(inferred) if target is None else _cast_to(arr, target, self.name)
 
 
 def _spread(leaf: pa.Array, present: np.ndarray) -> pa.Array:
@@ -532,7 +522,9 @@ def examples_to_record_batch(
     one value wherever it appears is a scalar column (int64 / float32 / binary), otherwise a
     list column; SequenceExample feature lists are list<list<...>> columns.
     """
-    if schema is not None and not sequence and description is None:
+    # The batch decoder only where it is compiled: its pure twin parses per record like the
+    # collectors below and was slower (bench/RESULTS.md, issue 17 item 2).
+    if schema is not None and not sequence and description is None and _engine.NATIVE:
         batch = _decode_with_columnar(payloads, schema)
         if batch is not None:
             return batch
@@ -585,19 +577,6 @@ def examples_to_record_batch(
     return pa.RecordBatch.from_arrays(arrays, names=names) if names else pa.RecordBatch.from_pydict({})
 
 
-def _columnar_decoder():
-    """The compiled batch decoder (`columnar.decode_examples`) when built, else None."""
-    from . import _engine
-
-    if not getattr(_engine, "NATIVE", False):
-        return None
-    try:
-        from . import columnar
-    except ImportError:
-        return None
-    return getattr(columnar, "decode_examples", None)
-
-
 def _schema_kinds(schema: pa.Schema) -> Optional[Dict[str, str]]:
     """{name: feature kind} of a flat schema (scalars and single lists), or None if not flat."""
     kinds = {}
@@ -615,17 +594,16 @@ def _schema_kinds(schema: pa.Schema) -> Optional[Dict[str, str]]:
 
 
 def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema) -> Optional[pa.RecordBatch]:
-    """`examples_to_record_batch` for a flat schema through the compiled batch decoder:
-    no per-record Python. None when the decoder is not built or the schema is not flat."""
-    decode = _columnar_decoder()
-    kinds = _schema_kinds(schema) if decode is not None else None
+    """`examples_to_record_batch` for a flat schema through the batch decoder (no per-record
+    Python); None when the schema is not flat."""
+    kinds = _schema_kinds(schema)
     if not kinds:
         return None
-    columns = decode(list(payloads), kinds)
+    columns = decode_examples(list(payloads), kinds)
     arrays = []
     for field in schema:
         col = columns[field.name]
-        present = np.asarray(col.status) != 0  # MISSING = 0; a kind-less feature counts as present, empty
+        present = np.asarray(col.status) != MISSING  # a kind-less feature counts as present, empty
         if col.kind == BYTES:
             offsets = np.asarray(col.value_offsets, dtype=np.int64)
             leaf = pa.LargeBinaryArray.from_buffers(

@@ -24,14 +24,15 @@ or `TFRECORD_BEAM_PURE=1`, by its pure-Python twin; both give identical results.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError as _PbDecodeError
 
 from . import _engine, _proto
+from ._engine._common import ERR_KIND, KIND_CODE, KIND_DTYPE, KIND_NAME, MISSING, NO_KIND, PRESENT
 from .errors import DecodeError, FeatureKindError
-from .example import Description, feature_kind, normalize_description
+from .example import Description, _Where, feature_kind, normalize_description
 
 __all__ = [
     "Column",
@@ -50,11 +51,7 @@ __all__ = [
     "read_sequence_example_batches",
 ]
 
-MISSING, NO_KIND, PRESENT = 0, 1, 2
-_CODE = {"byte": 1, "float": 2, "int": 3}
-_KIND = {v: k for k, v in _CODE.items()}
-_DTYPE = {"byte": np.uint8, "float": np.float32, "int": np.int64}
-_ERR_MALFORMED, _ERR_KIND = 1, 2
+_DTYPE = {name: KIND_DTYPE[code] for name, code in KIND_CODE.items()}
 
 
 def _as_bytes_values(values: np.ndarray, value_offsets: np.ndarray, start: int = 0, stop: Optional[int] = None) -> List[bytes]:
@@ -251,48 +248,41 @@ def _resolve(description: Description, payloads, map_of=_example_map, kind_of=fe
 
 
 def _names_kinds(desc: Mapping[str, str]) -> Tuple[List[bytes], List[int]]:
-    return [n.encode("utf-8") for n in desc], [_CODE[k] for k in desc.values()]
+    return [n.encode("utf-8") for n in desc], [KIND_CODE[k] for k in desc.values()]
 
 
 # -- errors ------------------------------------------------------------------------------------
 
 
-class _Where:
-    """How to name a record of the batch in an error: path, first record number, offsets."""
+def _locator(path: Optional[str], first_record_number: Optional[int], record_offsets=None) -> Callable[[int], _Where]:
+    """Names record i of a batch in errors (`example._Where`): from the path, the first record
+    number and the records' offsets in the file."""
 
-    def __init__(self, path: Optional[str], first_record_number: Optional[int], record_offsets=None) -> None:
-        self.path = path
-        self.first = first_record_number
-        self.offsets = record_offsets
+    def where(i: int) -> _Where:
+        return _Where(path, None if record_offsets is None else int(record_offsets[i]),
+                      None if first_record_number is None else first_record_number + i)
 
-    def number(self, i: int) -> Optional[int]:
-        return None if self.first is None else self.first + i
-
-    def offset(self, i: int) -> Optional[int]:
-        return None if self.offsets is None else int(self.offsets[i])
-
-    def label(self, i: int) -> str:
-        n = self.number(i)
-        return f"record {n}" if n is not None else f"batch record {i}"
+    return where
 
 
-def _raise(err: Tuple[int, int, int, int], names: List[str], kinds: List[str], where: _Where, what: str) -> None:
+def _raise(err: Tuple[int, int, int, int], names: List[str], kinds: List[str], where: Callable[[int], _Where],
+           what: str) -> None:
     code, i, j, found = err
-    if code == _ERR_KIND:
-        raise FeatureKindError(
-            where.path, where.offset(i), where.number(i),
-            f"feature {names[j]!r} holds {_KIND[found]} values, described as {kinds[j]}",
-        )
-    raise DecodeError(where.path, where.offset(i), where.number(i), f"not a valid {what} protobuf")
+    w = where(i)
+    if code == ERR_KIND:
+        raise FeatureKindError(w.path, w.offset, w.record,
+                               f"feature {names[j]!r} holds {KIND_NAME[found]} values, described as {kinds[j]}")
+    raise DecodeError(w.path, w.offset, w.record, f"not a valid {what} protobuf")
 
 
-def _check_strict(columns: Mapping[str, Any], where: _Where) -> None:
+def _check_strict(columns: Mapping[str, Any], where: Callable[[int], _Where]) -> None:
     for name, col in columns.items():
         bad = np.flatnonzero(col.status != PRESENT)
         if len(bad):
             i = int(bad[0])
+            w = where(i)
             why = "is missing" if col.status[i] == MISSING else "has no kind set"
-            raise KeyError(f"{where.label(i)}: feature {name!r} {why}")
+            raise KeyError(f"{w.name() if w.record is not None else f'batch record {i}'}: feature {name!r} {why}")
 
 
 def _chunk_args(records, offsets, lengths, first_record_number, record_offsets):
@@ -321,7 +311,7 @@ def _column_args(columns: Mapping[str, Any], steps: bool) -> Tuple[List[str], Li
         parts = [(c.values, c.row_splits, c.step_splits, c.value_offsets, c.status) for c in cols]
     else:
         parts = [(c.values, c.row_splits, c.value_offsets, c.status) for c in cols]
-    return list(columns), [_CODE[c.kind] for c in cols], parts
+    return list(columns), [KIND_CODE[c.kind] for c in cols], parts
 
 
 def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = None) -> Iterator[Dict[str, Any]]:
@@ -330,10 +320,8 @@ def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = No
     What the drop-in loaders and Beam's DecodeExamples yield: float32 / int64 arrays (copies,
     so a kept record does not pin the batch), a single bytes value as `bytes`, zero or several
     as an object array, and an empty array for a missing or kind-less feature. `rows` picks
-    records (default: all). Built in C where the compiled core is; `_to_records_py` is the twin.
+    records (default: all). Built in C where the compiled core is (`_engine._rows` is the twin).
     """
-    if _engine.example_rows is None:
-        return _to_records_py(columns, rows)
     count = len(next(iter(columns.values()))) if columns else 0
     return iter(_engine.example_rows(*_column_args(columns, False), count, rows))
 
@@ -344,48 +332,7 @@ def to_sequence_records(context: Mapping[str, Column], lists: Mapping[str, "Sequ
     convention, from decoded columns: each step's values as `to_records` gives a feature's, a
     missing feature list as []. Built in C where the compiled core is."""
     count = len(next(iter({**context, **lists}.values()))) if (context or lists) else 0
-    if _engine.sequence_rows is not None:
-        return iter(_engine.sequence_rows(*_column_args(context, False), *_column_args(lists, True), count, rows))
-    return _to_sequence_records_py(context, lists, count, rows)
-
-
-def _to_sequence_records_py(context, lists, count: int, rows) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
-    from .example import BYTES, as_decoded
-
-    contexts = _to_records_py(context, rows) if context else ({} for _ in (range(count) if rows is None else rows))
-    views = []
-    for name, col in lists.items():
-        flat = _as_bytes_values(col.values, col.value_offsets) if col.kind == BYTES else col.values
-        views.append((name, col.kind, flat, col.row_splits.tolist(), col.step_splits.tolist()))
-    for i, ctx in zip(range(count) if rows is None else rows, contexts):
-        sequences = {}
-        for name, kind, flat, splits, steps in views:
-            if kind == BYTES:
-                sequences[name] = [as_decoded(kind, flat[steps[s] : steps[s + 1]]) for s in range(splits[i], splits[i + 1])]
-            else:
-                sequences[name] = [flat[steps[s] : steps[s + 1]].copy() for s in range(splits[i], splits[i + 1])]
-        yield ctx, sequences
-
-
-def _to_records_py(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = None) -> Iterator[Dict[str, Any]]:
-    """The pure twin of `to_records`."""
-    from .example import BYTES, as_decoded, empty_value
-
-    views = []
-    for name, col in columns.items():
-        flat = col.flat_values().tolist() if col.kind == BYTES else col.values
-        views.append((name, col.kind, flat, col.row_splits.tolist(), (col.status == PRESENT).tolist()))
-    count = len(next(iter(columns.values()))) if columns else 0
-    for i in range(count) if rows is None else rows:
-        record = {}
-        for name, kind, flat, splits, present in views:
-            if not present[i]:
-                record[name] = empty_value(kind)
-            elif kind == BYTES:
-                record[name] = as_decoded(kind, flat[splits[i] : splits[i + 1]])
-            else:
-                record[name] = flat[splits[i] : splits[i + 1]].copy()
-        yield record
+    return iter(_engine.sequence_rows(*_column_args(context, False), *_column_args(lists, True), count, rows))
 
 
 # -- public decode / encode --------------------------------------------------------------------
@@ -425,7 +372,7 @@ def decode_examples(
     desc = _resolve(description, payloads)
     names, codes = _names_kinds(desc)
     cols, err = _engine.decode_examples(records, names, codes, offsets, lengths)
-    where = _Where(path, first_record_number, record_offsets)
+    where = _locator(path, first_record_number, record_offsets)
     if err is not None:
         _raise(err, list(desc), list(desc.values()), where, "Example")
     out = {name: Column(name, kind, *c) for (name, kind), c in zip(desc.items(), cols)}
@@ -453,7 +400,7 @@ def decode_example_records(
     """
     records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
         records, offsets, lengths, first_record_number, record_offsets)
-    if _engine.decode_example_rows is None or offsets is None:
+    if offsets is None:
         return to_records(decode_examples(records, description, offsets=offsets, lengths=lengths, path=path,
                                           first_record_number=first_record_number, record_offsets=record_offsets),
                           rows)
@@ -462,7 +409,7 @@ def decode_example_records(
     names, codes = _names_kinds(desc)
     rows_out, err = _engine.decode_example_rows(records, names, codes, offsets, lengths, list(desc), rows)
     if err is not None:
-        _raise(err, list(desc), list(desc.values()), _Where(path, first_record_number, record_offsets), "Example")
+        _raise(err, list(desc), list(desc.values()), _locator(path, first_record_number, record_offsets), "Example")
     return rows_out
 
 
@@ -492,7 +439,7 @@ def decode_sequence_examples(
     cn, ck = _names_kinds(cdesc)
     sn, sk = _names_kinds(sdesc)
     ccols, scols, err = _engine.decode_sequence_examples(records, cn, ck, sn, sk, offsets, lengths)
-    where = _Where(path, first_record_number, record_offsets)
+    where = _locator(path, first_record_number, record_offsets)
     if err is not None:
         _raise(err, list(cdesc) + list(sdesc), list(cdesc.values()) + list(sdesc.values()), where, "SequenceExample")
     context = {name: Column(name, kind, *c) for (name, kind), c in zip(cdesc.items(), ccols)}
@@ -552,6 +499,25 @@ def _as_column(name: str, spec: Any) -> Column:
     return Column.from_rows(name, kind, rows)
 
 
+def _engine_columns(columns: Sequence[Column], names: Optional[Sequence[str]] = None) -> List[tuple]:
+    """Columns in the engine encoders' form, `(name bytes, kind code, values, row_splits,
+    value_offsets, status)`, named by `names` (default: their own names)."""
+    out = []
+    for name, c in zip(names or [c.name for c in columns], columns):
+        if c.kind == "byte" and c.value_offsets is None:
+            raise ValueError(f"feature {name!r}: bytes columns need value_offsets")
+        out.append((name.encode("utf-8"), KIND_CODE[c.kind], c.values, c.row_splits,
+                    c.value_offsets if c.kind == "byte" else None, c.status))
+    return out
+
+
+def _engine_list_columns(columns: Sequence[SequenceColumn]) -> List[tuple]:
+    """Feature-list columns in `_engine.encode_sequence_examples`' form: `(name bytes, kind
+    code, values, row_splits, step_splits, value_offsets, status)`."""
+    return [(c.name.encode("utf-8"), KIND_CODE[c.kind], c.values, c.row_splits, c.step_splits,
+             c.value_offsets if c.kind == "byte" else None, c.status) for c in columns]
+
+
 def encode_examples(
     columns: Mapping[str, Any], n: Optional[int] = None, framed: bool = False
 ) -> Union[List[bytes], bytes]:
@@ -575,12 +541,7 @@ def encode_examples(
         n = counts.pop() if counts else 0
     elif counts - {n}:
         raise ValueError(f"columns must hold {n} records, not {sorted(counts - {n})}")
-    args = []
-    for name, c in zip(columns, cols):
-        if c.kind == "byte" and c.value_offsets is None:
-            raise ValueError(f"feature {name!r}: bytes columns need value_offsets")
-        args.append((name.encode("utf-8"), _CODE[c.kind], c.values, c.row_splits, c.value_offsets, c.status))
-    out = _engine.encode_examples(args, n, framed)
+    out = _engine.encode_examples(_engine_columns(cols, list(columns)), n, framed)
     if framed:
         return out
     buf, offs = out

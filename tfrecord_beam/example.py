@@ -15,17 +15,17 @@ import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from . import _engine, _proto
+from ._engine._common import BYTES, FLOAT, INT, KIND_FIELD
 from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
-BYTES, FLOAT, INT = "byte", "float", "int"
 KINDS = (BYTES, FLOAT, INT)
 _KIND_ALIASES = {
     "byte": BYTES, "bytes": BYTES, "bytes_list": BYTES, "str": BYTES, "string": BYTES, "binary": BYTES,
     "float": FLOAT, "float32": FLOAT, "float_list": FLOAT,
     "int": INT, "int64": INT, "int64_list": INT,
 }
-_ONEOF_TO_KIND = {"bytes_list": BYTES, "float_list": FLOAT, "int64_list": INT}
-KIND_TO_FIELD = {BYTES: "bytes_list", FLOAT: "float_list", INT: "int64_list"}
+KIND_TO_FIELD = KIND_FIELD
+_ONEOF_TO_KIND = {field: kind for kind, field in KIND_FIELD.items()}
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 Description = Union[None, Sequence[str], Mapping[str, Optional[str]]]

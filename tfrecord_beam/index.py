@@ -15,7 +15,7 @@ from typing import Iterable, Optional, Tuple
 import numpy as np
 
 from . import _diagnose, _engine, fs
-from ._framing_py import (
+from ._engine._common import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
     HEADER_SIZE,

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, List, Optional, 
 import numpy as np
 
 from . import _blockgzip_write, _diagnose, _engine, _tfindex, blockgzip, fs
-from ._framing_py import (
+from ._engine._common import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
     HEADER_SIZE,

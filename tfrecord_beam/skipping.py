@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ._framing_py import FRAME_OVERHEAD
+from ._engine._common import FRAME_OVERHEAD
 from ._resync import Resync
 from .errors import CorruptRecordError, TruncatedRecordError
 from .records import DEFAULT_CHUNK_SIZE, RecordChunk, RecordReader

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import google_crc32c
 
-from tfrecord_beam._framing_py import frame_header, frame_records
+from tfrecord_beam._engine._framing import frame_header, frame_records
 from tfrecord_beam.example import encode_example
 
 

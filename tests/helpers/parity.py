@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfrecord_beam import _columnar_py, _framing_py
+from tfrecord_beam._engine import _common, _decode, _encode, _framing, _index_text, _rows
 
+from . import encode_oracle as _encode_oracle
 from .fixtures import MANIFEST
 
 try:
@@ -15,7 +16,9 @@ except ImportError:  # pragma: no cover - the extension is optional
     NATIVE = None
 
 needs_native = pytest.mark.skipif(NATIVE is None, reason="compiled core not built")
-KIND_CODE = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
+KIND_CODE = {field: _common.KIND_CODE[kind] for kind, field in _common.KIND_FIELD.items()}  # by oneof field
+PURE = {name: getattr(mod, name) for mod in (_framing, _decode, _encode, _rows, _index_text) for name in mod.__all__}
+ORACLES = {"encode_examples": _encode_oracle.encode_examples}  # slow references the twins must match
 
 
 def manifest() -> dict:
@@ -48,9 +51,12 @@ def run(fn, *args, **kw):
 
 
 def both(name: str, *args, **kw):
-    """Run `name` on the pure twin and the compiled core; assert identical results; return it."""
-    pure_mod = _framing_py if hasattr(_framing_py, name) else _columnar_py
-    expected = run(getattr(pure_mod, name), *args, **kw)
+    """Run `name` on the pure twin and the compiled core (and its reference oracle, if it has
+    one); assert identical results; return it."""
+    expected = run(PURE[name], *args, **kw)
+    if name in ORACLES:
+        oracle = run(ORACLES[name], *args, **kw)
+        assert same(expected, oracle), f"{name}: pure twin differs from the oracle\npure:   {expected!r}\noracle: {oracle!r}"
     if NATIVE is not None:
         got = run(getattr(NATIVE, name), *args, **kw)
         assert same(expected, got), f"{name}: engines differ\npure:   {expected!r}\nnative: {got!r}"

@@ -1,6 +1,10 @@
 """Type stub of the compiled core (tfrecord_beam._native._core); the pure twins are
 tfrecord_beam._framing_py, tfrecord_beam._columnar_py and tfrecord_beam._index_text_py, with the same signatures."""
 
+"""Type stub of the compiled core (tfrecord_beam._native._core); its pure twins, with the same
+signatures, are in tfrecord_beam._engine (_framing, _decode, _encode, _rows), which also picks
+one of the two. The numeric codes are in tfrecord_beam._engine._common."""
+
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np

@@ -1,4 +1,4 @@
-/* Frame scanning and writing; the semantics are those of _framing_py.scan_frames. */
+/* Frame scanning and writing; the semantics are those of the pure twin tfrecord_beam/_engine/_framing.py scan_frames. */
 #include "tfr_framing.h"
 
 #include "tfr_crc32c.h"

@@ -9,10 +9,10 @@
 #define TFR_FOOTER_SIZE 4
 #define TFR_FRAME_OVERHEAD 16
 
-/* Same codes as _framing_py.STATUS_* */
+/* Same codes as tfrecord_beam/_engine/_common.py STATUS_* */
 enum { TFR_SCAN_OK = 0, TFR_SCAN_INCOMPLETE = 1, TFR_SCAN_BAD_LENGTH_CRC = 2, TFR_SCAN_BAD_DATA_CRC = 3 };
 
-/* `verify` levels (same as _framing_py.VERIFY_*): none, both CRCs, or length CRCs only. */
+/* `verify` levels (same as _engine/_common.py VERIFY_*): none, both CRCs, or length CRCs only. */
 enum { TFR_VERIFY_NONE = 0, TFR_VERIFY_ALL = 1, TFR_VERIFY_LENGTHS = 2 };
 
 /* Scan complete frames at the start of buf[0..size). Writes up to `cap` payload offsets and

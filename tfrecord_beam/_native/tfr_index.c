@@ -1,4 +1,4 @@
-/* `.tfindex` text parsing; the semantics are those of _index_text_py.parse_index. */
+/* `.tfindex` text parsing; the semantics are those of _engine._index_text.parse_index. */
 #include "tfr_index.h"
 
 #include <string.h>

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Generator, Iterator, List, NamedTuple, Optional, Tuple, Union
 
-from .._framing_py import FRAME_OVERHEAD
+from .._engine._common import FRAME_OVERHEAD
 from .._resync import Resync
 from ..errors import CorruptRecordError
 from ..records import DEFAULT_CHUNK_SIZE, RecordReader

@@ -38,7 +38,7 @@ from apache_beam.transforms.display import DisplayDataItem
 
 from .. import _engine, _publish
 from .._blockgzip_write import DEFAULT_BLOCK_BYTES, BlockCompressor
-from .._framing_py import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
+from .._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
 from .._tfindex import default_index_path, format_index, frame_index
 from ..records import RecordReader
 from . import _coders, _fs, _metrics, _paths

@@ -23,16 +23,15 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 
 from .. import blockgzip, fs
+from .._engine._common import KIND_NONE_NAME
 from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
-from ._images import image_info
-from ..errors import IndexMismatchError, TFRecordError
-from ..example import BYTES, FLOAT, INT, feature_kind
 from .._tfindex import default_index_path, first_difference, load_index
+from ..errors import IndexMismatchError, TFRecordError
+from ..example import BYTES, FLOAT, INT, KIND_TO_FIELD, feature_kind
 from ..index import iter_frames
-from ..records import FRAME_OVERHEAD, RecordReader, resolve_compression
+from ..records import RecordReader, resolve_compression
+from ._images import image_info
 
-NO_KIND = "none"  # a Feature message with no kind set
-_FIELD = {BYTES: "bytes_list", FLOAT: "float_list", INT: "int64_list"}
 _SAMPLE_BYTES = 256  # how much of the first bytes value is kept as a sample
 
 Progress = Callable[[int, int, str, int, int], None]
@@ -63,7 +62,7 @@ class FeatureStats:
     name: str
     sequence: bool = False
     records: int = 0  # records in which the feature is present
-    kinds: Counter = field(default_factory=Counter)  # kind (or NO_KIND) -> Feature messages
+    kinds: Counter = field(default_factory=Counter)  # kind (or KIND_NONE_NAME) -> Feature messages
     values: Optional[Tuple[int, int]] = None  # (min, max) values per record
     values_total: int = 0
     steps: Optional[Tuple[int, int]] = None
@@ -85,7 +84,7 @@ class FeatureStats:
 
         Raises SchemaInferenceError when records disagree (an int here, a float there).
         """
-        seen = [k for k in self.kinds if k != NO_KIND]
+        seen = [k for k in self.kinds if k != KIND_NONE_NAME]
         if len(seen) > 1:
             detail = ", ".join(f"{k} in {n}" for k, n in sorted(self.kinds.items()))
             raise SchemaInferenceError(f"feature {self.name!r} has mixed kinds ({detail} Feature messages)")
@@ -94,9 +93,9 @@ class FeatureStats:
     @property
     def kind_label(self) -> str:
         """The kind for display: "int", "mixed(float,int)" or "none"."""
-        seen = sorted(k for k in self.kinds if k != NO_KIND)
+        seen = sorted(k for k in self.kinds if k != KIND_NONE_NAME)
         if not seen:
-            return NO_KIND
+            return KIND_NONE_NAME
         return seen[0] if len(seen) == 1 else f"mixed({','.join(seen)})"
 
     @property
@@ -111,10 +110,10 @@ class FeatureStats:
         """Account one Feature message's values; returns how many it holds."""
         kind = feature_kind(feature)
         if kind is None:
-            self.kinds[NO_KIND] += 1
+            self.kinds[KIND_NONE_NAME] += 1
             return 0
         self.kinds[kind] += 1
-        values = getattr(feature, _FIELD[kind]).value
+        values = getattr(feature, KIND_TO_FIELD[kind]).value
         count = len(values)
         if not count:
             return 0
@@ -491,25 +490,11 @@ def infer_description(stats: DatasetStats) -> InferredDescription:
 
 
 def arrow_type(stats: FeatureStats, *, strings: bool = False):
-    """The Arrow type of one feature (see `infer_arrow_schema`)."""
-    import pyarrow as pa
+    """The Arrow type of one feature (see `infer_arrow_schema`; the rule is `arrow.inferred_type`)."""
+    from ..arrow import inferred_type
 
-    kind = stats.kind
-    if kind is None:
-        item = pa.null()
-    elif kind == INT:
-        item = pa.int64()
-    elif kind == FLOAT:
-        item = pa.float32()
-    elif strings and stats.bytes_count and not stats.non_utf8:
-        item = pa.string()
-    else:
-        item = pa.binary()
-    if stats.sequence:
-        return pa.list_(pa.list_(item))
-    if kind is not None and stats.values == (1, 1):
-        return item
-    return pa.list_(item)
+    return inferred_type(stats.kind, depth=2 if stats.sequence else 1, one_value=stats.values == (1, 1),
+                         text=bool(strings and stats.bytes_count and not stats.non_utf8))
 
 
 def infer_arrow_schema(stats: DatasetStats, *, strings: bool = False):
@@ -539,7 +524,7 @@ def infer_arrow_schema(stats: DatasetStats, *, strings: bool = False):
     fields = []
     for section, features in ((stats.feature_section, stats.features), ("feature_lists", stats.feature_lists)):
         for name, feature in sorted(features.items()):
-            meta = {"tfrecord.kind": feature.kind or NO_KIND, "tfrecord.section": section}
+            meta = {"tfrecord.kind": feature.kind or KIND_NONE_NAME, "tfrecord.section": section}
             fields.append(pa.field(name, arrow_type(feature, strings=strings), nullable=True, metadata=meta))
     return pa.schema(fields, metadata={"tfrecord.record_type": stats.record_type})
 

@@ -17,7 +17,7 @@ import torch.utils.data
 
 from .. import _engine, _index_check, blockgzip, fs
 from .. import index as _index
-from .._framing_py import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
+from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description, normalize_description
 from ._collate import decode_record

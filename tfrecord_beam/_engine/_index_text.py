@@ -24,6 +24,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+__all__ = ["parse_index", "entry_line", "ERROR_NOT_PAIR", "ERROR_TOO_BIG"]
+
 ERROR_NOT_PAIR = 1
 ERROR_TOO_BIG = 2
 
