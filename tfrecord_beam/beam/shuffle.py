@@ -357,8 +357,7 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
     run_dir = _fs.join(work_dir, "runs")
     outs = (
         p
-        | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))
-        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))  # Create spreads its elements
         | f"{label}Runs" >> beam.ParDo(_BucketRuns(seed, plan, run_dir)).with_outputs(
             _stages.COVERAGE, DIGEST, main="parts")
     )
