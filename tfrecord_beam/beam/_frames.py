@@ -72,28 +72,24 @@ def digest(crcs: np.ndarray, lengths: np.ndarray) -> Digest:
 add = _digest.add_digests
 
 
-def gather(frame_sets: Sequence[Frames], which: np.ndarray, index: np.ndarray,
-           block_bytes: int = 4 << 20) -> Iterator[Tuple[bytes, np.ndarray]]:
+def gather(frame_sets: Sequence[Frames], which: np.ndarray, index: np.ndarray, block_bytes: int = 4 << 20,
+           cuts: Sequence[int] = ()) -> Iterator[Tuple[bytes, np.ndarray]]:
     """The frames `index[k]` of `frame_sets[which[k]]`, in that order, as (bytes, frame sizes)
-    blocks of about `block_bytes` each (so writing them needs no second copy of everything)."""
-    views = [memoryview(f.buffer) for f in frame_sets]
-    starts = [f.starts for f in frame_sets]
-    sizes = [f.sizes for f in frame_sets]
+    blocks of about `block_bytes` each (so writing them needs no second copy of everything).
+    No block spans one of `cuts` (positions in `index`: a caller's bucket boundaries)."""
     if not len(index):
         return
-    all_sizes = np.empty(len(index), np.int64)
-    all_starts = np.empty(len(index), np.int64)
-    for k in range(len(frame_sets)):
-        mask = which == k
-        all_sizes[mask] = sizes[k][index[mask]]
-        all_starts[mask] = starts[k][index[mask]]
+    base = np.cumsum([0] + [len(f.starts) for f in frame_sets[:-1]]).astype(np.int64)
+    flat = base[which] + index  # one position per frame in the concatenated columns
+    all_starts = np.concatenate([f.starts for f in frame_sets])[flat]
+    all_sizes = (np.concatenate([f.lengths for f in frame_sets]) + OVERHEAD)[flat]
     ends = np.cumsum(all_sizes)
-    cuts = np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1
-    for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(index)]]).tolist()):
+    bounds = np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1
+    bounds = np.union1d(np.union1d(bounds, np.asarray(cuts, np.int64)), [0, len(index)]).tolist()
+    views = [memoryview(f.buffer) for f in frame_sets]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
         if lo >= hi:
             continue
-        w = which[lo:hi].tolist()
-        s = all_starts[lo:hi].tolist()
-        n = all_sizes[lo:hi].tolist()
-        pieces: List[memoryview] = [views[k][a : a + b] for k, a, b in zip(w, s, n)]
+        pieces: List[memoryview] = [views[k][a : a + b] for k, a, b in
+                                    zip(which[lo:hi].tolist(), all_starts[lo:hi].tolist(), all_sizes[lo:hi].tolist())]
         yield b"".join(pieces), all_sizes[lo:hi]

@@ -119,17 +119,19 @@ def write_run(frame_sets: Sequence[_frames.Frames], keys: Sequence[np.ndarray], 
     by_key = np.argsort(all_keys, kind="stable")
     which, index, all_keys = which[by_key], index[by_key], all_keys[by_key]
     cuts = np.searchsorted(all_keys, plan.lower_bounds(), side="left").tolist() + [len(all_keys)]
+    present = [b for b in range(plan.buckets) if cuts[b] < cuts[b + 1]]
     rows = []  # (bucket, offset, size, count)
     pos = 0
     with _fs.atomic_output(path) as (handle, commit):
-        for bucket in range(plan.buckets):
+        blocks = _frames.gather(frame_sets, which, index, cuts=cuts)  # one pass over the run, cut at buckets
+        for bucket in present:
             lo, hi = cuts[bucket], cuts[bucket + 1]
-            if lo == hi:
-                continue
-            start = pos
-            for block, _ in _frames.gather(frame_sets, which[lo:hi], index[lo:hi]):
+            start, done = pos, lo
+            while done < hi:  # the blocks of this bucket (a block never spans two)
+                block, sizes = next(blocks)
                 handle.write(block)
                 pos += len(block)
+                done += len(sizes)
             handle.write(all_keys[lo:hi].astype("<u8").tobytes())
             rows.append((bucket, start, pos - start, hi - lo))
             pos += 8 * (hi - lo)
@@ -319,7 +321,7 @@ def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts:
         for bucket in sorted(per_bucket):
             slices = [s for _, s in sorted(per_bucket[bucket], key=lambda t: t[0])]
             for block, sizes, d in shuffled_bucket(slices, plan.key_range(bucket), plan.buffer_bytes, work_dir):
-                writer.write_framed(block, sizes.tolist())
+                writer.write_framed(block, sizes)
                 written = _frames.add(written, d)
     result = {
         "shard": shard, "name": name, "records": written[0], "bytes": written[1], "checksum": written[2],
