@@ -99,8 +99,9 @@ class RunSpiller:
         if not len(starts):
             return
         selected = int(sizes.sum())
+        framed = memoryview(framed)  # slices of it are views: a spill copies each frame once
         if 2 * selected < len(framed):  # a sparse selection: keep only its frames, not the chunk
-            framed = b"".join([framed[a : a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
+            framed = memoryview(b"".join([framed[a : a + n] for a, n in zip(starts.tolist(), sizes.tolist())]))
             starts = np.cumsum(sizes) - sizes
         self._pending.append((framed, starts, sizes, shards, keys))
         self._pending_bytes += max(len(framed), selected)
