@@ -35,6 +35,7 @@ from .errors import CorruptRecordError
 
 RUN_BYTES = 4 << 20  # frames buffered by a reader before it spills a run
 BUCKET_BYTES = 4 << 20  # target size of one bucket of a shard
+BLOCK_BYTES = 4 << 20  # a merged bucket goes to the writer in blocks of about this size
 
 
 class Segment(NamedTuple):
@@ -158,10 +159,11 @@ def read_segment(segment: Segment, open_input: Callable[[str], BinaryIO]) -> Tup
     return np.frombuffer(data, dtype="<u8", count=segment.records), memoryview(data)[8 * segment.records :]
 
 
-def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO]
+def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], block_bytes: int = BLOCK_BYTES
                  ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
-    """The records of one bucket in key order, as (framed bytes, frame sizes, footers, records
-    per group). Frames are CRC-checked again (both CRCs) as they are read back."""
+    """The records of one bucket in key order, as blocks of about `block_bytes` of (framed
+    bytes, frame sizes, footers, records per group): memory is the bucket read back plus one
+    block. Frames are CRC-checked again (both CRCs) as they are read back."""
     segments = sorted(segments, key=lambda s: s.run)
     keys_l, frames_l, starts_l, sizes_l, footers_l, source_l = [], [], [], [], [], []
     groups: dict = {}
@@ -186,9 +188,17 @@ def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], Binary
     starts = np.concatenate(starts_l)[order]
     sizes = np.concatenate(sizes_l)[order]
     footers = np.concatenate(footers_l)[order]
-    framed = b"".join([frames_l[c][s : s + n] for c, s, n in zip(source.tolist(), starts.tolist(), sizes.tolist())])
+    group_of = np.array([seg.group for seg in segments], np.int64)[source]
     width = max(groups) + 1
-    yield framed, sizes, footers, [groups.get(g, 0) for g in range(width)]
+    ends = np.cumsum(sizes)
+    cuts = [0, *(np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1).tolist(),
+            len(sizes)]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        if lo >= hi:
+            continue
+        framed = b"".join([frames_l[c][a : a + n] for c, a, n in
+                           zip(source[lo:hi].tolist(), starts[lo:hi].tolist(), sizes[lo:hi].tolist())])
+        yield framed, sizes[lo:hi], footers[lo:hi], np.bincount(group_of[lo:hi], minlength=width).tolist()
 
 
 class Scratch(NamedTuple):
