@@ -2,7 +2,11 @@
 tfrecord_to_parquet and reshard --shuffle, each end to end as a subprocess whose process
 tree's peak RSS is sampled from /proc (tests/helpers/rss.py), at 1 and 2 workers.
 
-    python -m bench.bench_convert [--rows N] [--shuffle-mb MB] [--tfx-python PATH] [--skip-builtin] [--only parquet|shuffle]
+    python -m bench.bench_convert [--rows N] [--shuffle-mb MB] [--tfx-python PATH] [--skip-builtin]
+                                  [--only parquet|shuffle] [--workdir DIR]
+
+`--workdir /dev/shm` (with TFRECORD_BEAM_BENCH_DATA on tmpfs too) measures the software
+rather than a shared disk: the external shuffle writes its input twice (runs, then shards).
 
 1. parquet_to_tfrecord on N rows of the P1 table (bench_pipelines.parquet_file: int64,
    float32, 16-char string, list<int64> of 0-10, 100-byte binary) into 4 shards: our job on
@@ -230,8 +234,9 @@ def bench_shuffle(mb: int, tmp: Path, builtin: bool) -> str:
     return text + "\n" + notes
 
 
-def run(rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True, only=("parquet", "shuffle")) -> str:
-    tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))
+def run(rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True, only=("parquet", "shuffle"),
+        workdir=None) -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="bench_convert_", dir=workdir))
     text = ""
     try:
         if "parquet" in only:
@@ -253,8 +258,10 @@ def main(argv=None) -> None:
     parser.add_argument("--skip-builtin", action="store_true", help="skip Beam's built-in shuffle (slow)")
     parser.add_argument("--only", choices=("parquet", "shuffle"), action="append",
                         help="run only these parts (parquet: both conversions)")
+    parser.add_argument("--workdir", default=None, help="where outputs and temporary files go (default: $TMPDIR)")
     args = parser.parse_args(argv)
-    run(args.rows, args.shuffle_mb, args.tfx_python, not args.skip_builtin, args.only or ("parquet", "shuffle"))
+    run(args.rows, args.shuffle_mb, args.tfx_python, not args.skip_builtin, args.only or ("parquet", "shuffle"),
+        args.workdir)
 
 
 if __name__ == "__main__":

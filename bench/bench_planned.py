@@ -59,17 +59,24 @@ def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
     return paths
 
 
-def measure(kind: str, *args) -> Tuple[float, int]:
-    """(seconds, peak RSS of the process tree) of one run in a fresh interpreter: `kind` is a
-    pipelines module or a plain loop. Seconds are timed in the child around the job alone."""
+def measure(kind: str, *args) -> Tuple[float, int, float]:
+    """(seconds, peak RSS of the process tree, CPU seconds) of one run in a fresh interpreter:
+    `kind` is a pipelines module or a plain loop. Seconds are timed in the child around the job
+    alone; CPU seconds (user + system) are the whole tree's, start-up and workers included,
+    from the kernel's accounting (the steady measure on a shared machine)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "bench.bench_planned", "--one", json.dumps([kind, [str(a) for a in args]])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(ROOT), env=env)
     with PeakRSS(root=proc.pid, interval=0.05) as rss:
         out, _ = proc.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} {args} failed with status {proc.returncode}")
-    return json.loads(out.decode().strip().splitlines()[-1])["seconds"], rss.peak
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return json.loads(out.decode().strip().splitlines()[-1])["seconds"], rss.peak, cpu
 
 
 def _run_one(spec: str) -> None:
@@ -94,14 +101,14 @@ def _run_one(spec: str) -> None:
     print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
-def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int]:
-    """Median seconds and the largest peak RSS of `repeats` runs."""
+def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int, float]:
+    """Median seconds, the largest peak RSS and the median CPU seconds of `repeats` runs."""
     runs = []
     for _ in range(repeats):
         runs.append(measure(kind, *args))
         if cleanup is not None:
             cleanup()
-    return float(np.median([r[0] for r in runs])), max(r[1] for r in runs)
+    return float(np.median([r[0] for r in runs])), max(r[1] for r in runs), float(np.median([r[2] for r in runs]))
 
 
 # --- the plain loops ---------------------------------------------------------------------------
@@ -139,12 +146,12 @@ def plain_build_index(files: List[Path], out_dir: Path) -> None:
 
 # --- the run -------------------------------------------------------------------------------------
 
-def _row(what, seconds, peak, nbytes, records, ref=None):
-    return [what, f"{seconds:.2f}", f"{nbytes / seconds / 1e6:,.0f}", f"{records / seconds / 1e6:.2f}",
+def _row(what, seconds, peak, nbytes, records, ref=None, cpu=float("nan")):
+    return [what, f"{seconds:.2f}", f"{cpu:.2f}", f"{nbytes / seconds / 1e6:,.0f}", f"{records / seconds / 1e6:.2f}",
             f"{peak / 2**20:,.0f}", "" if ref is None else f"{ref / seconds:.2f}x"]
 
 
-HEADER = ["what", "seconds", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
+HEADER = ["what", "seconds", "CPU s (tree)", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
 
 
 def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3,
@@ -173,38 +180,38 @@ def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = Non
                 rows, times, plain = [], {}, None
                 if not skip_plain:
                     (tmp / "plain").mkdir(parents=True, exist_ok=True)
-                    plain, peak = median_run(repeats, "plain_reshard", *files, tmp / "plain" / "r", SHARDS,
+                    plain, peak, cpu = median_run(repeats, "plain_reshard", *files, tmp / "plain" / "r", SHARDS,
                                              cleanup=lambda: [p.unlink() for p in (tmp / "plain").iterdir()])
                     rows.append(_row("plain loop: RecordReader -> RecordWriter(index) per record", plain, peak,
-                                     nbytes, records))
+                                     nbytes, records, cpu=cpu))
                 for name, runner in workers:
-                    seconds, peak = median_run(repeats, "reshard", "--input", pattern, "--output_prefix", tmp / "rs" / "r",
+                    seconds, peak, cpu = median_run(repeats, "reshard", "--input", pattern, "--output_prefix", tmp / "rs" / "r",
                                                "--num_shards", SHARDS, *runner, cleanup=clean("rs"))
                     times[name] = seconds
-                    rows.append(_row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain))
+                    rows.append(_row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain, cpu))
                 text += table(f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
             if "build_index" in jobs:
                 rows, times, plain = [], {}, None
                 if not skip_plain:
-                    plain, peak = median_run(repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx"))
-                    rows.append(_row("plain loop: index.create_index per file", plain, peak, nbytes, records))
+                    plain, peak, cpu = median_run(repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx"))
+                    rows.append(_row("plain loop: index.create_index per file", plain, peak, nbytes, records, cpu=cpu))
                 for name, runner in workers:
-                    seconds, peak = median_run(repeats, "build_index", "--input", pattern, "--output_dir", tmp / "idx",
+                    seconds, peak, cpu = median_run(repeats, "build_index", "--input", pattern, "--output_dir", tmp / "idx",
                                                *runner, cleanup=clean("idx"))
                     times[name] = seconds
-                    rows.append(_row(f"build_index (this job), {name}", seconds, peak, nbytes, records, plain))
+                    rows.append(_row(f"build_index (this job), {name}", seconds, peak, nbytes, records, plain, cpu))
                 text += table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
             if "mix" in jobs and payload >= 1024:
                 rows, times = [], {}
                 a = str(files[0].parent / "in-[0-5].tfrecord")
                 b = str(files[0].parent / "in-[67].tfrecord")
                 for name, runner in workers:
-                    seconds, peak = median_run(repeats, "mix", "--source", a + "=3", "--source", b + "=1",
+                    seconds, peak, cpu = median_run(repeats, "mix", "--source", a + "=3", "--source", b + "=1",
                                                "--total_records", records, "--output_prefix", tmp / "mx" / "m",
                                                "--num_shards", SHARDS, "--seed", 1, *runner, cleanup=clean("mx"))
                     times[name] = seconds
                     rows.append(_row(f"mix 3:1 (select, shuffle within shards, proof), {name}", seconds, peak,
-                                     nbytes, records))
+                                     nbytes, records, cpu=cpu))
                 text += table(f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -169,8 +169,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             return
         _ = (
             p
-            | "Files" >> beam.Create(tasks)
-            | "Spread" >> beam.Reshuffle()
+            | "Files" >> beam.Create(tasks)  # Create itself reshuffles (spreads) more than one element
             | "Index" >> beam.Map(index_file, verify, output_dir, compression, reporter.directory)
         )
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipelines import reshard
-from tfrecord_beam.beam import _frames
+from tfrecord_beam import _bucketed
 from tfrecord_beam.beam import shuffle as sh
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.records import read_records, write_records
@@ -103,23 +103,45 @@ def _run_file(tmp_path, payloads, plan, name="r"):
     return list(sh.bucket_runs(rng, 0, 1, plan, str(tmp_path / "runs" / name)))
 
 
+def _merged(tables, max_bytes, work_dir):
+    """(framed bytes, digest, blocks) of a shard merged from its tables with a buffer of max_bytes."""
+    out = []
+
+    class Writer:
+        def write_framed(self, framed, sizes):
+            assert int(np.sum(sizes)) == len(framed)
+            out.append(bytes(framed))
+
+    digest, _ = _bucketed.write_merged(tables, Writer(), None, lambda p: open(p, "rb"), max_bytes=max_bytes,
+                                      scratch=sh.scratch(work_dir))
+    return b"".join(out), digest, len(out)
+
+
 def test_oversize_bucket_is_split_and_order_kept(tmp_path):
     payloads = [os.urandom(int(n)) for n in np.random.default_rng(1).integers(50, 3000, 3000)]
     plan = sh.Plan(num_shards=1, per_shard=1, buffer_bytes=1 << 30)
-    parts = [p for _, p in _run_file(tmp_path, payloads, plan)]
-    slices = [sh.Slice(p.path, int(o), int(s), int(c)) for p in parts
-              for o, s, c in zip(p.offsets, p.sizes, p.counts)]
-    whole = list(sh.shuffled_bucket(slices, plan.key_range(0), 1 << 30, str(tmp_path / "w1")))
-    split = list(sh.shuffled_bucket(slices, plan.key_range(0), 1 << 16, str(tmp_path / "w2")))
-    assert len(whole) >= 1 and len(split) > len(whole)  # the small buffer went through sub-buckets
-    assert b"".join(b for b, _, _ in whole) == b"".join(b for b, _, _ in split)
-    d1 = (0, 0, 0)
-    for _, _, d in split:
-        d1 = _frames.add(d1, d)
+    tables = [t for _, t in _run_file(tmp_path, payloads, plan)]
+    whole, d0, n0 = _merged(tables, 1 << 30, str(tmp_path / "w1"))
+    split, d1, n1 = _merged(tables, 1 << 16, str(tmp_path / "w2"))
+    assert n1 > n0  # the small buffer went through sub-buckets
+    assert whole == split and d0 == d1
     assert d1[:2] == (len(payloads), sum(map(len, payloads)))
-    assert not (tmp_path / "w2").exists() or not list((tmp_path / "w2").iterdir())  # split files removed
-    got = list(read_records(_as_file(tmp_path, b"".join(b for b, _, _ in split))))
+    assert not (tmp_path / "w2").exists() or not list((tmp_path / "w2").rglob("*"))  # split files removed
+    got = list(read_records(_as_file(tmp_path, split)))
     assert sorted(got) == sorted(payloads) and got != payloads
+
+
+def test_shards_are_key_ranges_and_buckets_stay_inside_them(tmp_path):
+    payloads = [b"r%06d" % i for i in range(4000)]
+    plan = sh.Plan(num_shards=3, per_shard=5, buffer_bytes=1 << 20)
+    pairs = _run_file(tmp_path, payloads, plan)
+    for shard, table in pairs:
+        assert table.shard == shard
+        assert np.all(table.buckets // plan.per_shard == shard)  # global bucket numbers inside the shard
+    shards = [_merged([t for s, t in pairs if s == k], 1 << 20, str(tmp_path / f"w{k}"))[0] for k in range(3)]
+    got = [list(read_records(_as_file(tmp_path, data))) for data in shards]
+    assert sorted(sum(got, [])) == sorted(payloads)
+    assert all(len(g) > 1000 for g in got)
 
 
 def _as_file(tmp_path, data: bytes) -> str:
@@ -131,14 +153,13 @@ def _as_file(tmp_path, data: bytes) -> str:
 def test_damaged_run_file_is_reported(tmp_path):
     payloads = [b"p%05d" % i * 20 for i in range(500)]
     plan = sh.Plan(num_shards=1, per_shard=2, buffer_bytes=1 << 20)
-    parts = [p for _, p in _run_file(tmp_path, payloads, plan)]
-    part = parts[0]
-    raw = bytearray(Path(part.path).read_bytes())
-    raw[int(part.offsets[0]) + 40] ^= 0xFF
-    Path(part.path).write_bytes(bytes(raw))
-    piece = sh.Slice(part.path, int(part.offsets[0]), int(part.sizes[0]), int(part.counts[0]))
-    with pytest.raises(CorruptRecordError, match="temporary shuffle data is damaged"):
-        list(sh.shuffled_bucket([piece], plan.key_range(int(part.buckets[0])), 1 << 20, str(tmp_path / "w")))
+    tables = [t for _, t in _run_file(tmp_path, payloads, plan)]
+    seg = tables[0].segments()[0]
+    raw = bytearray(Path(seg.path).read_bytes())
+    raw[seg.offset + 8 * seg.records + 40] ^= 0xFF
+    Path(seg.path).write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="temporary file damaged"):
+        _merged(tables, 1 << 20, str(tmp_path / "w"))
 
 
 def test_rejects_byte_balance_and_tiny_buffer(tmp_path, capsys):

@@ -9,22 +9,33 @@ run and shard, not one per segment). A shard writer
 then takes its buckets in order, reads every segment of one bucket, sorts the records by key
 and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
 that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
-segments' metadata travels through the runner.
+segments' metadata travels through the runner. A bucket that turns out larger than the
+writer may hold (`write_merged(max_bytes=...)`: compressed inputs inflate past their
+estimate, or random variation) is first cut by key quantiles into smaller ones through
+temporary files (`split_bucket`); each segment's keys are sorted, so a cut is a few
+contiguous slices per segment and the order is kept.
+
+Both external shuffles use this module: `mix` (destinations chosen by its sampler, buckets
+by shard size) and `reshard --shuffle` (`tfrecord_beam.beam.shuffle`: the shard too is a
+key range).
 """
 
 from __future__ import annotations
 
+import math
+import uuid
 from typing import BinaryIO, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _engine
-from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL
+from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
 from ._walk import footers_at
 from .errors import CorruptRecordError
 
 RUN_BYTES = 4 << 20  # frames buffered by a reader before it spills a run
 BUCKET_BYTES = 4 << 20  # target size of one bucket of a shard
+BLOCK_BYTES = 4 << 20  # a merged bucket goes to the writer in blocks of about this size
 
 
 class Segment(NamedTuple):
@@ -89,8 +100,9 @@ class RunSpiller:
         if not len(starts):
             return
         selected = int(sizes.sum())
+        framed = memoryview(framed)  # slices of it are views: a spill copies each frame once
         if 2 * selected < len(framed):  # a sparse selection: keep only its frames, not the chunk
-            framed = b"".join([framed[a : a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
+            framed = memoryview(b"".join([framed[a : a + n] for a, n in zip(starts.tolist(), sizes.tolist())]))
             starts = np.cumsum(sizes) - sizes
         self._pending.append((framed, starts, sizes, shards, keys))
         self._pending_bytes += max(len(framed), selected)
@@ -147,10 +159,11 @@ def read_segment(segment: Segment, open_input: Callable[[str], BinaryIO]) -> Tup
     return np.frombuffer(data, dtype="<u8", count=segment.records), memoryview(data)[8 * segment.records :]
 
 
-def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO]
+def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], block_bytes: int = BLOCK_BYTES
                  ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
-    """The records of one bucket in key order, as (framed bytes, frame sizes, footers, records
-    per group). Frames are CRC-checked again (both CRCs) as they are read back."""
+    """The records of one bucket in key order, as blocks of about `block_bytes` of (framed
+    bytes, frame sizes, footers, records per group): memory is the bucket read back plus one
+    block. Frames are CRC-checked again (both CRCs) as they are read back."""
     segments = sorted(segments, key=lambda s: s.run)
     keys_l, frames_l, starts_l, sizes_l, footers_l, source_l = [], [], [], [], [], []
     groups: dict = {}
@@ -175,14 +188,90 @@ def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], Binary
     starts = np.concatenate(starts_l)[order]
     sizes = np.concatenate(sizes_l)[order]
     footers = np.concatenate(footers_l)[order]
-    framed = b"".join([frames_l[c][s : s + n] for c, s, n in zip(source.tolist(), starts.tolist(), sizes.tolist())])
+    group_of = np.array([seg.group for seg in segments], np.int64)[source]
     width = max(groups) + 1
-    yield framed, sizes, footers, [groups.get(g, 0) for g in range(width)]
+    ends = np.cumsum(sizes)
+    cuts = [0, *(np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1).tolist(),
+            len(sizes)]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        if lo >= hi:
+            continue
+        framed = b"".join([frames_l[c][a : a + n] for c, a, n in
+                           zip(source[lo:hi].tolist(), starts[lo:hi].tolist(), sizes[lo:hi].tolist())])
+        yield framed, sizes[lo:hi], footers[lo:hi], np.bincount(group_of[lo:hi], minlength=width).tolist()
+
+
+class Scratch(NamedTuple):
+    """Where `split_bucket` puts its temporary files, and how it makes and removes them (the
+    caller's filesystem layer: this module imports none)."""
+
+    directory: str
+    create: Callable[[str], BinaryIO]
+    remove: Callable[[str], None]  # removes a directory and what it holds (absent: no error)
+
+
+def split_bucket(segments: Sequence[Segment], parts: int, open_input: Callable[[str], BinaryIO],
+                 scratch: Scratch) -> List[List[Segment]]:
+    """The bucket's records cut by key quantiles into `parts` smaller buckets (in key order),
+    one temporary file each under `scratch.directory`: every segment is read once, its keys
+    (sorted) cut by the bounds, and each slice appended to its part as a new segment."""
+    keys = []
+    for seg in segments:  # the keys alone first (they lead each segment): exact quantile bounds
+        with open_input(seg.path) as handle:
+            handle.seek(seg.offset)
+            raw = handle.read(8 * seg.records)
+        if len(raw) != 8 * seg.records:
+            raise CorruptRecordError(seg.path, seg.offset, None, "spill file ends early (removed or truncated?)")
+        keys.append(np.frombuffer(raw, dtype="<u8"))
+    every = np.sort(np.concatenate(keys))
+    bounds = np.unique(every[[len(every) * j // parts for j in range(1, parts)]])
+    paths = [f"{scratch.directory.rstrip('/')}/part-{j:04d}" for j in range(len(bounds) + 1)]
+    outs = [scratch.create(path) for path in paths]
+    pos = [0] * len(outs)
+    pieces: List[List[Segment]] = [[] for _ in outs]
+    try:
+        for seg in sorted(segments, key=lambda s: s.run):
+            seg_keys, frames = read_segment(seg, open_input)
+            offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_LENGTHS)
+            if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
+                raise CorruptRecordError(seg.path, seg.offset + 8 * seg.records + consumed, None,
+                                         "spilled records fail their CRCs (temporary file damaged)")
+            edges = [0, *np.searchsorted(seg_keys, bounds, side="left").tolist(), seg.records]
+            ends = [0, *np.cumsum(lengths + FRAME_OVERHEAD).tolist()]
+            for j, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+                if a == b:
+                    continue
+                outs[j].write(seg_keys[a:b].tobytes())
+                outs[j].write(frames[ends[a] : ends[b]])
+                pieces[j].append(seg._replace(path=paths[j], offset=pos[j], records=b - a,
+                                              frame_bytes=ends[b] - ends[a]))
+                pos[j] += 8 * (b - a) + ends[b] - ends[a]
+    finally:
+        for out in outs:
+            out.close()
+    return [p for p in pieces if p]
+
+
+def merge_bounded(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], max_bytes: Optional[int],
+                  scratch: Optional[Scratch], depth: int = 0) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
+    """`merge_bucket`, in memory of about `max_bytes`: a larger bucket is split first."""
+    total = sum(s.frame_bytes for s in segments)
+    if max_bytes is None or scratch is None or total <= max_bytes or sum(s.records for s in segments) <= 1 or depth >= 8:
+        yield from merge_bucket(segments, open_input)
+        return
+    sub = scratch._replace(directory=f"{scratch.directory.rstrip('/')}/split-{uuid.uuid4().hex[:12]}")
+    try:
+        for part in split_bucket(segments, max(2, math.ceil(total / (max_bytes / 2))), open_input, sub):
+            yield from merge_bounded(part, open_input, max_bytes, sub, depth + 1)
+    finally:
+        scratch.remove(sub.directory)
 
 
 def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
-                 progress: Optional[Callable[[int, int], None]] = None) -> Tuple[Tuple[int, int, int], List[int]]:
-    """Write a shard from its segment tables, bucket by bucket; (digest, records per group)."""
+                 progress: Optional[Callable[[int, int], None]] = None, max_bytes: Optional[int] = None,
+                 scratch: Optional[Scratch] = None) -> Tuple[Tuple[int, int, int], List[int]]:
+    """Write a shard from its segment tables, bucket by bucket; (digest, records per group).
+    With `max_bytes` and `scratch`, a bucket of more frame bytes is split before it is sorted."""
     from ._walk import add_digests, frame_digest
 
     by_bucket: dict = {}
@@ -192,7 +281,7 @@ def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
     digest = (0, 0, 0)
     groups: List[int] = []
     for bucket in sorted(by_bucket):
-        for framed, sizes, footers, counts in merge_bucket(by_bucket[bucket], open_input):
+        for framed, sizes, footers, counts in merge_bounded(by_bucket[bucket], open_input, max_bytes, scratch):
             writer.write_framed(framed, sizes)
             if index is not None:
                 index.add(sizes)

@@ -184,8 +184,8 @@ def parquet_to_shards(p, shards: Sequence[Sequence[Piece]], spec: _stages.ShardS
     converted go to `dead_letters` when given, `--skip_corrupt`)."""
     outs = (
         p
+        # Create spreads its elements over workers itself (a Reshuffle inside): no second one
         | f"{label}Plan" >> beam.Create([(s, list(pieces)) for s, pieces in enumerate(shards) if pieces])
-        | f"{label}Spread" >> beam.Reshuffle()
         | f"{label}Encode" >> beam.ParDo(_WriteShard(spec, schema, options, dead_letters is not None))
         .with_outputs(_stages.CORRUPT, main="results")
     )
@@ -317,8 +317,7 @@ def tfrecord_to_parquet_files(p, groups: Sequence[Sequence[_stages.FileRange]], 
     skip = dead_letters is not None
     outs = (
         p
-        | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])
-        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])  # Create spreads its elements
         | f"{label}Write" >> beam.ParDo(
             _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip)
         ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")

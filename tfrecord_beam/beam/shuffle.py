@@ -3,16 +3,21 @@
 Every record gets an i.i.d. uniform 64-bit key, a pure function of (seed, file number,
 record offset), and the output is all records sorted by key: a uniform random permutation,
 the same for the same seed and input however the work was split or how many workers ran.
-The key space is cut into `num_shards * buckets_per_shard` equal buckets; shard `s` is the
+The key's top 32 bits pick its shard (`num_shards` equal key ranges) and its bucket
+(`num_shards * buckets_per_shard` equal key ranges, each inside one shard); shard `s` is the
 concatenation of its buckets in key order.
 
-1. Readers (one Beam element per input byte range) collect up to `buffer_bytes` of records,
-   sort them by key and write them as one temporary *run* file under the staging directory:
-   per bucket, its frames (the input's framing, copied, CRCs checked on reading) then its
-   keys. Only (shard, run file name, per-bucket offsets and counts) go to the GroupByKey.
-2. One writer per shard loads each of its buckets (expected size `buffer_bytes / 2`; a bucket
-   that turns out larger, e.g. from compressed inputs, is split again by key range through
-   temporary files), orders it by key in memory and appends it to the shard.
+The machinery is mix's (`tfrecord_beam._bucketed`, one external shuffle in the package):
+
+1. Readers (one Beam element per input byte range) collect up to `buffer_bytes` of frames
+   (the input's framing, copied, CRCs checked on reading), sort them by (shard, bucket, key)
+   and append them as one *run* to the range's spill file (`RunSpiller`). Only one
+   `SegmentTable` per (run, shard) goes to the GroupByKey: numpy columns of (bucket, offset,
+   records, bytes).
+2. One writer per shard takes its buckets in order (`write_merged`): each bucket (expected
+   size `buffer_bytes / 2`) is read back (CRCs checked again), ordered by key in memory and
+   appended to the shard; a bucket that turns out larger than `buffer_bytes` (e.g. from
+   compressed inputs) is first split by key quantiles through temporary files.
 
 The count + order-independent checksum proof is read from the frames' CRC footers on both
 sides (`_frames.digest`), so it costs almost nothing.
@@ -22,11 +27,12 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
 
+from tfrecord_beam import _bucketed
 from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 from tfrecord_beam.beam import _frames, _fs
 from tfrecord_beam.beam import stages as _stages
@@ -35,7 +41,6 @@ from tfrecord_beam.beam._corrupt import CorruptRecord
 DEFAULT_BUFFER_BYTES = 64 << 20
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_SPAN = 1 << 64
 DIGEST = "digest"
 
 
@@ -66,17 +71,9 @@ class Plan(NamedTuple):
     def buckets(self) -> int:
         return self.num_shards * self.per_shard
 
-    def lower_bounds(self) -> np.ndarray:
-        """The smallest key of each bucket (uint64, ascending)."""
-        b = self.buckets
-        return np.array([(i * _SPAN) // b for i in range(b)], dtype=np.uint64)
-
-    def shard_of(self, bucket: int) -> int:
-        return bucket // self.per_shard
-
-    def key_range(self, bucket: int) -> Tuple[int, int]:
-        b = self.buckets
-        return (bucket * _SPAN) // b, ((bucket + 1) * _SPAN) // b
+    def shards_of(self, keys: np.ndarray) -> np.ndarray:
+        """The shard of each key (its top bits: equal key ranges, in key order)."""
+        return _bucketed.bucket_of(keys, np.full(len(keys), self.num_shards, np.int64))
 
 
 def plan_buckets(input_bytes: int, num_shards: int, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> Plan:
@@ -97,80 +94,39 @@ def estimated_bytes(ranges: Sequence[_stages.FileRange]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Run files: what the readers write
-
-
-class RunPart(NamedTuple):
-    """The buckets of one shard inside one run file: per bucket, its frames then its keys."""
-
-    order: Tuple[int, int]  # (range number, run number): the run's place in the input
-    path: str
-    buckets: np.ndarray  # int64 bucket numbers, ascending
-    offsets: np.ndarray  # int64 byte offset of each bucket's frames in the file
-    sizes: np.ndarray  # int64 bytes of frames of each bucket (its keys follow: 8 bytes each)
-    counts: np.ndarray  # int64 records of each bucket
-
-
-def write_run(frame_sets: Sequence[_frames.Frames], keys: Sequence[np.ndarray], plan: Plan, path: str,
-              order: Tuple[int, int]) -> Iterator[Tuple[int, RunPart]]:
-    """Sort the frames by key, write them as one run file, yield a (shard, RunPart) per shard."""
-    which = np.concatenate([np.full(len(k), i, np.int64) for i, k in enumerate(keys)])
-    index = np.concatenate([np.arange(len(k), dtype=np.int64) for k in keys])
-    all_keys = np.concatenate(keys)
-    by_key = np.argsort(all_keys, kind="stable")
-    which, index, all_keys = which[by_key], index[by_key], all_keys[by_key]
-    cuts = np.searchsorted(all_keys, plan.lower_bounds(), side="left").tolist() + [len(all_keys)]
-    rows = []  # (bucket, offset, size, count)
-    pos = 0
-    with _fs.atomic_output(path) as (handle, commit):
-        for bucket in range(plan.buckets):
-            lo, hi = cuts[bucket], cuts[bucket + 1]
-            if lo == hi:
-                continue
-            start = pos
-            for block, _ in _frames.gather(frame_sets, which[lo:hi], index[lo:hi]):
-                handle.write(block)
-                pos += len(block)
-            handle.write(all_keys[lo:hi].astype("<u8").tobytes())
-            rows.append((bucket, start, pos - start, hi - lo))
-            pos += 8 * (hi - lo)
-        commit()
-    table = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
-    shards = table[:, 0] // plan.per_shard
-    for shard in np.unique(shards).tolist():
-        t = table[shards == shard]
-        yield shard, RunPart(order, path, t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+# Readers: runs into spill files
 
 
 def bucket_runs(rng: _stages.FileRange, range_number: int, seed: int, plan: Plan, run_dir: str,
                 coverage: Optional[list] = None, digests: Optional[list] = None,
-                on_corrupt: Optional[OnCorrupt] = None) -> Iterator[Tuple[int, RunPart]]:
-    """Read one range (CRCs checked) and write its records as run files of at most about
-    `plan.buffer_bytes` each; append the range's `Coverage` and `Digest` to the lists given.
-    With `on_corrupt(file, offset, reason)` (--skip_corrupt) corrupt records are reported to
-    it and stepped over (`skipping.SkippingReader`) instead of failing the read."""
+                on_corrupt: Optional[OnCorrupt] = None) -> Iterator[Tuple[int, _bucketed.SegmentTable]]:
+    """Read one range (CRCs checked) into one spill file of runs of at most about
+    `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
+    range's `Coverage` and `Digest` to the lists given. With `on_corrupt(file, offset, reason)`
+    (--skip_corrupt) corrupt records are reported to it and stepped over
+    (`skipping.SkippingReader`) instead of failing the read."""
     reader = SkippingReader(rng.path, rng.compression, open_file=lambda: _fs.open_input(rng.path), verify=True,
                             start_offset=rng.start, end_offset=rng.end, resync=rng.start > 0,
                             skip_corrupt=on_corrupt is not None, on_corrupt=on_corrupt)
     key = file_key(seed, rng.file_number)
-    frame_sets: List[_frames.Frames] = []
-    keys: List[np.ndarray] = []
-    held = 0
-    runs = 0
+    # The shard is a key range, and every shard's buckets are numbered globally: the bucket of
+    # a key among all `plan.buckets` lies inside its shard (floor(floor(x * N * P) / P) == floor(x * N)).
+    spiller = _bucketed.RunSpiller(_run_path(run_dir), range_number, 0, [plan.buckets] * plan.num_shards,
+                                   _fs.atomic_output, run_bytes=plan.buffer_bytes)
     total: _frames.Digest = (0, 0, 0)
-    end = None
-    for chunk in reader.chunks():
-        frames = _frames.frames_of_chunk(chunk)
-        frame_sets.append(frames)
-        keys.append(record_keys(key, chunk.record_offsets))
-        total = _frames.add(total, _frames.digest(frames.crcs(), frames.lengths))
-        end = int(chunk.record_offsets[-1] + frames.sizes[-1])
-        held += int(frames.sizes.sum())
-        if held >= plan.buffer_bytes:
-            yield from write_run(frame_sets, keys, plan, _run_path(run_dir), (range_number, runs))
-            frame_sets, keys, held, runs = [], [], 0, runs + 1
-    if frame_sets:
-        yield from write_run(frame_sets, keys, plan, _run_path(run_dir), (range_number, runs))
+    try:
+        for chunk in reader.chunks():
+            frames = _frames.frames_of_chunk(chunk)
+            keys = record_keys(key, chunk.record_offsets)
+            sizes = frames.sizes
+            spiller.add(chunk.buffer, frames.starts, sizes, plan.shards_of(keys), keys)
+            total = _frames.add(total, _frames.digest(frames.crcs(), frames.lengths))
+        tables = spiller.close()
+    except BaseException:
+        spiller.abort()
+        raise
+    for table in tables:
+        yield table.shard, table
     if coverage is not None:
         first = reader.start_offset
         size = _fs.file_size(rng.path) if rng.compression is None else None
@@ -185,148 +141,27 @@ def _run_path(run_dir: str) -> str:
     return _fs.join(run_dir, f"run-{uuid.uuid4().hex}")
 
 
-def _create(path: str):
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.create(path, "application/octet-stream", CompressionTypes.UNCOMPRESSED)
-
-
 # ---------------------------------------------------------------------------------------------
-# Buckets: what the shard writers read
+# Writers: buckets into shards
 
 
-class Slice(NamedTuple):
-    """One bucket's records in one file: `size` bytes of frames at `offset`, then their keys."""
+def scratch(work_dir: str) -> _bucketed.Scratch:
+    """Where a shard writer splits buckets too large for its buffer (Beam's filesystems)."""
+    def remove(directory: str) -> None:
+        if _fs.exists(directory):
+            _fs.delete([directory])
 
-    path: str
-    offset: int
-    size: int
-    count: int
-
-
-def _read_slice(handle, piece: Slice) -> Tuple[_frames.Frames, np.ndarray]:
-    handle.seek(piece.offset)
-    raw = handle.read(piece.size + 8 * piece.count)
-    if len(raw) != piece.size + 8 * piece.count:
-        from tfrecord_beam.errors import TruncatedRecordError
-
-        raise TruncatedRecordError(piece.path, piece.offset + len(raw), None, "temporary shuffle file is truncated")
-    view = memoryview(raw)
-    frames = _frames.scan(view[: piece.size], piece.path, piece.offset)
-    keys = np.frombuffer(raw, dtype="<u8", count=piece.count, offset=piece.size).astype(np.uint64)
-    if len(frames.starts) != piece.count:
-        from tfrecord_beam.errors import CorruptRecordError
-
-        raise CorruptRecordError(piece.path, piece.offset, None,
-                                 f"temporary shuffle slice holds {len(frames.starts)} records, not {piece.count}")
-    return frames, keys
+    return _bucketed.Scratch(work_dir, _fs.create, remove)  # each split makes (and removes) its own directory
 
 
-class _Handles:
-    """Open input files, one per path, for a bucket's slices (closed together)."""
-
-    def __init__(self) -> None:
-        self.open: Dict[str, object] = {}
-
-    def get(self, path: str):
-        if path not in self.open:
-            self.open[path] = _fs.open_input(path)
-        return self.open[path]
-
-    def close(self) -> None:
-        for handle in self.open.values():
-            handle.close()
-        self.open.clear()
-
-
-def shuffled_bucket(slices: Sequence[Slice], key_range: Tuple[int, int], buffer_bytes: int, work_dir: str,
-                    depth: int = 0) -> Iterator[Tuple[bytes, np.ndarray, _frames.Digest]]:
-    """The bucket's frames in key order as (bytes, frame sizes, digest) blocks.
-
-    A bucket that fits in `buffer_bytes` is read whole and ordered in memory; a larger one is
-    first split by key range into smaller buckets through temporary files (each slice holds
-    its records sorted by key, so a split is a few contiguous cuts per slice)."""
-    total = sum(s.size for s in slices)
-    count = sum(s.count for s in slices)
-    if total > buffer_bytes and count > 1 and depth < 8:
-        yield from _split_bucket(slices, key_range, buffer_bytes, work_dir, total, depth)
-        return
-    handles = _Handles()
-    try:
-        loaded = [_read_slice(handles.get(s.path), s) for s in slices]
-    finally:
-        handles.close()
-    frame_sets = [f for f, _ in loaded]
-    keys = np.concatenate([k for _, k in loaded]) if loaded else np.zeros(0, np.uint64)
-    which = np.concatenate([np.full(len(k), i, np.int64) for i, (_, k) in enumerate(loaded)]) if loaded else keys
-    index = np.concatenate([np.arange(len(k), dtype=np.int64) for _, k in loaded]) if loaded else keys
-    by_key = np.argsort(keys, kind="stable")
-    which, index = which[by_key], index[by_key]
-    crcs = np.concatenate([f.crcs() for f in frame_sets]) if frame_sets else np.zeros(0, np.uint32)
-    lengths = np.concatenate([f.lengths for f in frame_sets]) if frame_sets else np.zeros(0, np.int64)
-    digest = _frames.digest(crcs, lengths)
-    first = True
-    for block, sizes in _frames.gather(frame_sets, which, index):
-        yield block, sizes, digest if first else (0, 0, 0)
-        first = False
-
-
-def _split_bucket(slices, key_range, buffer_bytes, work_dir, total, depth):
-    lo, hi = key_range
-    parts = max(2, math.ceil(total / (buffer_bytes / 2)))
-    bounds = [lo + (j * (hi - lo)) // parts for j in range(parts)] + [hi]
-    split_dir = _fs.join(work_dir, f"split-{uuid.uuid4().hex[:12]}")
-    paths = [_fs.join(split_dir, f"part-{j:04d}") for j in range(parts)]
-    outs = [_create(p) for p in paths]
-    pos = [0] * parts
-    pieces: List[List[Slice]] = [[] for _ in range(parts)]
-    handles = _Handles()
-    try:
-        for s in slices:
-            frames, keys = _read_slice(handles.get(s.path), s)
-            cuts = np.searchsorted(keys, np.array(bounds[1:-1], dtype=np.uint64), side="left").tolist()
-            edges = [0] + cuts + [len(keys)]
-            ends = np.concatenate([[0], np.cumsum(frames.sizes)]).tolist()
-            view = memoryview(frames.buffer)
-            for j in range(parts):
-                a, b = edges[j], edges[j + 1]
-                if a == b:
-                    continue
-                outs[j].write(view[ends[a] : ends[b]])
-                outs[j].write(keys[a:b].astype("<u8").tobytes())
-                pieces[j].append(Slice(paths[j], pos[j], ends[b] - ends[a], b - a))
-                pos[j] += ends[b] - ends[a] + 8 * (b - a)
-    finally:
-        handles.close()
-        for out in outs:
-            out.close()
-    try:
-        for j in range(parts):
-            if pieces[j]:
-                yield from shuffled_bucket(pieces[j], (bounds[j], bounds[j + 1]), buffer_bytes, work_dir, depth + 1)
-    finally:
-        if _fs.exists(split_dir):
-            _fs.delete([split_dir])
-
-
-def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts: Iterable[RunPart],
+def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, tables: Iterable[_bucketed.SegmentTable],
                          work_dir: str) -> dict:
-    """Write one shard from the run parts of its buckets (in key order); returns its stats."""
-
-    per_bucket: Dict[int, List[Tuple[Tuple[int, int], Slice]]] = {}
-    for part in parts:
-        for b, o, s, c in zip(part.buckets.tolist(), part.offsets.tolist(), part.sizes.tolist(), part.counts.tolist()):
-            per_bucket.setdefault(b, []).append((part.order, Slice(part.path, o, s, c)))
+    """Write one shard from the segment tables of its buckets (in key order); returns its stats."""
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
-    written: _frames.Digest = (0, 0, 0)
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        for bucket in sorted(per_bucket):
-            slices = [s for _, s in sorted(per_bucket[bucket], key=lambda t: t[0])]
-            for block, sizes, d in shuffled_bucket(slices, plan.key_range(bucket), plan.buffer_bytes, work_dir):
-                writer.write_framed(block, sizes.tolist())
-                written = _frames.add(written, d)
+        written, _ = _bucketed.write_merged(list(tables), writer, None, _fs.open_input,
+                                            max_bytes=plan.buffer_bytes, scratch=scratch(work_dir))
     result = {
         "shard": shard, "name": name, "records": written[0], "bytes": written[1], "checksum": written[2],
         "file_bytes": _fs.file_size(spec.path(name)), "groups": [written[0]],
@@ -340,7 +175,7 @@ def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, parts:
 
 
 class _BucketRuns(beam.DoFn):
-    """(range number, FileRange) -> (shard, RunPart) pairs; COVERAGE and DIGEST side outputs."""
+    """(range number, FileRange) -> (shard, SegmentTable) pairs; COVERAGE and DIGEST side outputs."""
 
     def __init__(self, seed: int, plan: Plan, run_dir: str, skip_corrupt: bool = False) -> None:
         self.seed, self.plan, self.run_dir, self.skip_corrupt = seed, plan, run_dir, skip_corrupt
@@ -372,8 +207,7 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
     skip = dead_letters is not None
     outs = (
         p
-        | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))
-        | f"{label}Spread" >> beam.Reshuffle()
+        | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))  # Create spreads its elements
         | f"{label}Runs" >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip)).with_outputs(
             _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts")
     )
@@ -385,7 +219,7 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
         outs.parts
         | f"{label}GroupByShard" >> beam.GroupByKey()
         | f"{label}WriteShards" >> beam.MapTuple(
-            lambda shard, parts: write_shuffled_shard(spec, plan, shard, parts, work_dir))
+            lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir))
     )
     if verify:
         _stages.verify_digests(p, outs[DIGEST], results, spec, "reshard --shuffle", label=f"{label}Verify")
