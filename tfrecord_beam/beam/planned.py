@@ -17,33 +17,53 @@ from typing import Callable, List, Optional, Sequence
 import apache_beam as beam
 
 from tfrecord_beam._copy import copy_pieces
-from tfrecord_beam._plan import FileSurvey, ShardPlan, survey
+from tfrecord_beam import _plan
+from tfrecord_beam._plan import FileSurvey, ShardPlan, merge_parts, survey
 from tfrecord_beam.records import resolve_compression
 
+from . import _blockgzip
 from . import _fs
 from . import _progress
 from . import stages as _stages
 
 
-def _survey_one(task, progress_dir: Optional[str]) -> FileSurvey:
+def _survey_parts(task):
+    """A file's survey tasks: (task, part number, member window) per range of members of a
+    block-gzip file with a member table (`_plan.survey_parts`), else (task, 0, None): whole."""
     number, path, compression, group = task
-    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}")
+    table = _blockgzip.member_table(path) if compression == "gzip" else None
+    if table is None:
+        yield task, 0, None
+        return
+    for k, (first, stop) in enumerate(_plan.survey_parts(table)):
+        yield task, k, table.window(first, stop)
+
+
+def _survey_one(part, progress_dir: Optional[str]):
+    (number, path, compression, group), k, members = part
+    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}" if members is None else f"{number:06d}-{k:06d}")
     with _fs.open_input(path) as raw:
-        result = survey(raw, path, compression, number, group, counter.add)
+        result = survey(raw, path, compression, number, group, counter.add, members=members)
     counter.flush()
-    return result
+    return number, result
 
 
 def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
                   groups: Optional[Sequence[int]] = None, progress_dir: Optional[str] = None,
                   label: str = "Survey"):
-    """PCollection of one FileSurvey per input file (header walk, length CRCs checked)."""
+    """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
+
+    A block-gzip file with a member table is surveyed in parts (ranges of its members, each
+    inflated once, on any worker), joined per file (`_plan.merge_parts`)."""
     tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
     return (
         p
         | f"{label}Files" >> beam.Create(tasks)
+        | f"{label}Parts" >> beam.FlatMap(_survey_parts)
         | f"{label}Spread" >> beam.Reshuffle()
         | f"{label}Walk" >> beam.Map(_survey_one, progress_dir)
+        | f"{label}Group" >> beam.GroupByKey()
+        | f"{label}Join" >> beam.MapTuple(lambda _, parts: merge_parts(list(parts)))
     )
 
 
