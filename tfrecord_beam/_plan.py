@@ -71,9 +71,10 @@ def survey(raw: BinaryIO, path: str, compression: Optional[str], file_number: in
     return FileSurvey(path, compression, file_number, records, end, digest, checkpoints, group)
 
 
-def survey_parts(table: MemberTable, part_bytes: int = SURVEY_PART_BYTES) -> List[Tuple[int, int]]:
-    """Member ranges [first, stop) of about `part_bytes` bytes on disk each (one at least),
-    the parts a block-gzip file is surveyed in."""
+def survey_parts(table: MemberTable, part_bytes: Optional[int] = None) -> List[Tuple[int, int]]:
+    """Member ranges [first, stop) of about `part_bytes` (default SURVEY_PART_BYTES) bytes on
+    disk each (one at least), the parts a block-gzip file is surveyed in."""
+    part_bytes = SURVEY_PART_BYTES if part_bytes is None else part_bytes
     n = len(table)
     if n == 0:
         return [(0, 0)]
