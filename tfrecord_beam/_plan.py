@@ -28,7 +28,7 @@ from .errors import IndexMismatchError
 
 CHECKPOINT_BYTES = 16 << 20  # a checkpoint at least every 16 MiB ...
 CHECKPOINT_RECORDS = 1 << 16  # ... and every 65,536 records
-SURVEY_PART_BYTES = 64 << 20  # block-gzip files are surveyed in member ranges of about this many bytes on disk
+SURVEY_PART_BYTES = 16 << 20  # block-gzip files are surveyed in member ranges of about this many bytes on disk
 
 
 @dataclass
