@@ -39,13 +39,13 @@ def _survey_parts(task):
         yield task, k, table.window(first, stop)
 
 
-def _survey_one(part, progress_dir: Optional[str]):
+def _survey_one(part, progress_dir: Optional[str]) -> FileSurvey:
     (number, path, compression, group), k, members = part
     counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}" if members is None else f"{number:06d}-{k:06d}")
     with _fs.open_input(path) as raw:
         result = survey(raw, path, compression, number, group, counter.add, members=members)
     counter.flush()
-    return number, result
+    return result
 
 
 def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
@@ -53,17 +53,24 @@ def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
                   label: str = "Survey"):
     """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
 
-    A block-gzip file with a member table is surveyed in parts (ranges of its members, each
-    inflated once, on any worker), joined per file (`_plan.merge_parts`)."""
+    A block-gzip file with a member table (read from its index's tail here) is surveyed in
+    parts, ranges of its members each inflated once, on any worker, and the parts are joined
+    per file (`_plan.merge_parts`)."""
     tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
-    return (
+    parts = [part for task in tasks for part in _survey_parts(task)]
+    walked = (
         p
-        | f"{label}Files" >> beam.Create(tasks)
-        | f"{label}Parts" >> beam.FlatMap(_survey_parts)
+        | f"{label}Files" >> beam.Create(parts)
         | f"{label}Spread" >> beam.Reshuffle()
         | f"{label}Walk" >> beam.Map(_survey_one, progress_dir)
+    )
+    if all(members is None for _, _, members in parts):
+        return walked  # one survey per file already
+    return (
+        walked
+        | f"{label}Key" >> beam.Map(lambda s: (s.file_number, s))
         | f"{label}Group" >> beam.GroupByKey()
-        | f"{label}Join" >> beam.MapTuple(lambda _, parts: merge_parts(list(parts)))
+        | f"{label}Join" >> beam.MapTuple(lambda _, file_parts: merge_parts(list(file_parts)))
     )
 
 
