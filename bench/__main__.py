@@ -1,11 +1,11 @@
-"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines blockgzip resync convert]`."""
+"""Run every benchmark (or those named): `python -m bench [core native files torch beam pipelines blockgzip planned_blockgzip resync convert]`."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip", "resync", "convert"]
+ALL = ["core", "native", "files", "torch", "beam", "pipelines", "blockgzip", "planned_blockgzip", "resync", "convert"]
 
 
 def main(argv=None) -> None:

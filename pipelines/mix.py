@@ -246,7 +246,8 @@ class SelectFn(beam.DoFn):
                                               block.number]).bit_generator
                 occurrence = block.occurrence
                 piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
-                              block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt)
+                              block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
+                              to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
                 done = 0
                 for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
                     times = taken[done : done + len(sizes)]

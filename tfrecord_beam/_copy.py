@@ -10,10 +10,12 @@ the inputs and of the shard.
 
 from __future__ import annotations
 
+import os
 from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
+from . import blockgzip
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
 from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
@@ -27,15 +29,28 @@ Opener = Callable[[str], BinaryIO]
 AtomicOutput = Callable[[str], ContextManager]
 
 
+def piece_members(piece: Piece, raw: BinaryIO, open_input: Opener):
+    """The member table to enter a GZIP piece by (`RecordReader(members=...)`): the block-gzip
+    table of the file's index (checked against the file's size, as every reader checks it),
+    or False (a piece from the file's start, another compression, or a plain gzip stream:
+    inflated from the start)."""
+    if piece.compression != "gzip" or (piece.from_offset == 0 and piece.to_offset is None):
+        return False
+    size = raw.seek(0, os.SEEK_END)
+    raw.seek(0)
+    return blockgzip.member_table_for(piece.path, opener=open_input, file_size=size) or False
+
+
 def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview, np.ndarray, np.ndarray]]:
     """(framed bytes, frame sizes, footers) of a piece's records, both CRCs checked, in order.
 
+    A block-gzip piece inflates its own members only (from the one holding its first record).
     A piece of a `--skip_corrupt` survey is read by the same skipping reader (its reports are
     the survey's, already listed, so they are dropped here), which steps over the same damage.
     A records piece whose file ends before its last record fails: the file changed since it
     was surveyed.
     """
-    stop = piece.hi if piece.unit == "bytes" else None
+    stop = piece.hi if piece.unit == "bytes" else piece.to_offset
     raw = None
     reader: Union[RecordReader, SkippingReader]
     if piece.skip_corrupt:
@@ -45,7 +60,8 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
     else:
         raw = open_input(piece.path)
         reader = RecordReader(raw, piece.compression, verify=True, start_offset=piece.from_offset,
-                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES, end_offset=stop)
+                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES, end_offset=stop,
+                              members=piece_members(piece, raw, open_input))
         reader.path = piece.path
     try:
         number = piece.from_record

@@ -78,18 +78,24 @@ def walk_frames(
     *,
     verify: int = VERIFY_LENGTHS,
     start_offset: int = 0,
-    first_record: int = 0,
+    first_record: Optional[int] = 0,
+    end_offset: Optional[int] = None,
+    members=None,
 ) -> Iterator[FrameBlock]:
     """Yield the frames of a file, from the record boundary `start_offset` to its end.
 
     `raw` is the open (compressed) file; `verify` is VERIFY_LENGTHS (length CRCs, the
     default: payloads are skipped where possible) or VERIFY_ALL (both CRCs: every byte is
     read). A bad CRC or a truncated file raises CorruptRecordError / TruncatedRecordError
-    naming `path`, the record number and its offset.
+    naming `path`, the record number and its offset. With `end_offset` the walk stops before
+    the first record starting at or after it; `members` (a block-gzip `MemberTable`, or a
+    window of one) lets a compressed walk start at a member and inflate only up to
+    `end_offset` (as `RecordReader` does). `first_record` None: the record numbers are not
+    known (a part of a file walked on its own): blocks count from 0, errors name offsets.
     """
-    fileno = _fileno(raw) if compression is None and verify != VERIFY_ALL else None
+    fileno = _fileno(raw) if compression is None and verify != VERIFY_ALL and end_offset is None else None
     if fileno is None:
-        yield from _reader_blocks(raw, compression, path, verify, start_offset, first_record)
+        yield from _reader_blocks(raw, compression, path, verify, start_offset, first_record, end_offset, members)
     else:
         yield from _walk_local(raw, fileno, path, start_offset, first_record)
 
@@ -127,11 +133,12 @@ def _fileno(raw) -> Optional[int]:
         return None
 
 
-def _reader_blocks(raw, compression, path, verify, start_offset, first_record) -> Iterator[FrameBlock]:
-    reader = RecordReader(raw, compression, verify=verify, start_offset=start_offset,
-                          first_record_number=first_record, chunk_size=READ_BYTES)
+def _reader_blocks(raw, compression, path, verify, start_offset, first_record, end_offset=None,
+                   members=None) -> Iterator[FrameBlock]:
+    reader = RecordReader(raw, compression, verify=verify, start_offset=start_offset, end_offset=end_offset,
+                          first_record_number=first_record, chunk_size=READ_BYTES, members=members)
     reader.path = reader.path or path
-    number = first_record
+    number = first_record or 0
     for chunk in reader.chunks():
         yield chunk_block(chunk, number)
         number += len(chunk)

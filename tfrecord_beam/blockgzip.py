@@ -81,6 +81,12 @@ class MemberTable:
         """The first member starting at or after file byte `compressed_offset` (len when none)."""
         return int(np.searchsorted(self.compressed[:-1], compressed_offset, side="left"))
 
+    def window(self, first: int, stop: int) -> "MemberTable":
+        """The table of members first .. stop-1 only (n + 1 entries, ending where member `stop`
+        starts): what a reader of just those members needs (`open_at` stops inflating at its
+        end), and small enough to travel with a unit of work."""
+        return MemberTable(self.compressed[first:stop + 1].copy(), self.uncompressed[first:stop + 1].copy())
+
     def ranges(self) -> List[Tuple[int, int, int]]:
         """(uncompressed start, uncompressed end, compressed member offset) of every member."""
         u, c = self.uncompressed.tolist(), self.compressed.tolist()
@@ -212,15 +218,19 @@ def open_at(raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] 
     uncompressed offset it starts at (skip `offset - that` bytes to reach `offset`).
 
     With `end` (an uncompressed offset), the stream stops after the member holding `end`
-    (or just before the member starting at `end`): a range read inflates its own members
-    only, so damage beyond them is the next range's to find.
+    (or just before the member starting at `end`), or at the table's end: a range read
+    inflates its own members only, so damage beyond them is the next range's to find. A
+    `MemberTable.window` of some members is read the same way, `end` given.
     """
     m = table.member_at(offset)
     start, at = int(table.compressed[m]), int(table.uncompressed[m])
     raw.seek(start)
-    if end is not None and end < table.data_size:
-        last = table.member_at(end)
-        stop = int(table.compressed[last if int(table.uncompressed[last]) == end else last + 1])
+    if end is not None:
+        if end >= table.data_size:
+            stop = table.file_size
+        else:
+            last = table.member_at(end)
+            stop = int(table.compressed[last if int(table.uncompressed[last]) == end else last + 1])
         raw = _Window(raw, start, stop)  # type: ignore[assignment]
     stream = InflatingReader(raw, "gzip", path, uncompressed_offset=at, compressed_offset=start)
     return stream, at

@@ -19,32 +19,53 @@ from typing import Callable, Deque, List, Optional, Sequence
 import apache_beam as beam
 
 from tfrecord_beam._copy import copy_pieces
-from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, survey
+from tfrecord_beam import _plan
+from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, merge_parts, survey
 from tfrecord_beam._walk import walk_frames_skipping
 from tfrecord_beam.records import resolve_compression
 
+from . import _blockgzip
 from . import _fs
 from . import _progress
 from . import stages as _stages
 from ._corrupt import CorruptRecord
 
 
+def _survey_parts(task):
+    """A file's survey tasks: (task, part number, member window) per range of members of a
+    block-gzip file with a member table (`_plan.survey_parts`), else (task, 0, None): whole."""
+    number, path, compression, group = task
+    table = _blockgzip.member_table(path) if compression == "gzip" else None
+    if table is None:
+        yield task, 0, None
+        return
+    for k, (first, stop) in enumerate(_plan.survey_parts(table)):
+        yield task, k, table.window(first, stop)
+
+
+def _survey_one(part, progress_dir: Optional[str]) -> FileSurvey:
+    (number, path, compression, group), k, members = part
+    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}" if members is None else f"{number:06d}-{k:06d}")
+    with _fs.open_input(path) as raw:
+        result = survey(raw, path, compression, number, group, counter.add, members=members)
+    counter.flush()
+    return result
+
+
 class _SurveyFn(beam.DoFn):
-    """(number, path, compression, group) -> its FileSurvey; with `skip_corrupt`, the records
-    the walk stepped over too (CorruptRecords, tagged CORRUPT), emitted as they are found."""
+    """A survey task (`_survey_parts`) -> its FileSurvey; with `skip_corrupt` (whole files
+    only), the records the walk stepped over too (CorruptRecords, tagged CORRUPT), emitted as
+    they are found."""
 
     def __init__(self, progress_dir: Optional[str], skip_corrupt: bool) -> None:
         self.progress_dir, self.skip_corrupt = progress_dir, skip_corrupt
 
-    def process(self, task):
-        number, path, compression, group = task
-        counter = _progress.ProgressFile(self.progress_dir, "survey", f"{number:06d}")
+    def process(self, part):
         if not self.skip_corrupt:
-            with _fs.open_input(path) as raw:
-                result = survey(raw, path, compression, number, group, counter.add)
-            counter.flush()
-            yield result
+            yield _survey_one(part, self.progress_dir)
             return
+        (number, path, compression, group), _, _ = part
+        counter = _progress.ProgressFile(self.progress_dir, "survey", f"{number:06d}")
         found: Deque[CorruptRecord] = deque()
         surveyor = Surveyor(path, compression, number, group, skip_corrupt=True)
         blocks = walk_frames_skipping(lambda: _fs.open_input(path), compression, path,
@@ -65,21 +86,33 @@ def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
                   label: str = "Survey", dead_letters=None):
     """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
 
-    With `dead_letters` (a `commit.DeadLetters`: `--skip_corrupt`) the walk checks both CRCs
-    and steps over corrupt records (`_walk.walk_frames_skipping`), which go there; the
-    surveys, and so the plans made from them, hold the intact records only.
+    A block-gzip file with a member table (read from its index's tail here) is surveyed in
+    parts, ranges of its members each inflated once, on any worker, and the parts are joined
+    per file (`_plan.merge_parts`). With `dead_letters` (a `commit.DeadLetters`:
+    `--skip_corrupt`) each file is walked whole, both CRCs checked, stepping over corrupt
+    records (`_walk.walk_frames_skipping`), which go there; the surveys, and so the plans made
+    from them, hold the intact records only.
     """
     tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
     skip = dead_letters is not None
+    parts = [(task, 0, None) for task in tasks] if skip else [part for task in tasks for part in _survey_parts(task)]
     outs = (
         p
-        | f"{label}Files" >> beam.Create(tasks)
+        | f"{label}Files" >> beam.Create(parts)
         | f"{label}Spread" >> beam.Reshuffle()
         | f"{label}Walk" >> beam.ParDo(_SurveyFn(progress_dir, skip)).with_outputs(_stages.CORRUPT, main="surveys")
     )
     if skip:
         dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
-    return outs.surveys
+    walked = outs.surveys
+    if all(members is None for _, _, members in parts):
+        return walked  # one survey per file already
+    return (
+        walked
+        | f"{label}Key" >> beam.Map(lambda s: (s.file_number, s))
+        | f"{label}Group" >> beam.GroupByKey()
+        | f"{label}Join" >> beam.MapTuple(lambda _, file_parts: merge_parts(list(file_parts)))
+    )
 
 
 def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
