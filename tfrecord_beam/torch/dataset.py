@@ -23,6 +23,7 @@ from . import sampling
 from ._collate import collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
+from ._worker import settle_worker
 from .indexed import IndexedTFRecordDataset
 
 __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
@@ -140,8 +141,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     # -- iteration ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        return self.iter_worker(worker, num_workers)
+        if info is None:
+            return self.iter_worker(0, 1)
+        settle_worker()  # before reading: the collector stops walking the parent's heap (`_worker`)
+        return self.iter_worker(info.id, info.num_workers)
 
     def iter_worker(self, worker: int, num_workers: int) -> Iterator[Any]:
         """Iterate as DataLoader worker `worker` of `num_workers` on this rank would.
