@@ -170,3 +170,18 @@ def test_workers_freeze_what_they_inherited_and_the_main_process_is_left_alone(t
                                   num_workers=1)))
     assert int(remote["frozen"].min()) > 1000  # the worker froze the heap it was forked with
     assert gc.get_freeze_count() == before
+
+
+def test_only_worker_0_looks_for_described_features_no_record_has(tmp_path):
+    """Workers are forked anew each epoch: one of them (per rank) reads the sample and warns."""
+    import warnings
+
+    from tfrecord_beam._described import FeatureNameWarning
+
+    path = write_images(str(tmp_path / "d1.tfrecord"), 8)
+    ds = TFRecordDataset(path, None, {"imgae": "byte"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(ds.iter_worker(1, 2))  # its share of the records, quietly
+    with pytest.warns(FeatureNameWarning, match="'imgae' \\(did you mean 'image'\\?\\)"):
+        ds.iter_worker(0, 2)

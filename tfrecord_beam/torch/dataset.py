@@ -154,7 +154,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         """
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker {worker} is not in [0, {num_workers})")
-        self._check_description()
+        if worker == 0:  # one look per rank: the other workers would only repeat its warning
+            self._check_description()
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
@@ -178,8 +179,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     SAMPLE_RECORDS = 256  # records looked at for described features that no record has
 
     def _check_description(self) -> None:
-        """Once per process: a described feature in none of the first records of the first file
-        is a typo until shown otherwise: FeatureNameWarning, or DecodeError with `strict=True`."""
+        """Once per process (worker 0 of each rank, where DataLoader workers fork once per epoch
+        and each look costs a read of 256 records): a described feature in none of the first
+        records of the first file is a typo until shown otherwise: FeatureNameWarning, or
+        DecodeError with `strict=True`."""
         if getattr(self, "_description_checked", False) or not (self._description or self._sequence_description):
             return
         self._description_checked = True
