@@ -282,7 +282,10 @@ class TFRecordDataset(_ShardedIterable):
             None, so that every rank agrees on the file order).
         batch_size: yield batches of this many records as tensors (see `_collate`): a dict, or
             a `SequenceBatch(context, sequences)` with `sequence_description`; use the
-            DataLoader with `batch_size=None` then.
+            DataLoader with `batch_size=None` then. The fast path: without it each record
+            is a `Sample` that torch's `default_collate` stacks feature by feature (numeric
+            features in one numpy call, `_collate._stacked`; ~0.7-1 us per record, on top of
+            the per-record objects themselves).
         drop_last: drop each worker's last, short batch.
         rank, world_size: this process's DDP rank; default from `torch.distributed`.
         skip_corrupt: skip records that fail their CRCs (or are truncated) instead of raising
