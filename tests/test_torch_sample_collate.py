@@ -185,3 +185,26 @@ def test_only_worker_0_looks_for_described_features_no_record_has(tmp_path):
         assert list(ds.iter_worker(1, 2))  # its share of the records, quietly
     with pytest.warns(FeatureNameWarning, match="'imgae' \\(did you mean 'image'\\?\\)"):
         ds.iter_worker(0, 2)
+
+
+@pytest.mark.parametrize("large", [1, 1 << 30])
+def test_batched_bytes_are_the_records_bytes_cut_either_way(tmp_path, monkeypatch, large):
+    """Batches cut bytes values out of the column one by one (large values) or from one copy
+    (small ones): the same `bytes` as the per-record path, rows of one value or of several."""
+    from tfrecord_beam.torch import _collate
+
+    monkeypatch.setattr(_collate, "LARGE_VALUE", large)
+    path = str(tmp_path / "big.tfrecord")
+    rng = np.random.default_rng(1)
+    write_records(path, [example.encode_example({
+        "image": (rng.bytes(3000 + 17 * i), "byte"), "index": (i, "int"),
+        "parts": ([rng.bytes(1500 + i) for _ in range(i % 3)], "byte")}) for i in range(30)])
+    desc = {"image": "byte", "index": "int", "parts": "byte"}
+    records = list(TFRecordDataset(path, None, desc))
+    batched = list(TFRecordDataset(path, None, desc, batch_size=7))
+    images = [v for b in batched for v in b["image"]]
+    parts = [v for b in batched for v in b["parts"]]
+    assert images == [r["image"] for r in records] and all(type(v) is bytes for v in images)
+    for got, record in zip(parts, records):
+        want = list(record["parts"])
+        assert (got == want[0] if len(want) == 1 else list(got) == want), record["index"]

@@ -170,11 +170,22 @@ def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
     return out
 
 
+LARGE_VALUE = 1024  # mean bytes per value from which values are cut from the array one by one
+
+
 def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.ndarray) -> np.ndarray:
-    """Per row: `bytes` when it holds one value, else a list of `bytes` (an object array)."""
-    buf = values.tobytes()
+    """Per row: `bytes` when it holds one value, else a list of `bytes` (an object array).
+
+    Small values are sliced out of one `bytes` copy of the values (a slice of `bytes` is the
+    cheapest cut); large ones (images) straight out of the array, so each byte is copied once.
+    """
     offs = value_offsets.tolist()
-    flat = [buf[a:b] for a, b in zip(offs, offs[1:])]
+    if len(offs) > 1 and values.nbytes >= LARGE_VALUE * (len(offs) - 1):
+        view = memoryview(values)
+        flat = [view[a:b].tobytes() for a, b in zip(offs, offs[1:])]
+    else:
+        buf = values.tobytes()
+        flat = [buf[a:b] for a, b in zip(offs, offs[1:])]
     if len(flat) == len(row_splits) - 1 and np.array_equal(row_splits, np.arange(len(row_splits))):
         return _object_array(flat, nested=False)  # one value per row, the common case
     splits = row_splits.tolist()
