@@ -21,7 +21,7 @@ from torch.utils.data._utils.collate import collate, default_collate_fn_map  # n
 
 from tfrecord_beam import example  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
-from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
+from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch._collate import Sample, _stacked  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -169,6 +169,10 @@ def test_workers_freeze_what_they_inherited_and_the_main_process_is_left_alone(t
     remote = next(iter(DataLoader(TFRecordDataset(path, None, DESC, transform=frozen_count), batch_size=8,
                                   num_workers=1)))
     assert int(remote["frozen"].min()) > 1000  # the worker froze the heap it was forked with
+    indexed = IndexedTFRecordDataset(path, None, DESC, transform=frozen_count)
+    assert int(indexed[0]["frozen"][0]) == before
+    remote = next(iter(DataLoader(indexed, batch_size=8, num_workers=1)))
+    assert int(remote["frozen"].min()) > 1000
     assert gc.get_freeze_count() == before
 
 
