@@ -142,13 +142,6 @@ def parse_trailer(text: str, index_path=None) -> Optional[MemberTable]:
     return result
 
 
-def strip_trailer(text: str) -> str:
-    """An index's text without its `#` lines (for parsers of the plain "offset length" lines)."""
-    if "#" not in text:
-        return text
-    return "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
-
-
 def load_member_table(index_path, opener: Callable[[str], BinaryIO] = fs.open_input) -> Optional[MemberTable]:
     """The member table at the end of `index_path`, or None when the index has none (or is missing).
 

@@ -22,6 +22,7 @@ from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description, normalize_description
 from ._collate import decode_record
 from ._files import FileSet, Paths
+from ._worker import settle_worker
 from .sampling import WHOLE, Piece
 
 
@@ -111,6 +112,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def _read(self, f: int, offset: int, length: int) -> bytes:
         if self._pid != os.getpid():  # forked: do not share file positions with the parent
             self._handles, self._pid = {}, os.getpid()
+            settle_worker()  # a DataLoader worker: the collector stops walking the parent's heap
         handle = self._handles.get(f)
         if handle is None:
             handle = self._handles[f] = fs.open_input(self.files.paths[f])
