@@ -115,7 +115,8 @@ class RecordReader:
     Args:
         source: a path, `file://` or remote URI (pyarrow.fs), or an open binary file object.
         compression: None, "gzip", "zlib" or "auto" (from the file name).
-        verify: check the masked CRC32C of lengths and payloads (default True).
+        verify: check the masked CRC32C of lengths and payloads (default True); or a
+            scan level of `_framing_py` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
             unless `resync` is set).
         end_offset: stop before the first record whose header starts at or after it.
@@ -146,7 +147,7 @@ class RecordReader:
         source: Source,
         compression: Optional[str] = "auto",
         *,
-        verify: bool = True,
+        verify: Union[bool, int] = True,
         start_offset: int = 0,
         end_offset: Optional[int] = None,
         first_record_number: Optional[int] = None,
