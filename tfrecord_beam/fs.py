@@ -21,7 +21,7 @@ import io
 import os
 import socket
 import uuid
-from typing import BinaryIO, Callable, ContextManager, Iterator, List, Protocol, Tuple, Union
+from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Protocol, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -131,7 +131,7 @@ def is_glob(pattern: PathLike) -> bool:
     return any(ch in os.fspath(pattern) for ch in GLOB_CHARS)
 
 
-def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
+def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     """Expand a path, glob or list of them into a sorted list of files (remote globs too)."""
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
