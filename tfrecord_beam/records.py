@@ -617,7 +617,7 @@ class RecordWriter:
         if payloads:
             self.write_framed(_engine.frame_records(payloads), [FRAME_OVERHEAD + len(p) for p in payloads])
 
-    def write_framed(self, framed: bytes, record_sizes: Iterable[int]) -> None:
+    def write_framed(self, framed: Union[bytes, memoryview], record_sizes: Iterable[int]) -> None:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
