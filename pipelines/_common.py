@@ -145,8 +145,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
-    seen = set()
-    return [f for f in files if not (f in seen or seen.add(f))]
+    return list(dict.fromkeys(files))  # each file once, in first-seen order
 
 
 def beam_path(path: str) -> str:
@@ -192,7 +191,7 @@ def write_json(path: str, value: Any) -> None:
 
 def _error_line(exc: BaseException) -> str:
     """The most useful line of an error, digging the cause out of Beam's wrappers."""
-    seen = exc
+    seen: Optional[BaseException] = exc
     while seen is not None:
         if isinstance(seen, (TFRecordError, OutputError)):
             return str(seen)

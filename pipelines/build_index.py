@@ -15,7 +15,7 @@ import argparse
 import os
 import posixpath
 import sys
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -84,8 +84,9 @@ def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], c
                     members.see(block.offsets)
                 records += len(block)
                 counter.add(len(block), int(block.sizes.sum()))
-            if members is not None and members.table_for(block_end(block) if records else 0) is not None:
-                handle.write(members.table.format())
+            table = members.table_for(block_end(block) if records else 0) if members is not None else None
+            if table is not None:
+                handle.write(table.format())
             commit()
     except TFRecordError as err:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
@@ -126,9 +127,9 @@ class _MemberCheck:
             return
         self._next += len(inside)
 
-    def table_for(self, end: int):
+    def table_for(self, end: int) -> Optional[blockgzip.MemberTable]:
         """The table when it matches the walked records (ending at `end`), else None."""
-        if self._starts is None or self.table.data_size != end:
+        if self.table is None or self._starts is None or self.table.data_size != end:
             return None
         rest = self._starts[self._next:]
         return self.table if np.all(rest == end) else None
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         _progress.write_plan(reporter.directory, "index", None, total, "indexing")
         result = _common.run_pipeline(build, options)
     corrupt = sorted(_metric(result, "corrupt", "string_sets")) if tasks else []
-    extra = {
+    extra: Dict[str, Any] = {
         "indexed_files": _metric(result, "indexed_files") if tasks else 0,
         "skipped_files": len(skipped),
         "corrupt_files": len(corrupt),

@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -67,7 +67,8 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
     dataset = TFRecordDataset(files, indexes, {"id": "int", "source": "int", "score": "float", "tokens": "int"},
                               shuffle_queue_size=256, seed=0, batch_size=64)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)
-    records, per_source, first = 0, {}, None
+    records, first = 0, None
+    per_source: Dict[int, int] = {}
     for batch in loader:
         first = first or batch
         sources = batch["source"].reshape(-1).tolist()

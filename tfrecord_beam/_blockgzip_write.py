@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from typing import BinaryIO, List, Sequence, Tuple
+from typing import BinaryIO, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class BlockCompressor:
         self._pending_bytes = 0
         self._sizes: List[Tuple[int, int]] = []  # (size on disk, uncompressed size) per member
 
-    def add(self, framed: bytes, record_sizes: Sequence[int]) -> None:
+    def add(self, framed: Union[bytes, memoryview], record_sizes: Union[Sequence[int], np.ndarray]) -> None:
         """Add whole frames (`record_sizes` their sizes, adding up to len(framed))."""
         view = memoryview(framed)
         ends = np.cumsum(np.asarray(record_sizes, dtype=np.int64))

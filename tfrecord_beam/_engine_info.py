@@ -15,7 +15,9 @@ def engine_info() -> Dict[str, Union[str, bool]]:
     from ._version import __version__
 
     if _engine.NATIVE:
-        crc = "sse4.2 (hardware)" if _engine._native.crc32c_hw() else "table (software)"
+        from ._native import _core
+
+        crc = "sse4.2 (hardware)" if _core.crc32c_hw() else "table (software)"
     else:
         crc = f"google-crc32c ({google_crc32c.implementation})"
     return {

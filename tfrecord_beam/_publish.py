@@ -29,7 +29,7 @@ def remove_old_indexes(index_finals: Sequence[str], *, exists: Callable[[str], b
 
 
 def move_new_indexes(index_sources: Sequence[Any], index_finals: Sequence[str], *,
-                     rename: Callable[[List[Any], List[str]], None]) -> None:
+                     rename: Callable[[List[Any], List[str]], object]) -> None:
     """Step 3: move the new indexes in (after the data they describe is in place)."""
     if index_sources:
         rename(list(index_sources), list(index_finals))

@@ -11,7 +11,7 @@ indexes beside data) and `index` (which builds and verifies them from data files
 from __future__ import annotations
 
 import os
-from typing import Callable, ContextManager, Optional, Tuple, Union
+from typing import BinaryIO, Optional, Tuple, Union
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def check_index_target(index_path, data_path=None) -> None:
 
 
 def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None, *,
-                atomic_output=None) -> None:
+                atomic_output: Optional[AtomicOutput] = None) -> None:
     """Write an index atomically (temporary name, then rename), never over a non-index file; a
     block-gzip file's member table (`blockgzip`) goes after the records as `#` lines.
 
@@ -201,7 +201,7 @@ def frame_index(sizes, start: int = 0) -> np.ndarray:
     return np.stack([np.cumsum(sizes) - sizes + start, sizes], axis=1)
 
 
-AtomicOutput = Callable[[str], ContextManager]
+AtomicOutput = fs.AtomicOutput
 
 
 class IndexStream:
@@ -210,6 +210,8 @@ class IndexStream:
 
     def __init__(self, path: str, atomic_output: Optional[AtomicOutput] = None) -> None:
         self._cm = (atomic_output or fs.atomic_output)(path)
+        self._handle: BinaryIO
+        self._commit: fs.Commit
         self._handle, self._commit = self._cm.__enter__()
         self.offset = 0
 
@@ -220,7 +222,7 @@ class IndexStream:
             self._handle.write(format_index(index))
             self.offset = int(index[-1, 0] + index[-1, 1])
 
-    def finish(self, members: Optional[MemberTable] = None):
+    def finish(self, members: Optional[MemberTable] = None) -> fs.Commit:
         """Finish the temporary file (with a block-gzip member table after the records) without
         moving it; returns the commit whose `move()` puts it in place (`_publish` orders moves)."""
         if members is not None:

@@ -25,6 +25,8 @@ from .records import resolve_compression as _resolve
 
 Description = _example.Description
 
+_memoryview: typing.Callable[[bytes], memoryview] = memoryview  # (mypy cannot infer `map(memoryview, ...)`)
+
 TYPENAME_MAPPING = {"byte": "bytes_list", "float": "float_list", "int": "int64_list"}
 
 
@@ -39,9 +41,10 @@ def process_feature(feature, typename: typing.Optional[str], typename_mapping: t
     """
     kind = _example.feature_kind(feature)
     wanted = _example.normalize_kind(typename, key) if typename is not None else None
-    if wanted is not None and typename_mapping.get(typename, _example.KIND_TO_FIELD[wanted]) != _example.KIND_TO_FIELD[wanted]:
-        raise ValueError(f"typename_mapping maps {typename!r} to {typename_mapping[typename]!r}, not "
-                         f"{_example.KIND_TO_FIELD[wanted]!r}")
+    if typename is not None and wanted is not None:
+        field = _example.KIND_TO_FIELD[wanted]
+        if typename_mapping.get(typename, field) != field:
+            raise ValueError(f"typename_mapping maps {typename!r} to {typename_mapping[typename]!r}, not {field!r}")
     if kind is None:
         return _example.empty_value(wanted) if wanted else np.zeros(0, dtype=np.float32)
     if wanted is not None and kind != wanted:
@@ -78,6 +81,8 @@ def extract_feature_dict(features, description: Description,
         description = dict.fromkeys(names)
     elif isinstance(description, (list, tuple)):
         description = dict.fromkeys(description)
+    elif not isinstance(description, typing.Mapping):
+        raise TypeError(f"description must be a list or dict of feature names, not {type(description).__name__}")
     out = {}
     for key, typename in description.items():
         if key not in table:
@@ -116,6 +121,7 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
         if shard is None:
             yield chunk, None
         else:
+            assert chunk.first_record_number is not None  # read from the file's start
             numbers = chunk.first_record_number + np.arange(len(chunk))
             yield chunk, np.flatnonzero(numbers % shard_count == shard_idx)
 
@@ -127,6 +133,7 @@ def _records(data_path, index_path, shard, compression_type, verify=True) -> typ
 
 
 def _chunk_records(chunk: RecordChunk, rows: typing.Optional[np.ndarray]) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+    assert chunk.first_record_number is not None  # `_shard_chunks` reads with record numbers
     payloads = chunk.payloads()
     offsets = chunk.record_offsets.tolist()
     for i in range(len(chunk)) if rows is None else rows.tolist():
@@ -149,7 +156,7 @@ def tfrecord_iterator(
         payloads = chunk.payloads()
         if rows is not None:
             payloads = [payloads[i] for i in rows.tolist()]
-        yield from map(memoryview, payloads)
+        yield from map(_memoryview, payloads)
 
 
 def example_loader(

@@ -9,7 +9,7 @@ the described dtype (None where no dtype was described), or raises KeyError with
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
@@ -31,6 +31,12 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 Description = Union[None, Sequence[str], Mapping[str, Optional[str]]]
 
 
+@overload
+def normalize_kind(kind: str, name: str = ...) -> str: ...
+@overload
+def normalize_kind(kind: None, name: str = ...) -> None: ...
+@overload
+def normalize_kind(kind: Optional[str], name: str = ...) -> Optional[str]: ...
 def normalize_kind(kind: Optional[str], name: str = "?") -> Optional[str]:
     """Canonical kind ("byte", "float", "int") of a user-written one ("bytes", "int64 ", ...)."""
     if kind is None:

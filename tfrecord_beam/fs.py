@@ -21,9 +21,29 @@ import io
 import os
 import socket
 import uuid
-from typing import BinaryIO, Iterator, List, Tuple, Union
+from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Protocol, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Commit(Protocol):
+    """What an `atomic_output` yields beside its file (this module's and `beam._fs`'s)."""
+
+    def finish(self) -> None:
+        """Close the file without moving it into place."""
+
+    def move(self) -> None:
+        """Put the finished file in place."""
+
+    def abort(self) -> None:
+        """Drop the file: nothing appears at the target."""
+
+    def __call__(self) -> None:
+        """`finish`, then `move`."""
+
+
+# A file layer's `atomic_output`: path -> context manager of (file, commit).
+AtomicOutput = Callable[[str], ContextManager[Tuple[BinaryIO, Commit]]]
 
 
 def _split_uri(path: str):
@@ -111,7 +131,7 @@ def is_glob(pattern: PathLike) -> bool:
     return any(ch in os.fspath(pattern) for ch in GLOB_CHARS)
 
 
-def expand(patterns: Union[PathLike, List[PathLike]]) -> List[str]:
+def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     """Expand a path, glob or list of them into a sorted list of files (remote globs too)."""
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]

@@ -34,7 +34,7 @@ class WeightedMixer:
     weights renormalised; iteration ends when no live source is left.
     """
 
-    def __init__(self, weights: typing.Sequence[float], generator: np.random.Generator,
+    def __init__(self, weights: typing.Union[typing.Sequence[float], np.ndarray], generator: np.random.Generator,
                  state: typing.Optional[typing.Dict[str, typing.Any]] = None, *, name: str = "weights") -> None:
         w = np.asarray(weights, dtype=np.float64)
         if len(w) == 0 or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
@@ -84,12 +84,12 @@ def sample_iterators(
 
     Finite mode drops each source as it runs out and ends when every source is exhausted.
     """
-    ratios = np.asarray(ratios, dtype=np.float64)
-    if len(ratios) != len(iterators):
-        raise ValueError(f"{len(iterators)} iterators but {len(ratios)} ratios")
+    weights = np.asarray(ratios, dtype=np.float64)
+    if len(weights) != len(iterators):
+        raise ValueError(f"{len(iterators)} iterators but {len(weights)} ratios")
     if not iterators:
         return
-    mixer = WeightedMixer(ratios, _rng(seed), name="ratios")  # validates before any source opens
+    mixer = WeightedMixer(weights, _rng(seed), name="ratios")  # validates before any source opens
     yield from mixer.mix([cycle(fn) if infinite else iter(fn()) for fn in iterators])
 
 

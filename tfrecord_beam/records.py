@@ -114,7 +114,8 @@ class RecordReader:
     Args:
         source: a path, `file://` or remote URI (pyarrow.fs), or an open binary file object.
         compression: None, "gzip", "zlib" or "auto" (from the file name).
-        verify: check the masked CRC32C of lengths and payloads (default True).
+        verify: check the masked CRC32C of lengths and payloads (default True); or a
+            scan level of `_framing_py` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
             unless `resync` is set).
         end_offset: stop before the first record whose header starts at or after it.
@@ -145,7 +146,7 @@ class RecordReader:
         source: Source,
         compression: Optional[str] = "auto",
         *,
-        verify: bool = True,
+        verify: Union[bool, int] = True,
         start_offset: int = 0,
         end_offset: Optional[int] = None,
         first_record_number: Optional[int] = None,
@@ -197,6 +198,8 @@ class RecordReader:
     def _open_raw(self) -> Tuple[BinaryIO, bool]:
         if hasattr(self.source, "read"):
             return self.source, False  # type: ignore[return-value]
+        if self.path is None:
+            raise TypeError(f"source must be a path or a binary file object, not {type(self.source).__name__}")
         return fs.open_input(self.path), True
 
     def _position(self, raw: BinaryIO):
@@ -308,6 +311,7 @@ class RecordReader:
         if eof:
             self._raise_stream_damage(stream, number, here, keep)
             if isinstance(stream, InflatingReader) and not stream.complete:
+                assert self.compression is not None  # an InflatingReader reads a compressed stream
                 trailing = stream.trailing
                 reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
                           else _diagnose.gzip_trailing(self.compression, trailing))
@@ -397,8 +401,8 @@ class RecordReader:
         payload cannot follow (True to end quietly where `allow_truncated_tail` allows it)."""
         if total is not None:
             room = total - here - HEADER_SIZE  # what follows the header in the file
-        elif isinstance(stream, InflatingReader) and stream.max_remaining() is not None:
-            room = keep - HEADER_SIZE + stream.max_remaining()  # what the rest can inflate to
+        elif isinstance(stream, InflatingReader) and (inflatable := stream.max_remaining()) is not None:
+            room = keep - HEADER_SIZE + inflatable  # what the rest can inflate to
         else:
             room = None
         if room is not None and length > room - FOOTER_SIZE:
@@ -493,7 +497,7 @@ class RecordWriter:
         *,
         block_bytes: Optional[int] = None,
         commit_unclosed: bool = False,
-        atomic_output=None,
+        atomic_output: Optional[fs.AtomicOutput] = None,
     ) -> None:
         self.path = os.fspath(dest)
         self.compression = resolve_compression(self.path, compression)
@@ -505,6 +509,8 @@ class RecordWriter:
         if self.index_path is not None and self._own_layer:
             _tfindex.check_index_target(self.index_path, self.path)
         self._data_cm = self._atomic_output(self.path)
+        self._file: BinaryIO
+        self._commit: fs.Commit
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
         self._blocks = _blockgzip_write.compressor_for(self._file, self.compression, bool(self.index_path),
@@ -522,7 +528,7 @@ class RecordWriter:
         self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
         self._pos = 0
         self.closed = False
-        self.members = None  # after close: the block-gzip member table written, if any
+        self.members: Optional[blockgzip.MemberTable] = None  # after close: the block-gzip member table written, if any
         self._commit_unclosed = commit_unclosed
         _open_writers.add(self)
 
@@ -610,7 +616,7 @@ class RecordWriter:
         if payloads:
             self.write_framed(_engine.frame_records(payloads), [FRAME_OVERHEAD + len(p) for p in payloads])
 
-    def write_framed(self, framed: bytes, record_sizes: Iterable[int]) -> None:
+    def write_framed(self, framed: Union[bytes, memoryview], record_sizes: Iterable[int]) -> None:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
@@ -628,7 +634,7 @@ class RecordWriter:
         self._offset += len(framed)
         self._records += len(sizes)
 
-    def _emit(self, data: bytes) -> None:
+    def _emit(self, data: Union[bytes, memoryview]) -> None:
         if self._deflater is not None:
             data = self._deflater.compress(data)
         if data:
@@ -671,6 +677,7 @@ class RecordWriter:
                 index_commit = self._index.finish(members)
             self._commit.move()
             if index_commit is not None:
+                assert index_final is not None  # an index is written only under an index path
                 _publish.move_new_indexes([index_commit], [index_final],
                                           rename=lambda commits, _finals: [c.move() for c in commits])
         except BaseException:

@@ -34,7 +34,7 @@ def _decoder(spec: DecodeSpec) -> Callable[[bytes], Any]:
 
 def _columnar_ok(spec: DecodeSpec) -> bool:
     desc = spec.description
-    return not spec.sequence and not spec.strict and bool(desc) and all(desc.values())
+    return not spec.sequence and not spec.strict and desc is not None and bool(desc) and all(desc.values())
 
 
 def decode_batch(payloads: Sequence[bytes], spec: DecodeSpec, skip_corrupt: bool = False) -> List[Any]:

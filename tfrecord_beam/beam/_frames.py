@@ -28,7 +28,7 @@ mix64 = _digest.mix64  # one SplitMix64 finaliser for keys and digests
 class Frames(NamedTuple):
     """The complete frames of one buffer: `starts` (frame offsets) and `lengths` (payload sizes)."""
 
-    buffer: object  # bytes / memoryview holding the frames
+    buffer: Union[bytes, bytearray, memoryview]  # holds the frames
     starts: np.ndarray  # int64, where each frame (its header) starts in `buffer`
     lengths: np.ndarray  # int64 payload lengths (a frame is length + 16 bytes)
 

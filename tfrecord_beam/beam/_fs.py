@@ -11,7 +11,7 @@ import contextlib
 import io
 import os
 import uuid
-from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
@@ -61,8 +61,9 @@ def _reuse_s3_clients() -> None:
         self.client = clients[key]
         self._download_request, self._download_stream, self._download_pos = None, None, 0
 
-    boto3_client.Client.__init__ = init
-    boto3_client.Client._tfrecord_beam_reuse = True
+    patched: Any = boto3_client.Client  # a monkeypatch: mypy does not allow assigning a method
+    patched.__init__ = init
+    patched._tfrecord_beam_reuse = True
 
 
 def _s3_options():
@@ -76,7 +77,8 @@ def open_input(path: str) -> BinaryIO:
 
     The handle's `name` is the path, so the core's readers name it in their errors.
     """
-    return _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    handle = _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    return cast(BinaryIO, handle)  # an io.RawIOBase: the binary file methods, not typing's BinaryIO class
 
 
 class _Named(io.RawIOBase):
@@ -263,7 +265,7 @@ def atomic_output(path: str) -> Iterator[Tuple[BinaryIO, "_Commit"]]:
         handle = _LazyWriter(temp)
         commit = _Commit(temp, final, handle)
     try:
-        yield handle, commit
+        yield cast(BinaryIO, handle), commit  # an io.RawIOBase (see `open_input`)
     finally:
         if not commit.done:
             commit.abort()
@@ -359,4 +361,4 @@ class _Commit:
 
 def create(path: str) -> BinaryIO:
     """Open a new file for writing (an object store's object appears whole on close)."""
-    return _LazyWriter(plain(path))
+    return cast(BinaryIO, _LazyWriter(plain(path)))  # an io.RawIOBase (see `open_input`)

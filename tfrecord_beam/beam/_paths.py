@@ -52,6 +52,7 @@ def check_auto(path: str) -> None:
     core_kind = resolve_compression(path, "auto")
     if beam_kind != core_kind:
         said = core_kind or beam_kind
+        assert said is not None  # they differ, so one names a compression
         raise ValueError(
             f"{path}: the name says {core_kind or 'uncompressed'} to tfrecord_beam but "
             f"{beam_kind or 'uncompressed'} to Beam's AUTO rule; pass compression_type={said!r} "
@@ -93,6 +94,7 @@ def check_written_name(shard_name: str, written: Optional[str]) -> None:
         return
     named = core_kind if core_kind != written else beam_kind
     if written is None:
+        assert named is not None  # one of them differs from `written`
         advice = (
             f"pass compression_type={named!r} to write {named} (and the same to read it back), or "
             f"end file_name_suffix in {_BEAM_EXTENSION[named]}"

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
 
@@ -179,7 +179,7 @@ class Output:
     # -- before the work ---------------------------------------------------------------------
     def _stagings(self) -> List[Tuple[str, Optional[Owner]]]:
         """Staging directories in the output directory that belong to this output."""
-        out = []
+        out: List[Tuple[str, Optional[Owner]]] = []
         for directory in _staging_dirs(self.directory):
             try:
                 record = json.loads(_fs.read_bytes(_fs.join(directory, OWNER)).decode("utf-8"))
@@ -295,9 +295,10 @@ class Output:
         """Remove the staging directory, unless a commit has begun (the next run finishes it)."""
         if self.committed or not self.temp_dir:
             return
-        if _read_journal(self.temp_dir) is not None:
+        journal = _read_journal(self.temp_dir)  # read once: the commit may finish meanwhile
+        if journal is not None:
             try:
-                _apply_journal(self.directory, self.temp_dir, _read_journal(self.temp_dir))
+                _apply_journal(self.directory, self.temp_dir, journal)
             except Exception:  # noqa: BLE001
                 self._say(f"the commit in {self.temp_dir} was interrupted; the next run of this output completes it")
             return
@@ -388,7 +389,7 @@ def _step() -> None:
 
 
 @contextlib.contextmanager
-def _hold_sigint():
+def _hold_sigint() -> Iterator[None]:
     """Hold SIGINT back while a commit runs; re-raise it (KeyboardInterrupt) once it is done."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -443,7 +444,7 @@ class _WritePart(beam.DoFn):
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
-    def start_bundle(self):
+    def start_bundle(self) -> None:
         self._lines: List[bytes] = []
 
     def process(self, record):

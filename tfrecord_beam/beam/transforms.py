@@ -322,7 +322,7 @@ class _BatchDoFn(beam.DoFn):
         self._done = _metrics.counter(self._counter_name)
         self._bad = _metrics.counter(_metrics.UNDECODABLE_RECORDS)
 
-    def start_bundle(self):
+    def start_bundle(self) -> None:
         self._elements: List[Any] = []
         self._where: List[tuple] = []
 

@@ -77,6 +77,7 @@ def _expand(patterns: List[str]) -> List[str]:
         except _manifest.ManifestError as exc:
             raise UsageError(str(exc)) from None
         if manifest is not None:
+            assert found is not None  # a manifest was read from it
             paths = _manifest.shard_paths(manifest, found)
             _LISTED.update({p: e for p, e in zip(paths, manifest.shards) if e.compression != "parquet"})
             files.extend(p for p, e in zip(paths, manifest.shards) if e.compression != "parquet")
@@ -209,7 +210,8 @@ def cmd_head(args) -> int:
 def cmd_count(args) -> int:
     files = _expand(args.files)
     progress = _progress(args)
-    rows, failed, total = [], 0, 0
+    rows: List[Dict[str, Any]] = []
+    failed, total = 0, 0
     for number, path in enumerate(files, start=1):
         def tick(count: int, number=number, path=path) -> None:
             progress(number, len(files), path, count, None)

@@ -423,6 +423,7 @@ def count_records(path: str, compression: Optional[str] = "auto", *, use_index: 
     if use_index and kind is None:
         status = index_status(path, kind)
         if status.state == "valid":
+            assert status.index is not None  # a valid index was loaded
             return len(status.index), "index"
     if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
         indexed = _block_gzip_count(path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -102,7 +102,8 @@ def _verify_chain(result: VerifyResult, path: str, kind: Optional[str], resumer:
                   parse: bool, progress: Optional[Callable[[int, int], None]]) -> VerifyResult:
     """Read the file's record chain, going on past each corrupt record where `resumer` can."""
     frames: List[np.ndarray] = []
-    start, number = 0, 0
+    start = 0
+    number: Optional[int] = 0
     while True:
         try:
             for chunk in RecordReader(path, kind, start_offset=start, first_record_number=number).chunks():
@@ -130,8 +131,8 @@ def _verify_chain(result: VerifyResult, path: str, kind: Optional[str], resumer:
             if len(result.problems) >= max_problems:
                 result.complete = False
                 break
-            try:
-                resume = resumer.resume(exc.offset, exc.record_number, problem)
+            try:  # (RecordReader's errors always carry the offset; without one there is no going on)
+                resume = None if exc.offset is None else resumer.resume(exc.offset, exc.record_number, problem)
             except (TFRecordError, OSError, zlib.error, EOFError) as again:  # re-reading failed too
                 problem.message += f"; the rest of the file could not be read ({_text(path, again)})"
                 resume = None
@@ -180,7 +181,7 @@ class _Resumer:
 
     def __init__(self, path: str, kind: Optional[str]) -> None:
         self.path, self.kind = path, kind
-        self._raw = None
+        self._raw: Optional[BinaryIO] = None
         self._resync: Optional[Resync] = None
 
     def __enter__(self) -> "_Resumer":
@@ -190,7 +191,7 @@ class _Resumer:
         if self._raw is not None:
             self._raw.close()
 
-    def resume(self, offset: int, record: Optional[int], problem: Problem):
+    def resume(self, offset: int, record: Optional[int], problem: Problem) -> Optional[Tuple[int, Optional[int]]]:
         """(offset, record number or None) at which to go on, or None to stop; adds what was
         done to `problem.message`."""
         if self.kind is not None:
@@ -217,4 +218,4 @@ class _Resumer:
         problem.message += f"; resynced at byte offset {found} (skipped {found - offset} bytes)"
         if not exact:
             problem.message += ", record numbers after it unknown"
-        return found, record + 1 if exact else None
+        return found, record + 1 if exact and record is not None else None
