@@ -9,7 +9,7 @@ footers (vectorised, no per-record Python call), not by hashing every payload ag
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Tuple, Union
 
 import numpy as np
 
