@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
