@@ -49,6 +49,52 @@ from .records import RecordReader, RecordWriter, read_records, write_records
 from ._engine_info import engine_info
 from ._version import __version__
 
+# `torch`, `beam`, `columnar`, `tools`, `cli` and `arrow` load on first use and stay out of `*`
+__all__ = [
+    "errors",
+    "example",
+    "index",
+    "iterator_utils",
+    "records",
+    "example_pb2",
+    "compat",
+    "reader",
+    "writer",
+    "TFRecordWriter",
+    "example_loader",
+    "multi_tfrecord_loader",
+    "sequence_loader",
+    "tfrecord_iterator",
+    "tfrecord_loader",
+    "CorruptRecordError",
+    "CorruptStreamError",
+    "DecodeError",
+    "IndexMismatchError",
+    "OverwriteRefusedError",
+    "SplitPointError",
+    "TFRecordError",
+    "TruncatedRecordError",
+    "decode_example",
+    "decode_sequence_example",
+    "encode_example",
+    "encode_sequence_example",
+    "normalize_description",
+    "build_index",
+    "create_index",
+    "default_index_path",
+    "load_index",
+    "verify_index",
+    "cycle",
+    "sample_iterators",
+    "shuffle_iterator",
+    "RecordReader",
+    "RecordWriter",
+    "read_records",
+    "write_records",
+    "engine_info",
+    "__version__",
+]
+
 # `tfrecord.reader` / `tfrecord.writer` were modules of the `tfrecord` package: alias them.
 reader = writer = compat
 sys.modules[__name__ + ".reader"] = compat

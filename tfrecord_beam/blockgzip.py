@@ -38,6 +38,28 @@ from . import fs
 from ._streams import DEFAULT_INFLATER, INFLATERS, InflatingReader
 from .errors import CorruptRecordError, IndexMismatchError
 
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "MARKER",
+    "EXTRA_ID",
+    "HEADER_PREFIX",
+    "HEADER_SIZE",
+    "MemberTable",
+    "from_members",
+    "parse_trailer",
+    "load_member_table",
+    "member_table_for",
+    "member_ranges",
+    "open_at",
+    "inflate_member",
+    "read_member",
+    "scan_members",
+    "matches_index",
+    "checked_member_table",
+    "table_from_data",
+    "layout",
+]
+
 DEFAULT_BLOCK_BYTES = 1 << 20
 MARKER = "#block-gzip 1"
 EXTRA_ID = b"TB"

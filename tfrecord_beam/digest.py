@@ -16,6 +16,20 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+__all__ = [
+    "Digest",
+    "mix64",
+    "frame_digest",
+    "payload_digest",
+    "add_digests",
+    "combine_digests",
+    "footers_at",
+    "framed_digest",
+    "chunk_digest",
+    "file_digest",
+    "format_checksum",
+]
+
 Digest = tuple  # (records, payload bytes, checksum); untyped so Beam pickles, not varints, the 64-bit sums
 _MASK64 = (1 << 64) - 1
 

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from typing import Optional
 
+__all__ = [
+    "TFRecordError",
+    "CorruptRecordError",
+    "TruncatedRecordError",
+    "CorruptStreamError",
+    "IndexMismatchError",
+    "OverwriteRefusedError",
+    "SplitPointError",
+    "DecodeError",
+    "FeatureKindError",
+    "UnclosedWriterWarning",
+]
+
 
 class TFRecordError(Exception):
     """Base of every tfrecord_beam error that concerns a file's contents."""

@@ -23,6 +23,33 @@ import socket
 import uuid
 from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Protocol, Tuple, Union
 
+__all__ = [
+    "PathLike",
+    "Commit",
+    "AtomicOutput",
+    "split_query",
+    "with_query",
+    "is_remote",
+    "open_input",
+    "file_size",
+    "exists",
+    "GLOB_CHARS",
+    "is_glob",
+    "expand",
+    "list_dir",
+    "join",
+    "dirname",
+    "is_dir",
+    "data_files",
+    "is_sidecar",
+    "delete",
+    "TEMP_MARK",
+    "temp_owner_tag",
+    "pid_alive",
+    "stale_temp_files",
+    "atomic_output",
+]
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 

@@ -42,6 +42,24 @@ from .blockgzip import table_from_data
 from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
 from .records import RecordReader, resolve_compression
 
+__all__ = [
+    "build_index",
+    "create_index",
+    "verify_index",
+    "iter_frames",
+    "INDEX_SUFFIX",
+    "check_index",
+    "check_index_target",
+    "default_index_path",
+    "first_difference",
+    "format_index",
+    "frame_index",
+    "load_index",
+    "looks_like_index",
+    "shard_range",
+    "write_index",
+]
+
 
 def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterable[np.ndarray]:
     """(k, 2) arrays of (offset, frame length), one per chunk read.

@@ -7,6 +7,14 @@ import warnings
 
 import numpy as np
 
+__all__ = [
+    "Seed",
+    "cycle",
+    "WeightedMixer",
+    "sample_iterators",
+    "shuffle_iterator",
+]
+
 Seed = typing.Union[None, int, np.random.Generator]
 
 

@@ -29,6 +29,24 @@ from typing import Any, Dict, List, Optional
 from . import fs
 from .errors import TFRecordError
 
+__all__ = [
+    "FORMAT",
+    "ManifestError",
+    "ShardEntry",
+    "Manifest",
+    "manifest_name",
+    "is_manifest_name",
+    "manifest_path",
+    "dead_letter_name",
+    "read_manifest",
+    "write_manifest",
+    "find_manifest",
+    "shard_paths",
+    "index_paths",
+    "check_shard",
+    "owned_by_prefix",
+]
+
 FORMAT = "tfrecord_beam.manifest/1"
 MANIFEST_PREFIX, MANIFEST_SUFFIX = "_MANIFEST.", ".json"
 DEAD_LETTER_PREFIX, DEAD_LETTER_SUFFIX = "_CORRUPT.", ".jsonl"

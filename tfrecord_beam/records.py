@@ -39,6 +39,29 @@ from ._resync import (  # noqa: F401  (re-exported: the resync's public names)
 from ._streams import InflatingReader, open_stream
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError, UnclosedWriterWarning
 
+__all__ = [
+    "RecordReader",
+    "RecordWriter",
+    "RecordChunk",
+    "read_records",
+    "write_records",
+    "resolve_compression",
+    "normalize_compression",
+    "Source",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_MAX_RECORD_SIZE",
+    "WRITE_BUFFER_SIZE",
+    "Resync",
+    "find_record_start",
+    "header_length",
+    "RESYNC_LOOKBACK",
+    "RESYNC_DEEP_LOOKBACK",
+    "RESYNC_LOOKAHEAD",
+    "FRAME_OVERHEAD",
+    "HEADER_SIZE",
+    "FOOTER_SIZE",
+]
+
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
