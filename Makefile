@@ -4,18 +4,24 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: install test test-pure demo bench clean
+.PHONY: install lint test test-pure demo bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: a bare `torch` would resolve to a multi-GB CUDA build
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[all,test]"
+	$(PIP) install -q -e ".[all,test,lint]"
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
 install: $(VENV)/.installed
+
+# ruff (lint rules and formatting, configured in pyproject.toml) and mypy on the package
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: install
 	$(PY) -m pytest -q

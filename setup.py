@@ -96,6 +96,8 @@ setup(
         "all": [BEAM, TORCH, "isal>=1.6"],
         # moto's standalone S3 server (on loopback, started by a test fixture) + Beam's s3://
         # support: the object-store tests run end to end without a network.
+        # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy
+        "lint": ["ruff==0.17.6", "mypy==2.4.1"],
         "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6", "torchdata==0.11.0", "tfrecord==1.14.6", "moto[s3]>=5", "flask>=2",
                  "flask-cors>=3", BEAM_AWS, "fsspec>=2023.1"],
     },
