@@ -76,7 +76,7 @@ def d2_examples(n: int = 300_000, seed: int = 0):
 def d3_sequence_examples(n: int = 50_000, seed: int = 0):
     """D3: SequenceExamples: context {length, label}; feature_lists tokens (3-8 steps of 3 ints), seq_labels."""
     rng = np.random.default_rng(seed)
-    for i in range(n):
+    for _ in range(n):
         steps = int(rng.integers(3, 9))
         yield (
             {"length": (steps, "int"), "label": (float(rng.random()), "float")},

@@ -17,7 +17,6 @@ a subprocess; TensorFlow is not a dependency), else with the package's own frami
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess

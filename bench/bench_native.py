@@ -85,7 +85,7 @@ def columns_d2(rng) -> list:
 
 def records_d3(rng) -> List[bytes]:
     out = []
-    for i in range(50_000):
+    for _ in range(50_000):
         ex = SequenceExample()
         steps = int(rng.integers(3, 9))
         ex.context.feature["length"].int64_list.value.append(steps)

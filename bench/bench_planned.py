@@ -51,7 +51,7 @@ def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
     rng = np.random.default_rng(payload)
     pool = rng.bytes(16 << 20)
     per_file = total // files // (payload + 16)
-    for k, path in enumerate(paths):
+    for path in paths:
         starts = rng.integers(0, len(pool) - payload, per_file).tolist()
         with RecordWriter(str(path)) as writer:
             for a in range(0, per_file, 65536):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
-from bench._common import dataset_file, median_seconds, print_table
+from bench._common import dataset_file, print_table
 
 DESCRIPTIONS = {
     "D1": {"image": "byte", "label": "float", "index": "int"},

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from helpers import wire as _wire
 from helpers.fixtures import FIXTURES
 from helpers.parity import KIND_CODE, both, manifest
-from tfrecord_beam._engine import _decode, _framing
+from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -236,7 +236,7 @@ def test_encode_parity_and_roundtrip(case):
         assert Example.FromString(r).SerializeToString(deterministic=True) == r
     decoded, err = both("decode_examples", records, [c[0] for c in cols], [c[1] for c in cols])
     assert err is None
-    for (name, kind, values, splits, voffs, status), (dv, ds, dvo, dst) in zip(cols, decoded):
+    for (_name, kind, values, splits, voffs, status), (dv, ds, dvo, dst) in zip(cols, decoded):
         st_ = np.full(n, 2, np.uint8) if status is None else status
         assert dst.tolist() == st_.tolist()
         keep = [i for i in range(n) if st_[i] == 2]

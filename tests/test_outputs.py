@@ -177,7 +177,7 @@ def test_sigint_during_the_commit_finishes_it_and_exits_130(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipelines.reshard"] + reshard_args(tmp_path / "in" / "*", tmp_path / "o" / "x", 2),
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 130
-    lines = [l for l in proc.stderr.splitlines() if not l.startswith("[")]  # progress lines start with [time]
+    lines = [text for text in proc.stderr.splitlines() if not text.startswith("[")]  # progress lines start with [time]
     assert lines == ["reshard: interrupted after the output was committed"]
     assert mf.read_manifest(str(tmp_path / "o" / "_MANIFEST.x.json")).records == 100
 
@@ -288,7 +288,7 @@ def test_every_job_sigint_is_130_with_one_line_and_no_staging(job, tmp_path, cap
     code, out, err = run_job(job.main, _job_args(job, tmp_path, str(tmp_path / "o" / "x")) + FAST, capsys)
     assert code == 130
     lines = err.strip().splitlines()
-    assert "interrupted" in lines[-1] and sum("interrupted" in l or "rror" in l for l in lines) == 1
+    assert "interrupted" in lines[-1] and sum("interrupted" in text or "rror" in text for text in lines) == 1
     assert "Traceback" not in err and not stagings(tmp_path / "o")
 
 
@@ -361,8 +361,8 @@ def test_reshard_skip_corrupt_counts_lists_and_records_in_the_manifest(tmp_path,
     summary = summary_json(stdout)
     assert summary["corrupt_records"] == 2 and summary["records"] == 298
     letters = _dead_letters(out / "_CORRUPT.x.jsonl")
-    assert sorted(l["offset"] for l in letters) == bad and {l["file"] for l in letters} == {str(path)}
-    assert all("CRC" in l["reason"] for l in letters)
+    assert sorted(e["offset"] for e in letters) == bad and {e["file"] for e in letters} == {str(path)}
+    assert all("CRC" in e["reason"] for e in letters)
     manifest = mf.read_manifest(str(out / "_MANIFEST.x.json"))
     assert manifest.corrupt_records == 2 and manifest.dead_letters == "_CORRUPT.x.jsonl" and manifest.records == 298
     got = sorted(p for e in manifest.shards for p in read_records(str(out / e.name)))

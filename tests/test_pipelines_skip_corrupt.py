@@ -88,10 +88,10 @@ def _letters(path: Path) -> List[dict]:
 
 def _check_dead_letters(out: Path, name: str, stdout: str, inputs: Inputs) -> None:
     letters = _letters(out / f"_CORRUPT.{name}.jsonl")
-    assert sorted((l["file"], l["offset"]) for l in letters) == [(str(f), o) for f, o in inputs.letters]
-    assert all(l["reason"] for l in letters)
+    assert sorted((e["file"], e["offset"]) for e in letters) == [(str(f), o) for f, o in inputs.letters]
+    assert all(e["reason"] for e in letters)
     for path, kind in ((inputs.gz, "gzip"), (inputs.zlib, "zlib")):
-        (reason,) = [l["reason"] for l in letters if l["file"] == str(path)]
+        (reason,) = [e["reason"] for e in letters if e["file"] == str(path)]
         assert f"the rest of this {kind} file" in reason
     summary = summary_json(stdout)
     assert summary["corrupt_records"] == len(inputs.letters)

@@ -89,7 +89,7 @@ def test_every_inflater_gives_the_same_bytes(tmp_path):
         outs = []
         for name in sorted(_streams.INFLATERS):
             reader = _streams.InflatingReader(io.BytesIO(blob), compression, inflater=name)
-            outs.append(b"".join(iter(lambda: reader.read(1000), b"")))
+            outs.append(b"".join(iter(lambda r=reader: r.read(1000), b"")))
         assert all(o == raw for o in outs), compression
 
 

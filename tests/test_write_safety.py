@@ -108,7 +108,7 @@ def test_tfrecord2idx_three_or_more_files_index_each_beside_itself(tmp_path):
     for i, f in enumerate(files):
         write_records(str(f), _payloads(i + 2))
     assert tfrecord2idx.main([str(f) for f in files]) == 0
-    for i, f in enumerate(files):
+    for i in range(len(files)):
         assert len(load_index(str(tmp_path / f"part-{i}.tfindex"))) == i + 2
 
 

@@ -112,7 +112,8 @@ def shuffle_iterator(iterator: typing.Iterator, queue_size: int, seed: Seed = No
             break
     else:
         if queue_size > len(buffer):
-            warnings.warn(f"Number of elements in the iterator is less than the queue size (N={queue_size}).")
+            warnings.warn(f"Number of elements in the iterator is less than the queue size (N={queue_size}).",
+                          stacklevel=2)
     for item in iterator:
         index = int(rng.integers(len(buffer)))
         out, buffer[index] = buffer[index], item

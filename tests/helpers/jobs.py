@@ -40,7 +40,7 @@ def run_job(main, args: Sequence[str], capsys) -> Tuple[int, str, str]:
 
 
 def summary_json(out: str) -> dict:
-    line = [l for l in out.splitlines() if l.startswith("json: ")][-1]
+    line = [text for text in out.splitlines() if text.startswith("json: ")][-1]
     return json.loads(line[len("json: "):])
 
 

@@ -113,7 +113,7 @@ class ReadFromTFRecord(beam.PTransform):
     def __init__(
         self,
         file_pattern: str,
-        coder: coders.Coder = coders.BytesCoder(),
+        coder: coders.Coder = coders.BytesCoder(),  # noqa: B008 - Beam's own signature and default
         compression_type: _paths.Compression = CompressionTypes.AUTO,
         validate: bool = True,
         *,
@@ -188,7 +188,7 @@ class ReadAllFromTFRecord(beam.PTransform):
 
     def __init__(
         self,
-        coder: coders.Coder = coders.BytesCoder(),
+        coder: coders.Coder = coders.BytesCoder(),  # noqa: B008 - Beam's own signature and default
         compression_type: _paths.Compression = CompressionTypes.AUTO,
         with_filename: bool = False,
         *,
@@ -282,7 +282,7 @@ class WriteToTFRecord(beam.PTransform):
     def __init__(
         self,
         file_path_prefix: str,
-        coder: coders.Coder = coders.BytesCoder(),
+        coder: coders.Coder = coders.BytesCoder(),  # noqa: B008 - Beam's own signature and default
         file_name_suffix: str = "",
         num_shards: int = 0,
         shard_name_template: Optional[str] = None,
