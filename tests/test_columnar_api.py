@@ -181,3 +181,10 @@ def test_record_chunks_decode_directly_and_errors_name_them():
             assert 0 <= i < len(chunk) and exc.offset == int(chunk.record_offsets[i]) and exc.path == str(path)
             raised += 1
     assert raised >= 1
+
+
+def test_bytes_column_without_offsets_is_a_clear_error():
+    col = columnar.Column("s", "byte", np.frombuffer(b"ab", np.uint8), np.array([0, 1], np.int64))
+    for view in (col.to_list, col.flat_values, lambda: col.row(0)):
+        with pytest.raises(ValueError, match="'s': bytes columns need value_offsets"):
+            view()

@@ -183,3 +183,4 @@ def test_a_copy_fails_when_its_file_lost_records_after_the_survey(tmp_path, skip
     with pytest.raises(CorruptRecordError, match="before the 50 records its survey found") as err:
         list(piece_chunks(piece, lambda p: open(p, "rb")))
     assert str(path) in str(err.value) and "record 45" in str(err.value)
+    assert err.value.offset == int(offsets[45])  # where the file now ends

@@ -63,6 +63,8 @@ def test_survey_by_members_matches_a_whole_walk_and_the_index(tmp_path):
     assert np.array_equal(merged.members[:, 2], table.compressed)
     assert np.array_equal(merged.members[:-1, 0], np.searchsorted(index[:, 0], table.uncompressed[:-1]))
     assert merged.members[-1, 0] == len(payloads)
+    with pytest.raises(ValueError, match="a whole-file survey cannot be merged"):
+        _plan.merge_parts([merged, whole])
 
 
 class _Counting:

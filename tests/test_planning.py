@@ -69,6 +69,19 @@ def test_walk_of_compressed_and_verified_files(tmp_path):
         assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[:, 0])
 
 
+def test_walk_of_a_part_with_unknown_record_numbers(tmp_path):
+    path = tmp_path / "a.tfrecord"  # a local uncompressed file: the walk that needs numbers is not taken
+    write_records(str(path), _payloads(MIXED))
+    ref = build_index(str(path))
+    blocks = _walk_all(path, start_offset=int(ref[100, 0]), first_record=None)
+    assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[100:, 0])
+    assert blocks[0].first_record == 0  # counted from the part's start
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(TruncatedRecordError) as info:
+        _walk_all(path, start_offset=int(ref[100, 0]), first_record=None)
+    assert info.value.record_number is None and info.value.offset == int(ref[-1, 0])
+
+
 @pytest.mark.parametrize("victim", [0, 89, 91, 150, 209, 660])
 def test_walk_names_a_bad_length_crc(tmp_path, engine, victim):
     path = tmp_path / "a.tfrecord"

@@ -11,22 +11,23 @@ the inputs and of the shard.
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Callable, ContextManager, Iterable, Optional, Tuple, Union
+from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
 from . import blockgzip
+from ._engine._common import FRAME_OVERHEAD
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
 from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
 from ._blockgzip_write import DEFAULT_BLOCK_BYTES
 from .errors import CorruptRecordError
+from .fs import AtomicOutput
 from .records import RecordReader, RecordWriter
 from .skipping import SkippingReader
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
-AtomicOutput = Callable[[str], ContextManager]
 
 
 def piece_members(piece: Piece, raw: BinaryIO, open_input: Opener):
@@ -65,8 +66,10 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
         reader.path = piece.path
     try:
         number = piece.from_record
+        ended = piece.from_offset  # where the records read so far end (the stream's offset)
         for chunk in reader.chunks():
             n = len(chunk)
+            ended = int(chunk.record_offsets[-1] + chunk.payload_lengths[-1]) + FRAME_OVERHEAD
             if piece.unit == "records":
                 a, b = max(piece.lo - number, 0), min(piece.hi - number, n)
             else:
@@ -83,7 +86,7 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
             if piece.unit == "records" and number >= piece.hi:
                 return
         if piece.unit == "records":
-            raise CorruptRecordError(piece.path, None, number, f"the file ends here, before the {piece.hi} records "
+            raise CorruptRecordError(piece.path, ended, number, f"the file ends here, before the {piece.hi} records "
                                      "its survey found: it changed while the job ran")
     finally:
         if raw is not None:

@@ -151,20 +151,28 @@ def merge_parts(parts: Sequence[FileSurvey]) -> FileSurvey:
     """One file's survey from its part surveys (any order); a lone whole-file survey as it is."""
     if len(parts) == 1 and parts[0].members is None:
         return parts[0]
-    parts = sorted(parts, key=lambda s: int(s.members[0, 1]))
+    parts = sorted(parts, key=lambda s: int(_member_rows(s)[0, 1]))
+    tables = [_member_rows(part) for part in parts]
     rows, base, digest = [], 0, (0, 0, 0)
-    for k, part in enumerate(parts):
-        if k and int(part.members[0, 1]) != int(parts[k - 1].members[-1, 1]):
-            raise ValueError(f"{part.path}: survey parts do not join at uncompressed offset {int(part.members[0, 1])}")
-        shifted = part.members + np.array([base, 0, 0], np.int64)
+    for k, (part, members) in enumerate(zip(parts, tables)):
+        if k and int(members[0, 1]) != int(tables[k - 1][-1, 1]):
+            raise ValueError(f"{part.path}: survey parts do not join at uncompressed offset {int(members[0, 1])}")
+        shifted = members + np.array([base, 0, 0], np.int64)
         rows.append(shifted[:-1])
         base += part.records
         digest = add_digests(digest, part.digest)
-    rows.append((parts[-1].members[-1:] + np.array([base - parts[-1].records, 0, 0], np.int64)))
+    rows.append((tables[-1][-1:] + np.array([base - parts[-1].records, 0, 0], np.int64)))
     table = np.concatenate(rows).astype(np.int64)
     first = parts[0]
     return FileSurvey(first.path, first.compression, first.file_number, base, int(table[-1, 1]), digest,
                       _member_checkpoints(table), first.group, members=table)
+
+
+def _member_rows(part: FileSurvey) -> np.ndarray:
+    """A part survey's member rows (`_survey_members` gives every part of a split file some)."""
+    if part.members is None:
+        raise ValueError(f"{part.path}: a whole-file survey cannot be merged with other parts")
+    return part.members
 
 
 def _member_checkpoints(rows: np.ndarray) -> List[Tuple[int, int]]:

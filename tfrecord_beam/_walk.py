@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def walk_frames(
     known (a part of a file walked on its own): blocks count from 0, errors name offsets.
     """
     fileno = _fileno(raw) if compression is None and verify != VERIFY_ALL and end_offset is None else None
-    if fileno is None:
+    if fileno is None or first_record is None:  # the local walk names record numbers: it needs them
         yield from _reader_blocks(raw, compression, path, verify, start_offset, first_record, end_offset, members)
     else:
         yield from _walk_local(raw, fileno, path, start_offset, first_record)
@@ -184,7 +184,9 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
             elif n and consumed >= n * SEEK_FRAME_BYTES:
                 seek_mode = True
             continue
-        offsets_l, sizes_l, footers_l = [], [], []
+        offsets_l: List[int] = []
+        sizes_l: List[int] = []
+        footers_l: List[int] = []
         head = os.pread(fd, HEADER_SIZE, pos)
         while len(offsets_l) < BLOCK_RECORDS:
             if len(head) < HEADER_SIZE:

@@ -86,6 +86,12 @@ class _Batched:
     def __len__(self) -> int:
         return len(self.row_splits) - 1
 
+    def _bytes(self, start: int = 0, stop: Optional[int] = None) -> List[bytes]:
+        """The bytes values [start, stop) of a bytes column; ValueError without value_offsets."""
+        if self.value_offsets is None:
+            raise ValueError(f"feature {self.name!r}: bytes columns need value_offsets")
+        return _as_bytes_values(self.values, self.value_offsets, start, stop)
+
 
 class Column(_Batched):
     """One feature of a batch of records, in columnar form (see the module docstring)."""
@@ -115,7 +121,7 @@ class Column(_Batched):
         if self.kind != "byte":
             return self.values
         out = np.empty(self.num_values(), dtype=object)
-        out[:] = _as_bytes_values(self.values, self.value_offsets)
+        out[:] = self._bytes()
         return out
 
     def to_dense(self) -> np.ndarray:
@@ -138,16 +144,16 @@ class Column(_Batched):
     def row(self, i: int) -> Union[np.ndarray, List[bytes]]:
         """Values of record i: an array, or a list of `bytes`."""
         a, b = int(self.row_splits[i]), int(self.row_splits[i + 1])
-        return _as_bytes_values(self.values, self.value_offsets, a, b) if self.kind == "byte" else self.values[a:b]
+        return self._bytes(a, b) if self.kind == "byte" else self.values[a:b]
 
     def to_list(self) -> List[list]:
         """Per record, a Python list of its values (bytes, float or int)."""
-        flat = _as_bytes_values(self.values, self.value_offsets) if self.kind == "byte" else self.values.tolist()
+        flat = self._bytes() if self.kind == "byte" else self.values.tolist()
         s = self.row_splits.tolist()
         return [flat[s[i] : s[i + 1]] for i in range(len(self))]
 
     @classmethod
-    def from_rows(cls, name: str, kind: str, rows: Sequence[Sequence[Any]], status: Optional[Sequence[int]] = None) -> "Column":
+    def from_rows(cls, name: str, kind: str, rows: Sequence[Union[Sequence[Any], np.ndarray]], status: Optional[Sequence[int]] = None) -> "Column":
         """Build a column from per-record lists of values (bytes, float or int)."""
         kind = _kind(kind, name)
         lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
@@ -307,6 +313,7 @@ def _records_args(records, offsets, lengths):
 
 def _column_args(columns: Mapping[str, Any], steps: bool) -> Tuple[List[str], List[int], List[tuple]]:
     cols = list(columns.values())
+    parts: List[tuple]
     if steps:
         parts = [(c.values, c.row_splits, c.step_splits, c.value_offsets, c.status) for c in cols]
     else:
@@ -483,14 +490,14 @@ def _as_column(name: str, spec: Any) -> Column:
             buf, offs = _pack_bytes(list(values), name)
             return Column(name, kind, buf, splits, offs)
         return Column(name, kind, arr.reshape(-1).astype(_DTYPE[kind], copy=False), splits)
-    arr = spec if isinstance(spec, np.ndarray) else None
-    if arr is not None and arr.dtype != object and arr.ndim in (1, 2):  # dense: one row per record
-        rows2 = arr.reshape(len(arr), -1)
-        kind = _kind_of_dtype(arr.dtype, name)
+    dense = spec if isinstance(spec, np.ndarray) else None
+    if dense is not None and dense.dtype != object and dense.ndim in (1, 2):  # dense: one row per record
+        rows2 = dense.reshape(len(dense), -1)
+        kind = _kind_of_dtype(dense.dtype, name)
         if kind == "byte":
             return Column.from_rows(name, kind, rows2.tolist())
         k = rows2.shape[1]
-        splits = np.arange(len(arr) + 1, dtype=np.int64) * k
+        splits = np.arange(len(dense) + 1, dtype=np.int64) * k
         return Column(name, kind, np.ascontiguousarray(rows2, dtype=_DTYPE[kind]).reshape(-1), splits)
     rows = [r if isinstance(r, (list, tuple, np.ndarray)) else [r] for r in spec]
     first = next((v for r in rows for v in r), 0)

@@ -86,6 +86,7 @@ class SkippingReader:
 
     def _skip(self, err: CorruptRecordError):
         """Report `err`; (next boundary, its record number) to go on from, or (None, None)."""
+        assert err.offset is not None  # RecordReader names the offset of all damage it raises
         offset = int(err.offset)
         if self.compression is not None:
             self._report(offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped")

@@ -9,7 +9,7 @@ both engines.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError as _PbDecodeError
@@ -33,7 +33,7 @@ from ._common import (
 __all__ = ["decode_examples", "decode_sequence_examples"]
 
 _FIELD_OF = {KIND_CODE[name]: field for name, field in KIND_FIELD.items()}
-_KIND_OF = {None: KIND_NONE, **{field: code for code, field in _FIELD_OF.items()}}
+_KIND_OF: Dict[Optional[str], int] = {None: KIND_NONE, **{field: code for code, field in _FIELD_OF.items()}}
 
 ErrorTuple = Tuple[int, int, int, int]
 
@@ -104,6 +104,7 @@ class _Builder:
         self.count = 0  # values so far
 
     def add_values(self, lst) -> None:
+        vals: Union[np.ndarray, List[bytes]]  # an array for numbers, a list of bytes for BYTES
         if self.kind == KIND_FLOAT:
             vals = _float_values(lst)
         elif self.kind == KIND_INT64:

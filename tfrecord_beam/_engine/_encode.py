@@ -257,6 +257,7 @@ def _list_bodies(col: _Col) -> _Pieces:
     counts = np.diff(splits)
     if col.kind == KIND_BYTES:
         data, offsets = col.values, col.value_offsets
+        assert offsets is not None  # checked_arrays rejects a bytes column without value_offsets
         if offsets[0] != 0:
             data, offsets = data[offsets[0] :], offsets - offsets[0]
         value = _Pieces.ragged(data, offsets)
@@ -311,6 +312,7 @@ def _feature_lists(cols: Sequence[_Col], n: int) -> _Pieces:
     body = _Pieces(n, np.zeros(n, dtype=np.int64), [])
     for col in sorted(cols, key=lambda c: upb_key(c.name)):
         steps = _length_delimited(0x0A, _feature_pieces(col))  # FeatureList.feature, one per step
+        assert col.groups is not None  # _list_columns sets groups on every feature-list column
         body = body.then(_map_entry(col.name, _regroup(steps, col.groups), col.present))
     return body
 

@@ -68,8 +68,8 @@ def scan_frames(buf, verify: int = VERIFY_ALL, max_records: int = -1) -> Tuple[n
     size = len(view)
     if verify == VERIFY_NONE and max_records < 0:
         return _scan_unverified(view, size)
-    offsets = []
-    lengths = []
+    offsets: List[int] = []
+    lengths: List[int] = []
     pos = 0
     status = STATUS_OK
     while pos < size and (max_records < 0 or len(offsets) < max_records):

@@ -85,6 +85,7 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
         except CorruptRecordError as err:
             if not source._skip_corrupt:
                 raise
+            assert err.offset is not None  # RecordReader names the offset of all damage it raises
             reason = (f"{err.reason}; the rest of gzip member {m} (uncompressed bytes {err.offset}..{end}) "
                       "was skipped")
             yield source._report(file_name, int(err.offset), reason)

@@ -13,7 +13,8 @@ a row group whenever `row_group_rows` rows or `row_group_bytes` payload bytes ar
 
 from __future__ import annotations
 
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+import functools
+from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -122,7 +123,7 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     records = size = 0
     digest = (0, 0, 0)
-    current: Optional[Tuple[str, object, object]] = None  # (path, handle, ParquetFile): one open at a time
+    current: Optional[Tuple[str, BinaryIO, Any]] = None  # (path, handle, ParquetFile): one open at a time
     try:
         with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
             for piece in pieces:  # in input order: each file's pieces are consecutive
@@ -251,7 +252,7 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
         try:
             for rng in ranges:
                 reader = SkippingReader(
-                    rng.path, rng.compression, open_file=lambda rng=rng: _fs.open_input(rng.path),
+                    rng.path, rng.compression, open_file=functools.partial(_fs.open_input, rng.path),
                     start_offset=rng.start, end_offset=rng.end, resync=rng.compression is None,
                     skip_corrupt=corrupt is not None,
                     on_corrupt=None if corrupt is None else (lambda f, o, r: corrupt.append(CorruptRecord(f, o, r))))
