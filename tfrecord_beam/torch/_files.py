@@ -120,18 +120,19 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
 class FileSet:
     """The data files of one source with their (optional) indexes and compression.
 
-    Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
+    `compression` is the core's setting (None = uncompressed, "auto" = from each file's name;
+    the datasets pass `ReadOptions.compression`, where the drop-in None already became
+    "auto"). Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
     """
 
-    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None,
+    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression: Optional[str] = "auto",
                  skip_corrupt: bool = False, counter: Optional[CorruptCounter] = None) -> None:
         data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
         self.skip_corrupt = skip_corrupt
         self.counter = counter if counter is not None else CorruptCounter()
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
-        setting = "auto" if compression_type is None else compression_type
-        self.compressions = [resolve_compression(p, setting) for p in self.paths]
+        self.compressions = [resolve_compression(p, compression) for p in self.paths]
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
         self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
