@@ -24,7 +24,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .example import Description, normalize_description
+from .example import Description, has_all_kinds, normalize_description
 from .records import normalize_compression
 
 __all__ = ["ReadOptions", "dropin_compression"]
@@ -122,7 +122,4 @@ class ReadOptions:
     def all_kinds(self) -> bool:
         """Every described feature (and feature list, for SequenceExamples) has a kind: the
         columnar decoders can take whole chunks."""
-        def full(d: NormalizedDescription) -> bool:
-            return bool(d) and all(d.values())  # type: ignore[union-attr]
-
-        return full(self.description) and (not self.sequence or full(self.sequence_description))
+        return has_all_kinds(self.description) and (not self.sequence or has_all_kinds(self.sequence_description))

@@ -64,6 +64,12 @@ def normalize_description(description: Description) -> Optional[Dict[str, Option
     return _NormalizedDescription((str(name), None) for name in description)
 
 
+def has_all_kinds(description: Optional[Mapping[str, Optional[str]]]) -> bool:
+    """Whether a normalised description names features and gives each a kind: what the
+    columnar decoders need to decode whole chunks (None / no kind: per-record decoding)."""
+    return description is not None and len(description) > 0 and all(description.values())
+
+
 _EMPTY = {
     FLOAT: lambda: np.zeros(0, dtype=np.float32),
     INT: lambda: np.zeros(0, dtype=np.int64),

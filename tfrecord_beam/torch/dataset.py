@@ -191,7 +191,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             if self.weights is None and not self.infinite:
                 return self._records_in_runs(cursors[0])
             return self._records(items)
-        return self._batches(take)
+        return self._batches(take, self.batch_size)
 
     @property
     def _descriptions(self) -> Tuple[Names, Names, bool]:
@@ -245,11 +245,11 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                 position[0], position[1] = pass_number, k
                 yield transform(sample) if transform is not None else sample
 
-    def _batches(self, take: Callable[[int], List[AnyBlock]]) -> Iterator[Any]:
+    def _batches(self, take: Callable[[int], List[AnyBlock]], batch_size: int) -> Iterator[Any]:
         while True:
-            chunk = take(self.batch_size)
+            chunk = take(batch_size)
             size = sum(len(block) for block in chunk)
-            if not size or (self.drop_last and size < self.batch_size):
+            if not size or (self.drop_last and size < batch_size):
                 return
             batch = collate_batch(chunk, *self._descriptions)
             yield self.transform(batch) if self.transform is not None else batch
@@ -274,7 +274,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         files = self.sources[source]
         rank, world_size, worker, num_workers = topology
         shard, num_shards = sampling.shard_of(rank, world_size, worker, num_workers)
-        shuffle = bool(self.shuffle_queue_size)
+        queue = int(self.shuffle_queue_size or 0)
+        shuffle = queue > 0
         order = sampling.file_order(len(files), shuffle, self.seed, self.epoch, source, pass_number)
         pieces = sampling.plan_shards(files.infos(), num_shards, order)[shard]
         if not shuffle:
@@ -282,7 +283,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         generator = sampling.rng(self.seed, self.epoch, source, pass_number, *topology)
         pieces = [pieces[i] for i in generator.permutation(len(pieces))]
         records = itertools.chain.from_iterable(block.items() for block in files.stream(pieces))
-        head = list(itertools.islice(records, int(self.shuffle_queue_size)))  # a short shard needs no warning
+        head = list(itertools.islice(records, queue))  # a short shard needs no warning
         shuffled = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
         return skip_blocks(reblock(shuffled), skip)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch.utils.data
@@ -68,8 +68,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self.sequence_description = sequence_description
         self.compression_type = compression_type
         self.transform = transform
-        self._indexes = [self.files.index(i) if self.files.index_paths[i] is not None
-                         else self._scan(i) for i in range(len(self.files.paths))]
+        self._indexes: List[np.ndarray] = [self.files.known_index(i) if self.files.index_paths[i] is not None
+                                           else self._scan(i) for i in range(len(self.files.paths))]
         self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
         self._handles: Dict[int, Any] = {}
         self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
