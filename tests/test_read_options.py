@@ -176,3 +176,17 @@ def test_skip_corrupt_reaches_the_reader(tmp_path):
         list(TFRecordDataset(path, None, ["id"]))
     ds = TFRecordDataset(path, None, ["id"], skip_corrupt=True)
     assert [int(r["id"][0]) for r in ds] == list(range(4)) and ds.corrupt_records == 1
+
+
+def test_normalised_descriptions_are_read_only_and_travel():
+    import copy
+
+    options = ReadOptions(description={"id": "int"})
+    for change in (lambda d: d.__setitem__("x", None), lambda d: d.update(x=None), lambda d: d.pop("id"),
+                   lambda d: d.clear(), lambda d: d.setdefault("x"), lambda d: d.__delitem__("id")):
+        with pytest.raises(TypeError, match="read-only"):
+            change(options.description)
+    assert options.description == {"id": "int"}
+    for twin in (pickle.loads(pickle.dumps(options.description)), copy.deepcopy(options.description)):
+        assert twin == {"id": "int"} and type(twin) is type(options.description)
+    assert dict(options.description) | {"x": None} == {"id": "int", "x": None}  # a copy is a plain dict
