@@ -38,7 +38,7 @@ def short_runs(monkeypatch):
 def _one_by_one(paths, description):
     out = []
     for path in paths:
-        for number, offset, payload in compat._records(path, None, None, None):
+        for number, offset, payload in compat._records(path, None, None, compat.ReadOptions.dropin()):
             out.append(example.decode_example(payload, description, path=path, offset=offset, record_number=number))
     return out
 

@@ -5,6 +5,10 @@ README's "Coming from `tfrecord`" section: CRCs are checked, missing features do
 an index without a shard reads from the first record, every yielded record is its own
 buffer, compressed files are inflated once per pass, and sharding without an index gives
 each record to exactly one shard.
+
+Each public loader turns its arguments into one `ReadOptions` (`ReadOptions.dropin`: None
+compression means "from the file name") and hands that down; our additions to the package's
+signatures (`verify`, `strict`, `seed`) are keyword-only.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from . import example as _example
 from . import index as _index
 from . import iterator_utils
 from . import fs
+from ._read_options import ReadOptions, dropin_compression
 from .errors import DecodeError, FeatureKindError
 from .records import RecordChunk, RecordReader, RecordWriter
 from .records import resolve_compression as _resolve
@@ -91,14 +96,14 @@ def extract_feature_dict(features, description: Description,
     return out
 
 
-def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
+def _shard_chunks(data_path, index_path, shard, options: ReadOptions
                   ) -> typing.Iterator[typing.Tuple[RecordChunk, typing.Optional[np.ndarray]]]:
     """The chunks holding this shard's records, each with the rows of it that belong to the shard.
 
     With an index, shard (i, k) is the contiguous record range n*i//k .. n*(i+1)//k (rows None:
     all of the chunk); without one, every k-th record starting at i.
     """
-    compression = "auto" if compression_type is None else compression_type
+    compression, verify = options.compression, options.verify
     if shard is not None:
         shard_idx, shard_count = shard
         if not 0 <= shard_idx < shard_count:
@@ -126,9 +131,9 @@ def _shard_chunks(data_path, index_path, shard, compression_type, verify=True
             yield chunk, np.flatnonzero(numbers % shard_count == shard_idx)
 
 
-def _records(data_path, index_path, shard, compression_type, verify=True) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+def _records(data_path, index_path, shard, options: ReadOptions) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
     """(record number, offset, payload) for the records of this shard."""
-    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
         yield from _chunk_records(chunk, rows)
 
 
@@ -145,14 +150,20 @@ def tfrecord_iterator(
     index_path: typing.Optional[str] = None,
     shard: typing.Optional[typing.Tuple[int, int]] = None,
     compression_type: typing.Optional[str] = None,
+    *,
     verify: bool = True,
 ) -> typing.Iterator[memoryview]:
     """Yield each record's payload as a memoryview (of its own buffer: safe to keep).
 
     `shard=(i, k)` with an index reads records n*i//k .. n*(i+1)//k; without an index it
     yields every k-th record starting at i (exactly once across shards either way).
+    `compression_type=None` means "from the file name" (`_read_options.dropin_compression`).
     """
-    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type, verify):
+    return _payloads(data_path, index_path, shard, ReadOptions.dropin(compression_type=compression_type, verify=verify))
+
+
+def _payloads(data_path, index_path, shard, options: ReadOptions) -> typing.Iterator[memoryview]:
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
         payloads = chunk.payloads()
         if rows is not None:
             payloads = [payloads[i] for i in rows.tolist()]
@@ -165,22 +176,29 @@ def example_loader(
     description: Description = None,
     shard: typing.Optional[typing.Tuple[int, int]] = None,
     compression_type: typing.Optional[str] = None,
+    *,
     strict: bool = False,
 ) -> typing.Iterator[typing.Dict[str, typing.Any]]:
     """Yield each Example as {name: value} (see `tfrecord_beam.example`).
 
     When every described feature has a kind (and not `strict`), records are decoded a chunk at
-    a time by the columnar decoder; otherwise one by one.
+    a time by the columnar decoder; otherwise one by one. Bad settings (an unknown kind or
+    compression) raise here, before anything is read.
     """
-    description = _example.normalize_description(description)
-    if description and not strict and all(description.values()):
+    options = ReadOptions.dropin(description, None, compression_type, strict=strict)
+    return _examples(data_path, index_path, shard, options)
+
+
+def _examples(data_path, index_path, shard, options: ReadOptions) -> typing.Iterator[typing.Dict[str, typing.Any]]:
+    description, strict = options.description, options.strict
+    if options.all_kinds and not strict:
         from . import columnar
 
-        for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
+        for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
             yield from columnar.decode_example_records(chunk, description, path=data_path,
                                                        rows=None if rows is None else rows.tolist())
         return
-    for number, offset, payload in _records(data_path, index_path, shard, compression_type):
+    for number, offset, payload in _records(data_path, index_path, shard, options):
         yield _example.decode_example(payload, description, strict=strict, path=data_path,
                                       offset=offset, record_number=number)
 
@@ -192,6 +210,7 @@ def sequence_loader(
     features_description: Description = None,
     shard: typing.Optional[typing.Tuple[int, int]] = None,
     compression_type: typing.Optional[str] = None,
+    *,
     strict: bool = False,
 ) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
     """Yield each SequenceExample as (context, {name: list of per-step values}).
@@ -199,8 +218,15 @@ def sequence_loader(
     When both descriptions give every kind (and not `strict`), records are decoded a chunk at
     a time by the columnar decoder; otherwise one by one.
     """
-    context_description = _example.normalize_description(context_description)
-    features_description = _example.normalize_description(features_description)
+    options = ReadOptions.dropin(context_description, features_description, compression_type, strict=strict,
+                                 sequence=True)
+    return _sequences(data_path, index_path, shard, options)
+
+
+def _sequences(data_path, index_path, shard, options: ReadOptions
+               ) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
+    context_description, features_description = options.description, options.sequence_description
+    strict = options.strict
 
     def one_by_one(records):
         for number, offset, payload in records:
@@ -208,14 +234,12 @@ def sequence_loader(
                                                    strict=strict, path=data_path, offset=offset,
                                                    record_number=number)
 
-    columnar_ok = (not strict and context_description and features_description
-                   and all(context_description.values()) and all(features_description.values()))
-    if not columnar_ok:
-        yield from one_by_one(_records(data_path, index_path, shard, compression_type))
+    if strict or not options.all_kinds:
+        yield from one_by_one(_records(data_path, index_path, shard, options))
         return
     from . import columnar
 
-    for chunk, rows in _shard_chunks(data_path, index_path, shard, compression_type):
+    for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
         try:
             context, lists = columnar.decode_sequence_examples(chunk, context_description, features_description,
                                                                path=data_path)
@@ -227,6 +251,13 @@ def sequence_loader(
         yield from columnar.to_sequence_records(context, lists, None if rows is None else rows.tolist())
 
 
+def _loader(data_path, index_path, shard, options: ReadOptions) -> typing.Iterator:
+    """Examples or SequenceExamples, as `options.sequence` says."""
+    if options.sequence:
+        return _sequences(data_path, index_path, shard, options)
+    return _examples(data_path, index_path, shard, options)
+
+
 def tfrecord_loader(
     data_path: str,
     index_path: typing.Optional[str],
@@ -234,13 +265,12 @@ def tfrecord_loader(
     shard: typing.Optional[typing.Tuple[int, int]] = None,
     sequence_description: Description = None,
     compression_type: typing.Optional[str] = None,
+    *,
     strict: bool = False,
 ) -> typing.Iterator:
     """Examples, or SequenceExamples when `sequence_description` is not None."""
-    if sequence_description is not None:
-        return sequence_loader(data_path, index_path, description, sequence_description, shard,
-                               compression_type, strict)
-    return example_loader(data_path, index_path, description, shard, compression_type, strict)
+    options = ReadOptions.dropin(description, sequence_description, compression_type, strict=strict)
+    return _loader(data_path, index_path, shard, options)
 
 
 def multi_tfrecord_loader(
@@ -252,17 +282,16 @@ def multi_tfrecord_loader(
     compression_type: typing.Optional[str] = None,
     infinite: bool = True,
     shard: typing.Optional[typing.Tuple[int, int]] = None,
+    *,
     seed: iterator_utils.Seed = None,
 ) -> typing.Iterator:
     """Mix the files `data_pattern.format(split)` in proportion to `splits` (seeded by `seed`)."""
+    options = ReadOptions.dropin(description, sequence_description, compression_type)
 
     def factory(split):
         def make():
-            return tfrecord_loader(
-                data_pattern.format(split),
-                index_pattern.format(split) if index_pattern is not None else None,
-                description, shard, sequence_description, compression_type,
-            )
+            index_path = index_pattern.format(split) if index_pattern is not None else None
+            return _loader(data_pattern.format(split), index_path, shard, options)
         return make
 
     return iterator_utils.sample_iterators([factory(s) for s in splits], list(splits.values()),
@@ -281,7 +310,7 @@ class TFRecordWriter:
 
     def __init__(self, data_path: str, compression_type: typing.Optional[str] = None,
                  index_path: typing.Union[None, bool, str] = None) -> None:
-        self._writer = RecordWriter(data_path, "auto" if compression_type is None else compression_type,
+        self._writer = RecordWriter(data_path, dropin_compression(compression_type),
                                     index_path=index_path, commit_unclosed=True)
 
     def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:

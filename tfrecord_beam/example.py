@@ -48,7 +48,21 @@ def normalize_kind(kind: Optional[str], name: str = "?") -> Optional[str]:
 
 
 class _NormalizedDescription(dict):
-    """A description `normalize_description` already produced: passing it again costs nothing."""
+    """A description `normalize_description` already produced: passing it again costs nothing.
+
+    Read-only: one is built per dataset or loader (`ReadOptions`) and shared by every record,
+    every worker's decoder and the options object, so a change would reach all of them.
+    """
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a normalised description is read-only: normalise a changed copy, "
+                        "normalize_description(dict(description))")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> Any:  # pickled (spawned workers, deepcopy) without item assignment
+        return (type(self), (list(self.items()),))
 
 
 def normalize_description(description: Description) -> Optional[Dict[str, Optional[str]]]:
@@ -62,6 +76,12 @@ def normalize_description(description: Description) -> Optional[Dict[str, Option
     if isinstance(description, Mapping):
         return _NormalizedDescription((str(name), normalize_kind(kind, name)) for name, kind in description.items())
     return _NormalizedDescription((str(name), None) for name in description)
+
+
+def has_all_kinds(description: Optional[Mapping[str, Optional[str]]]) -> bool:
+    """Whether a normalised description names features and gives each a kind: what the
+    columnar decoders need to decode whole chunks (None / no kind: per-record decoding)."""
+    return description is not None and len(description) > 0 and all(description.values())
 
 
 _EMPTY = {

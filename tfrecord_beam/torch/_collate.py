@@ -34,7 +34,7 @@ columnar decoder's `Column`s / `SequenceColumn`s.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -42,7 +42,14 @@ import torch
 from .. import columnar
 from ..columnar import Column, SequenceColumn
 from ..errors import DecodeError
-from ..example import BYTES, decode_example, decode_sequence_example, parse_example, parse_sequence_example
+from ..example import (
+    BYTES,
+    decode_example,
+    decode_sequence_example,
+    has_all_kinds,
+    parse_example,
+    parse_sequence_example,
+)
 from ._stream import AnyBlock, Block, Item
 
 LENGTHS_SUFFIX = "_lengths"
@@ -62,10 +69,6 @@ def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
     return Sample(decode_example(payload, description, path=path, offset=offset, record_number=number))
 
 
-def _all_kinds(description: Names) -> bool:
-    return bool(description) and all(description.values())
-
-
 def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names,
                    sequence: bool) -> Iterator[Any]:
     """The records of parts of blocks, each exactly as `decode_record` gives it, decoded together.
@@ -75,9 +78,9 @@ def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_desc
     otherwise, or in a part holding a bad record, records are decoded one by one, so the
     records before a bad one still come out and its error is the per-record decoder's.
     """
-    together = _all_kinds(description) and (not sequence or _all_kinds(sequence_description))
+    together = has_all_kinds(description) and (not sequence or has_all_kinds(sequence_description))
     for block in blocks:
-        samples = None
+        samples: Optional[Iterator[Any]] = None
         if together:
             try:
                 if sequence:  # built lazily, record by record: what the consumer drops dies young
@@ -128,12 +131,15 @@ def _decode(blocks: Sequence[AnyBlock], decoder: Callable[..., Any], *descriptio
     errors name the file and record instead of the batch position."""
     if len(blocks) == 1 and isinstance(blocks[0], Block):
         block = blocks[0]
-        records, offsets, lengths = block.buffer, block.payload_offsets, block.payload_lengths
+        records: Union[bytes, List[bytes]] = block.buffer
+        offsets, lengths = block.payload_offsets, block.payload_lengths
     else:
         records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
     try:
         return decoder(records, *descriptions, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead
+        if exc.record_number is None:
+            raise
         path, offset, number = _where(blocks, exc.record_number)
         raise type(exc)(path, offset, number, exc.reason) from None
 
@@ -152,11 +158,15 @@ def decode_sequence_batch(blocks: Sequence[AnyBlock], description: Names, sequen
                           ) -> Tuple[Dict[str, Column], Dict[str, SequenceColumn]]:
     """Decode a batch of SequenceExamples into (context columns, feature-list columns); a
     description of None means every context feature / feature list seen in the batch."""
+    context: Mapping[str, Optional[str]]
+    steps: Mapping[str, Optional[str]]
     if description is None or sequence_description is None:
         features, lists = _feature_names(blocks, True)
-        description = features if description is None else description
-        sequence_description = lists if sequence_description is None else sequence_description
-    return _decode(blocks, columnar.decode_sequence_examples, description, sequence_description)
+        context = features if description is None else description
+        steps = lists if sequence_description is None else sequence_description
+    else:
+        context, steps = description, sequence_description
+    return _decode(blocks, columnar.decode_sequence_examples, context, steps)
 
 
 def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
@@ -173,15 +183,17 @@ def _object_array(values: List[Any], nested: bool = True) -> np.ndarray:
 LARGE_VALUE = 1024  # mean bytes per value from which values are cut from the array one by one
 
 
-def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: np.ndarray) -> np.ndarray:
+def _bytes_rows(values: np.ndarray, row_splits: np.ndarray, value_offsets: Optional[np.ndarray]) -> np.ndarray:
     """Per row: `bytes` when it holds one value, else a list of `bytes` (an object array).
 
     Small values are sliced out of one `bytes` copy of the values (a slice of `bytes` is the
     cheapest cut); large ones (images) straight out of the array, so each byte is copied once.
     """
+    if value_offsets is None:
+        raise ValueError("a bytes column without value offsets")
     offs = value_offsets.tolist()
     if len(offs) > 1 and values.nbytes >= LARGE_VALUE * (len(offs) - 1):
-        view = memoryview(values)
+        view = np.ascontiguousarray(values).data
         flat = [view[a:b].tobytes() for a, b in zip(offs, offs[1:])]
     else:
         buf = values.tobytes()

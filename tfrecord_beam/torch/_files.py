@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Any, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -27,6 +27,13 @@ from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
 _log = logging.getLogger("tfrecord_beam.torch")
+
+
+def _stop(piece: Piece) -> int:
+    """The stop of a RECORDS or STRIDE piece (only BYTES pieces may leave it open)."""
+    if piece.stop is None:
+        raise AssertionError(f"a {piece.kind} piece without a stop: {piece}")
+    return piece.stop
 
 
 class CorruptCounter:
@@ -104,11 +111,14 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
     """
     if index_path is None:
         return [None] * len(data_paths)
+    paths: List[Optional[str]]
     if isinstance(index_path, (list, tuple)):
         paths = [None if p is None else os.fspath(p) for p in index_path]
-    else:
+    elif isinstance(index_path, (str, os.PathLike)):
         text = os.fspath(index_path)
-        paths = fs.expand(text) if fs.is_glob(text) else [text]
+        paths = list(fs.expand(text)) if fs.is_glob(text) else [text]
+    else:
+        raise TypeError(f"index_path must be None, a path, a glob or a list of paths, not {type(index_path).__name__}")
     if len(paths) != len(data_paths):
         raise ValueError(
             f"{len(data_paths)} data files but {len(paths)} index paths from {index_path!r}; "
@@ -120,18 +130,19 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
 class FileSet:
     """The data files of one source with their (optional) indexes and compression.
 
-    Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
+    `compression` is the core's setting (None = uncompressed, "auto" = from each file's name;
+    the datasets pass `ReadOptions.compression`, where the drop-in None already became
+    "auto"). Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
     """
 
-    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression_type: Optional[str] = None,
+    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression: Optional[str] = "auto",
                  skip_corrupt: bool = False, counter: Optional[CorruptCounter] = None) -> None:
         data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
         self.skip_corrupt = skip_corrupt
         self.counter = counter if counter is not None else CorruptCounter()
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
-        setting = "auto" if compression_type is None else compression_type
-        self.compressions = [resolve_compression(p, setting) for p in self.paths]
+        self.compressions = [resolve_compression(p, compression) for p in self.paths]
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
         self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
@@ -150,6 +161,13 @@ class FileSet:
             if self.compressions[i] == "gzip":
                 self._members[i] = blockgzip.checked_member_table(self.paths[i], self.index_paths[i], index)
         return self._indexes[i]
+
+    def known_index(self, i: int) -> np.ndarray:
+        """The index of file `i`, which the caller knows it has (an indexed piece)."""
+        index = self.index(i)
+        if index is None:
+            raise AssertionError(f"{self.paths[i]} has no index")
+        return index
 
     def members(self, i: int) -> Optional[MemberTable]:
         """The member table of a block-gzip file `i` (from its index), else None."""
@@ -177,10 +195,14 @@ class FileSet:
         compression = self.compressions[piece.file]
         expected = None
         starts = None
-        common = dict(open_file=lambda: fs.open_input(path), skip_corrupt=self.skip_corrupt, on_corrupt=self._corrupt)
+
+        def reader_of(**where: Any) -> SkippingReader:
+            return SkippingReader(path, compression, open_file=lambda: fs.open_input(path),
+                                  skip_corrupt=self.skip_corrupt, on_corrupt=self._corrupt, **where)
+
         if piece.kind == RECORDS:
-            index = self.index(piece.file)
-            first, last = piece.start, piece.stop
+            index = self.known_index(piece.file)
+            first, last = piece.start, _stop(piece)
             expected = last - first
             end = int(index[last, 0]) if last < len(index) else None
             if compression is None:  # the index must describe the data it is read by
@@ -188,24 +210,24 @@ class FileSet:
                 size = fs.file_size(path)
                 with fs.open_input(path) as raw:
                     _index_check.check_entry(raw, starts, first, size, self.index_paths[piece.file], path)
-            reader = SkippingReader(path, compression, start_offset=int(index[first, 0]), end_offset=end,
-                                    first_record_number=first, boundaries=index[:, 0],
-                                    members=self.members(piece.file) or False, **common)
-        elif piece.kind == BYTES:
-            reader = SkippingReader(path, compression, start_offset=piece.start, end_offset=piece.stop,
-                                    resync=True, **common)  # resync also checks the split point at the end
+            reader = reader_of(start_offset=int(index[first, 0]), end_offset=end, first_record_number=first,
+                               boundaries=index[:, 0], members=self.members(piece.file) or False)
+        elif piece.kind == BYTES:  # resync also checks the split point at the end
+            reader = reader_of(start_offset=piece.start, end_offset=piece.stop, resync=True)
         else:
-            reader = SkippingReader(path, compression, **common)
+            reader = reader_of()
         count = 0
         for chunk in reader.chunks():
             n = len(chunk)
             first_number = chunk.first_record_number
             if starts is not None:
+                assert first_number is not None  # an indexed read knows its record numbers
                 _index_check.check_records(starts, first_number, chunk.record_offsets, self.index_paths[piece.file], path)
             numbers = None if first_number is None else np.arange(first_number, first_number + n, dtype=np.int64)
             block = Block(chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path)
             if piece.kind == STRIDE:
-                block = block.part(numbers % piece.stop == piece.start)
+                assert numbers is not None  # a stride read starts at the file's first record
+                block = block.part(numbers % _stop(piece) == piece.start)
             count += n
             if len(block):
                 yield block
@@ -224,7 +246,7 @@ class FileSet:
         pieces and the indexed part of a piece are skipped unread)."""
         for piece in pieces:
             if skip and piece.kind == RECORDS:
-                size = piece.stop - piece.start
+                size = _stop(piece) - piece.start
                 if size <= skip:
                     skip -= size
                     continue

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch.utils.data
 
-from ..example import Description, normalize_description
+from .._read_options import ReadOptions
+from ..example import Description
 from ..iterator_utils import shuffle_iterator
 from . import sampling
-from ._collate import collate_batch, decode_record, decode_records
+from ._collate import Names, collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
@@ -43,30 +44,29 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     def __init__(
         self,
         sources: List[FileSet],
-        weights: Optional[List[float]],
-        infinite: bool,
-        description: Description,
-        shuffle_queue_size: Optional[int],
-        transform: Optional[Callable[[Any], Any]],
-        sequence_description: Description,
-        seed: Optional[int],
-        batch_size: Optional[int],
-        drop_last: bool,
-        rank: Optional[int],
-        world_size: Optional[int],
+        options: ReadOptions,
+        *,
+        weights: Optional[List[float]] = None,
+        infinite: bool = False,
+        shuffle_queue_size: Optional[int] = None,
+        transform: Optional[Callable[[Any], Any]] = None,
+        seed: Optional[int] = None,
+        batch_size: Optional[int] = None,
+        drop_last: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
     ) -> None:
         super().__init__()
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
         if shuffle_queue_size is not None and int(shuffle_queue_size) < 0:
             raise ValueError(f"shuffle_queue_size must be >= 0 or None, got {shuffle_queue_size}")
+        self.options = options
         self.sources = sources
         for files in sources:  # load indexes (and find stale ones) once, here: workers inherit them
             files.infos()
         self.weights = weights
         self.infinite = infinite
-        self.description = description
-        self.sequence_description = sequence_description
         self.shuffle_queue_size = shuffle_queue_size
         self.transform = transform
         self.seed = 0 if seed is None else int(seed)
@@ -74,9 +74,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = sampling.resolve_topology(rank, world_size)
         self.epoch = 0
-        self._description = normalize_description(description)
-        self._sequence = sequence_description is not None
-        self._sequence_description = normalize_description(sequence_description)
+        self._description_checked = False
         self._pending: Optional[Dict[str, Any]] = None  # a loaded state, applied by the next __iter__
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
         self._mixer: Optional[sampling.WeightedMixer] = None
@@ -87,6 +85,25 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         DataLoader workers together; each is also logged (file, offset, reason) as a warning
         on the `tfrecord_beam.torch` logger."""
         return self.sources[0].counter.value
+
+    def _keep_arguments(self, description: Description, sequence_description: Description,
+                        compression_type: Optional[str]) -> None:
+        """The reading arguments as given, as public attributes (as `tfrecord`'s datasets have
+        them); reading itself uses `self.options`, built from them once."""
+        self.description = description
+        self.sequence_description = sequence_description
+        self.compression_type = compression_type
+
+    @property
+    def skip_corrupt(self) -> bool:
+        """Whether corrupt records are skipped (`options.skip_corrupt`; fixed at construction)."""
+        return bool(self.options.skip_corrupt)
+
+    @property
+    def strict(self) -> bool:
+        """Whether a described feature absent from the first records is an error, not a warning
+        (`options.strict`; fixed at construction)."""
+        return bool(self.options.strict)
 
     # -- epochs and checkpoints ---------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -174,7 +191,13 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             if self.weights is None and not self.infinite:
                 return self._records_in_runs(cursors[0])
             return self._records(items)
-        return self._batches(take)
+        return self._batches(take, self.batch_size)
+
+    @property
+    def _descriptions(self) -> Tuple[Names, Names, bool]:
+        """(description, sequence description, sequence): what the decoders of `_collate` take."""
+        options = self.options
+        return options.description, options.sequence_description, bool(options.sequence)
 
     SAMPLE_RECORDS = 256  # records looked at for described features that no record has
 
@@ -183,7 +206,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         and each look costs a read of 256 records): a described feature in none of the first
         records of the first file is a typo until shown otherwise: FeatureNameWarning, or
         DecodeError with `strict=True`."""
-        if getattr(self, "_description_checked", False) or not (self._description or self._sequence_description):
+        options = self.options
+        if self._description_checked or not (options.description or options.sequence_description):
             return
         self._description_checked = True
         from .. import _described
@@ -198,13 +222,13 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                                              self.SAMPLE_RECORDS))
         except TFRecordError:
             return  # damaged data is reported when it is read, not here
-        _described.check_described(files.paths[0], payloads, self._description, self._sequence_description,
-                                   strict=getattr(self, "strict", False),
+        _described.check_described(files.paths[0], payloads, options.description, options.sequence_description,
+                                   strict=options.strict,
                                    records=f"its first {len(payloads)} records")
 
     def _records(self, items: Iterator[Item]) -> Iterator[Any]:
         for item in items:
-            sample = decode_record(item, self._description, self._sequence_description, self._sequence)
+            sample = decode_record(item, *self._descriptions)
             yield self.transform(sample) if self.transform is not None else sample
 
     def _records_in_runs(self, cursor: Cursor) -> Iterator[Any]:
@@ -217,18 +241,17 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             run = cursor.take(RECORD_RUN)
             if not run:
                 return
-            for k, sample in enumerate(decode_records(run, self._description, self._sequence_description,
-                                                      self._sequence), start=first + 1):
+            for k, sample in enumerate(decode_records(run, *self._descriptions), start=first + 1):
                 position[0], position[1] = pass_number, k
                 yield transform(sample) if transform is not None else sample
 
-    def _batches(self, take: Callable[[int], List[AnyBlock]]) -> Iterator[Any]:
+    def _batches(self, take: Callable[[int], List[AnyBlock]], batch_size: int) -> Iterator[Any]:
         while True:
-            chunk = take(self.batch_size)
+            chunk = take(batch_size)
             size = sum(len(block) for block in chunk)
-            if not size or (self.drop_last and size < self.batch_size):
+            if not size or (self.drop_last and size < batch_size):
                 return
-            batch = collate_batch(chunk, self._description, self._sequence_description, self._sequence)
+            batch = collate_batch(chunk, *self._descriptions)
             yield self.transform(batch) if self.transform is not None else batch
 
     def _source_blocks(self, source: int, position: List[int], topology: List[int]) -> Iterator[PassBlock]:
@@ -251,7 +274,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         files = self.sources[source]
         rank, world_size, worker, num_workers = topology
         shard, num_shards = sampling.shard_of(rank, world_size, worker, num_workers)
-        shuffle = bool(self.shuffle_queue_size)
+        queue = int(self.shuffle_queue_size or 0)
+        shuffle = queue > 0
         order = sampling.file_order(len(files), shuffle, self.seed, self.epoch, source, pass_number)
         pieces = sampling.plan_shards(files.infos(), num_shards, order)[shard]
         if not shuffle:
@@ -259,7 +283,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         generator = sampling.rng(self.seed, self.epoch, source, pass_number, *topology)
         pieces = [pieces[i] for i in generator.permutation(len(pieces))]
         records = itertools.chain.from_iterable(block.items() for block in files.stream(pieces))
-        head = list(itertools.islice(records, int(self.shuffle_queue_size)))  # a short shard needs no warning
+        head = list(itertools.islice(records, queue))  # a short shard needs no warning
         shuffled = shuffle_iterator(itertools.chain(head, records), len(head), seed=generator)
         return skip_blocks(reblock(shuffled), skip)
 
@@ -313,15 +337,14 @@ class TFRecordDataset(_ShardedIterable):
         skip_corrupt: bool = False,
         strict: bool = False,
     ) -> None:
+        options = ReadOptions.dropin(description, sequence_description, compression_type,
+                                     skip_corrupt=skip_corrupt, strict=strict)
         self.data_path = data_path
         self.index_path = index_path
-        self.compression_type = compression_type
-        self.skip_corrupt = skip_corrupt
-        self.strict = strict  # a described feature absent from the first records is an error, not a warning
-        files = FileSet(data_path, index_path, compression_type, skip_corrupt)
-        super().__init__([files], None, False, description,
-                         shuffle_queue_size, transform, sequence_description, seed, batch_size, drop_last,
-                         rank, world_size)
+        self._keep_arguments(description, sequence_description, compression_type)
+        files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
+        super().__init__([files], options, shuffle_queue_size=shuffle_queue_size, transform=transform, seed=seed,
+                         batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size)
 
 
 class MultiTFRecordDataset(_ShardedIterable):
@@ -360,18 +383,19 @@ class MultiTFRecordDataset(_ShardedIterable):
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
+        options = ReadOptions.dropin(description, sequence_description, compression_type,
+                                     skip_corrupt=skip_corrupt, strict=strict)
         self.data_pattern = data_pattern
         self.index_pattern = index_pattern
         self.splits = dict(splits)
-        self.compression_type = compression_type
-        self.skip_corrupt = skip_corrupt
-        self.strict = strict  # a described feature absent from the first records is an error, not a warning
+        self._keep_arguments(description, sequence_description, compression_type)
         counter = CorruptCounter()
         sources = [FileSet(data_pattern.format(split),
-                           None if index_pattern is None else index_pattern.format(split), compression_type,
-                           skip_corrupt, counter)
+                           None if index_pattern is None else index_pattern.format(split), options.compression,
+                           options.skip_corrupt, counter)
                    for split in self.splits]
         weights = [float(w) for w in self.splits.values()]
         sampling.WeightedMixer(weights, sampling.rng(0))  # validate the weights now, not in a worker
-        super().__init__(sources, weights, bool(infinite), description, shuffle_queue_size, transform,
-                         sequence_description, seed, batch_size, drop_last, rank, world_size)
+        super().__init__(sources, options, weights=weights, infinite=bool(infinite),
+                         shuffle_queue_size=shuffle_queue_size, transform=transform, seed=seed,
+                         batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch.utils.data
@@ -19,7 +19,8 @@ from .. import _engine, _index_check, blockgzip, fs
 from .. import index as _index
 from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
 from ..errors import CorruptRecordError, TruncatedRecordError
-from ..example import Description, normalize_description
+from .._read_options import ReadOptions
+from ..example import Description
 from ._collate import decode_record
 from ._files import FileSet, Paths
 from ._worker import settle_worker
@@ -36,7 +37,8 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         description, transform, sequence_description: as for `TFRecordDataset`.
         compression_type: None (from the file name); compressed files must be block-gzip with
             their index (its member table), others raise ValueError.
-        verify: check both CRCs of every record read (default True).
+        verify: check both CRCs of every record read (default True; keyword-only, as is
+            `skip_corrupt`).
         skip_corrupt: when the indexes are built here (`index_path=None`), leave corrupt records
             out (counted in `corrupt_records`, logged); with index files a corrupt record still
             raises on access, since `len()` was fixed by the index.
@@ -50,27 +52,33 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         transform: Optional[Callable[[Any], Any]] = None,
         sequence_description: Description = None,
         compression_type: Optional[str] = None,
+        *,
         verify: bool = True,
         skip_corrupt: bool = False,
     ) -> None:
-        self.files = FileSet(data_path, index_path, compression_type, skip_corrupt)
+        self.options = options = ReadOptions.dropin(description, sequence_description, compression_type,
+                                                    verify=verify, skip_corrupt=skip_corrupt)
+        self.files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
         for i, (path, kind) in enumerate(zip(self.files.paths, self.files.compressions)):
             if kind is not None and (self.files.index_paths[i] is None or self.files.members(i) is None):
                 raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed or block-gzip files (with "
                                  f"their index) for random access, but this one is {kind} without a gzip member "
                                  "table; rewrite it with RecordWriter(..., index_path=True) or use TFRecordDataset")
-        self.description = description
+        self.description = description  # as given (reading uses `self.options`)
         self.sequence_description = sequence_description
+        self.compression_type = compression_type
         self.transform = transform
-        self.verify = verify
-        self._description = normalize_description(description)
-        self._sequence_description = normalize_description(sequence_description)
-        self._indexes = [self.files.index(i) if self.files.index_paths[i] is not None
-                         else self._scan(i) for i in range(len(self.files.paths))]
+        self._indexes: List[np.ndarray] = [self.files.known_index(i) if self.files.index_paths[i] is not None
+                                           else self._scan(i) for i in range(len(self.files.paths))]
         self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
         self._handles: Dict[int, Any] = {}
         self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
         self._pid = os.getpid()
+
+    @property
+    def verify(self) -> bool:
+        """Whether both CRCs of every record read are checked (`options.verify`; fixed at construction)."""
+        return bool(self.options.verify)
 
     @property
     def corrupt_records(self) -> int:
@@ -105,8 +113,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         offset, length = (int(v) for v in self._indexes[f][r])
         frame = self._read(f, offset, length)
         payload = self._check(frame, f, offset, r, length)
-        sample = decode_record((payload, path, offset, r), self._description, self._sequence_description,
-                               self.sequence_description is not None)
+        options = self.options
+        sample = decode_record((payload, path, offset, r), options.description, options.sequence_description,
+                               bool(options.sequence))
         return self.transform(sample) if self.transform is not None else sample
 
     def _read(self, f: int, offset: int, length: int) -> bytes:
@@ -132,7 +141,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             self._blame_index(f, r)
             raise TruncatedRecordError(path, offset, r, f"index says {length} bytes but only {len(frame)} "
                                                         "are there (truncated file or stale index)")
-        offsets, lengths, consumed, status = _engine.scan_frames(frame, self.verify, 1)
+        offsets, lengths, consumed, status = _engine.scan_frames(frame, self.options.verify, 1)
         if status != STATUS_OK or consumed != length:
             self._blame_index(f, r)
             what = "CRC mismatch" if status not in (STATUS_OK,) else f"frame of {consumed} bytes where the index says {length}"

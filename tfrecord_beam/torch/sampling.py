@@ -106,19 +106,26 @@ def plan_shards(infos: Sequence[FileInfo], num_shards: int, order: Optional[Sequ
     plain = [i for i in order if not infos[i].compressed and infos[i].num_records is None]
     packed = [i for i in order if infos[i].compressed]
     plans = [
-        _slices([infos[i].num_records for i in indexed], indexed, num_shards, RECORDS, False),
+        _slices([_records(infos[i]) for i in indexed], indexed, num_shards, RECORDS, False),
         _slices([infos[i].size for i in plain], plain, num_shards, BYTES, True),
     ]
     if len(packed) >= num_shards:
         plans.append(_whole_files([_weight(infos[i]) for i in packed], packed, num_shards))
     else:
         packed_indexed = [i for i in packed if infos[i].num_records is not None]
-        plans.append(_slices([infos[i].num_records for i in packed_indexed], packed_indexed, num_shards, RECORDS, False))
+        plans.append(_slices([_records(infos[i]) for i in packed_indexed], packed_indexed, num_shards, RECORDS, False))
         plans.append([[Piece(i, STRIDE, shard, num_shards) for i in packed if infos[i].num_records is None]
                       for shard in range(num_shards)])
     rank_of = {f: p for p, f in enumerate(order)}
     return [sorted((p for plan in plans for p in plan[s]), key=lambda p: (rank_of[p.file], p.start))
             for s in range(num_shards)]
+
+
+def _records(info: FileInfo) -> int:
+    """The record count of an indexed file (the planner asks only those)."""
+    if info.num_records is None:
+        raise AssertionError("an unindexed file has no record count")
+    return info.num_records
 
 
 def _weight(info: FileInfo) -> int:
