@@ -297,7 +297,6 @@ class _NoPositionTracker(OffsetRangeTracker):
 def test_trackers_without_set_current_position_claim_every_record(tmp_path):
     payloads = plain_payloads(50)
     path = write_file(tmp_path / "data.tfrecord", payloads)
-    size = os.path.getsize(path)
     cut = build_index(path)[30, 0]
     tracker = _NoPositionTracker(0, int(cut))
     assert list(_single_file_source(path).read(tracker)) == payloads[:30]
