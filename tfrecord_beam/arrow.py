@@ -337,12 +337,16 @@ class ExampleEncoder:
                 raise ArrowConversionError(f"batch lacks column(s) {missing}")
         arrays = [batch.column(batch.schema.get_field_index(c)) for c in self.columns]
         names, arrays = _flatten_struct_columns(self.columns, arrays, self.flatten_structs)
-        context, sequences = [], []
+        context: List[Column] = []
+        sequences: List[SequenceColumn] = []
         for name, arr in zip(names, arrays):
             is_seq = name in self.sequence_columns
             col = column_from_arrow(name, arr, sequence=is_seq, decimal_as=self.decimal_as, first_row=first_row)
             col.name = self.feature_names[name]
-            (sequences if is_seq else context).append(col)
+            if isinstance(col, SequenceColumn):  # exactly the sequence columns (`_plan_field`)
+                sequences.append(col)
+            else:
+                context.append(col)
         return context, sequences
 
     def encode(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[np.ndarray, np.ndarray]:
@@ -449,6 +453,18 @@ class _Collector:
             self.step_counts.append(len(values))
             self.values.extend(values)
 
+    def add_row(self, feature_map: Mapping, lists: Mapping, row: int) -> None:
+        """Record `row`'s value of this feature (a feature list at depth 2), or its absence."""
+        if self.depth == 2:
+            if self.name in lists:
+                self.add_steps(lists[self.name].feature, row)
+            else:
+                self.add_missing()
+        elif self.name in feature_map:
+            self.add_feature(feature_map[self.name], row)
+        else:
+            self.add_missing()
+
     def to_arrow(self, target: Optional[pa.DataType]) -> pa.Array:
         """The column: cast to `target`, or typed by `inferred_type` when None."""
         leaf = pa.array(self.values, type=_ARROW_OF_KIND[self.kind] if self.kind else pa.null())
@@ -528,48 +544,60 @@ def examples_to_record_batch(
         batch = _decode_with_columnar(payloads, schema)
         if batch is not None:
             return batch
+    collectors = _described_collectors(description, schema, sequence_description, sequence)
+    _collect(payloads, collectors, sequence, fixed=bool(collectors))
+    return _to_record_batch(collectors, schema)
+
+
+def _described_collectors(
+    description: Description, schema: Optional[pa.Schema], sequence_description: Description, sequence: bool
+) -> Dict[str, _Collector]:
+    """A collector per column the caller named (the schema's fields, else the description's,
+    then the sequence description's feature lists), in their order; none when nothing is named
+    (every feature seen becomes a column)."""
+    desc: Optional[Mapping[str, Optional[str]]]
     if schema is not None:
         desc = {f.name: None for f in schema}
     else:
         desc = normalize_description(description)
-    seq_desc = normalize_description(sequence_description)
     collectors: Dict[str, _Collector] = {}
-    if desc:
-        for name, kind in desc.items():
-            target = schema.field(name).type if schema is not None else None
-            depth = 2 if (target is not None and _is_list(target) and _is_list(target.value_type)) else 1
-            if depth == 2 and not sequence:
-                raise ArrowConversionError(f"column {name!r}: list<list> columns need sequence=True")
-            collectors[name] = _Collector(name, kind, depth)
-    if seq_desc:
-        for name, kind in seq_desc.items():
-            collectors[name] = _Collector(name, kind, 2)
-    fixed = bool(desc) or bool(seq_desc)
-    rows = 0
+    for name, kind in (desc or {}).items():
+        target = schema.field(name).type if schema is not None else None
+        depth = 2 if (target is not None and _is_list(target) and _is_list(target.value_type)) else 1
+        if depth == 2 and not sequence:
+            raise ArrowConversionError(f"column {name!r}: list<list> columns need sequence=True")
+        collectors[name] = _Collector(name, kind, depth)
+    for name, kind in (normalize_description(sequence_description) or {}).items():
+        collectors[name] = _Collector(name, kind, 2)
+    return collectors
+
+
+def _features(payload: bytes, row: int, sequence: bool) -> Tuple[Mapping, Mapping]:
+    """(features, feature lists) of one serialized Example (no lists) or SequenceExample."""
+    if sequence:
+        message = parse_sequence_example(payload, record_number=row)
+        return message.context.feature, message.feature_lists.feature_list
+    return parse_example(payload, record_number=row).features.feature, {}
+
+
+def _collect(payloads: Iterable[bytes], collectors: Dict[str, _Collector], sequence: bool, *, fixed: bool) -> None:
+    """Feed every record to the collectors; unless the columns are `fixed`, a feature first
+    seen in a record gets a collector then (absent in the rows before; names new in one
+    record sorted, features before feature lists)."""
     for row, payload in enumerate(payloads):
-        if sequence:
-            message = parse_sequence_example(payload, record_number=row)
-            feature_map = message.context.feature
-            lists = message.feature_lists.feature_list
-        else:
-            message = parse_example(payload, record_number=row)
-            feature_map, lists = message.features.feature, {}
-        for name in sorted(feature_map) + sorted(lists):
-            if name not in collectors and not fixed:
-                collectors[name] = _Collector(name, None, 2 if name in lists else 1)
-                collectors[name].present = [False] * row
-                collectors[name].counts = [0] * row
-        for name, col in collectors.items():
-            if col.depth == 2:
-                if name in lists:
-                    col.add_steps(lists[name].feature, row)
-                else:
-                    col.add_missing()
-            elif name in feature_map:
-                col.add_feature(feature_map[name], row)
-            else:
-                col.add_missing()
-        rows += 1
+        feature_map, lists = _features(payload, row, sequence)
+        if not fixed:
+            for name in sorted(feature_map) + sorted(lists):
+                if name not in collectors:
+                    collectors[name] = _Collector(name, None, 2 if name in lists else 1)
+                    collectors[name].present = [False] * row
+                    collectors[name].counts = [0] * row
+        for col in collectors.values():
+            col.add_row(feature_map, lists, row)
+
+
+def _to_record_batch(collectors: Dict[str, _Collector], schema: Optional[pa.Schema]) -> pa.RecordBatch:
+    """The collected columns as one RecordBatch: cast to `schema` when given, else inferred."""
     names = list(collectors)
     arrays = [collectors[n].to_arrow(schema.field(n).type if schema is not None else None) for n in names]
     if schema is not None:
