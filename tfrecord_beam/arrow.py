@@ -32,7 +32,7 @@ scalar column, otherwise a list column), the rule `inspection.infer_arrow_schema
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -71,9 +71,9 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
     """The feature kind of a non-list Arrow type, or ArrowConversionError naming the column."""
     if pa.types.is_dictionary(t):
         return _leaf_kind(name, t.value_type, decimal_as)
+    if pa.types.is_interval(t):
+        raise ArrowConversionError(f"column {name!r}: interval type {t} has no Example mapping")
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
-        if pa.types.is_interval(t):
-            raise ArrowConversionError(f"column {name!r}: interval type {t} has no Example mapping")
         return INT
     if pa.types.is_floating(t):
         return FLOAT
@@ -81,25 +81,33 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
             or pa.types.is_fixed_size_binary(t) or _is_view(t):
         return BYTES
     if pa.types.is_decimal(t):
-        if decimal_as == "float":
-            return FLOAT
-        if decimal_as == "bytes":
-            return BYTES
-        raise ArrowConversionError(
-            f"column {name!r}: decimal type {t} has no exact Example mapping; choose decimal_as='float' "
-            "(rounded to float32) or decimal_as='bytes' (its text, e.g. b'12.34')"
-        )
+        return _decimal_kind(name, t, decimal_as)
     if pa.types.is_null(t):
         return INT  # every cell is null: the feature is never written
+    raise ArrowConversionError(_unmapped(name, t))
+
+
+def _decimal_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
+    """A decimal column's kind: what `decimal_as` asks for (no exact mapping exists)."""
+    if decimal_as == "float":
+        return FLOAT
+    if decimal_as == "bytes":
+        return BYTES
+    raise ArrowConversionError(
+        f"column {name!r}: decimal type {t} has no exact Example mapping; choose decimal_as='float' "
+        "(rounded to float32) or decimal_as='bytes' (its text, e.g. b'12.34')"
+    )
+
+
+def _unmapped(name: str, t: pa.DataType) -> str:
+    """Why a column of type `t` (no leaf type) cannot be written, and what would do."""
     if pa.types.is_struct(t):
-        raise ArrowConversionError(f"column {name!r}: struct columns need flatten_structs=True (giving 'a.b' names)")
+        return f"column {name!r}: struct columns need flatten_structs=True (giving 'a.b' names)"
     if pa.types.is_map(t):
-        raise ArrowConversionError(f"column {name!r}: map type {t} has no Example mapping")
+        return f"column {name!r}: map type {t} has no Example mapping"
     if _is_list(t):
-        raise ArrowConversionError(
-            f"column {name!r}: nested list type {t} is only allowed as a sequence column (sequence_columns)"
-        )
-    raise ArrowConversionError(f"column {name!r}: Arrow type {t} has no Example mapping")
+        return f"column {name!r}: nested list type {t} is only allowed as a sequence column (sequence_columns)"
+    return f"column {name!r}: Arrow type {t} has no Example mapping"
 
 
 def _is_view(t: pa.DataType) -> bool:
@@ -260,6 +268,50 @@ def _flatten_schema_names(schema: pa.Schema, flatten_structs: bool) -> List[Tupl
     return out
 
 
+def _selected_columns(schema: pa.Schema, columns: Optional[Sequence[str]]) -> List[str]:
+    """The columns to encode (`columns`, else all), checked: the schema's names are unique and
+    every name asked for is one of them."""
+    names = schema.names
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ArrowConversionError(f"column {name!r} appears more than once in the schema")
+        seen.add(name)
+    if columns is None:
+        return list(names)
+    unknown = [c for c in columns if c not in seen]
+    if unknown:
+        raise ArrowConversionError(f"unknown column(s) {unknown}; the data has {names}")
+    return list(columns)
+
+
+def _check_known(keys: Iterable[str], message: str, flat_names: List[str]) -> None:
+    """ArrowConversionError (`message` with the unknown keys and the names) unless every key
+    is one of the (flattened) column names."""
+    unknown = [k for k in keys if k not in flat_names]
+    if unknown:
+        raise ArrowConversionError(message.format(unknown, flat_names))
+
+
+def _feature_names(flat: List[Tuple[str, pa.DataType]], rename: Mapping[str, str], sequence_columns: Set[str],
+                   decimal_as: Optional[str]) -> Dict[str, str]:
+    """{column: feature name} after `rename`, every column's type checked (`_plan_field`) and
+    no two columns written as the same feature."""
+    feature_names: Dict[str, str] = {}
+    out_seen: Dict[str, str] = {}
+    for name, t in flat:
+        feature = rename.get(name, name)
+        if feature in out_seen:
+            raise ArrowConversionError(
+                f"column {name!r} would be written as feature {feature!r}, which column "
+                f"{out_seen[feature]!r} already uses (duplicate feature name)"
+            )
+        out_seen[feature] = name
+        _plan_field(name, t, name in sequence_columns, decimal_as)
+        feature_names[name] = feature
+    return feature_names
+
+
 class ExampleEncoder:
     """Encodes Arrow RecordBatches of one schema into serialized Example / SequenceExample payloads.
 
@@ -293,40 +345,14 @@ class ExampleEncoder:
         self.schema = schema
         self.flatten_structs = flatten_structs
         self.decimal_as = decimal_as
-        names = schema.names
-        seen = set()
-        for name in names:
-            if name in seen:
-                raise ArrowConversionError(f"column {name!r} appears more than once in the schema")
-            seen.add(name)
-        if columns is not None:
-            unknown = [c for c in columns if c not in seen]
-            if unknown:
-                raise ArrowConversionError(f"unknown column(s) {unknown}; the data has {names}")
-        self.columns = list(columns) if columns is not None else list(names)
-        selected = pa.schema([schema.field(c) for c in self.columns])
-        flat = _flatten_schema_names(selected, flatten_structs)
+        self.columns = _selected_columns(schema, columns)
+        flat = _flatten_schema_names(pa.schema([schema.field(c) for c in self.columns]), flatten_structs)
         flat_names = [n for n, _ in flat]
         self.rename = dict(rename or {})
-        unknown = [k for k in self.rename if k not in flat_names]
-        if unknown:
-            raise ArrowConversionError(f"cannot rename unknown column(s) {unknown}; the columns are {flat_names}")
         self.sequence_columns = set(sequence_columns)
-        unknown = [k for k in self.sequence_columns if k not in flat_names]
-        if unknown:
-            raise ArrowConversionError(f"unknown sequence column(s) {sorted(unknown)}; the columns are {flat_names}")
-        self.feature_names: Dict[str, str] = {}
-        out_seen: Dict[str, str] = {}
-        for name, t in flat:
-            feature = self.rename.get(name, name)
-            if feature in out_seen:
-                raise ArrowConversionError(
-                    f"column {name!r} would be written as feature {feature!r}, which column "
-                    f"{out_seen[feature]!r} already uses (duplicate feature name)"
-                )
-            out_seen[feature] = name
-            _plan_field(name, t, name in self.sequence_columns, decimal_as)
-            self.feature_names[name] = feature
+        _check_known(self.rename, "cannot rename unknown column(s) {}; the columns are {}", flat_names)
+        _check_known(sorted(self.sequence_columns), "unknown sequence column(s) {}; the columns are {}", flat_names)
+        self.feature_names = _feature_names(flat, self.rename, self.sequence_columns, decimal_as)
         self.is_sequence = bool(self.sequence_columns)
 
     def to_columns(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[List[Column], List[SequenceColumn]]:
