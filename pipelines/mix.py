@@ -258,35 +258,7 @@ class SelectFn(beam.DoFn):
         digest = (0, 0, 0)
         try:
             for block in task.blocks:
-                taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n,
-                                    block.extra, task.full)
-                keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
-                                              block.number]).bit_generator
-                occurrence = block.occurrence
-                piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
-                              block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
-                              to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
-                done = 0
-                for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
-                    times = taken[done : done + len(sizes)]
-                    done += len(sizes)
-                    counter.add(len(sizes), int(sizes.sum()))
-                    picked = np.repeat(np.arange(len(sizes)), times)
-                    if not len(picked):
-                        continue
-                    starts = np.cumsum(sizes) - sizes
-                    digest = add_digests(digest, frame_digest(footers[picked], sizes[picked]))
-                    # bounded batches, however often a record is repeated
-                    ends = np.cumsum(sizes[picked])
-                    cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
-                    for part in np.split(np.arange(len(picked)), cuts):
-                        if not len(part):
-                            continue
-                        occ = occurrence + part
-                        shards = (occ + task.shard_offset) % self.num_shards
-                        spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards,
-                                    keys.random_raw(len(part)))
-                    occurrence += len(picked)
+                digest = add_digests(digest, self._select_block(task, block, spiller, counter))
             tables = spiller.close()
         except BaseException:
             spiller.abort()
@@ -295,6 +267,45 @@ class SelectFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput("digest", digest)
         for table in tables:
             yield table.shard, table
+
+    def _select_block(self, task: Task, block: Block, spiller: _bucketed.RunSpiller,
+                      counter: _progress.ProgressFile) -> Tuple[int, int, int]:
+        """Stream one block's frames and spill each record as often as it is taken, keyed; the
+        digest of what was selected."""
+        taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n, block.extra, task.full)
+        keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
+                                      block.number]).bit_generator
+        occurrence = block.occurrence
+        piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
+                      block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
+                      to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
+        digest = (0, 0, 0)
+        done = 0
+        for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
+            times = taken[done : done + len(sizes)]
+            done += len(sizes)
+            counter.add(len(sizes), int(sizes.sum()))
+            picked = np.repeat(np.arange(len(sizes)), times)
+            if not len(picked):
+                continue
+            digest = add_digests(digest, frame_digest(footers[picked], sizes[picked]))
+            self._spill(task, spiller, keys, framed, sizes, picked, occurrence)
+            occurrence += len(picked)
+        return digest
+
+    def _spill(self, task: Task, spiller: _bucketed.RunSpiller, keys, framed, sizes: np.ndarray,
+               picked: np.ndarray, occurrence: int) -> None:
+        """Spill the `picked` frames of one chunk (a frame once per time it is taken), each to
+        the shard of its occurrence, in bounded batches however often a record is repeated."""
+        starts = np.cumsum(sizes) - sizes
+        ends = np.cumsum(sizes[picked])
+        cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+        for part in np.split(np.arange(len(picked)), cuts):
+            if not len(part):
+                continue
+            occ = occurrence + part
+            shards = (occ + task.shard_offset) % self.num_shards
+            spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards, keys.random_raw(len(part)))
 
 
 def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
