@@ -199,31 +199,49 @@ def plan_mix(surveys: List[FileSurvey], weights: Sequence[float], wanted: Option
     offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
     tasks: List[Task] = []
     for g in range(groups):
-        files = sorted((s for s in surveys if s.group == g), key=lambda s: s.file_number)
-        blocks = []
-        for s in files:
-            points = s.checkpoints + [(s.records, s.stream_bytes)]
-            for b, ((first, offset), (nxt, end)) in enumerate(zip(points[:-1], points[1:])):
-                if nxt > first:
-                    blocks.append((s, b, first, nxt - first, offset, end - offset))
+        blocks = _source_blocks(surveys, g)
         full, rest = divmod(wanted[g], available[g]) if available[g] else (0, 0)
         extras = block_extras(seed, g, [blk[3] for blk in blocks], rest)
-        occurrence = 0
-        current: List[Block] = []
-        current_bytes = 0
-        for (s, b, first, n, offset, size), extra in zip(blocks, extras.tolist()):
-            if full == 0 and extra == 0:
-                continue  # nothing taken from this block: not even read
-            current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence,
-                                 s.skip_corrupt))
-            occurrence += full * n + extra
-            current_bytes += size
-            if current_bytes >= TASK_BYTES:
-                tasks.append(Task(len(tasks), g, current, full, int(offsets[g]), buckets))
-                current, current_bytes = [], 0
-        if current:
-            tasks.append(Task(len(tasks), g, current, full, int(offsets[g]), buckets))
+        tasks += _source_tasks(len(tasks), g, blocks, extras.tolist(), full, int(offsets[g]), buckets)
     return tasks, available, wanted
+
+
+_RawBlock = Tuple[FileSurvey, int, int, int, int, int]  # (survey, block number, first, n, offset, size)
+
+
+def _source_blocks(surveys: List[FileSurvey], group: int) -> List[_RawBlock]:
+    """The non-empty blocks (between consecutive checkpoints) of one source's files, in file order."""
+    files = sorted((s for s in surveys if s.group == group), key=lambda s: s.file_number)
+    blocks = []
+    for s in files:
+        points = s.checkpoints + [(s.records, s.stream_bytes)]
+        for b, ((first, offset), (nxt, end)) in enumerate(zip(points[:-1], points[1:])):
+            if nxt > first:
+                blocks.append((s, b, first, nxt - first, offset, end - offset))
+    return blocks
+
+
+def _source_tasks(first_task: int, group: int, blocks: List[_RawBlock], extras: List[int], full: int,
+                  shard_offset: int, buckets: int) -> List[Task]:
+    """One source's blocks that give records (`full` each, plus `extras`), cut into reader
+    tasks of about TASK_BYTES, numbered from `first_task`; each block knows its first occurrence."""
+    tasks: List[Task] = []
+    occurrence = 0
+    current: List[Block] = []
+    current_bytes = 0
+    for (s, b, first, n, offset, size), extra in zip(blocks, extras):
+        if full == 0 and extra == 0:
+            continue  # nothing taken from this block: not even read
+        current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence,
+                             s.skip_corrupt))
+        occurrence += full * n + extra
+        current_bytes += size
+        if current_bytes >= TASK_BYTES:
+            tasks.append(Task(first_task + len(tasks), group, current, full, shard_offset, buckets))
+            current, current_bytes = [], 0
+    if current:
+        tasks.append(Task(first_task + len(tasks), group, current, full, shard_offset, buckets))
+    return tasks
 
 
 class SelectFn(beam.DoFn):
@@ -240,35 +258,7 @@ class SelectFn(beam.DoFn):
         digest = (0, 0, 0)
         try:
             for block in task.blocks:
-                taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n,
-                                    block.extra, task.full)
-                keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
-                                              block.number]).bit_generator
-                occurrence = block.occurrence
-                piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
-                              block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
-                              to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
-                done = 0
-                for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
-                    times = taken[done : done + len(sizes)]
-                    done += len(sizes)
-                    counter.add(len(sizes), int(sizes.sum()))
-                    picked = np.repeat(np.arange(len(sizes)), times)
-                    if not len(picked):
-                        continue
-                    starts = np.cumsum(sizes) - sizes
-                    digest = add_digests(digest, frame_digest(footers[picked], sizes[picked]))
-                    # bounded batches, however often a record is repeated
-                    ends = np.cumsum(sizes[picked])
-                    cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
-                    for part in np.split(np.arange(len(picked)), cuts):
-                        if not len(part):
-                            continue
-                        occ = occurrence + part
-                        shards = (occ + task.shard_offset) % self.num_shards
-                        spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards,
-                                    keys.random_raw(len(part)))
-                    occurrence += len(picked)
+                digest = add_digests(digest, self._select_block(task, block, spiller, counter))
             tables = spiller.close()
         except BaseException:
             spiller.abort()
@@ -277,6 +267,45 @@ class SelectFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput("digest", digest)
         for table in tables:
             yield table.shard, table
+
+    def _select_block(self, task: Task, block: Block, spiller: _bucketed.RunSpiller,
+                      counter: _progress.ProgressFile) -> Tuple[int, int, int]:
+        """Stream one block's frames and spill each record as often as it is taken, keyed; the
+        digest of what was selected."""
+        taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n, block.extra, task.full)
+        keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
+                                      block.number]).bit_generator
+        occurrence = block.occurrence
+        piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
+                      block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
+                      to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
+        digest = (0, 0, 0)
+        done = 0
+        for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
+            times = taken[done : done + len(sizes)]
+            done += len(sizes)
+            counter.add(len(sizes), int(sizes.sum()))
+            picked = np.repeat(np.arange(len(sizes)), times)
+            if not len(picked):
+                continue
+            digest = add_digests(digest, frame_digest(footers[picked], sizes[picked]))
+            self._spill(task, spiller, keys, framed, sizes, picked, occurrence)
+            occurrence += len(picked)
+        return digest
+
+    def _spill(self, task: Task, spiller: _bucketed.RunSpiller, keys, framed, sizes: np.ndarray,
+               picked: np.ndarray, occurrence: int) -> None:
+        """Spill the `picked` frames of one chunk (a frame once per time it is taken), each to
+        the shard of its occurrence, in bounded batches however often a record is repeated."""
+        starts = np.cumsum(sizes) - sizes
+        ends = np.cumsum(sizes[picked])
+        cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+        for part in np.split(np.arange(len(picked)), cuts):
+            if not len(part):
+                continue
+            occ = occurrence + part
+            shards = (occ + task.shard_offset) % self.num_shards
+            spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards, keys.random_raw(len(part)))
 
 
 def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
@@ -304,107 +333,158 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     return result
 
 
+class _Inputs(NamedTuple):
+    """The input files of all sources: in one list with each one's source number, and per source."""
+
+    files: List[str]
+    groups: List[int]  # source number of each file
+    per_source: List[List[str]]
+
+
 def run(args: argparse.Namespace, options) -> Summary:
+    """The mix job: check the arguments, open the output, run the pipeline (`_run_pipeline`),
+    then write the manifest and commit the shards (`_manifest`, `_commit`)."""
     sources = parse_sources(args.source)
-    if args.total_records is not None and args.total_records < 0:
-        raise JobError("--total_records must be >= 0")
-    if args.num_shards < 1:
-        raise JobError("--num_shards must be at least 1")
+    _check_sizes(args)
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
-    files: List[str] = []
-    groups: List[int] = []
-    per_source_files: List[List[str]] = []
-    for number, (glob, _) in enumerate(sources):
-        found = _common.expand_inputs([glob], "--source")
-        per_source_files.append(found)
-        files += found
-        groups += [number] * len(found)
+    inputs = _expand_sources(sources)
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
-    total_bytes = sum(fs.file_size(f) for f in files)
+    total_bytes = sum(fs.file_size(f) for f in inputs.files)
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
-    _common.progress(f"mix: {len(sources)} sources, {len(files)} files -> {target} in {args.num_shards} shards")
-    seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
+    _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
     dead_letters = _common.dead_letters(args, staged)
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
     try:
-        with _progress.reporter("mix", options, _common.progress) as reporter:
-            progress_dir = reporter.directory
-            _progress.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
-
-            def plan(_, surveys):
-                tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
-                _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
-                _progress.write_plan(progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks),
-                                     "reading the selected blocks")
-                _progress.write_plan(progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards")
-                return tasks
-
-            def build(p):
-                if "://" not in spill_dir:
-                    os.makedirs(spill_dir, exist_ok=True)
-                surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir, dead_letters=dead_letters)
-                selected = (
-                    p
-                    | "Start" >> beam.Create([None])
-                    | "Plan" >> beam.FlatMap(plan, beam.pvalue.AsList(surveys))
-                    | "Spread" >> beam.Reshuffle()
-                    | "Select" >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir))
-                    .with_outputs("digest", main="segments")
-                )
-                results = (
-                    selected.segments
-                    | "GroupByShard" >> beam.GroupByKey()
-                    | "WriteShards" >> beam.Map(lambda kv: write_mixed_shard(kv[0], kv[1], spec, progress_dir))
-                )
-                _stages.verify_digests(p, selected.digest, results, spec, "mix")
-
-            _common.run_pipeline(build, options)
+        _run_pipeline(args, options, inputs, weights, wanted, spec, spill_dir, total_bytes, dead_letters)
         plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
         available, wanted = plan_result["available"], plan_result["wanted"]
-        total = sum(wanted)
         results, check = _common.collect(staged, spec, "mix", True)
         finals = [staged.final_path(r["name"]) for r in results]
-        manifest = {
-            "total_records": total, "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": seed, "num_shards": num_shards,
-            "sources": [
-                {
-                    "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),
-                    "files": [_absolute(f) for f in per_source_files[i]], "available_records": available[i], "selected_records": wanted[i],
-                    "sampling": "without replacement" if wanted[i] <= available[i] else
-                    f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
-                }
-                for i, (glob, weight) in enumerate(sources)
-            ],
-            "shards": [
-                {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * len(sources))[: len(sources)]}
-                for f, r in zip(finals, results)
-            ],
-            "checksum": {"records": check["written"][0], "bytes": check["written"][1],
-                         "fingerprint_sum": f"{check['written'][2]:016x}"},
-        }
-        # The default manifest lies beside the shards: staged and committed with them.
-        inside = args.manifest is None
-        if inside:
-            _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
-        finals, corrupt = _common.commit_shards(staged, spec, results, [staged.name + ".manifest.json"] if inside else (),
-                                                details={"mix": manifest})
-        if not inside:
-            _common.write_json(manifest_path, manifest)
+        manifest = _manifest(args, sources, inputs.per_source, available, wanted, results, check, finals)
+        finals, corrupt = _commit(staged, spec, results, manifest, args.manifest is None, manifest_path)
     except BaseException:
         staged.abort()
         raise
     extra = {
         "sources": len(sources), "per_source_records": wanted, "available_records": available,
-        "output_shards": num_shards, "manifest": manifest_path,
+        "output_shards": args.num_shards, "manifest": manifest_path,
         "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
         "outputs": finals, **corrupt,
     }
     return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
                    bytes=sum(r["file_bytes"] for r in results), extra=extra)
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    """JobError for a negative --total_records or fewer than one shard."""
+    if args.total_records is not None and args.total_records < 0:
+        raise JobError("--total_records must be >= 0")
+    if args.num_shards < 1:
+        raise JobError("--num_shards must be at least 1")
+
+
+def _expand_sources(sources: Sequence[Tuple[str, float]]) -> _Inputs:
+    """Every source's glob expanded (JobError for one that matches nothing), in source order."""
+    inputs = _Inputs([], [], [])
+    for number, (glob, _) in enumerate(sources):
+        found = _common.expand_inputs([glob], "--source")
+        inputs.per_source.append(found)
+        inputs.files.extend(found)
+        inputs.groups.extend([number] * len(found))
+    return inputs
+
+
+def _run_pipeline(args: argparse.Namespace, options, inputs: _Inputs, weights: Sequence[float],
+                  wanted: Optional[List[int]], spec: _stages.ShardSpec, spill_dir: str, total_bytes: int,
+                  dead_letters) -> None:
+    """The Beam job: survey the inputs, plan the selection from the surveys (one element),
+    select the records into keyed spill runs, write each shard from its runs and prove the
+    shards hold the selection. The plan's counts are left in the staging `_results`."""
+    seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
+    files, groups = inputs.files, inputs.groups
+    with _progress.reporter("mix", options, _common.progress) as reporter:
+        progress_dir = reporter.directory
+        _progress.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
+        plan = _planner(weights, wanted, seed, num_shards, spec, progress_dir)
+
+        def build(p):
+            if "://" not in spill_dir:
+                os.makedirs(spill_dir, exist_ok=True)
+            surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir, dead_letters=dead_letters)
+            selected = (
+                p
+                | "Start" >> beam.Create([None])
+                | "Plan" >> beam.FlatMap(plan, beam.pvalue.AsList(surveys))
+                | "Spread" >> beam.Reshuffle()
+                | "Select" >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir))
+                .with_outputs("digest", main="segments")
+            )
+            results = (
+                selected.segments
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShards" >> beam.Map(lambda kv: write_mixed_shard(kv[0], kv[1], spec, progress_dir))
+            )
+            _stages.verify_digests(p, selected.digest, results, spec, "mix")
+
+        _common.run_pipeline(build, options)
+
+
+def _planner(weights: Sequence[float], wanted: Optional[List[int]], seed: int, num_shards: int,
+             spec: _stages.ShardSpec, progress_dir: Optional[str]):
+    """The pipeline's Plan step: (None, all surveys) -> reader tasks (`plan_mix`); it records
+    the available and wanted counts per source and the next stages' progress plans."""
+
+    def plan(_, surveys):
+        tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
+        _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
+        _progress.write_plan(progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks),
+                             "reading the selected blocks")
+        _progress.write_plan(progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards")
+        return tasks
+
+    return plan
+
+
+def _manifest(args: argparse.Namespace, sources: Sequence[Tuple[str, float]], per_source_files: List[List[str]],
+              available: List[int], wanted: List[int], results: List[dict], check: dict, finals: List[str]) -> dict:
+    """The job's manifest: mode and seed, per source its files, share and sampling, per shard
+    its records by source, and the proven checksum of the output."""
+    num_sources = len(sources)
+    return {
+        "total_records": sum(wanted), "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": args.seed, "num_shards": args.num_shards,
+        "sources": [
+            {
+                "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),
+                "files": [_absolute(f) for f in per_source_files[i]], "available_records": available[i], "selected_records": wanted[i],
+                "sampling": "without replacement" if wanted[i] <= available[i] else
+                f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
+            }
+            for i, (glob, weight) in enumerate(sources)
+        ],
+        "shards": [
+            {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * num_sources)[:num_sources]}
+            for f, r in zip(finals, results)
+        ],
+        "checksum": {"records": check["written"][0], "bytes": check["written"][1],
+                     "fingerprint_sum": f"{check['written'][2]:016x}"},
+    }
+
+
+def _commit(staged, spec: _stages.ShardSpec, results: List[dict], manifest: dict, inside: bool,
+            manifest_path: str) -> Tuple[List[str], dict]:
+    """Commit the shards; the default manifest (`inside`) lies beside them, staged and committed
+    with them, one named by --manifest is written after the commit. (final paths, corrupt-record summary)."""
+    if inside:
+        _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+    finals, corrupt = _common.commit_shards(staged, spec, results, [staged.name + ".manifest.json"] if inside else (),
+                                            details={"mix": manifest})
+    if not inside:
+        _common.write_json(manifest_path, manifest)
+    return finals, corrupt
 
 
 def _absolute(path: str) -> str:

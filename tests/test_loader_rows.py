@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.parity import NATIVE, needs_native
+from helpers.parity import NATIVE, needs_native, same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_beam as tfb
 from tfrecord_beam import _proto, columnar, compat, example, records
 from tfrecord_beam._engine import _rows
-
-
-def same(a, b) -> bool:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape):
-            return False
-        return a.tobytes() == b.tobytes() if a.dtype != object else all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
 
 
 def _feature(draw, kind):

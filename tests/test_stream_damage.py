@@ -18,40 +18,13 @@ import zlib
 
 import pytest
 
-from tfrecord_beam import _engine, _streams, records
-from tfrecord_beam._engine import _decode, _framing
+from tfrecord_beam import _streams, records
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
 
-try:
-    from tfrecord_beam._native import _core as _NATIVE
-except ImportError:  # pragma: no cover - the extension is optional
-    _NATIVE = None
-
 COMPRESS = {"gzip": gzip.compress, "zlib": zlib.compress}
 SUFFIX = {"gzip": ".tfrecord.gz", "zlib": ".tfrecord.zlib"}
-
-
-@pytest.fixture(params=["native", "pure"])
-def engine(request, monkeypatch):
-    """Run the test on one framing engine (the compiled core, or its pure twin)."""
-    if request.param == "native":
-        if _NATIVE is None:
-            pytest.skip("compiled core not built")
-        impl = _NATIVE
-    else:
-        impl = _framing
-    for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
-        monkeypatch.setattr(_engine, name, getattr(impl, name))
-    columnar = _NATIVE if impl is _NATIVE else _decode
-    monkeypatch.setattr(_engine, "decode_examples", columnar.decode_examples)
-    return request.param
-
-
-@pytest.fixture(params=sorted(_streams.INFLATERS))
-def inflater(request, monkeypatch):
-    monkeypatch.setattr(_streams, "DEFAULT_INFLATER", request.param)
-    return request.param
 
 
 def _read_until_error(path, **kwargs):

@@ -23,7 +23,6 @@ from tfrecord_beam import _streams, blockgzip, index
 from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, CorruptStreamError
 from tfrecord_beam.records import RecordReader, RecordWriter
-from test_stream_damage import engine, inflater  # noqa: F401  (fixtures: both engines, both inflaters)
 
 READ_SIZES = [1, 2, 3, 7, 64, 999, 1000, 1001, 4096, 65536, 100000]
 INFLATER_NAMES = sorted(_streams.INFLATERS)

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers.parity import same  # noqa: E402
+from helpers.torch_data import MIXED, ids_of, write_files  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam import compat, example  # noqa: E402
@@ -19,8 +21,6 @@ from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch import dataset as dataset_module  # noqa: E402
 from tfrecord_beam.torch._collate import Sample  # noqa: E402
-from helpers.torch_data import MIXED, ids_of, write_files  # noqa: E402
-from test_loader_rows import same  # noqa: E402
 
 DESC = {"id": "int", "vals": "float", "name": "byte", "pad": "byte", "tags": "byte", "absent": "float"}
 

@@ -32,7 +32,7 @@ scalar column, otherwise a list column), the rule `inspection.infer_arrow_schema
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -71,9 +71,9 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
     """The feature kind of a non-list Arrow type, or ArrowConversionError naming the column."""
     if pa.types.is_dictionary(t):
         return _leaf_kind(name, t.value_type, decimal_as)
+    if pa.types.is_interval(t):
+        raise ArrowConversionError(f"column {name!r}: interval type {t} has no Example mapping")
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
-        if pa.types.is_interval(t):
-            raise ArrowConversionError(f"column {name!r}: interval type {t} has no Example mapping")
         return INT
     if pa.types.is_floating(t):
         return FLOAT
@@ -81,25 +81,33 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
             or pa.types.is_fixed_size_binary(t) or _is_view(t):
         return BYTES
     if pa.types.is_decimal(t):
-        if decimal_as == "float":
-            return FLOAT
-        if decimal_as == "bytes":
-            return BYTES
-        raise ArrowConversionError(
-            f"column {name!r}: decimal type {t} has no exact Example mapping; choose decimal_as='float' "
-            "(rounded to float32) or decimal_as='bytes' (its text, e.g. b'12.34')"
-        )
+        return _decimal_kind(name, t, decimal_as)
     if pa.types.is_null(t):
         return INT  # every cell is null: the feature is never written
+    raise ArrowConversionError(_unmapped(name, t))
+
+
+def _decimal_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
+    """A decimal column's kind: what `decimal_as` asks for (no exact mapping exists)."""
+    if decimal_as == "float":
+        return FLOAT
+    if decimal_as == "bytes":
+        return BYTES
+    raise ArrowConversionError(
+        f"column {name!r}: decimal type {t} has no exact Example mapping; choose decimal_as='float' "
+        "(rounded to float32) or decimal_as='bytes' (its text, e.g. b'12.34')"
+    )
+
+
+def _unmapped(name: str, t: pa.DataType) -> str:
+    """Why a column of type `t` (no leaf type) cannot be written, and what would do."""
     if pa.types.is_struct(t):
-        raise ArrowConversionError(f"column {name!r}: struct columns need flatten_structs=True (giving 'a.b' names)")
+        return f"column {name!r}: struct columns need flatten_structs=True (giving 'a.b' names)"
     if pa.types.is_map(t):
-        raise ArrowConversionError(f"column {name!r}: map type {t} has no Example mapping")
+        return f"column {name!r}: map type {t} has no Example mapping"
     if _is_list(t):
-        raise ArrowConversionError(
-            f"column {name!r}: nested list type {t} is only allowed as a sequence column (sequence_columns)"
-        )
-    raise ArrowConversionError(f"column {name!r}: Arrow type {t} has no Example mapping")
+        return f"column {name!r}: nested list type {t} is only allowed as a sequence column (sequence_columns)"
+    return f"column {name!r}: Arrow type {t} has no Example mapping"
 
 
 def _is_view(t: pa.DataType) -> bool:
@@ -260,6 +268,50 @@ def _flatten_schema_names(schema: pa.Schema, flatten_structs: bool) -> List[Tupl
     return out
 
 
+def _selected_columns(schema: pa.Schema, columns: Optional[Sequence[str]]) -> List[str]:
+    """The columns to encode (`columns`, else all), checked: the schema's names are unique and
+    every name asked for is one of them."""
+    names = schema.names
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ArrowConversionError(f"column {name!r} appears more than once in the schema")
+        seen.add(name)
+    if columns is None:
+        return list(names)
+    unknown = [c for c in columns if c not in seen]
+    if unknown:
+        raise ArrowConversionError(f"unknown column(s) {unknown}; the data has {names}")
+    return list(columns)
+
+
+def _check_known(keys: Iterable[str], message: str, flat_names: List[str]) -> None:
+    """ArrowConversionError (`message` with the unknown keys and the names) unless every key
+    is one of the (flattened) column names."""
+    unknown = [k for k in keys if k not in flat_names]
+    if unknown:
+        raise ArrowConversionError(message.format(unknown, flat_names))
+
+
+def _feature_names(flat: List[Tuple[str, pa.DataType]], rename: Mapping[str, str], sequence_columns: Set[str],
+                   decimal_as: Optional[str]) -> Dict[str, str]:
+    """{column: feature name} after `rename`, every column's type checked (`_plan_field`) and
+    no two columns written as the same feature."""
+    feature_names: Dict[str, str] = {}
+    out_seen: Dict[str, str] = {}
+    for name, t in flat:
+        feature = rename.get(name, name)
+        if feature in out_seen:
+            raise ArrowConversionError(
+                f"column {name!r} would be written as feature {feature!r}, which column "
+                f"{out_seen[feature]!r} already uses (duplicate feature name)"
+            )
+        out_seen[feature] = name
+        _plan_field(name, t, name in sequence_columns, decimal_as)
+        feature_names[name] = feature
+    return feature_names
+
+
 class ExampleEncoder:
     """Encodes Arrow RecordBatches of one schema into serialized Example / SequenceExample payloads.
 
@@ -293,40 +345,14 @@ class ExampleEncoder:
         self.schema = schema
         self.flatten_structs = flatten_structs
         self.decimal_as = decimal_as
-        names = schema.names
-        seen = set()
-        for name in names:
-            if name in seen:
-                raise ArrowConversionError(f"column {name!r} appears more than once in the schema")
-            seen.add(name)
-        if columns is not None:
-            unknown = [c for c in columns if c not in seen]
-            if unknown:
-                raise ArrowConversionError(f"unknown column(s) {unknown}; the data has {names}")
-        self.columns = list(columns) if columns is not None else list(names)
-        selected = pa.schema([schema.field(c) for c in self.columns])
-        flat = _flatten_schema_names(selected, flatten_structs)
+        self.columns = _selected_columns(schema, columns)
+        flat = _flatten_schema_names(pa.schema([schema.field(c) for c in self.columns]), flatten_structs)
         flat_names = [n for n, _ in flat]
         self.rename = dict(rename or {})
-        unknown = [k for k in self.rename if k not in flat_names]
-        if unknown:
-            raise ArrowConversionError(f"cannot rename unknown column(s) {unknown}; the columns are {flat_names}")
         self.sequence_columns = set(sequence_columns)
-        unknown = [k for k in self.sequence_columns if k not in flat_names]
-        if unknown:
-            raise ArrowConversionError(f"unknown sequence column(s) {sorted(unknown)}; the columns are {flat_names}")
-        self.feature_names: Dict[str, str] = {}
-        out_seen: Dict[str, str] = {}
-        for name, t in flat:
-            feature = self.rename.get(name, name)
-            if feature in out_seen:
-                raise ArrowConversionError(
-                    f"column {name!r} would be written as feature {feature!r}, which column "
-                    f"{out_seen[feature]!r} already uses (duplicate feature name)"
-                )
-            out_seen[feature] = name
-            _plan_field(name, t, name in self.sequence_columns, decimal_as)
-            self.feature_names[name] = feature
+        _check_known(self.rename, "cannot rename unknown column(s) {}; the columns are {}", flat_names)
+        _check_known(sorted(self.sequence_columns), "unknown sequence column(s) {}; the columns are {}", flat_names)
+        self.feature_names = _feature_names(flat, self.rename, self.sequence_columns, decimal_as)
         self.is_sequence = bool(self.sequence_columns)
 
     def to_columns(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[List[Column], List[SequenceColumn]]:
@@ -337,12 +363,16 @@ class ExampleEncoder:
                 raise ArrowConversionError(f"batch lacks column(s) {missing}")
         arrays = [batch.column(batch.schema.get_field_index(c)) for c in self.columns]
         names, arrays = _flatten_struct_columns(self.columns, arrays, self.flatten_structs)
-        context, sequences = [], []
+        context: List[Column] = []
+        sequences: List[SequenceColumn] = []
         for name, arr in zip(names, arrays):
             is_seq = name in self.sequence_columns
             col = column_from_arrow(name, arr, sequence=is_seq, decimal_as=self.decimal_as, first_row=first_row)
             col.name = self.feature_names[name]
-            (sequences if is_seq else context).append(col)
+            if isinstance(col, SequenceColumn):  # exactly the sequence columns (`_plan_field`)
+                sequences.append(col)
+            else:
+                context.append(col)
         return context, sequences
 
     def encode(self, batch: pa.RecordBatch, first_row: int = 0) -> Tuple[np.ndarray, np.ndarray]:
@@ -449,6 +479,18 @@ class _Collector:
             self.step_counts.append(len(values))
             self.values.extend(values)
 
+    def add_row(self, feature_map: Mapping, lists: Mapping, row: int) -> None:
+        """Record `row`'s value of this feature (a feature list at depth 2), or its absence."""
+        if self.depth == 2:
+            if self.name in lists:
+                self.add_steps(lists[self.name].feature, row)
+            else:
+                self.add_missing()
+        elif self.name in feature_map:
+            self.add_feature(feature_map[self.name], row)
+        else:
+            self.add_missing()
+
     def to_arrow(self, target: Optional[pa.DataType]) -> pa.Array:
         """The column: cast to `target`, or typed by `inferred_type` when None."""
         leaf = pa.array(self.values, type=_ARROW_OF_KIND[self.kind] if self.kind else pa.null())
@@ -528,48 +570,60 @@ def examples_to_record_batch(
         batch = _decode_with_columnar(payloads, schema)
         if batch is not None:
             return batch
+    collectors = _described_collectors(description, schema, sequence_description, sequence)
+    _collect(payloads, collectors, sequence, fixed=bool(collectors))
+    return _to_record_batch(collectors, schema)
+
+
+def _described_collectors(
+    description: Description, schema: Optional[pa.Schema], sequence_description: Description, sequence: bool
+) -> Dict[str, _Collector]:
+    """A collector per column the caller named (the schema's fields, else the description's,
+    then the sequence description's feature lists), in their order; none when nothing is named
+    (every feature seen becomes a column)."""
+    desc: Optional[Mapping[str, Optional[str]]]
     if schema is not None:
         desc = {f.name: None for f in schema}
     else:
         desc = normalize_description(description)
-    seq_desc = normalize_description(sequence_description)
     collectors: Dict[str, _Collector] = {}
-    if desc:
-        for name, kind in desc.items():
-            target = schema.field(name).type if schema is not None else None
-            depth = 2 if (target is not None and _is_list(target) and _is_list(target.value_type)) else 1
-            if depth == 2 and not sequence:
-                raise ArrowConversionError(f"column {name!r}: list<list> columns need sequence=True")
-            collectors[name] = _Collector(name, kind, depth)
-    if seq_desc:
-        for name, kind in seq_desc.items():
-            collectors[name] = _Collector(name, kind, 2)
-    fixed = bool(desc) or bool(seq_desc)
-    rows = 0
+    for name, kind in (desc or {}).items():
+        target = schema.field(name).type if schema is not None else None
+        depth = 2 if (target is not None and _is_list(target) and _is_list(target.value_type)) else 1
+        if depth == 2 and not sequence:
+            raise ArrowConversionError(f"column {name!r}: list<list> columns need sequence=True")
+        collectors[name] = _Collector(name, kind, depth)
+    for name, kind in (normalize_description(sequence_description) or {}).items():
+        collectors[name] = _Collector(name, kind, 2)
+    return collectors
+
+
+def _features(payload: bytes, row: int, sequence: bool) -> Tuple[Mapping, Mapping]:
+    """(features, feature lists) of one serialized Example (no lists) or SequenceExample."""
+    if sequence:
+        message = parse_sequence_example(payload, record_number=row)
+        return message.context.feature, message.feature_lists.feature_list
+    return parse_example(payload, record_number=row).features.feature, {}
+
+
+def _collect(payloads: Iterable[bytes], collectors: Dict[str, _Collector], sequence: bool, *, fixed: bool) -> None:
+    """Feed every record to the collectors; unless the columns are `fixed`, a feature first
+    seen in a record gets a collector then (absent in the rows before; names new in one
+    record sorted, features before feature lists)."""
     for row, payload in enumerate(payloads):
-        if sequence:
-            message = parse_sequence_example(payload, record_number=row)
-            feature_map = message.context.feature
-            lists = message.feature_lists.feature_list
-        else:
-            message = parse_example(payload, record_number=row)
-            feature_map, lists = message.features.feature, {}
-        for name in sorted(feature_map) + sorted(lists):
-            if name not in collectors and not fixed:
-                collectors[name] = _Collector(name, None, 2 if name in lists else 1)
-                collectors[name].present = [False] * row
-                collectors[name].counts = [0] * row
-        for name, col in collectors.items():
-            if col.depth == 2:
-                if name in lists:
-                    col.add_steps(lists[name].feature, row)
-                else:
-                    col.add_missing()
-            elif name in feature_map:
-                col.add_feature(feature_map[name], row)
-            else:
-                col.add_missing()
-        rows += 1
+        feature_map, lists = _features(payload, row, sequence)
+        if not fixed:
+            for name in sorted(feature_map) + sorted(lists):
+                if name not in collectors:
+                    collectors[name] = _Collector(name, None, 2 if name in lists else 1)
+                    collectors[name].present = [False] * row
+                    collectors[name].counts = [0] * row
+        for col in collectors.values():
+            col.add_row(feature_map, lists, row)
+
+
+def _to_record_batch(collectors: Dict[str, _Collector], schema: Optional[pa.Schema]) -> pa.RecordBatch:
+    """The collected columns as one RecordBatch: cast to `schema` when given, else inferred."""
     names = list(collectors)
     arrays = [collectors[n].to_arrow(schema.field(n).type if schema is not None else None) for n in names]
     if schema is not None:

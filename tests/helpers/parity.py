@@ -26,15 +26,18 @@ def manifest() -> dict:
 
 
 def same(a, b) -> bool:
-    """Deep equality of engine results: arrays compared by dtype, shape and bytes (NaN bits)."""
+    """Deep equality of results (the one helper of the tests): arrays by dtype, shape and bytes
+    (NaN bits; object arrays element by element), dicts by keys in order and values, lists and
+    tuples by type and items, anything else by type and ==."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-            and a.shape == b.shape and a.tobytes() == b.tobytes()
-        )
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape):
+            return False
+        return a.tobytes() == b.tobytes() if a.dtype != object else all(same(x, y) for x, y in zip(a.flat, b.flat))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def same_floats(a, b) -> bool:

@@ -61,7 +61,7 @@ class _RangeRead:
         self.file_name = file_name
         self.raw = raw
         self.compression = compression
-        self.total = total
+        self._total = total  # None: compressed (its uncompressed size is unknown)
         self.offsets = offsets
         self.options = options
         self._resync: Optional[Resync] = None
@@ -71,16 +71,26 @@ class _RangeRead:
         self._groups = ClaimGroups(whole_chunks=options.batched)
 
     @property
+    def total(self) -> int:
+        """The size of an uncompressed file (the chain's methods are for those only)."""
+        if self._total is None:
+            raise AssertionError(f"{self.file_name}: a compressed file has no record chain to split")
+        return self._total
+
+    @property
     def resync(self) -> Resync:
+        """The file's `Resync`, made on first use (one per range: it shares the search work)."""
         if self._resync is None:
             self._resync = Resync(self.raw, self.total, self.file_name)
         return self._resync
 
     def records(self, tracker) -> Iterator:
-        if self.total is None:
+        """The range's claimed runs (lists of payloads) and dead letters."""
+        if self._total is None:
             yield from self._compressed(tracker)
             return
         start = tracker.start_position()
+        number: Optional[int]
         if self.offsets is not None:
             number, position = self.offsets.first_at_or_after(start, self.total)
             if position < self.total:
@@ -106,46 +116,79 @@ class _RangeRead:
         return reader
 
     def _chain(self, tracker, position: int, number: Optional[int]) -> Iterator:
-        """Read records from the boundary `position` until the range ends or a claim is refused."""
-        total, offsets = self.total, self.offsets
-        while True:
-            stop = tracker.stop_position()
-            if position >= stop:
-                yield from self._range_end(stop, position)
-                return
-            reader = self._reader(position, stop if stop < total else None, number)
-            boundary = position  # the record boundary the chain has reached
-            try:
-                for chunk in reader.chunks():
-                    starts = chunk.record_offsets
-                    if offsets is not None:
-                        offsets.check_records(chunk.first_record_number, chunk.record_offsets)
-                    claimed = yield from self._emit(tracker, chunk, starts)
-                    if claimed:
-                        boundary = int(starts[claimed - 1]) + FRAME_OVERHEAD + int(chunk.payload_lengths[claimed - 1])
-                        first = chunk.first_record_number
-                        number = None if first is None else first + claimed
-                    if claimed < len(starts):  # refused: the range (perhaps split since) ends here
-                        self._check_split(tracker.stop_position(), int(starts[claimed]))
-                        return
-            except CorruptRecordError as err:
-                offset = int(err.offset)
-                if offsets is not None:
-                    offsets.check_damage(self.raw, err.record_number, offset, total)
-                if not self.options.skip_corrupt:
-                    raise
-                if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
-                    yield from self._range_end(tracker.stop_position(), offset)
-                    return
-                yield self._report(offset, err.reason)
-                position, number = self._after_bad(offset)
-                self._window = _DAMAGE_WINDOW
-                continue
-            if reader.end_offset is None or reader.end_offset >= stop or boundary == position:
-                yield from self._range_end(tracker.stop_position(), boundary)  # (split since, perhaps)
-                return
-            position = boundary
-            # a damage window ended cleanly: read on in a window twice as large
+        """Read records from the boundary `position` until the range ends or a claim is refused.
+
+        Each pass reads from one boundary (`_read_from`); it comes back with the next boundary
+        to read from (after damage, or after a clean damage window), or None when the range
+        is done.
+        """
+        resume: Optional[Tuple[int, Optional[int]]] = (position, number)
+        while resume is not None:
+            resume = yield from self._read_from(tracker, *resume)
+
+    def _read_from(self, tracker, position: int, number: Optional[int]
+                   ) -> Generator[Union[List[bytes], CorruptRecord], None, Optional[Tuple[int, Optional[int]]]]:
+        """One pass of `_chain`: claim and yield the records from `position` (record `number`)
+        up to the range's stop, the end of a damage window or the first damage; returns where
+        the next pass starts, or None when the range is done (its split point checked)."""
+        stop = tracker.stop_position()
+        if position >= stop:
+            yield from self._range_end(stop, position)
+            return None
+        reader = self._reader(position, stop if stop < self.total else None, number)
+        boundary = position  # the record boundary the chain has reached
+        try:
+            for chunk in reader.chunks():
+                starts = chunk.record_offsets
+                self._check_index(chunk)
+                claimed = yield from self._emit(tracker, chunk, starts)
+                if claimed:
+                    boundary = int(starts[claimed - 1]) + FRAME_OVERHEAD + int(chunk.payload_lengths[claimed - 1])
+                    first = chunk.first_record_number
+                    number = None if first is None else first + claimed
+                if claimed < len(starts):  # refused: the range (perhaps split since) ends here
+                    self._check_split(tracker.stop_position(), int(starts[claimed]))
+                    return None
+        except CorruptRecordError as err:
+            return (yield from self._skip_damage(tracker, err))
+        if reader.end_offset is None or reader.end_offset >= stop or boundary == position:
+            yield from self._range_end(tracker.stop_position(), boundary)  # (split since, perhaps)
+            return None
+        self._grow_window()
+        return boundary, number
+
+    def _check_index(self, chunk) -> None:
+        """With an index, the chunk's records must sit where it says (else IndexMismatchError)."""
+        if self.offsets is None:
+            return
+        first = chunk.first_record_number
+        if first is None:  # every chain of an indexed file starts at a numbered record
+            raise AssertionError(f"{self.file_name}: an indexed chain lost its record numbers")
+        self.offsets.check_records(first, chunk.record_offsets)
+
+    def _skip_damage(self, tracker, err: CorruptRecordError
+                     ) -> Generator[CorruptRecord, None, Optional[Tuple[int, Optional[int]]]]:
+        """Damage found by the reader: raise it, or (with `skip_corrupt`) claim it, yield its dead
+        letter and return the boundary after it, read next in a small window; None when the
+        damage lies past the range (then the range ends before it)."""
+        if err.offset is None:  # RecordReader's errors carry their offset; without one, no going on
+            raise err
+        offset = int(err.offset)
+        if self.offsets is not None:
+            self.offsets.check_damage(self.raw, err.record_number, offset, self.total)
+        if not self.options.skip_corrupt:
+            raise err
+        if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
+            yield from self._range_end(tracker.stop_position(), offset)
+            return None
+        yield self._report(offset, err.reason)
+        resume = self._after_bad(offset)
+        self._window = _DAMAGE_WINDOW
+        return resume
+
+    def _grow_window(self) -> None:
+        """A damage window ended cleanly: read on in one twice as large, up to plain chunks."""
+        if self._window is not None:
             self._window = None if self._window >= DEFAULT_CHUNK_SIZE else self._window * 2
 
     def _range_end(self, stop: int, boundary: int) -> Iterator[CorruptRecord]:
@@ -222,7 +265,7 @@ class _RangeRead:
                 if claimed < len(chunk):
                     return
         except CorruptRecordError as err:
-            if not self.options.skip_corrupt:
+            if not self.options.skip_corrupt or err.offset is None:
                 raise
             offset = int(err.offset)
             tracker.try_claim(offset)

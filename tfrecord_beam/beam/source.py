@@ -133,14 +133,15 @@ class _TFRecordSource(FileBasedSource):
         return super().split(desired_bundle_size, start_position, stop_position)
 
     # -- reading -----------------------------------------------------------------------------
-    def read_records(self, file_name: str, range_tracker) -> Iterator[Union[bytes, tuple, CorruptRecord]]:
-        """The records of `file_name` in the tracker's range, decoded, as Beam wants them."""
+    def read_records(self, file_name: str, range_tracker) -> Iterator[Union[bytes, list, tuple, CorruptRecord]]:
+        """The records of `file_name` in the tracker's range, decoded, as Beam wants them: each
+        record, (file name, record), a list of records or (file name, list); dead letters as they are."""
         decode = _coders.decoder(self._coder)
         name = file_name if self._with_filename else None
         lists = self._batched or self._runs
         try:
             for item in self._read_file(file_name, range_tracker):
-                if type(item) is not list:  # a dead letter
+                if not isinstance(item, list):  # a dead letter
                     yield item
                     continue
                 if decode is not None:

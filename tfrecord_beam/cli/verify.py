@@ -95,65 +95,91 @@ def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems:
         result.complete = False
         return result
     with _Resumer(path, kind) as resumer:
-        return _verify_chain(result, path, kind, resumer, max_problems, parse, progress)
+        return _ChainCheck(result, resumer, max_problems, parse, progress).run()
 
 
-def _verify_chain(result: VerifyResult, path: str, kind: Optional[str], resumer: "_Resumer", max_problems: int,
-                  parse: bool, progress: Optional[Callable[[int, int], None]]) -> VerifyResult:
-    """Read the file's record chain, going on past each corrupt record where `resumer` can."""
-    frames: List[np.ndarray] = []
-    start = 0
-    number: Optional[int] = 0
-    while True:
+class _ChainCheck:
+    """One file's check: read its record chain, going on past each corrupt record where the
+    `_Resumer` can, then check the index when the data was clean. Fills `result`."""
+
+    def __init__(self, result: VerifyResult, resumer: "_Resumer", max_problems: int, parse: bool,
+                 progress: Optional[Callable[[int, int], None]]) -> None:
+        self.result, self.resumer = result, resumer
+        self.path, self.kind = result.path, result.compression
+        self.max_problems, self.parse, self.progress = max_problems, parse, progress
+        self.frames: List[np.ndarray] = []  # (offset, frame length) of every intact record
+
+    def run(self) -> VerifyResult:
+        resume: Optional[Tuple[int, Optional[int]]] = (0, 0)
+        while resume is not None:
+            resume = self._read_from(*resume)
+        if not self.result.problems:
+            self._check_index()
+        return self.result
+
+    def _read_from(self, start: int, number: Optional[int]) -> Optional[Tuple[int, Optional[int]]]:
+        """Read the records from `start` (record `number`, or unknown) to the end of the file;
+        None when checking is over, else (offset, record number) to go on from after damage."""
         try:
-            for chunk in RecordReader(path, kind, start_offset=start, first_record_number=number).chunks():
-                if parse:
-                    _check_payloads(result, chunk, max_problems)
-                rows = chunk.frames()
-                frames.append(rows)
-                result.records += len(chunk)
-                result.data_bytes += int(rows[:, 1].sum())
-                if progress is not None:
-                    progress(result.records, result.data_bytes)
-            break
+            for chunk in RecordReader(self.path, self.kind, start_offset=start, first_record_number=number).chunks():
+                self._count(chunk)
         except TruncatedRecordError as exc:
-            result.problems.append(Problem("truncated", exc.offset, exc.record_number, str(exc)))
-            result.complete = False
-            break
+            self._stop(Problem("truncated", exc.offset, exc.record_number, str(exc)))
         except CorruptStreamError as exc:  # nothing after damage in a compressed stream can be read
-            result.problems.append(Problem("corrupt", exc.offset, exc.record_number,
-                                           f"{exc}; the rest of the {kind} stream cannot be inflated"))
-            result.complete = False
-            break
+            self._stop(Problem("corrupt", exc.offset, exc.record_number,
+                               f"{exc}; the rest of the {self.kind} stream cannot be inflated"))
         except CorruptRecordError as exc:
-            problem = Problem("corrupt", exc.offset, exc.record_number, str(exc))
-            result.problems.append(problem)
-            if len(result.problems) >= max_problems:
-                result.complete = False
-                break
-            try:  # (RecordReader's errors always carry the offset; without one there is no going on)
-                resume = None if exc.offset is None else resumer.resume(exc.offset, exc.record_number, problem)
-            except (TFRecordError, OSError, zlib.error, EOFError) as again:  # re-reading failed too
-                problem.message += f"; the rest of the file could not be read ({_text(path, again)})"
-                resume = None
-            if resume is None:
-                result.complete = False
-                break
-            start, number = resume
+            return self._resume_after(exc)
         except (TFRecordError, OSError, zlib.error, EOFError, ValueError) as exc:
-            result.problems.append(Problem("unreadable", getattr(exc, "offset", None), None, _text(path, exc)))
-            result.complete = False
-            break
-    if not result.problems:
+            self._stop(Problem("unreadable", getattr(exc, "offset", None), None, _text(self.path, exc)))
+        return None
+
+    def _count(self, chunk) -> None:
+        """Take in one chunk of intact records (and, with `parse`, check their payloads)."""
+        result = self.result
+        if self.parse:
+            _check_payloads(result, chunk, self.max_problems)
+        rows = chunk.frames()
+        self.frames.append(rows)
+        result.records += len(chunk)
+        result.data_bytes += int(rows[:, 1].sum())
+        if self.progress is not None:
+            self.progress(result.records, result.data_bytes)
+
+    def _stop(self, problem: Problem) -> None:
+        """A problem after which nothing more of the file is checked."""
+        self.result.problems.append(problem)
+        self.result.complete = False
+
+    def _resume_after(self, exc: CorruptRecordError) -> Optional[Tuple[int, Optional[int]]]:
+        """List a corrupt record; where to go on after it, or None (checking stops: the problem
+        limit is reached, or the resumer cannot go on)."""
+        problem = Problem("corrupt", exc.offset, exc.record_number, str(exc))
+        self.result.problems.append(problem)
+        if len(self.result.problems) >= self.max_problems:
+            self.result.complete = False
+            return None
+        try:  # (RecordReader's errors always carry the offset; without one there is no going on)
+            resume = None if exc.offset is None else self.resumer.resume(exc.offset, exc.record_number, problem)
+        except (TFRecordError, OSError, zlib.error, EOFError) as again:  # re-reading failed too
+            problem.message += f"; the rest of the file could not be read ({_text(self.path, again)})"
+            resume = None
+        if resume is None:
+            self.result.complete = False
+        return resume
+
+    def _check_index(self) -> None:
+        """The index beside the (clean) data agrees with the records read; a stale or invalid
+        one is a problem."""
+        result = self.result
         try:
-            all_frames = np.concatenate(frames) if frames else np.zeros((0, 2), np.int64)
-            result.index = index_status(path, kind, all_frames, complete=True)
+            all_frames = np.concatenate(self.frames) if self.frames else np.zeros((0, 2), np.int64)
+            result.index = index_status(self.path, self.kind, all_frames, complete=True)
         except (TFRecordError, OSError, ValueError) as exc:
-            result.index = IndexStatus("", "invalid", _text(path, exc))
+            result.index = IndexStatus("", "invalid", _text(self.path, exc))
         if result.index.state in ("stale", "invalid"):
             result.problems.append(Problem("index", None, None, f"{result.index.path}: {result.index.state} "
                                            f"index: {result.index.detail}"))
-    return result
 
 
 def _text(path: str, exc: BaseException) -> str:
