@@ -16,6 +16,7 @@ def _version():
     with open(os.path.join(HERE, "tfrecord_beam", "_version.py"), encoding="utf-8") as handle:
         return re.search(r'__version__ = "([^"]+)"', handle.read()).group(1)
 
+
 NATIVE_SOURCES = sorted(
     os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "tfrecord_beam", "_native", "*.c"))
 )
@@ -39,8 +40,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _skip(exc):
         sys.stderr.write(
-            f"WARNING: tfrecord_beam's compiled core was not built ({exc}); "
-            "the pure-Python engine will be used.\n"
+            f"WARNING: tfrecord_beam's compiled core was not built ({exc}); the pure-Python engine will be used.\n"
         )
 
 
@@ -98,8 +98,18 @@ setup(
         # support: the object-store tests run end to end without a network.
         # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy
         "lint": ["ruff==0.17.6", "mypy==2.4.1"],
-        "test": ["pytest>=7", "hypothesis>=6", "isal>=1.6", "torchdata==0.11.0", "tfrecord==1.14.6", "moto[s3]>=5", "flask>=2",
-                 "flask-cors>=3", BEAM_AWS, "fsspec>=2023.1"],
+        "test": [
+            "pytest>=7",
+            "hypothesis>=6",
+            "isal>=1.6",
+            "torchdata==0.11.0",
+            "tfrecord==1.14.6",
+            "moto[s3]>=5",
+            "flask>=2",
+            "flask-cors>=3",
+            BEAM_AWS,
+            "fsspec>=2023.1",
+        ],
     },
     entry_points={
         "console_scripts": [

@@ -13,8 +13,9 @@ import numpy as np
 DATA_DIR = Path(os.environ.get("TFRECORD_BEAM_BENCH_DATA", Path(__file__).resolve().parent / "_data"))
 
 
-def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
-                   clock: Callable[[], float] = time.perf_counter) -> float:
+def median_seconds(
+    fn: Callable[[], object], repeats: int = 5, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Median time of `fn()` over `repeats` runs after `warmup` runs (the machine is noisy).
 
     `clock=time.process_time` measures this process's CPU time: steadier on a loaded machine
@@ -52,6 +53,7 @@ def _fmt(cell) -> str:
 
 # --- the issue's datasets ------------------------------------------------------------------
 
+
 def d1_examples(n: int = 6000, seed: int = 0):
     """D1: {image: 16 KiB bytes, label: float, index: int} as (value, kind) dicts."""
     rng = np.random.default_rng(seed)
@@ -80,8 +82,10 @@ def d3_sequence_examples(n: int = 50_000, seed: int = 0):
         steps = int(rng.integers(3, 9))
         yield (
             {"length": (steps, "int"), "label": (float(rng.random()), "float")},
-            {"tokens": (rng.integers(0, 1000, size=(steps, 3)).tolist(), "int"),
-             "seq_labels": ([[int(v)] for v in rng.integers(0, 2, size=steps)], "int")},
+            {
+                "tokens": (rng.integers(0, 1000, size=(steps, 3)).tolist(), "int"),
+                "seq_labels": ([[int(v)] for v in rng.integers(0, 2, size=steps)], "int"),
+            },
         )
 
 

@@ -38,12 +38,30 @@ def median_time(fn):
 
 
 SPECS = {
-    "D1": ({"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.float32),
-            "index": tf.io.FixedLenFeature([], tf.int64)}, None),
-    "D2": ({"label": tf.io.FixedLenFeature([], tf.float32), "index": tf.io.FixedLenFeature([], tf.int64),
-            "tokens": tf.io.FixedLenFeature([20], tf.int64), "name": tf.io.FixedLenFeature([], tf.string)}, None),
-    "D3": ({"length": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.float32)},
-           {"tokens": tf.io.FixedLenSequenceFeature([3], tf.int64), "seq_labels": tf.io.FixedLenSequenceFeature([], tf.float32)}),
+    "D1": (
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.float32),
+            "index": tf.io.FixedLenFeature([], tf.int64),
+        },
+        None,
+    ),
+    "D2": (
+        {
+            "label": tf.io.FixedLenFeature([], tf.float32),
+            "index": tf.io.FixedLenFeature([], tf.int64),
+            "tokens": tf.io.FixedLenFeature([20], tf.int64),
+            "name": tf.io.FixedLenFeature([], tf.string),
+        },
+        None,
+    ),
+    "D3": (
+        {"length": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.float32)},
+        {
+            "tokens": tf.io.FixedLenSequenceFeature([3], tf.int64),
+            "seq_labels": tf.io.FixedLenSequenceFeature([], tf.float32),
+        },
+    ),
 }
 
 result = {"version": tf.__version__}
@@ -66,6 +84,7 @@ for name, (ctx, seq) in SPECS.items():
     read()
     result[f"{name}/read"] = median_time(read)
     if name == "D2":
+
         def write():
             with tf.io.TFRecordWriter(f"{DATA}/_tf_written.tfrecord") as w:
                 for r in recs:

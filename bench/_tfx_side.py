@@ -69,6 +69,15 @@ for w in writers:
     w.close()
 end_to_end = rows / (time.perf_counter() - start)
 end_to_end_cpu = rows / (time.process_time() - cpu)
-print(json.dumps({"encode_rows_per_s": encode_only, "rows_per_s": end_to_end, "rows_per_cpu_s": end_to_end_cpu,
-                  "rows": rows,
-                  "tfx_bsl": __import__("tfx_bsl").__version__, "tensorflow": tf.__version__}))
+print(
+    json.dumps(
+        {
+            "encode_rows_per_s": encode_only,
+            "rows_per_s": end_to_end,
+            "rows_per_cpu_s": end_to_end_cpu,
+            "rows": rows,
+            "tfx_bsl": __import__("tfx_bsl").__version__,
+            "tensorflow": tf.__version__,
+        }
+    )
+)

@@ -50,12 +50,14 @@ _DISTINCT = 300_000  # bigger files repeat these records (encoding millions in P
 def make_d2(path: str, n: int) -> None:
     """Write n D2-like Examples (the first 300,000 distinct, then repeated) and the .tfindex."""
     distinct = [
-        example.encode_example({
-            "label": (float(i % 2), "float"),
-            "index": (i, "int"),
-            "tokens": ([(i * 31 + k) % 30000 for k in range(20)], "int"),
-            "name": (f"item-{i:07d}".encode(), "byte"),
-        })
+        example.encode_example(
+            {
+                "label": (float(i % 2), "float"),
+                "index": (i, "int"),
+                "tokens": ([(i * 31 + k) % 30000 for k in range(20)], "int"),
+                "name": (f"item-{i:07d}".encode(), "byte"),
+            }
+        )
         for i in range(min(n, _DISTINCT))
     ]
     records.write_records(path, (distinct[i % len(distinct)] for i in range(n)))
@@ -136,8 +138,13 @@ def _tag_batch(batch):
 
 def _merge_tags(tags):
     tags = list(tags)
-    return (sum(t[0] for t in tags), min(t[1] for t in tags), max(t[2] for t in tags),
-            min(t[3] for t in tags), max(t[4] for t in tags))
+    return (
+        sum(t[0] for t in tags),
+        min(t[1] for t in tags),
+        max(t[2] for t in tags),
+        min(t[3] for t in tags),
+        max(t[4] for t in tags),
+    )
 
 
 def worker_split(path: str, workers: int, out_dir: str) -> None:
@@ -146,13 +153,20 @@ def worker_split(path: str, workers: int, out_dir: str) -> None:
     the index load and the first batch come before the first)."""
     with beam.Pipeline(runner="DirectRunner", options=_options(workers)) as p:
         start = time.time()
-        _ = (p | ReadFromTFRecordBatched(path) | beam.Map(_tag_batch) | beam.CombinePerKey(_merge_tags)
-             | beam.io.WriteToText(os.path.join(out_dir, "split"), shard_name_template=""))
+        _ = (
+            p
+            | ReadFromTFRecordBatched(path)
+            | beam.Map(_tag_batch)
+            | beam.CombinePerKey(_merge_tags)
+            | beam.io.WriteToText(os.path.join(out_dir, "split"), shard_name_template="")
+        )
     with open(os.path.join(out_dir, "split")) as handle:
         for line in sorted(handle):
             pid, (n, first, last, cpu_first, cpu_last) = eval(line)  # noqa: S307 - our own repr lines
-            print(f"- workers={workers} pid {pid}: {n} records, batches from {first - start:.2f} s to "
-                  f"{last - start:.2f} s, process CPU {cpu_first:.2f} s at the first and {cpu_last:.2f} s at the last")
+            print(
+                f"- workers={workers} pid {pid}: {n} records, batches from {first - start:.2f} s to "
+                f"{last - start:.2f} s, process CPU {cpu_first:.2f} s at the first and {cpu_last:.2f} s at the last"
+            )
 
 
 def main(argv=None) -> int:
@@ -162,10 +176,16 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "tfrecord_beam_bench_beam"))
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--workers", nargs="+", type=int, choices=(1, 2), default=[1, 2])
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS),
-                        help="implementations to run (ratios need the first, Beam's)")
-    parser.add_argument("--worker-split", action="store_true",
-                        help="also print how a batched read's records spread over the workers")
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        choices=IMPLS,
+        default=list(IMPLS),
+        help="implementations to run (ratios need the first, Beam's)",
+    )
+    parser.add_argument(
+        "--worker-split", action="store_true", help="also print how a batched read's records spread over the workers"
+    )
     args = parser.parse_args(argv)
     impls = [i for i in IMPLS if i in args.impls]
 
@@ -177,8 +197,11 @@ def main(argv=None) -> int:
     out_dir = os.path.join(args.workdir, "out")
     os.makedirs(out_dir, exist_ok=True)
     size = os.path.getsize(path)
-    print(f"file: {args.records} records, {size / 1e6:.1f} MB; tfrecord_beam engine: {_engine.ENGINE}; "
-          f"cpus: {os.cpu_count()}", file=sys.stderr)
+    print(
+        f"file: {args.records} records, {size / 1e6:.1f} MB; tfrecord_beam engine: {_engine.ENGINE}; "
+        f"cpus: {os.cpu_count()}",
+        file=sys.stderr,
+    )
 
     # Rounds interleave the implementations (Beam's, ours, ours batched, then the next cell),
     # so load from other jobs on a shared machine hits all of them alike; each cell reports
@@ -194,19 +217,27 @@ def main(argv=None) -> int:
                     wall, cpu = run_case(impl, case, workers, path, out_dir)
                     walls.setdefault((case, workers, impl), []).append(wall)
                     cpus.setdefault((case, workers, impl), []).append(cpu)
-                    print(f"round {round_ + 1} {case:12s} workers={workers} {impl:22s} {wall:7.2f} s  "
-                          f"{args.records / wall / 1e3:8.1f} k rec/s  cpu {cpu:6.2f} s", file=sys.stderr)
+                    print(
+                        f"round {round_ + 1} {case:12s} workers={workers} {impl:22s} {wall:7.2f} s  "
+                        f"{args.records / wall / 1e3:8.1f} k rec/s  cpu {cpu:6.2f} s",
+                        file=sys.stderr,
+                    )
     wall_of = {key: statistics.median(values) for key, values in walls.items()}
     cpu_of = {key: statistics.median(values) for key, values in cpus.items()}
     startup = {w: statistics.median(x[0] for x in v) for w, v in starts.items()}
     startup_cpu = {w: statistics.median(x[1] for x in v) for w, v in starts.items()}
 
-    print(f"\n{args.records} D2-like records ({size / 1e6:.1f} MB), engine {_engine.ENGINE}, "
-          f"median of {args.repeat} interleaved rounds, {NUM_SHARDS} output shards\n")
+    print(
+        f"\n{args.records} D2-like records ({size / 1e6:.1f} MB), engine {_engine.ENGINE}, "
+        f"median of {args.repeat} interleaved rounds, {NUM_SHARDS} output shards\n"
+    )
     ref = IMPLS[0] if IMPLS[0] in impls else None
     versus = ", x Beam wall, x Beam CPU"
-    print("| case | workers | " + " | ".join(f"{i} k rec/s (CPU s{versus if ref and i != ref else ''})"
-                                           for i in impls) + " |")
+    print(
+        "| case | workers | "
+        + " | ".join(f"{i} k rec/s (CPU s{versus if ref and i != ref else ''})" for i in impls)
+        + " |"
+    )
     print("|---|---|" + "---|" * len(impls))
     for case in args.cases:
         for workers in args.workers:
@@ -218,8 +249,9 @@ def main(argv=None) -> int:
                     cell += f", {wall_of[case, workers, ref] / wall:.2f}x, {cpu_of[case, workers, ref] / cpu:.2f}x"
                 cells.append(cell + ")")
             print(f"| {case} | {workers} | " + " | ".join(cells) + " |")
-    starts_line = ", ".join(f"{w} worker{'s' if w > 1 else ''} {startup[w]:.2f} s ({startup_cpu[w]:.2f} s CPU)"
-                            for w in args.workers)
+    starts_line = ", ".join(
+        f"{w} worker{'s' if w > 1 else ''} {startup[w]:.2f} s ({startup_cpu[w]:.2f} s CPU)" for w in args.workers
+    )
     print(f"\nEmpty-pipeline start-up (subtracted below): {starts_line}\n")
     if set(args.workers) == {1, 2}:
         for case in args.cases:
@@ -227,8 +259,10 @@ def main(argv=None) -> int:
                 one, two = wall_of[case, 1, impl], wall_of[case, 2, impl]
                 net_one, net_two = one - startup[1], two - startup[2]
                 net = f"{net_one / net_two:.2f}x" if net_one > 0.1 and net_two > 0.1 else "n/a (start-up dominates)"
-                print(f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x wall, {net} after start-up; "
-                      f"CPU {cpu_of[case, 1, impl]:.2f} s -> {cpu_of[case, 2, impl]:.2f} s")
+                print(
+                    f"- {impl} {case}: 2 workers / 1 worker = {one / two:.2f}x wall, {net} after start-up; "
+                    f"CPU {cpu_of[case, 1, impl]:.2f} s -> {cpu_of[case, 2, impl]:.2f} s"
+                )
     if args.worker_split:
         for workers in args.workers:
             worker_split(path, workers, out_dir)

@@ -144,8 +144,10 @@ def shuffle_input(mb: int) -> Path:
     for f in range(8):
         with RecordWriter(str(tmp / f"d-{f}.tfrecord"), None) as w:
             for start in range(0, n, 512):
-                w.write_many(encode_example({"i": f * n + i, "image": block[(i * 997) % 65536 :][: 16 << 10]})
-                             for i in range(start, min(n, start + 512)))
+                w.write_many(
+                    encode_example({"i": f * n + i, "image": block[(i * 997) % 65536 :][: 16 << 10]})
+                    for i in range(start, min(n, start + 512))
+                )
     tmp.rename(directory)
     return directory
 
@@ -173,18 +175,47 @@ def bench_parquet(rows: int, tfx_python, tmp: Path) -> str:
         (tmp / "tfx").mkdir()
         wallt, memt, out = measure([str(ROOT / "bench" / "_tfx_side.py"), src, str(tmp / "tfx" / "t"), "4"], tfx_python)
         info = json.loads(out.strip().splitlines()[-1])
-        table.append(_row(f"tfx_bsl {info['tfx_bsl']} encoder + TF {info['tensorflow']} TFRecordWriter (process wall)",
-                          wallt, memt, rows, "rows", plain))
-        table.append(["  tfx_bsl read + encode + write loop alone (in-process)", rows / info["rows_per_s"],
-                      rows / info["rows_per_cpu_s"], info["rows_per_s"], "", f"{info['rows_per_s'] / plain:.2f}x"])
-        table.append(["  tfx_bsl encode alone (in-process CPU)", "", rows / info["encode_rows_per_s"],
-                      info["encode_rows_per_s"], "", ""])
-        notes += (f"job (1 worker, whole process) vs tfx_bsl's loop alone: {rows / wall1 / info['rows_per_s']:.2f}x "
-                  f"by wall, {rows / CPU[wall1] / info['rows_per_cpu_s']:.2f}x by CPU; whole processes by CPU: "
-                  f"{CPU[wallt] / CPU[wall1]:.2f}x. ")
+        table.append(
+            _row(
+                f"tfx_bsl {info['tfx_bsl']} encoder + TF {info['tensorflow']} TFRecordWriter (process wall)",
+                wallt,
+                memt,
+                rows,
+                "rows",
+                plain,
+            )
+        )
+        table.append(
+            [
+                "  tfx_bsl read + encode + write loop alone (in-process)",
+                rows / info["rows_per_s"],
+                rows / info["rows_per_cpu_s"],
+                info["rows_per_s"],
+                "",
+                f"{info['rows_per_s'] / plain:.2f}x",
+            ]
+        )
+        table.append(
+            [
+                "  tfx_bsl encode alone (in-process CPU)",
+                "",
+                rows / info["encode_rows_per_s"],
+                info["encode_rows_per_s"],
+                "",
+                "",
+            ]
+        )
+        notes += (
+            f"job (1 worker, whole process) vs tfx_bsl's loop alone: {rows / wall1 / info['rows_per_s']:.2f}x "
+            f"by wall, {rows / CPU[wall1] / info['rows_per_cpu_s']:.2f}x by CPU; whole processes by CPU: "
+            f"{CPU[wallt] / CPU[wall1]:.2f}x. "
+        )
     notes += f"plain loop / job: {wall1 / wallp:.2f}x by wall, {CPU[wall1] / CPU[wallp]:.2f}x by CPU"
-    text = print_table(f"parquet_to_tfrecord, P1, {rows:,} rows, 4 shards",
-                       ["what", "wall s", "CPU s", "rows/s (wall)", "peak RSS MiB", "vs plain loop"], table)
+    text = print_table(
+        f"parquet_to_tfrecord, P1, {rows:,} rows, 4 shards",
+        ["what", "wall s", "CPU s", "rows/s (wall)", "peak RSS MiB", "vs plain loop"],
+        table,
+    )
     print(notes + "\n")
     return text + "\n" + notes + "\n"
 
@@ -196,11 +227,18 @@ def bench_to_parquet(rows: int, tmp: Path) -> str:
     wall2, mem2, _ = measure(job + ["--output_prefix", str(tmp / "q2" / "q")] + TWO)
     wallp, memp, _ = measure(["-c", PLAIN_TO_PARQUET, pattern, str(tmp / "plain.parquet")])
     plain = rows / wallp
-    table = [_row("tfrecord_to_parquet job, DirectRunner, 1 worker", wall1, mem1, rows, "rows", plain),
-             _row("tfrecord_to_parquet job, multi_processing, 2 workers", wall2, mem2, rows, "rows", plain),
-             _row("plain loop (RecordReader -> examples_to_record_batch -> ParquetWriter)", wallp, memp, rows, "rows", plain)]
-    text = print_table(f"tfrecord_to_parquet, P1, {rows:,} records, 2 files",
-                       ["what", "wall s", "CPU s", "rows/s (wall)", "peak RSS MiB", "vs plain loop"], table)
+    table = [
+        _row("tfrecord_to_parquet job, DirectRunner, 1 worker", wall1, mem1, rows, "rows", plain),
+        _row("tfrecord_to_parquet job, multi_processing, 2 workers", wall2, mem2, rows, "rows", plain),
+        _row(
+            "plain loop (RecordReader -> examples_to_record_batch -> ParquetWriter)", wallp, memp, rows, "rows", plain
+        ),
+    ]
+    text = print_table(
+        f"tfrecord_to_parquet, P1, {rows:,} records, 2 files",
+        ["what", "wall s", "CPU s", "rows/s (wall)", "peak RSS MiB", "vs plain loop"],
+        table,
+    )
     notes = f"2 workers / 1 worker: {wall1 / wall2:.2f}x faster\n"
     print(notes)
     return text + "\n" + notes
@@ -219,22 +257,28 @@ def bench_shuffle(mb: int, tmp: Path, builtin: bool) -> str:
     wallp, memp, _ = measure(["-c", PLAIN_SHUFFLE, pattern, str(tmp / "sp" / "s"), "8"])
     shutil.rmtree(tmp / "sp")
     plain = size / wallp
-    table = [_row("reshard --shuffle job, DirectRunner, 1 worker", wall1, mem1, size, "MB", plain),
-             _row("reshard --shuffle job, multi_processing, 2 workers", wall2, mem2, size, "MB", plain),
-             _row("plain loop: read all, permute in memory, write", wallp, memp, size, "MB", plain)]
+    table = [
+        _row("reshard --shuffle job, DirectRunner, 1 worker", wall1, mem1, size, "MB", plain),
+        _row("reshard --shuffle job, multi_processing, 2 workers", wall2, mem2, size, "MB", plain),
+        _row("plain loop: read all, permute in memory, write", wallp, memp, size, "MB", plain),
+    ]
     if builtin:
         wallb, memb, _ = measure(["-c", BUILTIN_SHUFFLE, pattern, str(tmp / "sb" / "s"), "8"])
         shutil.rmtree(tmp / "sb", ignore_errors=True)
         table.append(_row("Beam ReadFromTFRecord -> Reshuffle -> WriteToTFRecord", wallb, memb, size, "MB", plain))
-    text = print_table(f"reshard --shuffle, {size:,.0f} MB of 16 KiB records, 8 shards",
-                       ["what", "wall s", "CPU s", "MB/s (wall)", "peak RSS MiB", "vs plain loop"], table)
+    text = print_table(
+        f"reshard --shuffle, {size:,.0f} MB of 16 KiB records, 8 shards",
+        ["what", "wall s", "CPU s", "MB/s (wall)", "peak RSS MiB", "vs plain loop"],
+        table,
+    )
     notes = f"2 workers / 1 worker: {wall1 / wall2:.2f}x faster\n"
     print(notes)
     return text + "\n" + notes
 
 
-def run(rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True, only=("parquet", "shuffle"),
-        workdir=None) -> str:
+def run(
+    rows: int, shuffle_mb: int, tfx_python=None, builtin: bool = True, only=("parquet", "shuffle"), workdir=None
+) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_", dir=workdir))
     text = ""
     try:
@@ -252,15 +296,28 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000, help="P1 rows (default 4M, ~700 MB of Parquet)")
     parser.add_argument("--shuffle-mb", type=int, default=1024, help="MB of 16 KiB records to shuffle (default 1024)")
-    parser.add_argument("--tfx-python", default=os.environ.get("TFX_PYTHON"),
-                        help="a Python interpreter with tfx-bsl installed (default $TFX_PYTHON)")
+    parser.add_argument(
+        "--tfx-python",
+        default=os.environ.get("TFX_PYTHON"),
+        help="a Python interpreter with tfx-bsl installed (default $TFX_PYTHON)",
+    )
     parser.add_argument("--skip-builtin", action="store_true", help="skip Beam's built-in shuffle (slow)")
-    parser.add_argument("--only", choices=("parquet", "shuffle"), action="append",
-                        help="run only these parts (parquet: both conversions)")
+    parser.add_argument(
+        "--only",
+        choices=("parquet", "shuffle"),
+        action="append",
+        help="run only these parts (parquet: both conversions)",
+    )
     parser.add_argument("--workdir", default=None, help="where outputs and temporary files go (default: $TMPDIR)")
     args = parser.parse_args(argv)
-    run(args.rows, args.shuffle_mb, args.tfx_python, not args.skip_builtin, args.only or ("parquet", "shuffle"),
-        args.workdir)
+    run(
+        args.rows,
+        args.shuffle_mb,
+        args.tfx_python,
+        not args.skip_builtin,
+        args.only or ("parquet", "shuffle"),
+        args.workdir,
+    )
 
 
 if __name__ == "__main__":

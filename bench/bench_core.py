@@ -95,6 +95,7 @@ def _contenders(paths: Dict[str, Path], tmp: Path, peer) -> Dict[Tuple[str, str]
                 for row in rows:
                     writer.write(row)
             writer.close()
+
         return run
 
     def count(it):
@@ -122,29 +123,43 @@ def _contenders(paths: Dict[str, Path], tmp: Path, peer) -> Dict[Tuple[str, str]
 
     s1, s2, s3 = (str(paths[k]) for k in ("D1", "D2", "D3"))
     out = {
-        ("TFRecordWriter.write(dict)", "D2"): (write_dicts(tfrecord_beam.TFRecordWriter, d2),
-                                               peer and write_dicts(peer.TFRecordWriter, d2)),
+        ("TFRecordWriter.write(dict)", "D2"): (
+            write_dicts(tfrecord_beam.TFRecordWriter, d2),
+            peer and write_dicts(peer.TFRecordWriter, d2),
+        ),
         ("TFRecordWriter.write(context, sequence)", "D3"): (
-            write_dicts(tfrecord_beam.TFRecordWriter, d3, True), peer and write_dicts(peer.TFRecordWriter, d3, True)),
+            write_dicts(tfrecord_beam.TFRecordWriter, d3, True),
+            peer and write_dicts(peer.TFRecordWriter, d3, True),
+        ),
         ("tfrecord_loader, description", "D2"): (
             count(lambda: tfrecord_beam.tfrecord_loader(s2, None, DESC_D2)),
-            peer and count(lambda: peer.tfrecord_loader(s2, None, DESC_D2))),
+            peer and count(lambda: peer.tfrecord_loader(s2, None, DESC_D2)),
+        ),
         ("tfrecord_loader, context + sequence description", "D3"): (
             count(lambda: tfrecord_beam.tfrecord_loader(s3, None, CTX_D3, sequence_description=SEQ_D3)),
-            peer and count(lambda: peer.tfrecord_loader(s3, None, CTX_D3, sequence_description=SEQ_D3))),
-        ("tfrecord_iterator", "D2"): (count(lambda: tfrecord_beam.tfrecord_iterator(s2)),
-                                      peer and count(lambda: peer.tfrecord_iterator(s2))),
-        ("tfrecord2idx.create_index", "D1"): (lambda: tfrecord2idx.create_index(s1, str(tmp / "o1.tfindex")),
-                                              peer and (lambda: peer.tools.tfrecord2idx.create_index(s1, str(tmp / "t1.tfindex")))),
-        ("tfrecord2idx.create_index", "D2"): (lambda: tfrecord2idx.create_index(s2, str(tmp / "o2.tfindex")),
-                                              peer and (lambda: peer.tools.tfrecord2idx.create_index(s2, str(tmp / "t2.tfindex")))),
+            peer and count(lambda: peer.tfrecord_loader(s3, None, CTX_D3, sequence_description=SEQ_D3)),
+        ),
+        ("tfrecord_iterator", "D2"): (
+            count(lambda: tfrecord_beam.tfrecord_iterator(s2)),
+            peer and count(lambda: peer.tfrecord_iterator(s2)),
+        ),
+        ("tfrecord2idx.create_index", "D1"): (
+            lambda: tfrecord2idx.create_index(s1, str(tmp / "o1.tfindex")),
+            peer and (lambda: peer.tools.tfrecord2idx.create_index(s1, str(tmp / "t1.tfindex"))),
+        ),
+        ("tfrecord2idx.create_index", "D2"): (
+            lambda: tfrecord2idx.create_index(s2, str(tmp / "o2.tfindex")),
+            peer and (lambda: peer.tools.tfrecord2idx.create_index(s2, str(tmp / "t2.tfindex"))),
+        ),
         ("RecordWriter.write(payload) per record", "D2"): (ours_raw_write, peer and theirs_raw_write),
         ("columnar.read_example_batches (vs the package's loader)", "D1"): (
             lambda: sum(len(b["index"]) for b in columnar.read_example_batches(s1, DESC_D1, batch_size=4096)),
-            peer and count(lambda: peer.tfrecord_loader(s1, None, DESC_D1))),
+            peer and count(lambda: peer.tfrecord_loader(s1, None, DESC_D1)),
+        ),
         ("columnar.read_example_batches (vs the package's loader)", "D2"): (
             lambda: sum(len(b["index"]) for b in columnar.read_example_batches(s2, DESC_D2, batch_size=4096)),
-            peer and count(lambda: peer.tfrecord_loader(s2, None, DESC_D2))),
+            peer and count(lambda: peer.tfrecord_loader(s2, None, DESC_D2)),
+        ),
     }
     return out
 
@@ -156,16 +171,25 @@ def _count(path: Path) -> int:
 
 
 def _tf_write_seconds(tf_python: str, path: Path, tmp: Path, rounds: int, clock: str) -> Optional[float]:
-    proc = subprocess.run([tf_python, "-c", _TF_WRITE, str(path), str(tmp / "tf.tfrecord"), str(rounds), clock],
-                          capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    proc = subprocess.run(
+        [tf_python, "-c", _TF_WRITE, str(path), str(tmp / "tf.tfrecord"), str(rounds), clock],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     if proc.returncode:
         print("TensorFlow side failed:\n" + proc.stderr[-2000:], file=sys.stderr)
         return None
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def run(rounds: int = 5, scale: float = 1.0, clock: str = "cpu", tf_python: Optional[str] = None,
-        only: Optional[List[str]] = None) -> str:
+def run(
+    rounds: int = 5,
+    scale: float = 1.0,
+    clock: str = "cpu",
+    tf_python: Optional[str] = None,
+    only: Optional[List[str]] = None,
+) -> str:
     from tfrecord_beam import _engine
 
     try:
@@ -202,17 +226,27 @@ def run(rounds: int = 5, scale: float = 1.0, clock: str = "cpu", tf_python: Opti
         if task.startswith("RecordWriter") and tf_seconds:
             theirs, peer_name = tf_seconds, "TensorFlow TFRecordWriter"
         ratio = theirs / ours if theirs else None
-        table.append([task, data, f"{n / ours:,.0f}", f"{mb / ours:,.0f}",
-                      f"{n / theirs:,.0f}" if theirs else "n/a", peer_name if theirs else "n/a",
-                      f"{ratio:.2f}x" if ratio else "n/a",
-                      f">= {target:g}x " + ("met" if ratio >= target else "NOT met") if ratio and target else "n/a"])
+        table.append(
+            [
+                task,
+                data,
+                f"{n / ours:,.0f}",
+                f"{mb / ours:,.0f}",
+                f"{n / theirs:,.0f}" if theirs else "n/a",
+                peer_name if theirs else "n/a",
+                f"{ratio:.2f}x" if ratio else "n/a",
+                f">= {target:g}x " + ("met" if ratio >= target else "NOT met") if ratio and target else "n/a",
+            ]
+        )
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
     return print_table(
         f"Drop-in paths vs the `tfrecord` package, engine={_engine.ENGINE}, {clock} time, median of {rounds} "
         f"interleaved rounds, scale {scale:g}",
-        ["operation", "data", "ours rec/s", "ours MB/s", "peer rec/s", "peer", "ours / peer", "target"], table)
+        ["operation", "data", "ours rec/s", "ours MB/s", "peer rec/s", "peer", "ours / peer", "target"],
+        table,
+    )
 
 
 def main(argv=None) -> None:

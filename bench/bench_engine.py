@@ -41,30 +41,48 @@ def _measure(n: int, repeats: int) -> dict:
     index = np.arange(n, dtype=np.int64)
     tokens = rng.integers(0, 50_000, (n, 20), dtype=np.int64)
     names = [b"name-%07d" % i for i in range(n)]
-    cols = {"label": label, "index": index, "tokens": tokens,
-            "name": columnar.Column.from_rows("name", "byte", [[x] for x in names])}
+    cols = {
+        "label": label,
+        "index": index,
+        "tokens": tokens,
+        "name": columnar.Column.from_rows("name", "byte", [[x] for x in names]),
+    }
     n1 = max(1, n // 10)
-    d1 = {"image": columnar.Column("image", "byte", rng.integers(0, 256, n1 << 14, dtype=np.uint8),
-                                   np.arange(n1 + 1), np.arange(n1 + 1, dtype=np.int64) << 14),
-          "label": label[:n1], "index": index[:n1]}
+    d1 = {
+        "image": columnar.Column(
+            "image",
+            "byte",
+            rng.integers(0, 256, n1 << 14, dtype=np.uint8),
+            np.arange(n1 + 1),
+            np.arange(n1 + 1, dtype=np.int64) << 14,
+        ),
+        "label": label[:n1],
+        "index": index[:n1],
+    }
     framed = columnar.encode_examples(cols, framed=True)
     payloads = columnar.encode_examples(cols)
     offs, lens, _, _ = _engine.scan_frames(framed, False)
     desc = {"label": "float", "index": "int", "tokens": "int", "name": "byte"}
     mask = np.zeros(n, bool)
     mask[::7] = True
-    batch = pa.record_batch({
-        "label": pa.array(label), "index": pa.array(index, mask=mask),
-        "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), 20).cast(pa.list_(pa.int64())),
-        "name": pa.array(names, pa.binary()),
-    })
-    inner = pa.ListArray.from_arrays(pa.array(np.arange(0, 6 * n + 1, 2, dtype=np.int32)), pa.array(tokens.ravel()[: 6 * n]))
+    batch = pa.record_batch(
+        {
+            "label": pa.array(label),
+            "index": pa.array(index, mask=mask),
+            "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), 20).cast(pa.list_(pa.int64())),
+            "name": pa.array(names, pa.binary()),
+        }
+    )
+    inner = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 6 * n + 1, 2, dtype=np.int32)), pa.array(tokens.ravel()[: 6 * n])
+    )
     steps = pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)), inner)  # 3 steps x 2 ints
     seq_batch = pa.record_batch({"label": pa.array(label), "steps": steps})
     enc = arrow.ExampleEncoder(batch.schema)
     seq_enc = arrow.ExampleEncoder(seq_batch.schema, sequence_columns=["steps"])
-    schema = pa.schema([("label", pa.float32()), ("index", pa.int64()), ("tokens", pa.list_(pa.int64())),
-                        ("name", pa.binary())])
+    schema = pa.schema(
+        [("label", pa.float32()), ("index", pa.int64()), ("tokens", pa.list_(pa.int64())), ("name", pa.binary())]
+    )
     rows = {
         "columnar encode (framed)": lambda: columnar.encode_examples(cols, framed=True),
         "columnar encode D1 (framed)": lambda: columnar.encode_examples(d1, framed=True),
@@ -97,8 +115,13 @@ def main(argv=None) -> None:
     results = []
     for pure in ("0", "1"):
         env = dict(os.environ, TFRECORD_BEAM_PURE=pure, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-        proc = subprocess.run([sys.executable, __file__, "--child", "--records", str(args.records),
-                               "--repeats", str(args.repeats)], env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", "--records", str(args.records), "--repeats", str(args.repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     print(f"{args.records:,} D2-like records, CPU s, median of {args.repeats}\n")
     print("| path | " + " | ".join(r["engine"] for r in results) + " |")

@@ -35,8 +35,11 @@ def _rows(path: str) -> Dict[str, Callable[[], int]]:
     def decode() -> int:
         return sum(len(b["index"]) for b in columnar.read_example_batches(path, DESCRIPTION, 256))
 
-    rows = {"RecordReader iteration": iterate, "RecordReader.chunks()": chunks,
-            "columnar decode (read_example_batches, batch 256)": decode}
+    rows = {
+        "RecordReader iteration": iterate,
+        "RecordReader.chunks()": chunks,
+        "columnar decode (read_example_batches, batch 256)": decode,
+    }
     try:
         import tfrecord as peer
     except ImportError:
@@ -62,9 +65,11 @@ def run(records: int = 6000, repeats: int = 7, wall: bool = False) -> str:
             fn()
             times[name].append(clock() - start)
     med = {name: statistics.median(t) for name, t in times.items()}
-    peer = {"RecordReader iteration": "tfrecord.tfrecord_iterator (no CRC)",
-            "RecordReader.chunks()": "tfrecord.tfrecord_iterator (no CRC)",
-            "columnar decode (read_example_batches, batch 256)": "tfrecord.tfrecord_loader (decode)"}
+    peer = {
+        "RecordReader iteration": "tfrecord.tfrecord_iterator (no CRC)",
+        "RecordReader.chunks()": "tfrecord.tfrecord_iterator (no CRC)",
+        "columnar decode (read_example_batches, batch 256)": "tfrecord.tfrecord_loader (decode)",
+    }
     table = []
     for name, seconds in med.items():
         other = peer.get(name)
@@ -74,7 +79,9 @@ def run(records: int = 6000, repeats: int = 7, wall: bool = False) -> str:
     return print_table(
         f"Large records from a file: {records:,} D1 records ({size / 1e6:.1f} MB), engine={_engine.ENGINE}, "
         f"{kind}, median of {repeats} interleaved rounds",
-        ["path", "records/s", "GB/s", "vs tfrecord"], table)
+        ["path", "records/s", "GB/s", "vs tfrecord"],
+        table,
+    )
 
 
 def main(argv=None) -> None:

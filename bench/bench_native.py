@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tfrecord_beam._engine import _decode, _encode, _framing  # noqa: E402
 from bench import _common  # noqa: E402
+from tfrecord_beam._engine import _decode, _encode, _framing  # noqa: E402
 from tfrecord_beam._native import _core  # noqa: E402
 from tfrecord_beam._proto import SequenceExample  # noqa: E402
 
@@ -233,8 +233,11 @@ def main(argv=None) -> int:
     slow_repeats = max(1, min(args.repeats, 3))
     tf = {}
     if args.tf_python:
-        proc = subprocess.run([args.tf_python, str(ROOT / "bench" / "_tf_side.py"), str(DATA), str(slow_repeats)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [args.tf_python, str(ROOT / "bench" / "_tf_side.py"), str(DATA), str(slow_repeats)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode == 0:
             tf = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
@@ -246,31 +249,109 @@ def main(argv=None) -> int:
         n, sn = len(offs), len(soffs)
         payload, spayload = int(lens.sum()), int(slens.sum())
         # read + CRC (in-memory buffer for ours; the file for the others)
-        table.add(name, "read+CRC", "ours native", n, len(buf), median_seconds(lambda: _core.scan_frames(buf), args.repeats))
-        table.add(name, "read+CRC", "ours pure", sn, len(sbuf), median_seconds(lambda: _framing.scan_frames(sbuf), slow_repeats))
-        table.add(name, "read", "tfrecord pkg", sn, len(sbuf), median_seconds(vahid_read(slow_path), slow_repeats), "file, no CRC")
+        table.add(
+            name, "read+CRC", "ours native", n, len(buf), median_seconds(lambda: _core.scan_frames(buf), args.repeats)
+        )
+        table.add(
+            name,
+            "read+CRC",
+            "ours pure",
+            sn,
+            len(sbuf),
+            median_seconds(lambda: _framing.scan_frames(sbuf), slow_repeats),
+        )
+        table.add(
+            name,
+            "read",
+            "tfrecord pkg",
+            sn,
+            len(sbuf),
+            median_seconds(vahid_read(slow_path), slow_repeats),
+            "file, no CRC",
+        )
         if f"{name}/read" in tf:
             table.add(name, "read+CRC", "TensorFlow", n, len(buf), tf[f"{name}/read"], "TFRecordDataset, batch 4096")
         # decode
-        table.add(name, "decode", "ours native", n, payload, median_seconds(decode_fn(_core, name, buf, offs, lens), args.repeats))
-        table.add(name, "decode", "ours pure", sn, spayload, median_seconds(decode_fn(_decode, name, sbuf, soffs, slens), slow_repeats))
-        table.add(name, "read+decode", "tfrecord pkg", sn, spayload, median_seconds(vahid_decode(name, slow_path), slow_repeats), "file")
+        table.add(
+            name,
+            "decode",
+            "ours native",
+            n,
+            payload,
+            median_seconds(decode_fn(_core, name, buf, offs, lens), args.repeats),
+        )
+        table.add(
+            name,
+            "decode",
+            "ours pure",
+            sn,
+            spayload,
+            median_seconds(decode_fn(_decode, name, sbuf, soffs, slens), slow_repeats),
+        )
+        table.add(
+            name,
+            "read+decode",
+            "tfrecord pkg",
+            sn,
+            spayload,
+            median_seconds(vahid_decode(name, slow_path), slow_repeats),
+            "file",
+        )
         for bs in (256, 4096):
             if f"{name}/decode/{bs}" in tf:
-                table.add(name, "decode", f"TensorFlow b{bs}", n, payload, tf[f"{name}/decode/{bs}"],
-                          "parse_example" if name != "D3" else "parse_sequence_example")
+                table.add(
+                    name,
+                    "decode",
+                    f"TensorFlow b{bs}",
+                    n,
+                    payload,
+                    tf[f"{name}/decode/{bs}"],
+                    "parse_example" if name != "D3" else "parse_sequence_example",
+                )
         # encode from columns
         if name in cols:
             c = cols[name]
             sc = slice_cols(c, sn)
-            table.add(name, "encode+frame", "ours native", n, len(buf), median_seconds(lambda: _core.encode_examples(c, n, True), args.repeats))
-            table.add(name, "encode+frame", "ours pure", sn, len(sbuf), median_seconds(lambda: _encode.encode_examples(sc, sn, True), slow_repeats))
-            table.add(name, "encode+frame", "tfrecord pkg", sn, len(sbuf), median_seconds(vahid_encode(sc, sn), slow_repeats), "dict per record")
+            table.add(
+                name,
+                "encode+frame",
+                "ours native",
+                n,
+                len(buf),
+                median_seconds(lambda: _core.encode_examples(c, n, True), args.repeats),
+            )
+            table.add(
+                name,
+                "encode+frame",
+                "ours pure",
+                sn,
+                len(sbuf),
+                median_seconds(lambda: _encode.encode_examples(sc, sn, True), slow_repeats),
+            )
+            table.add(
+                name,
+                "encode+frame",
+                "tfrecord pkg",
+                sn,
+                len(sbuf),
+                median_seconds(vahid_encode(sc, sn), slow_repeats),
+                "dict per record",
+            )
         if name == "D2" and "D2/write_preserialized" in tf:
-            table.add(name, "frame (write)", "TensorFlow", n, len(buf), tf["D2/write_preserialized"], "TFRecordWriter, pre-serialized, to file")
-    env = (f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one thread, CPU time, "
-           f"medians of {args.repeats} (slow engines {slow_repeats}), CRC32C hardware={_core.crc32c_hw()}"
-           + (f", TensorFlow {tf['version']}" if tf else ", TensorFlow not measured"))
+            table.add(
+                name,
+                "frame (write)",
+                "TensorFlow",
+                n,
+                len(buf),
+                tf["D2/write_preserialized"],
+                "TFRecordWriter, pre-serialized, to file",
+            )
+    env = (
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one thread, CPU time, "
+        f"medians of {args.repeats} (slow engines {slow_repeats}), CRC32C hardware={_core.crc32c_hw()}"
+        + (f", TensorFlow {tf['version']}" if tf else ", TensorFlow not measured")
+    )
     md = table.markdown() + "\n\n" + targets(table)
     print("\n" + env + "\n\n" + md)
     if args.write:
@@ -287,7 +368,9 @@ def targets(table: Table) -> str:
         if value is None:
             lines.append(f"- {label}: not measured")
         else:
-            lines.append(f"- {label}: {value:,.2f}{unit} (target >= {goal:g}{unit}) {'met' if value >= goal else 'NOT met'}")
+            lines.append(
+                f"- {label}: {value:,.2f}{unit} (target >= {goal:g}{unit}) {'met' if value >= goal else 'NOT met'}"
+            )
 
     for d in ("D2", "D3"):
         ours, tf = rate.get((d, "decode", "ours native")), rate.get((d, "decode", "TensorFlow b4096"))
@@ -303,17 +386,19 @@ def targets(table: Table) -> str:
     return "\n".join(lines)
 
 
-NOTE = ("Ours: read+CRC and decode run over the file already in memory (scan_frames gives the "
-        "offsets; decode takes buffer + offsets); encode+frame makes one framed buffer from columns. "
-        "tfrecord pkg and TensorFlow read the file themselves (noted). MB/s: file bytes for read "
-        "and encode, payload bytes for decode.")
+NOTE = (
+    "Ours: read+CRC and decode run over the file already in memory (scan_frames gives the "
+    "offsets; decode takes buffer + offsets); encode+frame makes one framed buffer from columns. "
+    "tfrecord pkg and TensorFlow read the file themselves (noted). MB/s: file bytes for read "
+    "and encode, payload bytes for decode."
+)
 
 
 def write_results(env: str, md: str) -> None:
     """Replace this benchmark's section of bench/RESULTS.md, leaving other sections alone."""
     path = ROOT / "bench" / "RESULTS.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    section = (f"{HEADING}\n\n`python bench/bench_native.py --write` ({env}).\n\n{NOTE}\n\n{md}\n")
+    section = f"{HEADING}\n\n`python bench/bench_native.py --write` ({env}).\n\n{NOTE}\n\n{md}\n"
     if HEADING in text:
         start = text.index(HEADING)
         nxt = text.find("\n## ", start + len(HEADING))

@@ -49,13 +49,15 @@ def parquet_file(rows: int) -> Path:
     lengths = rng.integers(0, 11, rows)
     splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     blob = pa.FixedSizeBinaryArray.from_buffers(pa.binary(100), rows, [None, pa.py_buffer(rng.bytes(100 * rows))])
-    table = pa.table({
-        "id": pa.array(np.arange(rows, dtype=np.int64)),
-        "score": pa.array(rng.random(rows, dtype=np.float32)),
-        "name": pa.array([f"{i:016x}" for i in range(rows)]),
-        "tokens": pa.ListArray.from_arrays(pa.array(splits), pa.array(rng.integers(0, 1 << 20, int(splits[-1])))),
-        "blob": blob.cast(pa.binary()),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64)),
+            "score": pa.array(rng.random(rows, dtype=np.float32)),
+            "name": pa.array([f"{i:016x}" for i in range(rows)]),
+            "tokens": pa.ListArray.from_arrays(pa.array(splits), pa.array(rng.integers(0, 1 << 20, int(splits[-1])))),
+            "blob": blob.cast(pa.binary()),
+        }
+    )
     pq.write_table(table, str(path), row_group_size=65536)
     return path
 
@@ -75,6 +77,7 @@ def run_job(main, argv) -> None:
 
 # --- plain Beam baselines ----------------------------------------------------------------------
 
+
 def _row_to_example(row: dict) -> bytes:
     from tfrecord_beam import _proto
 
@@ -93,8 +96,12 @@ def plain_parquet_to_tfrecord(src: str, out: str) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     with beam.Pipeline(options=PipelineOptions(RUNNER)) as p:
-        _ = (p | beam.io.ReadFromParquet(src) | beam.Map(_row_to_example)
-             | beam.io.WriteToTFRecord(out, file_name_suffix=".tfrecord", num_shards=4))
+        _ = (
+            p
+            | beam.io.ReadFromParquet(src)
+            | beam.Map(_row_to_example)
+            | beam.io.WriteToTFRecord(out, file_name_suffix=".tfrecord", num_shards=4)
+        )
 
 
 def plain_read_write(patterns, out: str, shards: int) -> None:
@@ -120,6 +127,7 @@ def ours_tfrecord_beam_io(pattern: str, out: str, shards: int) -> None:
 
 # --- encoders alone --------------------------------------------------------------------------
 
+
 def encoder_rows_per_second(src: str) -> float:
     import pyarrow.parquet as pq
 
@@ -142,14 +150,16 @@ def tfx_rows_per_second(python: str, src: str) -> dict:
     out_dir = tempfile.mkdtemp(prefix="bench_tfx_")
     try:
         script = str(Path(__file__).resolve().parent / "_tfx_side.py")
-        out = subprocess.run([python, script, src, os.path.join(out_dir, "t"), "4"], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [python, script, src, os.path.join(out_dir, "t"), "4"], check=True, capture_output=True, text=True
+        ).stdout
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     return json.loads(out.strip().splitlines()[-1])
 
 
 # --- the run ---------------------------------------------------------------------------------
+
 
 def run(rows: int, tfx_python: str = None, skip_plain: bool = False) -> str:
     from pipelines import mix, parquet_to_tfrecord, reshard
@@ -159,50 +169,103 @@ def run(rows: int, tfx_python: str = None, skip_plain: bool = False) -> str:
     text = ""
     try:
         # 1. parquet -> tfrecord
-        t_ours = timed(lambda: run_job(parquet_to_tfrecord.main, ["--input", src, "--output_prefix",
-                                                                  str(tmp / "tf" / "t"), "--num_shards", "4"] + RUNNER))
+        t_ours = timed(
+            lambda: run_job(
+                parquet_to_tfrecord.main,
+                ["--input", src, "--output_prefix", str(tmp / "tf" / "t"), "--num_shards", "4"] + RUNNER,
+            )
+        )
         table = [["parquet_to_tfrecord (this job)", rows, t_ours, rows / t_ours, "-"]]
         if not skip_plain:
             t_plain = timed(lambda: plain_parquet_to_tfrecord(src, str(tmp / "plain" / "t")))
-            table.append(["ReadFromParquet -> Map -> WriteToTFRecord", rows, t_plain, rows / t_plain, f"{t_plain / t_ours:.1f}x"])
+            table.append(
+                ["ReadFromParquet -> Map -> WriteToTFRecord", rows, t_plain, rows / t_plain, f"{t_plain / t_ours:.1f}x"]
+            )
         enc = encoder_rows_per_second(src)
         table.append(["ExampleEncoder alone, 1 core (rows/s)", rows, rows / enc, enc, ""])
         if tfx_python:
             tfx = tfx_rows_per_second(tfx_python, src)["encode_rows_per_s"]
-            table.append(["tfx_bsl RecordBatchToExamplesEncoder, 1 core", rows, rows / tfx, tfx, f"ours {enc / tfx:.1f}x"])
-        text += print_table(f"parquet_to_tfrecord, {rows:,} rows", ["what", "rows", "seconds", "rows/s", "ours faster by"], table)
+            table.append(
+                ["tfx_bsl RecordBatchToExamplesEncoder, 1 core", rows, rows / tfx, tfx, f"ours {enc / tfx:.1f}x"]
+            )
+        text += print_table(
+            f"parquet_to_tfrecord, {rows:,} rows", ["what", "rows", "seconds", "rows/s", "ours faster by"], table
+        )
 
         # 2. reshard
         pattern = str(tmp / "tf" / "t-*.tfrecord")
         size = sum(f.stat().st_size for f in (tmp / "tf").glob("t-*.tfrecord"))
-        t_ours = timed(lambda: run_job(reshard.main, ["--input", pattern, "--output_prefix", str(tmp / "rs" / "r"),
-                                                      "--num_shards", "8"] + RUNNER))
+        t_ours = timed(
+            lambda: run_job(
+                reshard.main,
+                ["--input", pattern, "--output_prefix", str(tmp / "rs" / "r"), "--num_shards", "8"] + RUNNER,
+            )
+        )
         table = [["reshard (this job, with checksum proof)", t_ours, rows / t_ours, size / t_ours / 1e6, "-"]]
         if not skip_plain:
             t_plain = timed(lambda: plain_read_write([pattern], str(tmp / "prs" / "r"), 8))
-            table.append(["Beam ReadFromTFRecord -> WriteToTFRecord", t_plain, rows / t_plain, size / t_plain / 1e6,
-                          f"{t_plain / t_ours:.1f}x"])
+            table.append(
+                [
+                    "Beam ReadFromTFRecord -> WriteToTFRecord",
+                    t_plain,
+                    rows / t_plain,
+                    size / t_plain / 1e6,
+                    f"{t_plain / t_ours:.1f}x",
+                ]
+            )
         try:
             import tfrecord_beam.beam  # noqa: F401
 
             t_io = timed(lambda: ours_tfrecord_beam_io(pattern, str(tmp / "io" / "r"), 8))
-            table.append(["tfrecord_beam.beam Read -> Write (per record)", t_io, rows / t_io, size / t_io / 1e6,
-                          f"{t_io / t_ours:.1f}x"])
+            table.append(
+                [
+                    "tfrecord_beam.beam Read -> Write (per record)",
+                    t_io,
+                    rows / t_io,
+                    size / t_io / 1e6,
+                    f"{t_io / t_ours:.1f}x",
+                ]
+            )
         except ImportError:
             pass
-        text += print_table(f"reshard into 8 shards, {rows:,} records, {size / 1e6:,.0f} MB",
-                            ["what", "seconds", "records/s", "MB/s", "ours faster by"], table)
+        text += print_table(
+            f"reshard into 8 shards, {rows:,} records, {size / 1e6:,.0f} MB",
+            ["what", "seconds", "records/s", "MB/s", "ours faster by"],
+            table,
+        )
 
         # 3. mix
         shutil.rmtree(tmp / "prs", ignore_errors=True)
         a, b = str(tmp / "rs" / "r-0000[0-5]-of-00008.tfrecord"), str(tmp / "rs" / "r-0000[67]-of-00008.tfrecord")
-        t_ours = timed(lambda: run_job(mix.main, ["--source", a + "=3", "--source", b + "=1", "--total_records", str(rows),
-                                                  "--output_prefix", str(tmp / "mx" / "m"), "--num_shards", "4"] + RUNNER))
+        t_ours = timed(
+            lambda: run_job(
+                mix.main,
+                [
+                    "--source",
+                    a + "=3",
+                    "--source",
+                    b + "=1",
+                    "--total_records",
+                    str(rows),
+                    "--output_prefix",
+                    str(tmp / "mx" / "m"),
+                    "--num_shards",
+                    "4",
+                ]
+                + RUNNER,
+            )
+        )
         table = [["mix 3:1 (this job: count, sample, shuffle, checksum)", t_ours, rows / t_ours, "-"]]
         if not skip_plain:
             t_plain = timed(lambda: plain_read_write([a, b], str(tmp / "pmx" / "m"), 4))
-            table.append(["Beam read both -> WriteToTFRecord (no sampling)", t_plain, rows / t_plain, f"{t_plain / t_ours:.1f}x"])
-        text += print_table(f"mix two sources into 4 shards, {rows:,} records out", ["what", "seconds", "records/s", "ours faster by"], table)
+            table.append(
+                ["Beam read both -> WriteToTFRecord (no sampling)", t_plain, rows / t_plain, f"{t_plain / t_ours:.1f}x"]
+            )
+        text += print_table(
+            f"mix two sources into 4 shards, {rows:,} records out",
+            ["what", "seconds", "records/s", "ours faster by"],
+            table,
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return text

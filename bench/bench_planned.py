@@ -82,9 +82,11 @@ def measure(kind: str, *args) -> Tuple[float, int, float]:
 def _run_one(spec: str) -> None:
     kind, args = json.loads(spec)
     if kind == "plain_reshard":
+
         def fn():
             plain_reshard([Path(a) for a in args[:-2]], args[-2], int(args[-1]))
     elif kind == "plain_build_index":
+
         def fn():
             plain_build_index([Path(a) for a in args[:-1]], Path(args[-1]))
     else:
@@ -95,6 +97,7 @@ def _run_one(spec: str) -> None:
         def fn():
             if main(args) != 0:
                 raise RuntimeError(f"{kind} {args} failed")
+
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         fn()
@@ -112,6 +115,7 @@ def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int
 
 
 # --- the plain loops ---------------------------------------------------------------------------
+
 
 def plain_reshard(files: List[Path], prefix: str, shards: int) -> None:
     """The same job as a user would write it: count, then copy record by record into contiguous
@@ -146,16 +150,30 @@ def plain_build_index(files: List[Path], out_dir: Path) -> None:
 
 # --- the run -------------------------------------------------------------------------------------
 
+
 def _row(what, seconds, peak, nbytes, records, ref=None, cpu=float("nan")):
-    return [what, f"{seconds:.2f}", f"{cpu:.2f}", f"{nbytes / seconds / 1e6:,.0f}", f"{records / seconds / 1e6:.2f}",
-            f"{peak / 2**20:,.0f}", "" if ref is None else f"{ref / seconds:.2f}x"]
+    return [
+        what,
+        f"{seconds:.2f}",
+        f"{cpu:.2f}",
+        f"{nbytes / seconds / 1e6:,.0f}",
+        f"{records / seconds / 1e6:.2f}",
+        f"{peak / 2**20:,.0f}",
+        "" if ref is None else f"{ref / seconds:.2f}x",
+    ]
 
 
 HEADER = ["what", "seconds", "CPU s (tree)", "MB/s", "M records/s", "peak RSS MiB", "vs plain loop"]
 
 
-def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = None, repeats: int = 3,
-        payloads: Tuple[int, ...] = (16384, 150)) -> str:
+def run(
+    gb: float,
+    jobs: List[str],
+    skip_plain: bool = False,
+    workdir: str = None,
+    repeats: int = 3,
+    payloads: Tuple[int, ...] = (16384, 150),
+) -> str:
     total = int(gb * 1e9)
     text = ""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -180,24 +198,62 @@ def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = Non
                 rows, times, plain = [], {}, None
                 if not skip_plain:
                     (tmp / "plain").mkdir(parents=True, exist_ok=True)
-                    plain, peak, cpu = median_run(repeats, "plain_reshard", *files, tmp / "plain" / "r", SHARDS,
-                                             cleanup=lambda: [p.unlink() for p in (tmp / "plain").iterdir()])
-                    rows.append(_row("plain loop: RecordReader -> RecordWriter(index) per record", plain, peak,
-                                     nbytes, records, cpu=cpu))
+                    plain, peak, cpu = median_run(
+                        repeats,
+                        "plain_reshard",
+                        *files,
+                        tmp / "plain" / "r",
+                        SHARDS,
+                        cleanup=lambda: [p.unlink() for p in (tmp / "plain").iterdir()],
+                    )
+                    rows.append(
+                        _row(
+                            "plain loop: RecordReader -> RecordWriter(index) per record",
+                            plain,
+                            peak,
+                            nbytes,
+                            records,
+                            cpu=cpu,
+                        )
+                    )
                 for name, runner in workers:
-                    seconds, peak, cpu = median_run(repeats, "reshard", "--input", pattern, "--output_prefix", tmp / "rs" / "r",
-                                               "--num_shards", SHARDS, *runner, cleanup=clean("rs"))
+                    seconds, peak, cpu = median_run(
+                        repeats,
+                        "reshard",
+                        "--input",
+                        pattern,
+                        "--output_prefix",
+                        tmp / "rs" / "r",
+                        "--num_shards",
+                        SHARDS,
+                        *runner,
+                        cleanup=clean("rs"),
+                    )
                     times[name] = seconds
-                    rows.append(_row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain, cpu))
-                text += table(f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
+                    rows.append(
+                        _row(f"reshard (this job, with proof), {name}", seconds, peak, nbytes, records, plain, cpu)
+                    )
+                text += table(
+                    f"reshard into {SHARDS} contiguous shards, {label} records, {nbytes / 1e9:.2f} GB", rows, times
+                )
             if "build_index" in jobs:
                 rows, times, plain = [], {}, None
                 if not skip_plain:
-                    plain, peak, cpu = median_run(repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx"))
+                    plain, peak, cpu = median_run(
+                        repeats, "plain_build_index", *files, tmp / "pidx", cleanup=clean("pidx")
+                    )
                     rows.append(_row("plain loop: index.create_index per file", plain, peak, nbytes, records, cpu=cpu))
                 for name, runner in workers:
-                    seconds, peak, cpu = median_run(repeats, "build_index", "--input", pattern, "--output_dir", tmp / "idx",
-                                               *runner, cleanup=clean("idx"))
+                    seconds, peak, cpu = median_run(
+                        repeats,
+                        "build_index",
+                        "--input",
+                        pattern,
+                        "--output_dir",
+                        tmp / "idx",
+                        *runner,
+                        cleanup=clean("idx"),
+                    )
                     times[name] = seconds
                     rows.append(_row(f"build_index (this job), {name}", seconds, peak, nbytes, records, plain, cpu))
                 text += table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
@@ -206,13 +262,38 @@ def run(gb: float, jobs: List[str], skip_plain: bool = False, workdir: str = Non
                 a = str(files[0].parent / "in-[0-5].tfrecord")
                 b = str(files[0].parent / "in-[67].tfrecord")
                 for name, runner in workers:
-                    seconds, peak, cpu = median_run(repeats, "mix", "--source", a + "=3", "--source", b + "=1",
-                                               "--total_records", records, "--output_prefix", tmp / "mx" / "m",
-                                               "--num_shards", SHARDS, "--seed", 1, *runner, cleanup=clean("mx"))
+                    seconds, peak, cpu = median_run(
+                        repeats,
+                        "mix",
+                        "--source",
+                        a + "=3",
+                        "--source",
+                        b + "=1",
+                        "--total_records",
+                        records,
+                        "--output_prefix",
+                        tmp / "mx" / "m",
+                        "--num_shards",
+                        SHARDS,
+                        "--seed",
+                        1,
+                        *runner,
+                        cleanup=clean("mx"),
+                    )
                     times[name] = seconds
-                    rows.append(_row(f"mix 3:1 (select, shuffle within shards, proof), {name}", seconds, peak,
-                                     nbytes, records, cpu=cpu))
-                text += table(f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times)
+                    rows.append(
+                        _row(
+                            f"mix 3:1 (select, shuffle within shards, proof), {name}",
+                            seconds,
+                            peak,
+                            nbytes,
+                            records,
+                            cpu=cpu,
+                        )
+                    )
+                text += table(
+                    f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return text
@@ -224,8 +305,11 @@ def main(argv=None) -> None:
     parser.add_argument("--small", action="store_true", help="0.2 GB per input set (a quick run)")
     parser.add_argument("--jobs", default="reshard,build_index,mix", help="comma-separated subset")
     parser.add_argument("--skip-plain", action="store_true", help="skip the plain loops")
-    parser.add_argument("--workdir", default=None,
-                        help="where outputs go (default: beside the inputs; e.g. /dev/shm to measure past a slow disk)")
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="where outputs go (default: beside the inputs; e.g. /dev/shm to measure past a slow disk)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (median seconds, largest peak RSS)")
     parser.add_argument("--payloads", default="16384,150", help="payload sizes of the input sets")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one measured run
@@ -233,8 +317,14 @@ def main(argv=None) -> None:
     if args.one:
         _run_one(args.one)
         return
-    run(0.2 if args.small else args.gb, args.jobs.split(","), args.skip_plain, args.workdir, args.repeats,
-        tuple(int(p) for p in args.payloads.split(",")))
+    run(
+        0.2 if args.small else args.gb,
+        args.jobs.split(","),
+        args.skip_plain,
+        args.workdir,
+        args.repeats,
+        tuple(int(p) for p in args.payloads.split(",")),
+    )
 
 
 if __name__ == "__main__":

@@ -61,13 +61,17 @@ def _inputs(records: int, work: Path) -> dict:
     from tfrecord_beam.records import RecordReader, RecordWriter
 
     src = dataset_file("d2", records)
-    out = {"none": work / "none" / "in.tfrecord", "blocks": work / "blocks" / "in.tfrecord.gz",
-           "one stream": work / "stream" / "in.tfrecord.gz"}
+    out = {
+        "none": work / "none" / "in.tfrecord",
+        "blocks": work / "blocks" / "in.tfrecord.gz",
+        "one stream": work / "stream" / "in.tfrecord.gz",
+    }
     for kind, path in out.items():
         path.parent.mkdir(parents=True)
         index = str(path).replace(".tfrecord", ".tfindex") if kind == "none" else str(path) + ".tfindex"
-        with RecordWriter(str(path), None if kind == "none" else "gzip",
-                          index_path=None if kind == "one stream" else index) as w:
+        with RecordWriter(
+            str(path), None if kind == "none" else "gzip", index_path=None if kind == "one stream" else index
+        ) as w:
             for chunk in RecordReader(str(src)).chunks():
                 w.write_many(chunk.payloads())
     return out
@@ -75,9 +79,20 @@ def _inputs(records: int, work: Path) -> dict:
 
 def _job(path: Path, out: Path, shards: int, workers: int) -> tuple:
     """(wall seconds, CPU seconds) of one reshard run."""
-    cmd = [sys.executable, "-m", "pipelines.reshard", "--input", str(path), "--output_prefix", str(out / "r"),
-           "--num_shards", str(shards), "--runner=DirectRunner", "--direct_running_mode=multi_processing",
-           f"--direct_num_workers={workers}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.reshard",
+        "--input",
+        str(path),
+        "--output_prefix",
+        str(out / "r"),
+        "--num_shards",
+        str(shards),
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        f"--direct_num_workers={workers}",
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cpu: dict = {}  # pid -> the most CPU seen (Beam's workers are not waited for: rusage misses them)
     with tempfile.TemporaryFile() as err:
@@ -116,7 +131,9 @@ def run(records: int = 600_000, shards: int = 4, repeats: int = 3) -> str:
             rows.append([kind, workers, os.path.getsize(inputs[kind]) / 1e6, wall, cpu, ref / wall])
         return print_table(
             f"reshard of one file, {records:,} D2 records ({want[0]:,} checked) -> {shards} shards, median of {repeats}",
-            ["input", "workers", "file MB", "wall s", "CPU s", "speed vs blocks/1 worker"], rows)
+            ["input", "workers", "file MB", "wall s", "CPU s", "speed vs blocks/1 worker"],
+            rows,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

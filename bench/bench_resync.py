@@ -66,7 +66,9 @@ def main(argv: List[str]) -> None:
             repeats = args.repeats if units < 100000 else 1
             walk = median_seconds(lambda: _resync_walk(path, size), repeats=repeats, warmup=0, clock=time.process_time)
             try:
-                beam = median_seconds(lambda: _beam_skip_corrupt(path), repeats=repeats, warmup=0, clock=time.process_time)
+                beam = median_seconds(
+                    lambda: _beam_skip_corrupt(path), repeats=repeats, warmup=0, clock=time.process_time
+                )
                 reports = _beam_skip_corrupt(path) if units < 100000 else 2 * units
             except ImportError:
                 beam, reports = float("nan"), 0
@@ -83,16 +85,28 @@ def main(argv: List[str]) -> None:
         ranged = time.process_time() - start
     print_table(
         f"Resync over crafted damage ({_engine.ENGINE} engine; median of {args.repeats}, 1 run at 10 MB)",
-        ["file", "units", "resync walk CPU s", "s per MB", "skip_corrupt reports", "Beam skip_corrupt read CPU s",
-         "s per MB"],
+        [
+            "file",
+            "units",
+            "resync walk CPU s",
+            "s per MB",
+            "skip_corrupt reports",
+            "Beam skip_corrupt read CPU s",
+            "s per MB",
+        ],
         rows,
     )
     print_table(
         "One split point on clean data (116-byte records)",
         ["what", "CPU seconds"],
-        [["Resync.find from mid-file", one],
-         [f"RecordReader(resync=True) over a quarter of a {size / 1e6:.0f} MB file ({read:,} records, "
-          "resync at start + split check at end)", ranged]],
+        [
+            ["Resync.find from mid-file", one],
+            [
+                f"RecordReader(resync=True) over a quarter of a {size / 1e6:.0f} MB file ({read:,} records, "
+                "resync at start + split check at end)",
+                ranged,
+            ],
+        ],
     )
 
 

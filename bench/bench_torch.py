@@ -81,18 +81,27 @@ def _loaders(path: str, index: str, batch: int, workers: int, description, floor
         out.append(("tfrecord", lambda: _count(peer)))
     per_record = DataLoader(TFRecordDataset(path, index, description), batch_size=batch, num_workers=workers)
     out.append(("ours, per record", lambda: _count(per_record)))
-    batched = DataLoader(TFRecordDataset(path, index, description, batch_size=batch), batch_size=None,
-                         num_workers=workers)
+    batched = DataLoader(
+        TFRecordDataset(path, index, description, batch_size=batch), batch_size=None, num_workers=workers
+    )
     out.append(("ours, batched", lambda: _count(batched)))
     if floor:
-        prebuilt = DataLoader(_Prebuilt(path, index, batch, description).dataset(), batch_size=None,
-                              num_workers=workers)
+        prebuilt = DataLoader(
+            _Prebuilt(path, index, batch, description).dataset(), batch_size=None, num_workers=workers
+        )
         out.append(("floor: prebuilt batches", lambda: _count(prebuilt)))
     return out
 
 
-def run(records: Optional[int] = None, repeats: int = 3, batch: int = 256, workers: Optional[List[int]] = None,
-        data: Optional[List[str]] = None, scale: float = 1.0, floor: bool = False) -> str:
+def run(
+    records: Optional[int] = None,
+    repeats: int = 3,
+    batch: int = 256,
+    workers: Optional[List[int]] = None,
+    data: Optional[List[str]] = None,
+    scale: float = 1.0,
+    floor: bool = False,
+) -> str:
     import resource
     import statistics
     import time
@@ -125,14 +134,24 @@ def run(records: Optional[int] = None, repeats: int = 3, batch: int = 256, worke
             cpus = {label: statistics.median(t) for label, t in cpu_times.items()}
             peer, peer_cpu = results.get("tfrecord"), cpus.get("tfrecord")
             for label, seconds in results.items():
-                rows.append([name, num_workers, label, f"{n / seconds:,.0f}", f"{mb / seconds:,.0f}",
-                             f"{peer / seconds:.2f}x" if peer else "n/a", f"{1e6 * cpus[label] / n:.1f}",
-                             f"{peer_cpu / cpus[label]:.2f}x" if peer_cpu else "n/a"])
+                rows.append(
+                    [
+                        name,
+                        num_workers,
+                        label,
+                        f"{n / seconds:,.0f}",
+                        f"{mb / seconds:,.0f}",
+                        f"{peer / seconds:.2f}x" if peer else "n/a",
+                        f"{1e6 * cpus[label] / n:.1f}",
+                        f"{peer_cpu / cpus[label]:.2f}x" if peer_cpu else "n/a",
+                    ]
+                )
     return print_table(
         f"DataLoader throughput, batch {batch}, engine={_engine.ENGINE}, median of {repeats} interleaved rounds, "
         f"scale {scale:g}",
         ["data", "workers", "dataset", "records/s", "MB/s", "vs tfrecord", "CPU us/record", "CPU vs tfrecord"],
-        rows)
+        rows,
+    )
 
 
 def _cpu_seconds(resource) -> float:
@@ -153,8 +172,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--floor", action="store_true",
-                        help="add a dataset yielding prebuilt batches (no reading): what workers cost by themselves")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="add a dataset yielding prebuilt batches (no reading): what workers cost by themselves",
+    )
     args = parser.parse_args(argv)
     run(args.records, args.repeats, args.batch, args.workers, args.data, args.scale, args.floor)
 

@@ -21,15 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tfrecord_beam._engine_info import describe as describe_engine
-from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
 from tfrecord_beam import fs
+from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam.commit import OutputError
+from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.manifest import ShardEntry
+from tfrecord_beam.records import resolve_compression
 
 TEMP_PREFIX = _commit.TEMP_PREFIX
 
@@ -55,8 +55,11 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
     """A parser whose --help ends with usage examples and a note on Beam flags, with the flags
     every job shares: --skip_corrupt, --verbose and (jobs with an --output_prefix) --overwrite."""
     epilog = (
-        "examples:\n" + examples.rstrip() + "\n\n" + (OUTPUTS_HELP + "\n" if outputs else "") +
-        "Any other --flag goes to Beam's PipelineOptions (default --runner=DirectRunner), e.g.\n"
+        "examples:\n"
+        + examples.rstrip()
+        + "\n\n"
+        + (OUTPUTS_HELP + "\n" if outputs else "")
+        + "Any other --flag goes to Beam's PipelineOptions (default --runner=DirectRunner), e.g.\n"
         "  --direct_running_mode=multi_processing --direct_num_workers=4\n"
         "  --runner=DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py\n"
         "  --runner=FlinkRunner --flink_master=HOST:8081\n"
@@ -64,17 +67,27 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
         "\nexit status: 0 ok, 1 failure (one line on stderr), 2 bad data reported (build_index), 130 interrupted\n"
     )
     parser = argparse.ArgumentParser(
-        prog=f"python -m pipelines.{prog}", description=description, epilog=epilog,
+        prog=f"python -m pipelines.{prog}",
+        description=description,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=describe_engine(),
-                        help="print the version and the engine in use, then exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=describe_engine(),
+        help="print the version and the engine in use, then exit",
+    )
     if outputs:
-        parser.add_argument("--overwrite", action="store_true",
-                            help="replace an existing output under the prefix (as one commit)")
-    parser.add_argument("--skip_corrupt", action="store_true",
-                        help="skip corrupt records instead of failing: counted, listed (file, offset, reason) in a "
-                             "dead-letter file beside the output (OUTPUT_DIR/_CORRUPT.NAME.jsonl), in the summary and manifest")
+        parser.add_argument(
+            "--overwrite", action="store_true", help="replace an existing output under the prefix (as one commit)"
+        )
+    parser.add_argument(
+        "--skip_corrupt",
+        action="store_true",
+        help="skip corrupt records instead of failing: counted, listed (file, offset, reason) in a "
+        "dead-letter file beside the output (OUTPUT_DIR/_CORRUPT.NAME.jsonl), in the summary and manifest",
+    )
     parser.add_argument("--verbose", action="store_true", help="show Beam's log lines and the traceback of a failure")
     return parser
 
@@ -115,8 +128,13 @@ class Summary:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
-        out = {"job": self.job, "files": self.files, "records": self.records, "bytes": self.bytes,
-               "seconds": round(self.seconds, 3)}
+        out = {
+            "job": self.job,
+            "files": self.files,
+            "records": self.records,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+        }
         out.update(self.extra)
         return out
 
@@ -150,7 +168,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
 
 def beam_path(path: str) -> str:
     """A path Beam's FileSystems accept: `file://` URIs become plain local paths."""
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 _open_outputs: List[_commit.Output] = []  # aborted by run_job unless committed
@@ -160,8 +178,9 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     """The job's output under --output_prefix: checked (writable, not another run's output
     unless --overwrite, dead runs' staging cleaned) before any work; staged, then committed."""
     arguments = {k: v for k, v in sorted(vars(args).items()) if k != "verbose"}
-    output = _commit.Output(prefix or args.output_prefix, job, arguments, overwrite=getattr(args, "overwrite", False),
-                            say=progress)
+    output = _commit.Output(
+        prefix or args.output_prefix, job, arguments, overwrite=getattr(args, "overwrite", False), say=progress
+    )
     _open_outputs.append(output)
     return output
 
@@ -197,8 +216,16 @@ def _error_line(exc: BaseException) -> str:
             return str(seen)
         seen = seen.__cause__ or seen.__context__
     text = str(exc).strip()
-    for marker in ("JobError: ", "OutputError: ", "ArrowConversionError: ", "CorruptRecordError: ", "TruncatedRecordError: ",
-                   "DecodeError: ", "IndexMismatchError: ", "ChecksumMismatch: "):
+    for marker in (
+        "JobError: ",
+        "OutputError: ",
+        "ArrowConversionError: ",
+        "CorruptRecordError: ",
+        "TruncatedRecordError: ",
+        "DecodeError: ",
+        "IndexMismatchError: ",
+        "ChecksumMismatch: ",
+    ):
         if marker in text:
             tail = text.rsplit(marker, 1)[1]
             return tail.split(" [while running")[0].strip().splitlines()[0]
@@ -416,17 +443,26 @@ def shard_entries(spec: _stages.ShardSpec, results: List[Dict[str, Any]]) -> Lis
     """Manifest entries of the written shards."""
     from tfrecord_beam.digest import format_checksum
 
-    return [ShardEntry(name=r["name"], records=r["records"], file_bytes=r["file_bytes"], payload_bytes=r["bytes"],
-                       checksum=format_checksum(r["checksum"]) if spec.checksum else None,
-                       index=spec.index_name(r["shard"]) if spec.write_index else None, compression=spec.compression)
-            for r in results]
+    return [
+        ShardEntry(
+            name=r["name"],
+            records=r["records"],
+            file_bytes=r["file_bytes"],
+            payload_bytes=r["bytes"],
+            checksum=format_checksum(r["checksum"]) if spec.checksum else None,
+            index=spec.index_name(r["shard"]) if spec.write_index else None,
+            compression=spec.compression,
+        )
+        for r in results
+    ]
 
 
 def commit_shards(staged: _commit.Output, spec: _stages.ShardSpec, results, extra_files=(), details=None) -> tuple:
     """Commit the shards with the manifest (and dead letters); (final shard paths, summary fields)."""
     count, name = staged.collect_dead_letters()
-    finals = staged.commit(shard_entries(spec, results), extra_files, corrupt_records=count, dead_letters=name,
-                           details=details)
+    finals = staged.commit(
+        shard_entries(spec, results), extra_files, corrupt_records=count, dead_letters=name, details=details
+    )
     return finals, corrupt_summary(count, name, staged)
 
 

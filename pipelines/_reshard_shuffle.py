@@ -19,10 +19,13 @@ from ._common import JobError, Summary
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The shuffle's own flags (reshard adds them to its parser)."""
     parser.add_argument(
-        "--shuffle_buffer_bytes", type=int, default=_shuffle.DEFAULT_BUFFER_BYTES, metavar="BYTES",
+        "--shuffle_buffer_bytes",
+        type=int,
+        default=_shuffle.DEFAULT_BUFFER_BYTES,
+        metavar="BYTES",
         help="with --shuffle: the most record bytes one step holds in memory (a reader's run, a "
-             f"writer's bucket; default {_shuffle.DEFAULT_BUFFER_BYTES >> 20} MiB). Peak memory per "
-             "worker is about 2-3x this, whatever the input or shard size",
+        f"writer's bucket; default {_shuffle.DEFAULT_BUFFER_BYTES >> 20} MiB). Peak memory per "
+        "worker is about 2-3x this, whatever the input or shard size",
     )
 
 
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
     work_dir = staged.temp_path("_shuffle")
     _common.progress(
         f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
-        f"shards through {plan.buckets} buckets of ~{args.shuffle_buffer_bytes // 2:,} bytes (seed {args.seed})")
+        f"shards through {plan.buckets} buckets of ~{args.shuffle_buffer_bytes // 2:,} bytes (seed {args.seed})"
+    )
     verify = not args.no_verify
     dead_letters = _common.dead_letters(args, staged)  # --skip_corrupt: listed, not fatal
 
@@ -53,11 +57,15 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
     extra = {
         "output_shards": num_shards,
         "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
-        "input_files": len(files), "input_bytes": total_bytes,
+        "input_files": len(files),
+        "input_bytes": total_bytes,
         "shuffle": f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes",
-        "verified": "no (--no_verify)" if check is None else
-        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals, **corrupt,
+        "verified": "no (--no_verify)"
+        if check is None
+        else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        "outputs": finals,
+        **corrupt,
     }
-    return Summary("reshard", files=len(results), records=sum(sizes),
-                   bytes=sum(r["file_bytes"] for r in results), extra=extra)
+    return Summary(
+        "reshard", files=len(results), records=sum(sizes), bytes=sum(r["file_bytes"] for r in results), extra=extra
+    )

@@ -25,13 +25,13 @@ from apache_beam.metrics.metric import MetricsFilter
 from tfrecord_beam import blockgzip, fs
 from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
 from tfrecord_beam._walk import walk_frames
-from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
+from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.index import default_index_path, format_index
+from tfrecord_beam.records import resolve_compression
 
 from . import _common
 from ._common import Summary
@@ -48,11 +48,20 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("build_index", __doc__, EXAMPLES, outputs=False)
-    parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
-    parser.add_argument("--output_dir", default=None,
-                        help="write indexes here (named after each file) instead of beside the data")
-    parser.add_argument("--verify", action="store_true",
-                        help="also check every payload CRC (reads all the data; length CRCs are always checked)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote",
+    )
+    parser.add_argument(
+        "--output_dir", default=None, help="write indexes here (named after each file) instead of beside the data"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every payload CRC (reads all the data; length CRCs are always checked)",
+    )
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
     parser.add_argument("--compression", default="auto", help="auto (from file names), none, gzip, zlib")
     return parser
@@ -67,8 +76,13 @@ def index_target(data_path: str, output_dir: Optional[str]) -> str:
     return join(output_dir, posixpath.basename(default))
 
 
-def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], compression: Optional[str],
-               progress_dir: Optional[str]) -> None:
+def index_file(
+    task: Tuple[int, str],
+    verify: bool,
+    output_dir: Optional[str],
+    compression: Optional[str],
+    progress_dir: Optional[str],
+) -> None:
     """Walk one file and stream its index to its target, or count the file as corrupt."""
     number, path = task
     counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
@@ -91,8 +105,9 @@ def index_file(task: Tuple[int, str], verify: bool, output_dir: Optional[str], c
     except TFRecordError as err:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
         Metrics.string_set(NAMESPACE, "corrupt").add(str(err))
-        Metrics.string_set(NAMESPACE, "dead_letters").add(corrupt_line(CorruptRecord(
-            path, err.offset, f"{err.reason}; the file got no index")).decode("utf-8"))
+        Metrics.string_set(NAMESPACE, "dead_letters").add(
+            corrupt_line(CorruptRecord(path, err.offset, f"{err.reason}; the file got no index")).decode("utf-8")
+        )
         return
     finally:
         counter.flush()
@@ -120,7 +135,7 @@ class _MemberCheck:
     def see(self, offsets: np.ndarray) -> None:
         if self._starts is None or self._next >= len(self._starts) or not len(offsets):
             return
-        todo = self._starts[self._next:]
+        todo = self._starts[self._next :]
         inside = todo[todo <= offsets[-1]]
         if len(inside) and not np.all(np.isin(inside, offsets)):
             self._starts = None  # a member starts inside a record: not ours, keep no table
@@ -131,7 +146,7 @@ class _MemberCheck:
         """The table when it matches the walked records (ending at `end`), else None."""
         if self.table is None or self._starts is None or self.table.data_size != end:
             return None
-        rest = self._starts[self._next:]
+        rest = self._starts[self._next :]
         return self.table if np.all(rest == end) else None
 
 
@@ -192,9 +207,11 @@ def run(args: argparse.Namespace, options) -> Summary:
     elif corrupt:
         extra["exit_code"] = 2
     return Summary(
-        "build_index", files=extra["indexed_files"],
+        "build_index",
+        files=extra["indexed_files"],
         records=_metric(result, "records") if tasks else 0,
-        bytes=_metric(result, "bytes") if tasks else 0, extra=extra,
+        bytes=_metric(result, "bytes") if tasks else 0,
+        extra=extra,
     )
 
 

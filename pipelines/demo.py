@@ -33,14 +33,16 @@ def make_parquet(path: str, rows: int, source: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, 11, rows)
     splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    table = pa.table({
-        "id": pa.array(np.arange(rows, dtype=np.int64) + source * 10_000_000),
-        "source": pa.array(np.full(rows, source, dtype=np.int64)),
-        "score": pa.array(rng.random(rows, dtype=np.float32)),
-        "name": pa.array([f"item-{source}-{i:010d}" for i in range(rows)]),
-        "tokens": pa.ListArray.from_arrays(pa.array(splits), pa.array(rng.integers(0, 30_000, int(splits[-1])))),
-        "blob": pa.array([rng.bytes(100) for _ in range(rows)], pa.binary()),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64) + source * 10_000_000),
+            "source": pa.array(np.full(rows, source, dtype=np.int64)),
+            "score": pa.array(rng.random(rows, dtype=np.float32)),
+            "name": pa.array([f"item-{source}-{i:010d}" for i in range(rows)]),
+            "tokens": pa.ListArray.from_arrays(pa.array(splits), pa.array(rng.integers(0, 30_000, int(splits[-1])))),
+            "blob": pa.array([rng.bytes(100) for _ in range(rows)], pa.binary()),
+        }
+    )
     pq.write_table(table, path, row_group_size=max(1, rows // 4))
 
 
@@ -64,8 +66,14 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
         return
     files = sorted(glob.glob(pattern))
     indexes = [f[: -len(".tfrecord")] + ".tfindex" for f in files]
-    dataset = TFRecordDataset(files, indexes, {"id": "int", "source": "int", "score": "float", "tokens": "int"},
-                              shuffle_queue_size=256, seed=0, batch_size=64)
+    dataset = TFRecordDataset(
+        files,
+        indexes,
+        {"id": "int", "source": "int", "score": "float", "tokens": "int"},
+        shuffle_queue_size=256,
+        seed=0,
+        batch_size=64,
+    )
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)
     records, first = 0, None
     per_source: Dict[int, int] = {}
@@ -78,12 +86,18 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
     print("\n#### read the mix with tfrecord_beam.torch.TFRecordDataset")
     print(f"records: {records}   per source: {dict(sorted(per_source.items()))}")
     if first is not None:
-        print("first batch:", {k: (tuple(v.shape) if hasattr(v, "shape") else type(v).__name__) for k, v in first.items()})
+        print(
+            "first batch:", {k: (tuple(v.shape) if hasattr(v, "shape") else type(v).__name__) for k, v in first.items()}
+        )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.splitlines()[0],
-                                     epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.demo",
+        description=__doc__.splitlines()[0],
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workdir", default=None, help="where to put everything (default: a new temp dir, kept)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the 'web' dataset ('books' has a quarter)")
     args, beam_args = parser.parse_known_args(argv)
@@ -97,19 +111,58 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     make_parquet(j("parquet", "web.parquet"), args.rows, 1, seed=1)
     make_parquet(j("parquet", "books.parquet"), max(1, args.rows // 4), 2, seed=2)
     beam = list(beam_args)
-    _step("Parquet -> TFRecord (web)", parquet_to_tfrecord,
-          ["--input", j("parquet", "web.parquet"), "--output_prefix", j("tfrecord", "web"), "--num_shards", "3"] + beam)
-    _step("Parquet -> TFRecord (books)", parquet_to_tfrecord,
-          ["--input", j("parquet", "books.parquet"), "--output_prefix", j("tfrecord", "books"), "--num_shards", "1"] + beam)
-    _step("build indexes (CRCs verified)", build_index,
-          ["--input", j("tfrecord", "*.tfrecord"), "--output_dir", j("indexes"), "--verify"] + beam)
-    _step("reshard web into 4 shuffled shards", reshard,
-          ["--input", j("tfrecord", "web-*.tfrecord"), "--output_prefix", j("resharded", "web"),
-           "--num_shards", "4", "--shuffle", "--seed", "1"] + beam)
+    _step(
+        "Parquet -> TFRecord (web)",
+        parquet_to_tfrecord,
+        ["--input", j("parquet", "web.parquet"), "--output_prefix", j("tfrecord", "web"), "--num_shards", "3"] + beam,
+    )
+    _step(
+        "Parquet -> TFRecord (books)",
+        parquet_to_tfrecord,
+        ["--input", j("parquet", "books.parquet"), "--output_prefix", j("tfrecord", "books"), "--num_shards", "1"]
+        + beam,
+    )
+    _step(
+        "build indexes (CRCs verified)",
+        build_index,
+        ["--input", j("tfrecord", "*.tfrecord"), "--output_dir", j("indexes"), "--verify"] + beam,
+    )
+    _step(
+        "reshard web into 4 shuffled shards",
+        reshard,
+        [
+            "--input",
+            j("tfrecord", "web-*.tfrecord"),
+            "--output_prefix",
+            j("resharded", "web"),
+            "--num_shards",
+            "4",
+            "--shuffle",
+            "--seed",
+            "1",
+        ]
+        + beam,
+    )
     total = args.rows
-    _step("mix web:books = 3:1", mix,
-          ["--source", j("resharded", "web-*.tfrecord") + "=3", "--source", j("tfrecord", "books-*.tfrecord") + "=1",
-           "--total_records", str(total), "--output_prefix", j("mixed", "mix"), "--num_shards", "2", "--seed", "1"] + beam)
+    _step(
+        "mix web:books = 3:1",
+        mix,
+        [
+            "--source",
+            j("resharded", "web-*.tfrecord") + "=3",
+            "--source",
+            j("tfrecord", "books-*.tfrecord") + "=1",
+            "--total_records",
+            str(total),
+            "--output_prefix",
+            j("mixed", "mix"),
+            "--num_shards",
+            "2",
+            "--seed",
+            "1",
+        ]
+        + beam,
+    )
     read_with_torch(j("mixed", "mix-*.tfrecord"), None)
     print(f"\ndemo: done; everything is in {work} (manifest: {j('mixed', 'mix.manifest.json')})")
     return 0

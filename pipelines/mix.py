@@ -55,12 +55,20 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("mix", __doc__, EXAMPLES)
-    parser.add_argument("--source", action="append", required=True, metavar="GLOB=WEIGHT",
-                        help="a source glob and its weight (> 0); repeatable")
+    parser.add_argument(
+        "--source",
+        action="append",
+        required=True,
+        metavar="GLOB=WEIGHT",
+        help="a source glob and its weight (> 0); repeatable",
+    )
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--total_records", type=int, help="records in the output")
-    size.add_argument("--until_exhausted", action="store_true",
-                      help="as many records as possible with no repetition: stop when the first source runs out")
+    size.add_argument(
+        "--until_exhausted",
+        action="store_true",
+        help="as many records as possible with no repetition: stop when the first source runs out",
+    )
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
@@ -179,8 +187,9 @@ class Task(NamedTuple):
     buckets: int  # buckets per shard
 
 
-def plan_mix(surveys: List[FileSurvey], weights: Sequence[float], wanted: Optional[List[int]], seed: int,
-             num_shards: int) -> Tuple[List[Task], List[int], List[int]]:
+def plan_mix(
+    surveys: List[FileSurvey], weights: Sequence[float], wanted: Optional[List[int]], seed: int, num_shards: int
+) -> Tuple[List[Task], List[int], List[int]]:
     """Reader tasks, available and wanted records per source, from the surveys alone."""
     groups = len(weights)
     available = [0] * groups
@@ -221,8 +230,9 @@ def _source_blocks(surveys: List[FileSurvey], group: int) -> List[_RawBlock]:
     return blocks
 
 
-def _source_tasks(first_task: int, group: int, blocks: List[_RawBlock], extras: List[int], full: int,
-                  shard_offset: int, buckets: int) -> List[Task]:
+def _source_tasks(
+    first_task: int, group: int, blocks: List[_RawBlock], extras: List[int], full: int, shard_offset: int, buckets: int
+) -> List[Task]:
     """One source's blocks that give records (`full` each, plus `extras`), cut into reader
     tasks of about TASK_BYTES, numbered from `first_task`; each block knows its first occurrence."""
     tasks: List[Task] = []
@@ -232,8 +242,9 @@ def _source_tasks(first_task: int, group: int, blocks: List[_RawBlock], extras: 
     for (s, b, first, n, offset, size), extra in zip(blocks, extras):
         if full == 0 and extra == 0:
             continue  # nothing taken from this block: not even read
-        current.append(Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence,
-                             s.skip_corrupt))
+        current.append(
+            Block(s.file_number, b, s.path, s.compression, first, n, offset, size, extra, occurrence, s.skip_corrupt)
+        )
         occurrence += full * n + extra
         current_bytes += size
         if current_bytes >= TASK_BYTES:
@@ -253,8 +264,13 @@ class SelectFn(beam.DoFn):
 
     def process(self, task: Task):
         counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
-        spiller = _bucketed.RunSpiller(self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs", task.number,
-                                       task.group, [task.buckets] * self.num_shards, _fs.atomic_output)
+        spiller = _bucketed.RunSpiller(
+            self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs",
+            task.number,
+            task.group,
+            [task.buckets] * self.num_shards,
+            _fs.atomic_output,
+        )
         digest = (0, 0, 0)
         try:
             for block in task.blocks:
@@ -268,17 +284,29 @@ class SelectFn(beam.DoFn):
         for table in tables:
             yield table.shard, table
 
-    def _select_block(self, task: Task, block: Block, spiller: _bucketed.RunSpiller,
-                      counter: _progress.ProgressFile) -> Tuple[int, int, int]:
+    def _select_block(
+        self, task: Task, block: Block, spiller: _bucketed.RunSpiller, counter: _progress.ProgressFile
+    ) -> Tuple[int, int, int]:
         """Stream one block's frames and spill each record as often as it is taken, keyed; the
         digest of what was selected."""
         taken = block_taken(self.seed, task.group, (block.file_number, block.number), block.n, block.extra, task.full)
-        keys = np.random.default_rng([self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number,
-                                      block.number]).bit_generator
+        keys = np.random.default_rng(
+            [self.seed & ((1 << 64) - 1), KEY_TAG, task.group, block.file_number, block.number]
+        ).bit_generator
         occurrence = block.occurrence
-        piece = Piece(block.path, block.compression, block.file_number, "records", block.first,
-                      block.first + block.n, block.first, block.offset, task.group, block.skip_corrupt,
-                      to_offset=block.offset + block.size)  # block-gzip: inflate the block's members only
+        piece = Piece(
+            block.path,
+            block.compression,
+            block.file_number,
+            "records",
+            block.first,
+            block.first + block.n,
+            block.first,
+            block.offset,
+            task.group,
+            block.skip_corrupt,
+            to_offset=block.offset + block.size,
+        )  # block-gzip: inflate the block's members only
         digest = (0, 0, 0)
         done = 0
         for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
@@ -293,8 +321,16 @@ class SelectFn(beam.DoFn):
             occurrence += len(picked)
         return digest
 
-    def _spill(self, task: Task, spiller: _bucketed.RunSpiller, keys, framed, sizes: np.ndarray,
-               picked: np.ndarray, occurrence: int) -> None:
+    def _spill(
+        self,
+        task: Task,
+        spiller: _bucketed.RunSpiller,
+        keys,
+        framed,
+        sizes: np.ndarray,
+        picked: np.ndarray,
+        occurrence: int,
+    ) -> None:
         """Spill the `picked` frames of one chunk (a frame once per time it is taken), each to
         the shard of its occurrence, in bounded batches however often a record is repeated."""
         starts = np.cumsum(sizes) - sizes
@@ -327,8 +363,15 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
             index.abort()
         raise
     counter.flush()
-    result = {"shard": shard, "name": name, "records": digest[0], "bytes": digest[1], "checksum": digest[2],
-              "file_bytes": _fs.file_size(spec.path(name)), "groups": groups}
+    result = {
+        "shard": shard,
+        "name": name,
+        "records": digest[0],
+        "bytes": digest[1],
+        "checksum": digest[2],
+        "file_bytes": _fs.file_size(spec.path(name)),
+        "groups": groups,
+    }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
@@ -370,13 +413,22 @@ def run(args: argparse.Namespace, options) -> Summary:
         staged.abort()
         raise
     extra = {
-        "sources": len(sources), "per_source_records": wanted, "available_records": available,
-        "output_shards": args.num_shards, "manifest": manifest_path,
+        "sources": len(sources),
+        "per_source_records": wanted,
+        "available_records": available,
+        "output_shards": args.num_shards,
+        "manifest": manifest_path,
         "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
-        "outputs": finals, **corrupt,
+        "outputs": finals,
+        **corrupt,
     }
-    return Summary("mix", files=len(results), records=sum(r["records"] for r in results),
-                   bytes=sum(r["file_bytes"] for r in results), extra=extra)
+    return Summary(
+        "mix",
+        files=len(results),
+        records=sum(r["records"] for r in results),
+        bytes=sum(r["file_bytes"] for r in results),
+        extra=extra,
+    )
 
 
 def _check_sizes(args: argparse.Namespace) -> None:
@@ -398,9 +450,17 @@ def _expand_sources(sources: Sequence[Tuple[str, float]]) -> _Inputs:
     return inputs
 
 
-def _run_pipeline(args: argparse.Namespace, options, inputs: _Inputs, weights: Sequence[float],
-                  wanted: Optional[List[int]], spec: _stages.ShardSpec, spill_dir: str, total_bytes: int,
-                  dead_letters) -> None:
+def _run_pipeline(
+    args: argparse.Namespace,
+    options,
+    inputs: _Inputs,
+    weights: Sequence[float],
+    wanted: Optional[List[int]],
+    spec: _stages.ShardSpec,
+    spill_dir: str,
+    total_bytes: int,
+    dead_letters,
+) -> None:
     """The Beam job: survey the inputs, plan the selection from the surveys (one element),
     select the records into keyed spill runs, write each shard from its runs and prove the
     shards hold the selection. The plan's counts are left in the staging `_results`."""
@@ -420,8 +480,10 @@ def _run_pipeline(args: argparse.Namespace, options, inputs: _Inputs, weights: S
                 | "Start" >> beam.Create([None])
                 | "Plan" >> beam.FlatMap(plan, beam.pvalue.AsList(surveys))
                 | "Spread" >> beam.Reshuffle()
-                | "Select" >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir))
-                .with_outputs("digest", main="segments")
+                | "Select"
+                >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir)).with_outputs(
+                    "digest", main="segments"
+                )
             )
             results = (
                 selected.segments
@@ -433,35 +495,60 @@ def _run_pipeline(args: argparse.Namespace, options, inputs: _Inputs, weights: S
         _common.run_pipeline(build, options)
 
 
-def _planner(weights: Sequence[float], wanted: Optional[List[int]], seed: int, num_shards: int,
-             spec: _stages.ShardSpec, progress_dir: Optional[str]):
+def _planner(
+    weights: Sequence[float],
+    wanted: Optional[List[int]],
+    seed: int,
+    num_shards: int,
+    spec: _stages.ShardSpec,
+    progress_dir: Optional[str],
+):
     """The pipeline's Plan step: (None, all surveys) -> reader tasks (`plan_mix`); it records
     the available and wanted counts per source and the next stages' progress plans."""
 
     def plan(_, surveys):
         tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
         _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
-        _progress.write_plan(progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks),
-                             "reading the selected blocks")
-        _progress.write_plan(progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards")
+        _progress.write_plan(
+            progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks), "reading the selected blocks"
+        )
+        _progress.write_plan(
+            progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards"
+        )
         return tasks
 
     return plan
 
 
-def _manifest(args: argparse.Namespace, sources: Sequence[Tuple[str, float]], per_source_files: List[List[str]],
-              available: List[int], wanted: List[int], results: List[dict], check: dict, finals: List[str]) -> dict:
+def _manifest(
+    args: argparse.Namespace,
+    sources: Sequence[Tuple[str, float]],
+    per_source_files: List[List[str]],
+    available: List[int],
+    wanted: List[int],
+    results: List[dict],
+    check: dict,
+    finals: List[str],
+) -> dict:
     """The job's manifest: mode and seed, per source its files, share and sampling, per shard
     its records by source, and the proven checksum of the output."""
     num_sources = len(sources)
     return {
-        "total_records": sum(wanted), "mode": "until_exhausted" if args.until_exhausted else "total_records", "seed": args.seed, "num_shards": args.num_shards,
+        "total_records": sum(wanted),
+        "mode": "until_exhausted" if args.until_exhausted else "total_records",
+        "seed": args.seed,
+        "num_shards": args.num_shards,
         "sources": [
             {
-                "pattern": glob, "weight": weight, "share": weight / sum(w for _, w in sources),
-                "files": [_absolute(f) for f in per_source_files[i]], "available_records": available[i], "selected_records": wanted[i],
-                "sampling": "without replacement" if wanted[i] <= available[i] else
-                f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
+                "pattern": glob,
+                "weight": weight,
+                "share": weight / sum(w for _, w in sources),
+                "files": [_absolute(f) for f in per_source_files[i]],
+                "available_records": available[i],
+                "selected_records": wanted[i],
+                "sampling": "without replacement"
+                if wanted[i] <= available[i]
+                else f"repeated: every record {wanted[i] // available[i]}x, plus {wanted[i] % available[i]} sampled",
             }
             for i, (glob, weight) in enumerate(sources)
         ],
@@ -469,19 +556,24 @@ def _manifest(args: argparse.Namespace, sources: Sequence[Tuple[str, float]], pe
             {"file": f, "records": r["records"], "per_source": (r["groups"] + [0] * num_sources)[:num_sources]}
             for f, r in zip(finals, results)
         ],
-        "checksum": {"records": check["written"][0], "bytes": check["written"][1],
-                     "fingerprint_sum": f"{check['written'][2]:016x}"},
+        "checksum": {
+            "records": check["written"][0],
+            "bytes": check["written"][1],
+            "fingerprint_sum": f"{check['written'][2]:016x}",
+        },
     }
 
 
-def _commit(staged, spec: _stages.ShardSpec, results: List[dict], manifest: dict, inside: bool,
-            manifest_path: str) -> Tuple[List[str], dict]:
+def _commit(
+    staged, spec: _stages.ShardSpec, results: List[dict], manifest: dict, inside: bool, manifest_path: str
+) -> Tuple[List[str], dict]:
     """Commit the shards; the default manifest (`inside`) lies beside them, staged and committed
     with them, one named by --manifest is written after the commit. (final paths, corrupt-record summary)."""
     if inside:
         _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
-    finals, corrupt = _common.commit_shards(staged, spec, results, [staged.name + ".manifest.json"] if inside else (),
-                                            details={"mix": manifest})
+    finals, corrupt = _common.commit_shards(
+        staged, spec, results, [staged.name + ".manifest.json"] if inside else (), details={"mix": manifest}
+    )
     if not inside:
         _common.write_json(manifest_path, manifest)
     return finals, corrupt

@@ -35,17 +35,34 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument("--input", action="append", required=True, help="Parquet file, glob or directory (its *.parquet files; repeatable)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="Parquet file, glob or directory (its *.parquet files; repeatable)",
+    )
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--columns", default=None, help="comma-separated columns to convert (default all)")
-    parser.add_argument("--rename", action="append", default=[], metavar="COLUMN=FEATURE",
-                        help="write COLUMN as feature FEATURE (repeatable; 'a.b' names after --flatten_structs)")
-    parser.add_argument("--sequence_columns", default="",
-                        help="comma-separated list<list<...>> columns to write as SequenceExample feature lists")
+    parser.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="COLUMN=FEATURE",
+        help="write COLUMN as feature FEATURE (repeatable; 'a.b' names after --flatten_structs)",
+    )
+    parser.add_argument(
+        "--sequence_columns",
+        default="",
+        help="comma-separated list<list<...>> columns to write as SequenceExample feature lists",
+    )
     parser.add_argument("--flatten_structs", action="store_true", help="struct columns become 'parent.child' features")
-    parser.add_argument("--decimal_as", choices=("float", "bytes"), default=None,
-                        help="decimal columns as float32, or as their text (default: error)")
+    parser.add_argument(
+        "--decimal_as",
+        choices=("float", "bytes"),
+        default=None,
+        help="decimal columns as float32, or as their text (default: error)",
+    )
     parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
@@ -104,12 +121,15 @@ def run(args: argparse.Namespace, options) -> Summary:
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)
-    _common.progress(f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows in {row_groups} row groups "
-                     f"-> {args.num_shards} shards of {kind}")
+    _common.progress(
+        f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows in {row_groups} row groups "
+        f"-> {args.num_shards} shards of {kind}"
+    )
 
     def build(p):
-        _parquet.parquet_to_shards(p, plan, spec, schema, encoder_options,
-                                   dead_letters=_common.dead_letters(args, staged))
+        _parquet.parquet_to_shards(
+            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args, staged)
+        )
 
     _common.run_pipeline(build, options)
     results, _ = _common.collect(staged, spec, "parquet_to_tfrecord", False)
@@ -118,16 +138,27 @@ def run(args: argparse.Namespace, options) -> Summary:
     wrong = [(r["shard"], r["records"], planned[r["shard"]]) for r in results if done(r) != planned[r["shard"]]]
     written = sum(r["records"] for r in results)
     if wrong or sum(map(done, results)) != rows:  # checked before anything is committed
-        raise JobError(f"the Parquet files hold {rows} rows but {written} records were written "
-                       f"(shard, written, planned): {wrong}")
+        raise JobError(
+            f"the Parquet files hold {rows} rows but {written} records were written (shard, written, planned): {wrong}"
+        )
     finals, corrupt = _common.commit_shards(staged, spec, results)
-    extra = {"input_files": len(files), "input_rows": rows, "row_groups": row_groups, "record_kind": kind,
-             "output_shards": args.num_shards,
-             "verified": f"yes: {written} records + {rows - written} rows skipped == {rows} Parquet rows, each shard as planned",
-             "outputs": finals,
-             **corrupt}
-    return Summary("parquet_to_tfrecord", files=len(results), records=written,
-                   bytes=sum(r["file_bytes"] for r in results), extra=extra)
+    extra = {
+        "input_files": len(files),
+        "input_rows": rows,
+        "row_groups": row_groups,
+        "record_kind": kind,
+        "output_shards": args.num_shards,
+        "verified": f"yes: {written} records + {rows - written} rows skipped == {rows} Parquet rows, each shard as planned",
+        "outputs": finals,
+        **corrupt,
+    }
+    return Summary(
+        "parquet_to_tfrecord",
+        files=len(results),
+        records=written,
+        bytes=sum(r["file_bytes"] for r in results),
+        extra=extra,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -30,7 +30,8 @@ from typing import Optional, Sequence
 import apache_beam as beam
 
 from tfrecord_beam._plan import plan_contiguous
-from tfrecord_beam.beam import _fs, _progress, planned as _planned
+from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common, _reshard_shuffle
@@ -47,13 +48,28 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("reshard", __doc__, EXAMPLES)
-    parser.add_argument("--input", action="append", required=True, help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote")
-    parser.add_argument("--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote",
+    )
+    parser.add_argument(
+        "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
+    )
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--num_shards", type=int, help="number of output shards")
-    size.add_argument("--target_shard_bytes", type=int, help="pick the shard count from the input files' total size (compressed size for compressed inputs)")
-    parser.add_argument("--balance", choices=("records", "bytes"), default="records",
-                        help="cut the inputs into shards of equal record counts (default) or equal bytes")
+    size.add_argument(
+        "--target_shard_bytes",
+        type=int,
+        help="pick the shard count from the input files' total size (compressed size for compressed inputs)",
+    )
+    parser.add_argument(
+        "--balance",
+        choices=("records", "bytes"),
+        default="records",
+        help="cut the inputs into shards of equal record counts (default) or equal bytes",
+    )
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
     _reshard_shuffle.add_arguments(parser)
@@ -61,16 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
-    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel")
+    parser.add_argument(
+        "--split_bytes",
+        type=int,
+        default=_stages.DEFAULT_SPLIT_BYTES,
+        help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel",
+    )
     return parser
 
 
 def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
     """Unshuffled reshard: survey, plan contiguous ranges, stream each shard (see the module doc)."""
     spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
-    _common.progress(f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
-                     f"contiguous, balanced by {args.balance}")
+    _common.progress(
+        f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
+        f"contiguous, balanced by {args.balance}"
+    )
     balance, compression = args.balance, args.input_compression
     dead_letters = _common.dead_letters(args, staged)
 
@@ -78,10 +100,12 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
         _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
 
         def build(p):
-            surveys = _planned.survey_inputs(p, files, compression, progress_dir=reporter.directory,
-                                             dead_letters=dead_letters)
-            results = _planned.write_planned(p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance),
-                                             reporter.directory)
+            surveys = _planned.survey_inputs(
+                p, files, compression, progress_dir=reporter.directory, dead_letters=dead_letters
+            )
+            results = _planned.write_planned(
+                p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance), reporter.directory
+            )
             if not args.no_verify:
                 digests = surveys | "SurveyDigests" >> beam.Map(lambda s: s.digest)
                 _planned.verify_planned(p, digests, results, spec, "reshard")
@@ -97,12 +121,17 @@ def _summary(results, check, finals, num_shards: int, files, total_bytes: int, c
     extra = {
         "output_shards": num_shards,
         "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
-        "input_files": len(files), "input_bytes": total_bytes,
-        "verified": "no (--no_verify)" if check is None else
-        f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals, **corrupt,
+        "input_files": len(files),
+        "input_bytes": total_bytes,
+        "verified": "no (--no_verify)"
+        if check is None
+        else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        "outputs": finals,
+        **corrupt,
     }
-    return Summary("reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra)
+    return Summary(
+        "reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra
+    )
 
 
 def run(args: argparse.Namespace, options) -> Summary:

@@ -25,12 +25,12 @@ import pyarrow as pa
 
 from tfrecord_beam import _described
 from tfrecord_beam.arrow import examples_to_record_batch
-from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
-from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.manifest import ShardEntry
+from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.skipping import SkippingReader
 
 from . import _common
 from ._common import JobError, Summary
@@ -44,20 +44,37 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument("--input", action="append", required=True, help="TFRecord file, glob or directory (its *.tfrecord* files; repeatable)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="TFRecord file, glob or directory (its *.tfrecord* files; repeatable)",
+    )
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
     parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
     parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
     parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--split_bytes", type=int, default=_stages.DEFAULT_SPLIT_BYTES,
-                        help="read uncompressed inputs in byte ranges of this size")
-    parser.add_argument("--row_group_rows", type=int, default=_parquet.DEFAULT_ROW_GROUP_ROWS,
-                        help=f"rows per Parquet row group at most (default {_parquet.DEFAULT_ROW_GROUP_ROWS})")
-    parser.add_argument("--row_group_bytes", type=int, default=_parquet.DEFAULT_ROW_GROUP_BYTES,
-                        help="payload bytes per row group at most: bounds the memory a writer holds "
-                             f"(default {_parquet.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)")
+    parser.add_argument(
+        "--split_bytes",
+        type=int,
+        default=_stages.DEFAULT_SPLIT_BYTES,
+        help="read uncompressed inputs in byte ranges of this size",
+    )
+    parser.add_argument(
+        "--row_group_rows",
+        type=int,
+        default=_parquet.DEFAULT_ROW_GROUP_ROWS,
+        help=f"rows per Parquet row group at most (default {_parquet.DEFAULT_ROW_GROUP_ROWS})",
+    )
+    parser.add_argument(
+        "--row_group_bytes",
+        type=int,
+        default=_parquet.DEFAULT_ROW_GROUP_BYTES,
+        help="payload bytes per row group at most: bounds the memory a writer holds "
+        f"(default {_parquet.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
+    )
     return parser
 
 
@@ -73,16 +90,18 @@ def parse_features(text: Optional[str]):
     return out
 
 
-def infer_schema(files: Sequence[str], compression: str, limit: int, description, sequence: bool,
-                 skip_corrupt: bool = False) -> pa.Schema:
+def infer_schema(
+    files: Sequence[str], compression: str, limit: int, description, sequence: bool, skip_corrupt: bool = False
+) -> pa.Schema:
     """The schema of the first `limit` records of the files (in order; corrupt ones left out
     with `skip_corrupt`, the pipeline reports them)."""
 
     def sample():
         for path in files:
             kind = resolve_compression(path, compression)
-            reader = SkippingReader(path, kind, open_file=lambda path=path: _fs.open_input(path),
-                                    skip_corrupt=skip_corrupt)
+            reader = SkippingReader(
+                path, kind, open_file=lambda path=path: _fs.open_input(path), skip_corrupt=skip_corrupt
+            )
             for chunk in reader.chunks():
                 yield from chunk.payloads()
 
@@ -92,9 +111,14 @@ def infer_schema(files: Sequence[str], compression: str, limit: int, description
     if description:  # a typo would otherwise be an all-null column, "verified"
         absent = _described.absent_features(payloads, description)
         if absent:
-            _common.progress("warning: " + _described.message(
-                files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)", absent,
-                f"the first {len(payloads)} records"))
+            _common.progress(
+                "warning: "
+                + _described.message(
+                    files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)",
+                    absent,
+                    f"the first {len(payloads)} records",
+                )
+            )
     if sequence:
         batch = examples_to_record_batch(payloads, None if description is None else description, sequence=True)
     else:
@@ -111,8 +135,9 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--num_shards must be at least 1")
     description = parse_features(args.features)
     try:
-        schema = infer_schema(files, args.input_compression, args.infer_records, description, args.sequence,
-                              args.skip_corrupt)
+        schema = infer_schema(
+            files, args.input_compression, args.infer_records, description, args.sequence, args.skip_corrupt
+        )
     except (TypeError, ValueError) as err:
         raise JobError(str(err)) from None
     if args.row_group_rows < 1 or args.row_group_bytes < 1:
@@ -121,13 +146,23 @@ def run(args: argparse.Namespace, options) -> Summary:
     prefix = staged.name
     names = [_stages.shard_name(prefix, i, args.num_shards, ".parquet") for i in range(args.num_shards)]
     groups = _parquet.group_ranges(ranges, args.num_shards)
-    _common.progress(f"tfrecord_to_parquet: {len(files)} files ({len(ranges)} ranges) -> {args.num_shards} "
-                     f"Parquet files; schema:\n{schema}")
+    _common.progress(
+        f"tfrecord_to_parquet: {len(files)} files ({len(ranges)} ranges) -> {args.num_shards} "
+        f"Parquet files; schema:\n{schema}"
+    )
 
     def build(p):
-        _parquet.tfrecord_to_parquet_files(p, groups, [staged.temp_path(n) for n in names], schema, args.sequence,
-                                           staged.temp_path("_results"), args.row_group_rows, args.row_group_bytes,
-                                           dead_letters=_common.dead_letters(args, staged))
+        _parquet.tfrecord_to_parquet_files(
+            p,
+            groups,
+            [staged.temp_path(n) for n in names],
+            schema,
+            args.sequence,
+            staged.temp_path("_results"),
+            args.row_group_rows,
+            args.row_group_bytes,
+            dead_letters=_common.dead_letters(args, staged),
+        )
 
     _common.run_pipeline(build, options)
     results = [r for r in _common.read_json_results(staged, "_results") if "parquet" in r]
@@ -140,11 +175,18 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
     sizes = [_fs.file_size(staged.temp_path(n)) for n in names]
     size = sum(sizes)
-    entries = [ShardEntry(name=n, records=c, file_bytes=b, compression="parquet") for n, c, b in zip(names, counts, sizes)]
+    entries = [
+        ShardEntry(name=n, records=c, file_bytes=b, compression="parquet") for n, c, b in zip(names, counts, sizes)
+    ]
     count, dead = staged.collect_dead_letters()
     finals = staged.commit(entries, corrupt_records=count, dead_letters=dead)
-    extra = {"input_files": len(files), "columns": len(schema), "verified": f"yes: {rows} rows == {read} records",
-             "outputs": finals, **_common.corrupt_summary(count, dead, staged)}
+    extra = {
+        "input_files": len(files),
+        "columns": len(schema),
+        "verified": f"yes: {rows} rows == {read} records",
+        "outputs": finals,
+        **_common.corrupt_summary(count, dead, staged),
+    }
     return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
 
 

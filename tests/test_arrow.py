@@ -54,8 +54,10 @@ def test_uint64_above_int64_max_names_column_and_row():
 @pytest.mark.parametrize("t", [pa.float16(), pa.float32()], ids=str)
 def test_float16_and_float32(t):
     values = [0.5, -0.0, None, float("inf"), 1.25]
-    arr = pa.array(np.array([v if v is not None else 0 for v in values], dtype={"halffloat": np.float16}.get(str(t), np.float32)),
-                   mask=np.array([v is None for v in values]))
+    arr = pa.array(
+        np.array([v if v is not None else 0 for v in values], dtype={"halffloat": np.float16}.get(str(t), np.float32)),
+        mask=np.array([v is None for v in values]),
+    )
     expect(one_column(arr), [None if v is None else [v] for v in values], "float")
 
 
@@ -104,8 +106,11 @@ def test_lists_are_multi_valued(list_type):
     frows = [[0.5], None, [], [1.5, 2.5]]
     expect(one_column(pa.array(frows, list_type(pa.float64()))), frows, "float")
     srows = [["a", "bc"], [], None, [""]]
-    expect(one_column(pa.array(srows, list_type(pa.string()))),
-           [[s.encode() for s in r] if r is not None else None for r in srows], "byte")
+    expect(
+        one_column(pa.array(srows, list_type(pa.string()))),
+        [[s.encode() for s in r] if r is not None else None for r in srows],
+        "byte",
+    )
 
 
 def test_fixed_size_list():
@@ -200,14 +205,17 @@ def test_null_type_column_is_never_written():
 
 
 def test_sequence_columns_become_feature_lists():
-    batch = pa.record_batch({
-        "ctx": [1, 2, None],
-        "tokens": pa.array([[["a"], ["b", "c"]], None, []], pa.list_(pa.list_(pa.string()))),
-        "vals": pa.array([[[0.5]], [[], [1.5]], None], pa.large_list(pa.list_(pa.float32()))),
-    })
+    batch = pa.record_batch(
+        {
+            "ctx": [1, 2, None],
+            "tokens": pa.array([[["a"], ["b", "c"]], None, []], pa.list_(pa.list_(pa.string()))),
+            "vals": pa.array([[[0.5]], [[], [1.5]], None], pa.large_list(pa.list_(pa.float32()))),
+        }
+    )
     payloads = record_batch_to_examples(batch, sequence_columns=["tokens", "vals"])
     assert payloads[0] == encode_sequence_example(
-        {"ctx": ([1], "int")}, {"tokens": ([[b"a"], [b"b", b"c"]], "byte"), "vals": ([[0.5]], "float")})
+        {"ctx": ([1], "int")}, {"tokens": ([[b"a"], [b"b", b"c"]], "byte"), "vals": ([[0.5]], "float")}
+    )
     assert payloads[1] == encode_sequence_example({"ctx": ([2], "int")}, {"vals": ([[], [1.5]], "float")})
     assert payloads[2] == encode_sequence_example({}, {"tokens": ([], "byte")})
 
@@ -233,10 +241,12 @@ def test_feature_names_in_upb_map_order():
 
 
 def test_table_input_numbers_rows_across_batches():
-    table = pa.Table.from_batches([
-        pa.record_batch({"u": pa.array([1, 2], pa.uint64())}),
-        pa.record_batch({"u": pa.array([3, 2**64 - 1], pa.uint64())}),
-    ])
+    table = pa.Table.from_batches(
+        [
+            pa.record_batch({"u": pa.array([1, 2], pa.uint64())}),
+            pa.record_batch({"u": pa.array([3, 2**64 - 1], pa.uint64())}),
+        ]
+    )
     with pytest.raises(ArrowConversionError, match=r"row 3"):
         record_batch_to_examples(table)
 
@@ -250,26 +260,33 @@ def test_empty_batch():
 
 
 def test_round_trip_with_schema_restores_types():
-    batch = pa.record_batch({
-        "i8": pa.array([1, None, -3], pa.int8()),
-        "flag": pa.array([True, False, None]),
-        "f64": pa.array([0.5, 1.5, None]),
-        "s": pa.array(["a", None, "ccc"]),
-        "b": pa.array([b"\x00", b"", None], pa.large_binary()),
-        "ts": pa.array([1, 2, None], pa.timestamp("ms")),
-        "d": pa.array([1, None, -1], pa.date32()),
-        "li": pa.array([[1, 2], [], None], pa.list_(pa.int32())),
-        "ls": pa.array([["x"], None, []], pa.large_list(pa.string())),
-        "fx": pa.array([[1.0, 2.0], None, [3.0, 4.0]], pa.list_(pa.float32(), 2)),
-    })
+    batch = pa.record_batch(
+        {
+            "i8": pa.array([1, None, -3], pa.int8()),
+            "flag": pa.array([True, False, None]),
+            "f64": pa.array([0.5, 1.5, None]),
+            "s": pa.array(["a", None, "ccc"]),
+            "b": pa.array([b"\x00", b"", None], pa.large_binary()),
+            "ts": pa.array([1, 2, None], pa.timestamp("ms")),
+            "d": pa.array([1, None, -1], pa.date32()),
+            "li": pa.array([[1, 2], [], None], pa.list_(pa.int32())),
+            "ls": pa.array([["x"], None, []], pa.large_list(pa.string())),
+            "fx": pa.array([[1.0, 2.0], None, [3.0, 4.0]], pa.list_(pa.float32(), 2)),
+        }
+    )
     back = examples_to_record_batch(record_batch_to_examples(batch), schema=batch.schema)
     assert back.equals(batch), (back.to_pydict(), batch.to_pydict())
 
 
 def test_inferred_schema():
-    payloads = [encode_example({"a": 1, "l": [1, 2], "s": b"x"}), encode_example({"f": (0.5, "float"), "l": ([], "int")})]
+    payloads = [
+        encode_example({"a": 1, "l": [1, 2], "s": b"x"}),
+        encode_example({"f": (0.5, "float"), "l": ([], "int")}),
+    ]
     back = examples_to_record_batch(payloads)
-    assert back.schema == pa.schema([("a", pa.int64()), ("l", pa.list_(pa.int64())), ("s", pa.binary()), ("f", pa.float32())])
+    assert back.schema == pa.schema(
+        [("a", pa.int64()), ("l", pa.list_(pa.int64())), ("s", pa.binary()), ("f", pa.float32())]
+    )
     assert back.to_pydict() == {"a": [1, None], "l": [[1, 2], []], "s": [b"x", None], "f": [None, 0.5]}
 
 
@@ -289,10 +306,12 @@ def test_scalar_schema_rejects_several_values():
 
 
 def test_sequence_round_trip():
-    batch = pa.record_batch({
-        "ctx": pa.array([1, None], pa.int64()),
-        "t": pa.array([[[1], [2, 3]], None], pa.list_(pa.list_(pa.int64()))),
-    })
+    batch = pa.record_batch(
+        {
+            "ctx": pa.array([1, None], pa.int64()),
+            "t": pa.array([[[1], [2, 3]], None], pa.list_(pa.list_(pa.int64()))),
+        }
+    )
     payloads = record_batch_to_examples(batch, sequence_columns=["t"])
     back = examples_to_record_batch(payloads, sequence=True)
     assert back.to_pydict() == batch.to_pydict()
@@ -337,11 +356,16 @@ def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
     """With a schema, decoding goes through columnar.decode_examples when it is compiled: same batch."""
     if not arrow._engine.NATIVE:
         pytest.skip("the compiled batch decoder (columnar.decode_examples) is not built here")
-    batch = pa.record_batch({
-        "i": pa.array([1, None, -3], pa.int32()), "f": [0.5, None, 2.0], "s": ["a", None, ""],
-        "l": pa.array([[1, 2], [], None]), "b": pa.array([[b"x"], None, [b"", b"yz"]]),
-        "ts": pa.array([5, None, 7], pa.timestamp("s")),
-    })
+    batch = pa.record_batch(
+        {
+            "i": pa.array([1, None, -3], pa.int32()),
+            "f": [0.5, None, 2.0],
+            "s": ["a", None, ""],
+            "l": pa.array([[1, 2], [], None]),
+            "b": pa.array([[b"x"], None, [b"", b"yz"]]),
+            "ts": pa.array([5, None, 7], pa.timestamp("s")),
+        }
+    )
     payloads = record_batch_to_examples(batch) + [encode_example({"i": 9})]
     fast = examples_to_record_batch(payloads, schema=batch.schema)
     monkeypatch.setattr(arrow._engine, "NATIVE", False)
@@ -351,11 +375,15 @@ def test_compiled_batch_decoder_matches_the_per_record_path(monkeypatch):
 
 def test_null_list_cells_backed_by_values_are_skipped():
     """A null list whose slot still spans values (legal in Arrow) must not leak them."""
-    arr = pa.ListArray.from_arrays(pa.array([0, 2, 4, 5], pa.int32()), pa.array([1, 2, 3, 4, 5]),
-                                   mask=pa.array([False, True, False]))
+    arr = pa.ListArray.from_arrays(
+        pa.array([0, 2, 4, 5], pa.int32()), pa.array([1, 2, 3, 4, 5]), mask=pa.array([False, True, False])
+    )
     expect(one_column(arr), [[1, 2], None, [5]], "int")
-    seq = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), pa.array([[1], [2, 2], [3]]),
-                                   mask=pa.array([False, True, False]))
+    seq = pa.ListArray.from_arrays(
+        pa.array([0, 1, 2, 3], pa.int32()), pa.array([[1], [2, 2], [3]]), mask=pa.array([False, True, False])
+    )
     assert record_batch_to_examples(pa.record_batch({"s": seq}), sequence_columns=["s"]) == [
-        encode_sequence_example({}, {"s": ([[1]], "int")}), encode_sequence_example({}, {}),
-        encode_sequence_example({}, {"s": ([[3]], "int")})]
+        encode_sequence_example({}, {"s": ([[1]], "int")}),
+        encode_sequence_example({}, {}),
+        encode_sequence_example({}, {"s": ([[3]], "int")}),
+    ]

@@ -26,7 +26,9 @@ LEAVES = {
 @st.composite
 def batches(draw):
     n = draw(st.integers(0, 12))
-    cols = draw(st.dictionaries(names, st.tuples(st.sampled_from(sorted(LEAVES)), st.booleans()), min_size=1, max_size=5))
+    cols = draw(
+        st.dictionaries(names, st.tuples(st.sampled_from(sorted(LEAVES)), st.booleans()), min_size=1, max_size=5)
+    )
     data, rows = {}, [dict() for _ in range(n)]
     for name, (kind, is_list) in cols.items():
         leaf, arrow_type = LEAVES[kind]
@@ -37,7 +39,8 @@ def batches(draw):
             if v is not None:
                 row[name] = (v if is_list else [v], kind)
     return pa.record_batch(data) if n else pa.RecordBatch.from_arrays(
-        [pa.array([], a.type) for a in data.values()], names=list(data)), rows
+        [pa.array([], a.type) for a in data.values()], names=list(data)
+    ), rows
 
 
 @settings(max_examples=150, deadline=None)

@@ -26,7 +26,7 @@ def test_slice_payloads_parity_and_bounds():
     buf = os.urandom(5000)
     offsets = rng.integers(0, 5000, 700)
     lengths = np.minimum(rng.integers(0, 300, 700), 5000 - offsets)
-    expected = [buf[o:o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
+    expected = [buf[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
     for source in (buf, bytearray(buf), memoryview(buf), np.frombuffer(buf, np.uint8)):
         got = both("slice_payloads", source, offsets, lengths)
         assert got == expected and all(type(p) is bytes for p in got)

@@ -36,7 +36,8 @@ def test_block_gzip_splits_and_splits_agree_with_a_whole_read(tmp_path):
         splits = list(source.split(desired_bundle_size=bundle_size))
         assert len(splits) > 1
         source_test_utils.assert_sources_equal_reference_source(
-            (source, None, None), [(s.source, s.start_position, s.stop_position) for s in splits])
+            (source, None, None), [(s.source, s.start_position, s.stop_position) for s in splits]
+        )
 
 
 def test_split_at_fraction_exhaustive(tmp_path):
@@ -70,8 +71,14 @@ def test_pipeline_reads_block_gzip_once_and_reports_a_damaged_member(tmp_path):
     data = bytearray(open(path, "rb").read())
     data[int(table.compressed[3]) + 50] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    lost = set(range(*[int(v) for v in index.load_index(index.default_index_path(path))[:, 0].searchsorted(
-        table.uncompressed[3:5])]))
+    lost = set(
+        range(
+            *[
+                int(v)
+                for v in index.load_index(index.default_index_path(path))[:, 0].searchsorted(table.uncompressed[3:5])
+            ]
+        )
+    )
     with beam.Pipeline() as p:
         result = p | ReadFromTFRecord(path, skip_corrupt=True)
         assert_that(result.records, equal_to([x for i, x in enumerate(PAYLOADS) if i not in lost]))
@@ -84,8 +91,11 @@ def test_write_to_tfrecord_writes_block_gzip_shards_with_their_tables(tmp_path):
 
     payloads = [b"%06d" % i * 50 for i in range(4000)]  # ~1.2 MB per shard: two members at 1 MiB blocks
     with beam.Pipeline() as p:
-        _ = p | beam.Create(payloads, reshuffle=False) | WriteToTFRecord(
-            str(tmp_path / "out"), file_name_suffix=".tfrecord.gz", num_shards=1)
+        _ = (
+            p
+            | beam.Create(payloads, reshuffle=False)
+            | WriteToTFRecord(str(tmp_path / "out"), file_name_suffix=".tfrecord.gz", num_shards=1)
+        )
     (shard,) = [str(x) for x in tmp_path.glob("out-*.tfrecord.gz")]
     table = blockgzip.member_table_for(shard)
     assert len(table) == 2 and sorted(source_test_utils.read_from_source(_TFRecordSource(shard))) == sorted(payloads)

@@ -26,8 +26,8 @@ from apache_beam.testing.test_stream import TestStream as _TestStream  # noqa: E
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
 from apache_beam.transforms.display import DisplayData  # noqa: E402
-
 from helpers.beam_data import plain_payloads, write_file  # noqa: E402
+
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError  # noqa: E402
@@ -45,22 +45,27 @@ def _data_files(directory):
 
 
 def _read_dir(directory, compression="auto"):
-    return sorted(p for n in _data_files(directory) for p in records.read_records(os.path.join(directory, n), compression))
+    return sorted(
+        p for n in _data_files(directory) for p in records.read_records(os.path.join(directory, n), compression)
+    )
 
 
 # -- signatures -------------------------------------------------------------------------------
-@pytest.mark.parametrize("ours, theirs", [
-    (ReadFromTFRecord, tfrecordio.ReadFromTFRecord),
-    (ReadAllFromTFRecord, tfrecordio.ReadAllFromTFRecord),
-    (WriteToTFRecord, tfrecordio.WriteToTFRecord),
-])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (ReadFromTFRecord, tfrecordio.ReadFromTFRecord),
+        (ReadAllFromTFRecord, tfrecordio.ReadAllFromTFRecord),
+        (WriteToTFRecord, tfrecordio.WriteToTFRecord),
+    ],
+)
 def test_beam_parameters_in_beams_order_with_beams_defaults(ours, theirs):
     mine = list(inspect.signature(ours.__init__).parameters.values())[1:]
     beams = list(inspect.signature(theirs.__init__).parameters.values())[1:]
     assert [p.name for p in mine[: len(beams)]] == [p.name for p in beams]
     for a, b in zip(mine, beams):
         assert a.kind == b.kind and a.default == b.default, a.name
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in mine[len(beams):])
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in mine[len(beams) :])
 
 
 def test_positional_coder_and_non_coder_is_a_clear_error(tmp_path):
@@ -133,8 +138,11 @@ def test_suffix_checks_use_the_full_shard_name_and_advise_right(tmp_path):
     # following the advice writes ZLIB, read back with the same compression_type
     prefix = str(tmp_path / "z")
     with _pipeline() as p:
-        _ = p | beam.Create(plain_payloads(9)) | WriteToTFRecord(
-            prefix, file_name_suffix=".tfrecord.zlib", compression_type="zlib", num_shards=1)
+        _ = (
+            p
+            | beam.Create(plain_payloads(9))
+            | WriteToTFRecord(prefix, file_name_suffix=".tfrecord.zlib", compression_type="zlib", num_shards=1)
+        )
     (name,) = _data_files(tmp_path)
     assert zlib.decompress(open(tmp_path / name, "rb").read())  # really ZLIB
     assert list(records.read_records(str(tmp_path / name), "zlib")) == plain_payloads(9)
@@ -143,10 +151,16 @@ def test_suffix_checks_use_the_full_shard_name_and_advise_right(tmp_path):
 
 
 # -- file names: templates, write-then-read, index sidecars -----------------------------------
-@pytest.mark.parametrize("kwargs", [
-    {}, {"num_shards": 3}, {"num_shards": 2, "shard_name_template": "-SS-of-NN"},
-    {"shard_name_template": ""}, {"file_name_suffix": ".tfrecord", "num_shards": 2},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"num_shards": 3},
+        {"num_shards": 2, "shard_name_template": "-SS-of-NN"},
+        {"shard_name_template": ""},
+        {"file_name_suffix": ".tfrecord", "num_shards": 2},
+    ],
+)
 def test_shard_names_match_beams(tmp_path, kwargs):
     with _pipeline() as p:
         payloads = p | beam.Create(plain_payloads(30))
@@ -175,7 +189,9 @@ def test_write_then_read_prefix_glob_skips_index_sidecars(tmp_path, caplog):
             assert_that(p | "Read" >> ReadFromTFRecord(prefix + "-*"), equal_to(plain_payloads(40)), label="read")
             read_all = p | beam.Create([prefix + "-*"]) | ReadAllFromTFRecord(with_filename=True)
             assert_that(read_all | beam.Values(), equal_to(plain_payloads(40)), label="read all")
-    skipped = {r.getMessage().split("skipping ")[1].split(",")[0] for r in caplog.records if "skipping" in r.getMessage()}
+    skipped = {
+        r.getMessage().split("skipping ")[1].split(",")[0] for r in caplog.records if "skipping" in r.getMessage()
+    }
     assert skipped == {os.path.join(tmp_path, n) for n in os.listdir(tmp_path) if n.endswith(".tfindex")}
 
 
@@ -249,7 +265,8 @@ def _check_windowed_output(directory, expected_names):
         shard = os.path.join(directory, name)
         verify_index(default_index_path(shard), shard, verify_crc=True)
     assert sorted(n for n in os.listdir(directory) if n.endswith(".tfindex")) == sorted(
-        os.path.basename(default_index_path(n)) for n in names)
+        os.path.basename(default_index_path(n)) for n in names
+    )
     return {name: sorted(records.read_records(os.path.join(directory, name))) for name in names}
 
 
@@ -280,8 +297,12 @@ def test_unbounded_global_window_needs_triggering_frequency(tmp_path):
 
 def test_unbounded_triggering_frequency_replaces_the_input_windows(tmp_path):
     with _streaming_pipeline() as p:
-        _ = (p | _two_windows() | beam.WindowInto(window.FixedWindows(100))
-             | WriteToTFRecord(str(tmp_path / "x"), file_name_suffix=".gz", triggering_frequency=10))
+        _ = (
+            p
+            | _two_windows()
+            | beam.WindowInto(window.FixedWindows(100))
+            | WriteToTFRecord(str(tmp_path / "x"), file_name_suffix=".gz", triggering_frequency=10)
+        )
     got = _check_windowed_output(tmp_path, ["x-[0.0, 10.0)-00000-of-00001.gz", "x-[10.0, 20.0)-00000-of-00001.gz"])
     assert list(got.values()) == [[b"a0", b"a1", b"a2"], [b"b0", b"b1"]]
     with gzip.open(tmp_path / "x-[0.0, 10.0)-00000-of-00001.gz") as handle:
@@ -304,9 +325,9 @@ def test_validate_and_file_metadata_input_as_beams(tmp_path):
 def test_the_source_reads_through_beam_filesystems(tmp_path, monkeypatch):
     """Data is opened with Beam's FileSystems.open (pipeline options and credentials apply),
     never with the core's pyarrow.fs; errors still name the file."""
-    import tfrecord_beam.fs as core_fs
     from apache_beam.io import source_test_utils
 
+    import tfrecord_beam.fs as core_fs
     from tfrecord_beam.beam.source import _TFRecordSource
 
     path = write_file(tmp_path / "a.tfrecord", plain_payloads(30))

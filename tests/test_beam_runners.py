@@ -22,9 +22,9 @@ pytest.importorskip("apache_beam")
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-
 from helpers.beam_data import example_payloads, write_file  # noqa: E402
 from helpers.fixtures import REPO as _REPO  # noqa: E402
+
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import DecodeExamples, EncodeExamples, ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 from tfrecord_beam.index import default_index_path, verify_index  # noqa: E402
@@ -44,10 +44,7 @@ def _env_with_repo():
 def _copy_pipeline(p, src_dir, out_prefix):
     """Read indexed and unindexed inputs, split small, and write them back as two shards."""
     indexed = p | "Indexed" >> ReadFromTFRecord(os.path.join(src_dir, "indexed.tfrecord"))
-    plain = (
-        p | beam.Create([os.path.join(src_dir, "plain.tfrecord")])
-        | ReadAllFromTFRecord(desired_bundle_size=4096)
-    )
+    plain = p | beam.Create([os.path.join(src_dir, "plain.tfrecord")]) | ReadAllFromTFRecord(desired_bundle_size=4096)
     merged = (indexed, plain) | beam.Flatten()
     roundtrip = merged | DecodeExamples() | EncodeExamples()
     _ = roundtrip | WriteToTFRecord(out_prefix, file_name_suffix=".tfrecord", num_shards=2)
@@ -122,13 +119,25 @@ def portable_services(tmp_path_factory):
     try:
         for name, args, port in (
             ("pool", ["-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={pool_port}"], pool_port),
-            ("job", ["-m", "apache_beam.runners.portability.local_job_service_main", f"--port={job_port}",
-                     f"--staging_dir={logs / 'staging'}"], job_port),
+            (
+                "job",
+                [
+                    "-m",
+                    "apache_beam.runners.portability.local_job_service_main",
+                    f"--port={job_port}",
+                    f"--staging_dir={logs / 'staging'}",
+                ],
+                job_port,
+            ),
         ):
             log = logs / f"{name}.log"
             process = subprocess.Popen(
-                [sys.executable, *args], env=env, cwd=REPO, stdout=log.open("wb"),
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, *args],
+                env=env,
+                cwd=REPO,
+                stdout=log.open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             started.append(process)
             _wait_for_port(port, process, log)
@@ -142,12 +151,14 @@ def portable_services(tmp_path_factory):
 def test_portable_runner_with_external_worker_pool(tmp_path, portable_services):
     job_port, pool_port = portable_services
     payloads = _inputs(tmp_path)
-    options = PipelineOptions([
-        "--runner=PortableRunner",
-        f"--job_endpoint=localhost:{job_port}",
-        "--environment_type=EXTERNAL",
-        f"--environment_config=localhost:{pool_port}",
-    ])
+    options = PipelineOptions(
+        [
+            "--runner=PortableRunner",
+            f"--job_endpoint=localhost:{job_port}",
+            "--environment_type=EXTERNAL",
+            f"--environment_config=localhost:{pool_port}",
+        ]
+    )
     out = str(tmp_path / "out")
     with beam.Pipeline(options=options) as p:
         _copy_pipeline(p, str(tmp_path), out)

@@ -11,8 +11,8 @@ pytest.importorskip("apache_beam")
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
-
 from helpers.beam_data import plain_payloads  # noqa: E402
+
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import WriteToTFRecord  # noqa: E402
 from tfrecord_beam.beam.sink import _TFRecordSink  # noqa: E402
@@ -200,7 +200,8 @@ def test_failed_pipeline_leaves_no_shard(tmp_path):
     with pytest.raises(Exception, match="boom"):
         with beam.Pipeline(runner=FnApiRunner()) as p:
             _ = (
-                p | beam.Create(payloads, reshuffle=False)
+                p
+                | beam.Create(payloads, reshuffle=False)
                 | beam.ParDo(_FailAfter(payloads[20]))
                 | WriteToTFRecord(prefix, num_shards=2)
             )
@@ -239,7 +240,8 @@ def test_windowed_input_still_gets_the_shard_count(tmp_path):
     prefix = str(tmp_path / "out")
     with beam.Pipeline(runner=FnApiRunner()) as p:
         _ = (
-            p | beam.Create(list(enumerate(plain_payloads(40))), reshuffle=False)
+            p
+            | beam.Create(list(enumerate(plain_payloads(40))), reshuffle=False)
             | beam.Map(lambda kv: beam.window.TimestampedValue(kv[1], kv[0]))
             | beam.WindowInto(beam.window.FixedWindows(10))
             | WriteToTFRecord(prefix, num_shards=2)
@@ -271,8 +273,11 @@ def test_fixed_shards_through_piece_files(tmp_path, monkeypatch, suffix):
     payloads = plain_payloads(400)
     prefix = str(tmp_path / "out")
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    _ = (pipeline | beam.Create(payloads, reshuffle=False)
-         | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=3))
+    _ = (
+        pipeline
+        | beam.Create(payloads, reshuffle=False)
+        | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=3)
+    )
     result = pipeline.run()
     result.wait_until_finish()
     shards = _shards(prefix)

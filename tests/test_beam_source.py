@@ -11,15 +11,15 @@ pytest.importorskip("apache_beam")
 
 from apache_beam.io import source_test_utils  # noqa: E402
 from apache_beam.io.range_trackers import OffsetRangeTracker  # noqa: E402
-
 from helpers.beam_data import nested_payloads, plain_payloads, write_file  # noqa: E402
 from helpers.fixtures import FIXTURES  # noqa: E402
+
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import CorruptRecord  # noqa: E402
-from tfrecord_beam.records import find_record_start  # noqa: E402
 from tfrecord_beam.beam.source import _TFRecordSource  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.index import build_index  # noqa: E402
+from tfrecord_beam.records import find_record_start  # noqa: E402
 
 
 def _single_file_source(path, **kwargs):
@@ -135,7 +135,9 @@ def _corrupt_copy(tmp_path, name):
     return str(target)
 
 
-@pytest.mark.parametrize("name", ["corrupt_data_crc.tfrecord", "corrupt_length_crc.tfrecord", "truncated_mid_payload.tfrecord"])
+@pytest.mark.parametrize(
+    "name", ["corrupt_data_crc.tfrecord", "corrupt_length_crc.tfrecord", "truncated_mid_payload.tfrecord"]
+)
 def test_corrupt_fixture_fails_with_location_by_default(tmp_path, name):
     path = _corrupt_copy(tmp_path, name)
     with pytest.raises(CorruptRecordError) as info:

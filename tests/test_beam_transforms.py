@@ -11,9 +11,9 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
-
 from helpers.beam_data import example_payloads, plain_payloads, write_file  # noqa: E402
 from helpers.fixtures import FIXTURES  # noqa: E402
+
 from tfrecord_beam import example, records  # noqa: E402
 from tfrecord_beam.beam import (  # noqa: E402
     CorruptRecord,
@@ -51,10 +51,16 @@ def test_read_all_with_filename_and_dead_letters(tmp_path):
     data[int(start + length) - 5] ^= 1
     open(path, "wb").write(bytes(data))
     with _pipeline() as p:
-        result = p | beam.Create([path]) | ReadAllFromTFRecord(with_filename=True, skip_corrupt=True, desired_bundle_size=100)
+        result = (
+            p
+            | beam.Create([path])
+            | ReadAllFromTFRecord(with_filename=True, skip_corrupt=True, desired_bundle_size=100)
+        )
         good = [(path, x) for i, x in enumerate(plain_payloads(12)) if i != 4]
         assert_that(result.records, equal_to(good), label="good")
-        assert_that(result.corrupt | beam.Map(lambda c: (c.file, c.offset)), equal_to([(path, int(start))]), label="bad")
+        assert_that(
+            result.corrupt | beam.Map(lambda c: (c.file, c.offset)), equal_to([(path, int(start))]), label="bad"
+        )
 
 
 def test_decode_examples_matches_per_record_decoder(tmp_path):
@@ -67,16 +73,27 @@ def test_decode_examples_matches_per_record_decoder(tmp_path):
         as_tuples = decoded | beam.Map(
             lambda d: (float(d["label"][0]), int(d["index"][0]), tuple(d["tokens"].tolist()), d["name"])
         )
-        assert_that(as_tuples, equal_to([
-            (float(e["label"][0]), int(e["index"][0]), tuple(e["tokens"].tolist()), e["name"]) for e in expected
-        ]))
+        assert_that(
+            as_tuples,
+            equal_to(
+                [(float(e["label"][0]), int(e["index"][0]), tuple(e["tokens"].tolist()), e["name"]) for e in expected]
+            ),
+        )
 
 
 def test_encode_then_write_then_read_decodes_back(tmp_path):
-    rows = [{"x": (np.arange(i % 4, dtype=np.int64), "int"), "y": (float(i), "float"), "s": (f"r{i}".encode(), "byte")} for i in range(100)]
+    rows = [
+        {"x": (np.arange(i % 4, dtype=np.int64), "int"), "y": (float(i), "float"), "s": (f"r{i}".encode(), "byte")}
+        for i in range(100)
+    ]
     prefix = str(tmp_path / "enc")
     with _pipeline() as p:
-        _ = p | beam.Create(rows, reshuffle=False) | EncodeExamples(batch_size=16) | WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=2)
+        _ = (
+            p
+            | beam.Create(rows, reshuffle=False)
+            | EncodeExamples(batch_size=16)
+            | WriteToTFRecord(prefix, file_name_suffix=".tfrecord", num_shards=2)
+        )
     got = []
     for shard in sorted((tmp_path).glob("enc-*.tfrecord")):
         got += [example.decode_example(r) for r in records.read_records(shard)]
@@ -89,7 +106,8 @@ def test_sequence_examples_roundtrip(tmp_path):
     pairs = [({"id": (i, "int")}, {"steps": ([[i, 1], [2]], "int")}) for i in range(10)]
     with _pipeline() as p:
         decoded = (
-            p | beam.Create(pairs, reshuffle=False)
+            p
+            | beam.Create(pairs, reshuffle=False)
             | EncodeExamples(sequence=True)
             | DecodeExamples({"id": "int"}, {"steps": "int"})
             | beam.Map(lambda cs: (int(cs[0]["id"][0]), [s.tolist() for s in cs[1]["steps"]]))
@@ -103,7 +121,11 @@ def test_decode_skip_corrupt_and_default_failure():
     with _pipeline() as p:
         result = p | beam.Create(good + [bad], reshuffle=False) | DecodeExamples(["index"], skip_corrupt=True)
         assert_that(result.examples | beam.Map(lambda d: int(d["index"][0])), equal_to(list(range(5))), label="ok")
-        assert_that(result.corrupt | beam.Map(lambda c: (c.file, c.offset, "Example" in c.reason)), equal_to([(None, None, True)]), label="bad")
+        assert_that(
+            result.corrupt | beam.Map(lambda c: (c.file, c.offset, "Example" in c.reason)),
+            equal_to([(None, None, True)]),
+            label="bad",
+        )
     with pytest.raises(Exception, match="not a valid Example"):
         with _pipeline() as p:
             _ = p | beam.Create([bad]) | DecodeExamples()
@@ -112,8 +134,10 @@ def test_decode_skip_corrupt_and_default_failure():
 def test_decode_keeps_windows_and_timestamps():
     payloads = example_payloads(6)
     with _pipeline() as p:
-        stamped = p | beam.Create(list(enumerate(payloads)), reshuffle=False) | beam.Map(
-            lambda kv: window.TimestampedValue(kv[1], kv[0] * 10)
+        stamped = (
+            p
+            | beam.Create(list(enumerate(payloads)), reshuffle=False)
+            | beam.Map(lambda kv: window.TimestampedValue(kv[1], kv[0] * 10))
         )
         windowed = stamped | beam.WindowInto(window.FixedWindows(25)) | DecodeExamples(["index"], batch_size=4)
         counts = windowed | beam.Map(lambda d: ("n", 1)) | beam.CombinePerKey(sum) | beam.Values()
@@ -163,7 +187,13 @@ def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
     import shutil
 
     manifest = json.loads((FIXTURES / "manifest.json").read_text())["files"]
-    names = ["examples.tfrecord", "examples.tfrecord.gz", "examples.tfrecord.zlib", "sequence_examples.tfrecord", "large_record.tfrecord"]
+    names = [
+        "examples.tfrecord",
+        "examples.tfrecord.gz",
+        "examples.tfrecord.zlib",
+        "sequence_examples.tfrecord",
+        "large_record.tfrecord",
+    ]
     for name in names:
         shutil.copy(FIXTURES / name, tmp_path / name)  # never write beside the golden files
     expected = {name: [r["sha256"] for r in manifest[name]["records"]] for name in names}
@@ -171,7 +201,8 @@ def test_golden_tensorflow_files_read_with_matching_sha256(tmp_path):
         for name in names:
             compression = "zlib" if name.endswith(".zlib") else "auto"
             got = (
-                p | f"Read {name}" >> ReadFromTFRecord(str(tmp_path / name), compression_type=compression)
+                p
+                | f"Read {name}" >> ReadFromTFRecord(str(tmp_path / name), compression_type=compression)
                 | f"Hash {name}" >> beam.Map(lambda b: hashlib.sha256(b).hexdigest())
             )
             assert_that(got, equal_to(expected[name]), label=f"check {name}")
@@ -182,8 +213,14 @@ def test_relative_globs_and_prefixes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_file("data-a.tfrecord", plain_payloads(6))
     with _pipeline() as p:
-        _ = p | ReadFromTFRecord("data*.tfrecord") | WriteToTFRecord("copied", file_name_suffix=".tfrecord", num_shards=1)
+        _ = (
+            p
+            | ReadFromTFRecord("data*.tfrecord")
+            | WriteToTFRecord("copied", file_name_suffix=".tfrecord", num_shards=1)
+        )
     assert list(records.read_records("copied-00000-of-00001.tfrecord")) == plain_payloads(6)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "copied-00000-of-00001.tfindex", "copied-00000-of-00001.tfrecord", "data-a.tfrecord"
+        "copied-00000-of-00001.tfindex",
+        "copied-00000-of-00001.tfrecord",
+        "data-a.tfrecord",
     ]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers.fixtures import DATA
+
 from tfrecord_beam import _engine, blockgzip, index
-from tfrecord_beam._engine import _framing
 from tfrecord_beam._blockgzip_write import deflate_member
+from tfrecord_beam._engine import _framing
 from tfrecord_beam._streams import INFLATERS
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
 from tfrecord_beam.records import RecordReader, RecordWriter
@@ -43,7 +43,7 @@ def engine(request, monkeypatch):
 def _write(path, payloads=PAYLOADS, batch=97, **kwargs) -> str:
     with RecordWriter(str(path), index_path=True, **kwargs) as writer:
         for i in range(0, len(payloads), batch):
-            writer.write_many(payloads[i:i + batch])
+            writer.write_many(payloads[i : i + batch])
     return str(path)
 
 
@@ -71,7 +71,9 @@ def test_members_hold_whole_records_and_every_gzip_reader_agrees(tmp_path, engin
     assert gzip.decompress(raw) == framed == _zlib_members(raw)
     assert list(RecordReader(path)) == PAYLOADS
     rebuilt = blockgzip.scan_members(open(path, "rb"))
-    assert np.array_equal(rebuilt.compressed, table.compressed) and np.array_equal(rebuilt.uncompressed, table.uncompressed)
+    assert np.array_equal(rebuilt.compressed, table.compressed) and np.array_equal(
+        rebuilt.uncompressed, table.uncompressed
+    )
 
 
 def test_reader_seeks_to_the_member_instead_of_inflating_from_the_start(tmp_path, engine):
@@ -87,7 +89,7 @@ def test_reader_seeks_to_the_member_instead_of_inflating_from_the_start(tmp_path
     for r in (int(np.searchsorted(ix[:, 0], table.uncompressed[3])), 1500, len(PAYLOADS) - 1):
         end = int(ix[r + 5, 0]) if r + 5 < len(ix) else None
         got = list(RecordReader(path, start_offset=int(ix[r, 0]), end_offset=end, first_record_number=r))
-        assert got == PAYLOADS[r:r + 5]
+        assert got == PAYLOADS[r : r + 5]
 
 
 def test_ranges_cover_the_records_exactly_once(tmp_path, engine):
@@ -186,7 +188,10 @@ def test_a_range_read_inflates_only_its_own_members(tmp_path, engine):
     Path(path).write_bytes(bytes(data))
     first, mid = (int(np.searchsorted(ix[:, 0], table.uncompressed[k])) for k in (0, 6))
     assert list(RecordReader(path, end_offset=int(ix[mid, 0]))) == PAYLOADS[:mid]
-    assert list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid, 0]))) == PAYLOADS[mid - 3:mid]
+    assert (
+        list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid, 0])))
+        == PAYLOADS[mid - 3 : mid]
+    )
     with pytest.raises(CorruptRecordError):
         list(RecordReader(path, start_offset=int(ix[mid - 3, 0]), end_offset=int(ix[mid + 1, 0])))
 
@@ -246,7 +251,7 @@ def test_compat_loader_shards_seek_by_a_non_default_index(tmp_path):
     data[50] ^= 0xFF  # damage member 0: shard 1 of 2 must not inflate it
     Path(path).write_bytes(bytes(data))
     got = [bytes(r) for r in compat.tfrecord_iterator(path, moved, (1, 2))]
-    assert got == PAYLOADS[len(PAYLOADS) // 2:]
+    assert got == PAYLOADS[len(PAYLOADS) // 2 :]
     with pytest.raises(CorruptRecordError):
         list(compat.tfrecord_iterator(path, moved, (0, 2)))
 
@@ -254,6 +259,7 @@ def test_compat_loader_shards_seek_by_a_non_default_index(tmp_path):
 def test_the_tfrecord_package_reads_our_file_and_index(tmp_path):
     """The peer (the `tfrecord` package, in the test extra) shards a block-gzip file by our index unchanged."""
     import tfrecord.reader as peer
+
     path = _write(tmp_path / "a.tfrecord.gz", block_bytes=4096)
     ipath = index.default_index_path(path)
     got = [bytes(r) for s in range(3) for r in peer.tfrecord_iterator(path, ipath, (s, 3), "gzip")]

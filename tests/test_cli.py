@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from helpers.fixtures import FIXTURES, MANIFEST, REPO
+
 from tfrecord_beam import cli
 from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example
 from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import RecordReader, write_records
-
 
 KIND = {"bytes_list": "byte", "float_list": "float", "int64_list": "int"}
 
@@ -128,7 +127,9 @@ def test_inspect_compressed_same_features(capsys, compressed):
 def test_inspect_table_output(capsys):
     code, out, err = run(capsys, "inspect", fixture("examples.tfrecord"), fixture("sequence_examples.tfrecord"))
     assert code == 0
-    for name in list(manifest_features("examples.tfrecord")) + list(manifest_features("sequence_examples.tfrecord", "feature_lists")):
+    for name in list(manifest_features("examples.tfrecord")) + list(
+        manifest_features("sequence_examples.tfrecord", "feature_lists")
+    ):
         assert name in out
     assert "valid" in out and "SequenceExample" in out
     assert "inspect: 2 files" in err  # the summary on stderr
@@ -178,7 +179,9 @@ def test_inspect_unreadable_input(capsys, tmp_path):
 
 
 def _png(width, height):
-    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", width, height) + b"\x08\x02\0\0\0"
+    return (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", width, height) + b"\x08\x02\0\0\0"
+    )
 
 
 def _jpeg(width, height):
@@ -189,8 +192,10 @@ def _jpeg(width, height):
 
 def test_images_noted_by_size(capsys, tmp_path):
     path = tmp_path / "images.tfrecord"
-    write_records(str(path), [encode_example({"image": (_png(3, 2), "byte")}),
-                              encode_example({"image": (_jpeg(640, 480), "byte")})])
+    write_records(
+        str(path),
+        [encode_example({"image": (_png(3, 2), "byte")}), encode_example({"image": (_jpeg(640, 480), "byte")})],
+    )
     code, out, _ = run(capsys, "head", path)
     assert code == 0
     assert f"<PNG 3x2, {len(_png(3, 2))} B>" in out and f"<JPEG 640x480, {len(_jpeg(640, 480))} B>" in out
@@ -429,13 +434,19 @@ def test_schema_mixed_kinds_fails_clearly(capsys):
 
 
 def test_module_entry_help():
-    proc = subprocess.run([sys.executable, "-m", "tfrecord_beam.cli", "--help"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrecord_beam.cli", "--help"], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert proc.returncode == 0
     for command in ("inspect", "head", "count", "verify", "schema"):
         assert command in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "tfrecord_beam.cli", "count", fixture("examples.tfrecord")],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrecord_beam.cli", "count", fixture("examples.tfrecord")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.split()[0] == str(meta("examples.tfrecord")["record_count"])
 
 

@@ -13,8 +13,6 @@ import pytest
 
 from tfrecord_beam.cli import _format as fmt
 from tfrecord_beam.cli._images import image_info
-from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
-from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.cli.inspection import (
     EXAMPLE,
     INVALID,
@@ -29,6 +27,8 @@ from tfrecord_beam.cli.inspection import (
     infer_schema,
     parse_record,
 )
+from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
+from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import write_records
 
 
@@ -45,7 +45,9 @@ def stats_of(payloads) -> DatasetStats:
 def test_parse_record_types():
     example = encode_example({"a": (1, "int")})
     assert parse_record(example)[0] == EXAMPLE
-    assert parse_record(encode_sequence_example({"a": (1, "int")}, {"t": ([[1], [2, 3]], "int")}))[0] == SEQUENCE_EXAMPLE
+    assert (
+        parse_record(encode_sequence_example({"a": (1, "int")}, {"t": ([[1], [2, 3]], "int")}))[0] == SEQUENCE_EXAMPLE
+    )
     assert parse_record(b"")[0] == EXAMPLE  # an empty Example
     assert parse_record(b"\xff\xff\xff")[0] == INVALID
     # field 2 that is no FeatureLists: still an Example with an unknown field
@@ -54,10 +56,12 @@ def test_parse_record_types():
 
 
 def test_sequence_dataset_counts_context_only_records():
-    stats = stats_of([
-        encode_sequence_example({"n": (1, "int")}, {"t": ([[1], [2]], "int")}),
-        encode_example({"n": (2, "int")}),  # a SequenceExample with only a context is the same bytes
-    ])
+    stats = stats_of(
+        [
+            encode_sequence_example({"n": (1, "int")}, {"t": ([[1], [2]], "int")}),
+            encode_example({"n": (2, "int")}),  # a SequenceExample with only a context is the same bytes
+        ]
+    )
     assert stats.record_type == SEQUENCE_EXAMPLE and stats.feature_section == "context"
     assert stats.features["n"].records == 2 and stats.feature_lists["t"].records == 1
     assert stats.feature_lists["t"].steps == (2, 2)
@@ -72,10 +76,14 @@ def test_invalid_and_empty_datasets():
 
 
 def test_feature_statistics():
-    stats = stats_of([
-        encode_example({"x": ([1.0, float("nan"), -2.5], "float"), "i": ([5, -7], "int"), "b": (b"\x89PNGjunk", "byte")}),
-        encode_example({"x": ([4.0], "float"), "b": ([b"hello", b""], "byte")}),
-    ])
+    stats = stats_of(
+        [
+            encode_example(
+                {"x": ([1.0, float("nan"), -2.5], "float"), "i": ([5, -7], "int"), "b": (b"\x89PNGjunk", "byte")}
+            ),
+            encode_example({"x": ([4.0], "float"), "b": ([b"hello", b""], "byte")}),
+        ]
+    )
     x, i, b = stats.features["x"], stats.features["i"], stats.features["b"]
     assert (x.records, x.values, x.values_mean) == (2, (1, 3), 2.0)
     assert x.float_range == (-2.5, 4.0) and x.nan_count == 1
@@ -112,16 +120,37 @@ def rows_for(payloads, schema):
 
 def test_arrow_schema_rules_and_it_holds_the_data():
     payloads = [
-        encode_example({"scalar": (1, "int"), "opt": (0.5, "float"), "vary": ([1, 2], "int"), "fixed": ([1.0, 2.0, 3.0], "float"),
-                        "text": ("héllo", "byte"), "blob": (b"\xff", "byte")}),
-        encode_example({"scalar": (2, "int"), "vary": ([3], "int"), "fixed": ([4.0, 5.0, 6.0], "float"),
-                        "text": ("x", "byte"), "blob": (b"\x00", "byte")}),
+        encode_example(
+            {
+                "scalar": (1, "int"),
+                "opt": (0.5, "float"),
+                "vary": ([1, 2], "int"),
+                "fixed": ([1.0, 2.0, 3.0], "float"),
+                "text": ("héllo", "byte"),
+                "blob": (b"\xff", "byte"),
+            }
+        ),
+        encode_example(
+            {
+                "scalar": (2, "int"),
+                "vary": ([3], "int"),
+                "fixed": ([4.0, 5.0, 6.0], "float"),
+                "text": ("x", "byte"),
+                "blob": (b"\x00", "byte"),
+            }
+        ),
     ]
     stats = stats_of(payloads)
     schema = infer_arrow_schema(stats)
     types = {f.name: f.type for f in schema}
-    assert types == {"blob": pa.binary(), "fixed": pa.list_(pa.float32()), "opt": pa.float32(),
-                     "scalar": pa.int64(), "text": pa.binary(), "vary": pa.list_(pa.int64())}
+    assert types == {
+        "blob": pa.binary(),
+        "fixed": pa.list_(pa.float32()),
+        "opt": pa.float32(),
+        "scalar": pa.int64(),
+        "text": pa.binary(),
+        "vary": pa.list_(pa.int64()),
+    }
     assert all(f.nullable for f in schema)
     assert schema.metadata[b"tfrecord.record_type"] == b"Example"
     assert infer_arrow_schema(stats, strings=True).field("text").type == pa.string()
@@ -259,7 +288,8 @@ def test_old_import_paths_are_the_cli_modules():
     import tfrecord_beam.cli.inspection as inspection
     import tfrecord_beam.cli.verify as verify
     from tfrecord_beam.inspection import collect_stats as old_collect
-    from tfrecord_beam.verify import VerifyResult as OldResult, verify_file as old_verify
+    from tfrecord_beam.verify import VerifyResult as OldResult
+    from tfrecord_beam.verify import verify_file as old_verify
 
     assert old_collect is inspection.collect_stats
     assert old_verify is verify.verify_file and OldResult is verify.VerifyResult

@@ -3,8 +3,8 @@ dense/ragged views, errors naming records, encode round trips, batched file read
 
 import numpy as np
 import pytest
-
 from helpers.fixtures import FIXTURES
+
 from tfrecord_beam import columnar
 from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example, SequenceExample
@@ -97,12 +97,14 @@ def test_encode_round_trip_and_upb_identity():
 
 
 def test_encode_accepts_arrays_pairs_and_lists():
-    payloads = columnar.encode_examples({
-        "dense": np.arange(6, dtype=np.int64).reshape(3, 2),
-        "scalar": np.array([0.5, 1.5, 2.5], dtype=np.float32),
-        "pair": (np.array([1, 2, 3]), np.array([0, 0, 1, 3])),
-        "lists": [[b"a"], [], [b"b", b"c"]],
-    })
+    payloads = columnar.encode_examples(
+        {
+            "dense": np.arange(6, dtype=np.int64).reshape(3, 2),
+            "scalar": np.array([0.5, 1.5, 2.5], dtype=np.float32),
+            "pair": (np.array([1, 2, 3]), np.array([0, 0, 1, 3])),
+            "lists": [[b"a"], [], [b"b", b"c"]],
+        }
+    )
     cols = columnar.decode_examples(payloads, {"dense": "int", "scalar": "float", "pair": "int", "lists": "byte"})
     assert cols["dense"].to_dense().tolist() == [[0, 1], [2, 3], [4, 5]]
     assert cols["scalar"].to_list() == [[0.5], [1.5], [2.5]]
@@ -120,22 +122,30 @@ def test_sequence_examples_two_levels():
     fl.add()  # a step with no kind: no values
     fl.add().int64_list.value.extend([3])
     empty = SequenceExample()
-    ctx, lists = columnar.decode_sequence_examples([ex.SerializeToString(), empty.SerializeToString()], {"n": "int"}, {"tok": "int"})
+    ctx, lists = columnar.decode_sequence_examples(
+        [ex.SerializeToString(), empty.SerializeToString()], {"n": "int"}, {"tok": "int"}
+    )
     assert ctx["n"].to_list() == [[2], []]
     tok = lists["tok"]
     assert tok.to_list() == [[[1, 2], [], [3]], []]
     assert tok.row_splits.tolist() == [0, 3, 3] and tok.step_splits.tolist() == [0, 2, 2, 3]
     assert tok.status.tolist() == [columnar.PRESENT, columnar.MISSING]
     with pytest.raises(KeyError, match="record 1: feature 'tok' is missing"):
-        columnar.decode_sequence_examples([ex.SerializeToString(), empty.SerializeToString()], {}, {"tok": "int"}, strict=True)
+        columnar.decode_sequence_examples(
+            [ex.SerializeToString(), empty.SerializeToString()], {}, {"tok": "int"}, strict=True
+        )
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 7, 100])
 def test_read_example_batches_across_chunks(batch_size):
     path = FIXTURES / "examples.tfrecord"
     desc = {"bytes_utf8": "byte", "floats_edge": "float", "ints_edge": "int"}
-    whole = columnar.decode_examples(path.read_bytes(), desc, offsets=_framing.scan_frames(path.read_bytes())[0],
-                                     lengths=_framing.scan_frames(path.read_bytes())[1])
+    whole = columnar.decode_examples(
+        path.read_bytes(),
+        desc,
+        offsets=_framing.scan_frames(path.read_bytes())[0],
+        lengths=_framing.scan_frames(path.read_bytes())[1],
+    )
     got = {k: [] for k in desc}
     sizes = []
     for batch in columnar.read_example_batches(str(path), desc, batch_size, chunk_size=100):

@@ -6,16 +6,20 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from helpers import wire as _wire
 from helpers.fixtures import FIXTURES
 from helpers.parity import KIND_CODE, both, manifest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def frames(name):
@@ -87,14 +91,18 @@ def test_example_fixtures_match_manifest(name):
         assert cols[0][3].tolist() == [0]
 
 
-@pytest.mark.parametrize("name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord", "sequence_examples.tfrecord"])
+@pytest.mark.parametrize(
+    "name", ["examples.tfrecord", "hand_encoded.tfrecord", "large_record.tfrecord", "sequence_examples.tfrecord"]
+)
 def test_fixture_batches_both_input_forms(name):
     buf, offs, lens = frames(name)
     kinds, lists = fixture_description(name)
     names, codes = [k.encode() for k in kinds], list(kinds.values())
     payloads = [buf[o : o + n] for o, n in zip(offs.tolist(), lens.tolist())]
     if name.startswith("sequence"):
-        a = both("decode_sequence_examples", buf, names, codes, [k.encode() for k in lists], list(lists.values()), offs, lens)
+        a = both(
+            "decode_sequence_examples", buf, names, codes, [k.encode() for k in lists], list(lists.values()), offs, lens
+        )
         b = both("decode_sequence_examples", payloads, names, codes, [k.encode() for k in lists], list(lists.values()))
     else:
         a = both("decode_examples", buf, names, codes, offs, lens)
@@ -111,7 +119,9 @@ def test_sequence_fixture_matches_manifest():
             if len(kinds) > 1:
                 continue
             code = kinds.pop()
-            ctx, lists, err = both("decode_sequence_examples", buf, [], [], [feat.encode()], [code], offs[i : i + 1], lens[i : i + 1])
+            ctx, lists, err = both(
+                "decode_sequence_examples", buf, [], [], [feat.encode()], [code], offs[i : i + 1], lens[i : i + 1]
+            )
             assert err is None
             values, row_splits, step_splits, voffs, status = lists[0]
             assert row_splits.tolist() == [0, len(steps)] and status.tolist() == [2]
@@ -134,8 +144,14 @@ def test_generated_examples_parity(records, description):
 @SETTINGS
 @given(st.lists(_wire.sequence_example(), max_size=5), _wire.DESCRIPTION, _wire.DESCRIPTION)
 def test_generated_sequence_examples_parity(records, cdesc, sdesc):
-    both("decode_sequence_examples", records, [k.encode() for k in cdesc], list(cdesc.values()),
-         [k.encode() for k in sdesc], list(sdesc.values()))
+    both(
+        "decode_sequence_examples",
+        records,
+        [k.encode() for k in cdesc],
+        list(cdesc.values()),
+        [k.encode() for k in sdesc],
+        list(sdesc.values()),
+    )
 
 
 def _mutate(rng, data: bytes) -> bytes:

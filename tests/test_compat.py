@@ -9,11 +9,10 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.fixtures import REPO
 
 import tfrecord_beam as tfrecord
 from tfrecord_beam import index, iterator_utils
-
-from helpers.fixtures import REPO
 
 
 def _write_examples(path, n=10, **kw):
@@ -26,17 +25,23 @@ def _write_examples(path, n=10, **kw):
 def test_seed_readme_write_and_read(tmp_path):
     # the `tfrecord` README, verbatim but for the import line
     writer = tfrecord.TFRecordWriter(str(tmp_path / "data.tfrecord"))
-    writer.write({
-        "image": (b"\x89PNG...", "byte"),
-        "label": (0.5, "float"),
-        "index": (7, "int"),
-    })
+    writer.write(
+        {
+            "image": (b"\x89PNG...", "byte"),
+            "label": (0.5, "float"),
+            "index": (7, "int"),
+        }
+    )
     writer.close()
-    loader = tfrecord.tfrecord_loader(str(tmp_path / "data.tfrecord"), None, {
-        "image": "byte",
-        "label": "float",
-        "index": "int",
-    })
+    loader = tfrecord.tfrecord_loader(
+        str(tmp_path / "data.tfrecord"),
+        None,
+        {
+            "image": "byte",
+            "label": "float",
+            "index": "int",
+        },
+    )
     records = list(loader)
     assert records[0]["image"] == b"\x89PNG..." and records[0]["label"].tolist() == [0.5]
     assert records[0]["index"].tolist() == [7]
@@ -44,15 +49,20 @@ def test_seed_readme_write_and_read(tmp_path):
 
 def test_seed_readme_sequence_example(tmp_path):
     writer = tfrecord.TFRecordWriter(str(tmp_path / "data.tfrecord"))
-    writer.write({"length": (3, "int"), "label": (1, "int")},
-                 {"tokens": ([[0, 0, 1], [0, 1, 0], [1, 0, 0]], "int"), "seq_labels": ([0, 1, 1], "int")})
-    writer.write({"length": (3, "int"), "label": (1, "int")},
-                 {"tokens": ([[0, 0, 1], [1, 0, 0]], "int"), "seq_labels": ([0, 1], "int")})
+    writer.write(
+        {"length": (3, "int"), "label": (1, "int")},
+        {"tokens": ([[0, 0, 1], [0, 1, 0], [1, 0, 0]], "int"), "seq_labels": ([0, 1, 1], "int")},
+    )
+    writer.write(
+        {"length": (3, "int"), "label": (1, "int")},
+        {"tokens": ([[0, 0, 1], [1, 0, 0]], "int"), "seq_labels": ([0, 1], "int")},
+    )
     writer.close()
     context_description = {"length": "int", "label": "int"}
     sequence_description = {"tokens": "int ", "seq_labels": "int"}  # the seed README's stray space
-    loader = tfrecord.tfrecord_loader(str(tmp_path / "data.tfrecord"), None, context_description,
-                                      sequence_description=sequence_description)
+    loader = tfrecord.tfrecord_loader(
+        str(tmp_path / "data.tfrecord"), None, context_description, sequence_description=sequence_description
+    )
     (ctx0, seq0), (ctx1, seq1) = list(loader)
     assert ctx0["length"].tolist() == [3] and [t.tolist() for t in seq1["tokens"]] == [[0, 0, 1], [1, 0, 0]]
     assert [s.tolist() for s in seq0["seq_labels"]] == [[0], [1], [1]]
@@ -60,8 +70,8 @@ def test_seed_readme_sequence_example(tmp_path):
 
 def test_submodule_names_of_the_tfrecord_package():
     from tfrecord_beam.reader import tfrecord_loader  # noqa: F401
-    from tfrecord_beam.writer import TFRecordWriter  # noqa: F401
     from tfrecord_beam.tools.tfrecord2idx import create_index, create_indices, main  # noqa: F401
+    from tfrecord_beam.writer import TFRecordWriter  # noqa: F401
 
     assert tfrecord.iterator_utils.shuffle_iterator is iterator_utils.shuffle_iterator
     assert tfrecord.example_pb2.Example is tfrecord._proto.Example
@@ -137,12 +147,17 @@ def test_corrupt_data_is_detected(tmp_path):
 def test_multi_loader_mixes_and_finite_mode_ends(tmp_path):
     _write_examples(tmp_path / "a.tfrecord", n=30)
     _write_examples(tmp_path / "b.tfrecord", n=10)
-    it = tfrecord.multi_tfrecord_loader(str(tmp_path / "{}.tfrecord"), None, {"a": 0.5, "b": 0.5},
-                                        infinite=False, seed=1)
+    it = tfrecord.multi_tfrecord_loader(
+        str(tmp_path / "{}.tfrecord"), None, {"a": 0.5, "b": 0.5}, infinite=False, seed=1
+    )
     got = list(it)
     assert len(got) == 40
-    again = [r["index"][0] for r in tfrecord.multi_tfrecord_loader(
-        str(tmp_path / "{}.tfrecord"), None, {"a": 0.5, "b": 0.5}, infinite=False, seed=1)]
+    again = [
+        r["index"][0]
+        for r in tfrecord.multi_tfrecord_loader(
+            str(tmp_path / "{}.tfrecord"), None, {"a": 0.5, "b": 0.5}, infinite=False, seed=1
+        )
+    ]
     assert again == [r["index"][0] for r in got]
 
 
@@ -210,8 +225,13 @@ def test_tfrecord2idx_corrupt_file_exits_1_without_partial_index(tmp_path, capsy
 def test_tfrecord2idx_module_runs_without_warnings(tmp_path):
     path = _write_examples(tmp_path / "a.tfrecord", n=2)
     env = dict(os.environ, TFRECORD_BEAM_PURE="1")  # the same with or without the compiled core
-    proc = subprocess.run([sys.executable, "-W", "error", "-m", "tfrecord_beam.tools.tfrecord2idx", str(path)],
-                          capture_output=True, text=True, cwd=REPO, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "tfrecord_beam.tools.tfrecord2idx", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr
     assert (tmp_path / "a.tfindex").read_text().count("\n") == 2

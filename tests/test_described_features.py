@@ -60,10 +60,14 @@ def test_collate_of_a_ragged_feature_names_it_and_what_to_do(tmp_path):
 
 def test_tfrecord_to_parquet_warns_about_a_described_typo(tmp_path, capsys):
     from helpers.jobs import FAST, run_job
+
     from pipelines import tfrecord_to_parquet
 
     path = _write(tmp_path / "d.tfrecord")
-    code, _, err = run_job(tfrecord_to_parquet.main, ["--input", path, "--output_prefix", str(tmp_path / "p" / "x"),
-                                                      "--features", "scroe:float,tokens:int"] + FAST, capsys)
+    code, _, err = run_job(
+        tfrecord_to_parquet.main,
+        ["--input", path, "--output_prefix", str(tmp_path / "p" / "x"), "--features", "scroe:float,tokens:int"] + FAST,
+        capsys,
+    )
     assert code == 0, err
     assert "warning:" in err and "'scroe' (did you mean 'score'?)" in err and path in err

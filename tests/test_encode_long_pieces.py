@@ -19,15 +19,19 @@ from tfrecord_beam.example import encode_example
 def _batch(lengths):
     rng = np.random.default_rng(7)
     blobs = [rng.bytes(n) for n in lengths]
-    return pa.record_batch({"i": pa.array(np.arange(len(lengths), dtype=np.int64)),
-                            "blob": pa.array(blobs, pa.binary()),
-                            "tags": pa.array([[b"a" * (k % 5)] * (k % 3) for k in range(len(lengths))],
-                                             pa.list_(pa.binary()))})
+    return pa.record_batch(
+        {
+            "i": pa.array(np.arange(len(lengths), dtype=np.int64)),
+            "blob": pa.array(blobs, pa.binary()),
+            "tags": pa.array([[b"a" * (k % 5)] * (k % 3) for k in range(len(lengths))], pa.list_(pa.binary())),
+        }
+    )
 
 
 def _expected(batch):
-    return [encode_example({"i": row["i"], "blob": row["blob"], "tags": (row["tags"], "byte")})
-            for row in batch.to_pylist()]
+    return [
+        encode_example({"i": row["i"], "blob": row["blob"], "tags": (row["tags"], "byte")}) for row in batch.to_pylist()
+    ]
 
 
 def test_long_and_mixed_rows_encode_as_upb():

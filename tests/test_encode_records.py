@@ -29,8 +29,11 @@ texts = st.one_of(st.binary(max_size=12), st.text(max_size=6), st.just("\ud800")
 
 
 def _arrays(draw):
-    dtype = draw(st.sampled_from([np.float32, np.float64, np.int64, np.int32, np.uint8, np.uint64, np.bool_,
-                                  np.float16, ">f4", object]))
+    dtype = draw(
+        st.sampled_from(
+            [np.float32, np.float64, np.int64, np.int32, np.uint8, np.uint64, np.bool_, np.float16, ">f4", object]
+        )
+    )
     shape = draw(st.sampled_from([(0,), (1,), (3,), (2, 2), ()]))
     raw = draw(st.lists(st.integers(0, (1 << 64) - 1), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
     if dtype is object:
@@ -61,8 +64,21 @@ def values(draw):
     if choice == 7:
         return tuple(draw(st.lists(st.one_of(ints, floats, texts), max_size=3)))
     if choice == 8:
-        return draw(st.sampled_from([np.float32(1.5), np.int64(-3), np.bool_(True), np.uint64(1 << 63), None,
-                                     bytearray(b"ab"), memoryview(b"cd"), [[1, 2], [3, 4]], [np.int64(2)]]))
+        return draw(
+            st.sampled_from(
+                [
+                    np.float32(1.5),
+                    np.int64(-3),
+                    np.bool_(True),
+                    np.uint64(1 << 63),
+                    None,
+                    bytearray(b"ab"),
+                    memoryview(b"cd"),
+                    [[1, 2], [3, 4]],
+                    [np.int64(2)],
+                ]
+            )
+        )
     return (draw(values()), draw(st.sampled_from(KINDS)))
 
 
@@ -110,11 +126,24 @@ def test_compiled_sequence_encoder_gives_protobuf_bytes_or_declines(context, fea
 def test_common_inputs_are_taken_by_the_compiled_encoder():
     """The fast path really runs for what the `tfrecord` package's users write (and D1-D3)."""
     image = np.frombuffer(b"\x89PNG" * 10, np.uint8)
-    datum = {"image": (image, "byte"), "label": (0.25, "float"), "index": (7, "int"), "tokens": (np.arange(20), "int"),
-             "name": (b"x", "byte"), "text": ("héllo", "byte"), "vec": (np.ones(3, np.float64), "float"),
-             "bare_list": [1, 2, 3], "bare_str": "s", "flag": True, "np_scalar": np.float32(2.0)}
+    datum = {
+        "image": (image, "byte"),
+        "label": (0.25, "float"),
+        "index": (7, "int"),
+        "tokens": (np.arange(20), "int"),
+        "name": (b"x", "byte"),
+        "text": ("héllo", "byte"),
+        "vec": (np.ones(3, np.float64), "float"),
+        "bare_list": [1, 2, 3],
+        "bare_str": "s",
+        "flag": True,
+        "np_scalar": np.float32(2.0),
+    }
     assert NATIVE.encode_example(datum) == example.encode_example_message(datum)
-    ctx, seq = {"length": (3, "int")}, {"tokens": ([[1, 2], [3]], "int"), "f": ([[0.5]], "float"), "w": ([[b"a"]], "byte")}
+    ctx, seq = (
+        {"length": (3, "int")},
+        {"tokens": ([[1, 2], [3]], "int"), "f": ([[0.5]], "float"), "w": ([[b"a"]], "byte")},
+    )
     assert NATIVE.encode_sequence_example(ctx, seq) == example.encode_sequence_example_message(ctx, seq)
     framed = NATIVE.encode_example(datum, True)
     assert framed == _framing.frame_records([example.encode_example_message(datum)])

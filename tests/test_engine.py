@@ -14,8 +14,14 @@ from tfrecord_beam.example import encode_sequence_example
 
 # Compiled functions whose pure twin is elsewhere: the plain CRC32C (tests of the C table and
 # instruction) and the per-record encoders, whose twin is example.py's Python path.
-_NO_TWIN_HERE = {"crc32c", "crc32c_hw", "encode_example", "encode_sequence_example", "append_example",
-                 "append_sequence_example"}
+_NO_TWIN_HERE = {
+    "crc32c",
+    "crc32c_hw",
+    "encode_example",
+    "encode_sequence_example",
+    "append_example",
+    "append_sequence_example",
+}
 
 
 @needs_native
@@ -54,19 +60,35 @@ def test_one_kind_table():
 
 def test_sequence_encoder_writes_no_kind_and_missing_as_upb():
     """Context NO_KIND rows are a Feature with no kind; a MISSING feature list leaves the key out."""
-    ctx = columnar.Column("c", "int", np.array([4], np.int64), np.array([0, 1, 1, 1]), None,
-                          np.array([columnar.PRESENT, columnar.NO_KIND, columnar.MISSING], np.uint8))
-    lists = columnar.SequenceColumn("s", "float", np.array([0.5, 1.5], np.float32), np.array([0, 2, 2, 2]),
-                                    np.array([0, 1, 2]), None,
-                                    np.array([columnar.PRESENT, columnar.MISSING, columnar.PRESENT], np.uint8))
-    data, offsets = _engine.encode_sequence_examples(columnar._engine_columns([ctx]),
-                                                     columnar._engine_list_columns([lists]), 3)
+    ctx = columnar.Column(
+        "c",
+        "int",
+        np.array([4], np.int64),
+        np.array([0, 1, 1, 1]),
+        None,
+        np.array([columnar.PRESENT, columnar.NO_KIND, columnar.MISSING], np.uint8),
+    )
+    lists = columnar.SequenceColumn(
+        "s",
+        "float",
+        np.array([0.5, 1.5], np.float32),
+        np.array([0, 2, 2, 2]),
+        np.array([0, 1, 2]),
+        None,
+        np.array([columnar.PRESENT, columnar.MISSING, columnar.PRESENT], np.uint8),
+    )
+    data, offsets = _engine.encode_sequence_examples(
+        columnar._engine_columns([ctx]), columnar._engine_list_columns([lists]), 3
+    )
     got = _encode.split_payloads(data, offsets)
     kindless = _proto.SequenceExample()
     kindless.context.feature["c"].SetInParent()  # a Feature with no kind; no feature_lists at all
     empty_list = _proto.SequenceExample()
     empty_list.context.SetInParent()
     empty_list.feature_lists.feature_list["s"].SetInParent()  # present with no steps
-    assert got == [encode_sequence_example({"c": ([4], "int")}, {"s": ([[0.5], [1.5]], "float")}),
-                   kindless.SerializeToString(deterministic=True), empty_list.SerializeToString(deterministic=True)]
+    assert got == [
+        encode_sequence_example({"c": ([4], "int")}, {"s": ([[0.5], [1.5]], "float")}),
+        kindless.SerializeToString(deterministic=True),
+        empty_list.SerializeToString(deterministic=True),
+    ]
     assert _encode.split_payloads(*_encode.encode_sequence_examples([], [], 2)) == [encode_sequence_example({}, {})] * 2

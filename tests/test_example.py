@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from helpers.fixtures import FIXTURES
+from helpers.parity import same_floats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfrecord_beam import _proto, example
 from tfrecord_beam.errors import DecodeError
 
-from helpers.fixtures import FIXTURES
-from helpers.parity import same_floats
-
 
 def test_descriptions_accept_the_spellings_people_write():
     assert example.normalize_description({"a": "bytes", "b": "int ", "c": " float32", "d": "int64", "e": None}) == {
-        "a": "byte", "b": "int", "c": "float", "d": "int", "e": None}
+        "a": "byte",
+        "b": "int",
+        "c": "float",
+        "d": "int",
+        "e": None,
+    }
     assert example.normalize_description(["x", "y"]) == {"x": None, "y": None}
     assert example.normalize_description(None) is None and example.normalize_description({}) is None
     with pytest.raises(ValueError, match="feature 'a': unknown kind 'double'"):
@@ -64,11 +66,20 @@ def test_bytes_conventions_follow_the_tfrecord_package_without_losing_values():
 
 
 def test_inference_and_explicit_kinds():
-    payload = example.encode_example({
-        "i": 3, "f": 0.5, "s": "héllo", "b": b"\x01", "arr_f": np.array([1, 2], np.float64),
-        "arr_u8": (np.array([1, 2, 3], np.uint8), "byte"), "arr_i": np.array([-1, 5], np.int32),
-        "flag": True, "list_f": [1.0, 2.5], "explicit": ([1, 2], "float"),
-    })
+    payload = example.encode_example(
+        {
+            "i": 3,
+            "f": 0.5,
+            "s": "héllo",
+            "b": b"\x01",
+            "arr_f": np.array([1, 2], np.float64),
+            "arr_u8": (np.array([1, 2, 3], np.uint8), "byte"),
+            "arr_i": np.array([-1, 5], np.int32),
+            "flag": True,
+            "list_f": [1.0, 2.5],
+            "explicit": ([1, 2], "float"),
+        }
+    )
     got = example.decode_example(payload)
     assert got["i"].tolist() == [3] and got["f"].tolist() == [0.5]
     assert got["s"] == "héllo".encode() and got["b"] == b"\x01"
@@ -148,7 +159,9 @@ _names = st.text(min_size=0, max_size=8)
 _floats = st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), max_size=6)
 _ints = st.lists(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), max_size=6)
 _bytes = st.lists(st.binary(max_size=12), max_size=4)
-_feature = st.one_of(_floats.map(lambda v: (v, "float")), _ints.map(lambda v: (v, "int")), _bytes.map(lambda v: (v, "byte")))
+_feature = st.one_of(
+    _floats.map(lambda v: (v, "float")), _ints.map(lambda v: (v, "int")), _bytes.map(lambda v: (v, "byte"))
+)
 
 
 def _same(kind, got, want):
@@ -171,15 +184,23 @@ def test_examples_round_trip(datum):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(_names, _feature, max_size=3),
-       st.dictionaries(_names, st.one_of(
-           st.lists(_floats, max_size=4).map(lambda v: (v, "float")),
-           st.lists(_ints, max_size=4).map(lambda v: (v, "int")),
-           st.lists(_bytes, max_size=4).map(lambda v: (v, "byte"))), max_size=3))
+@given(
+    st.dictionaries(_names, _feature, max_size=3),
+    st.dictionaries(
+        _names,
+        st.one_of(
+            st.lists(_floats, max_size=4).map(lambda v: (v, "float")),
+            st.lists(_ints, max_size=4).map(lambda v: (v, "int")),
+            st.lists(_bytes, max_size=4).map(lambda v: (v, "byte")),
+        ),
+        max_size=3,
+    ),
+)
 def test_sequence_examples_round_trip(context, lists):
     payload = example.encode_sequence_example(context, lists)
     got_ctx, got_lists = example.decode_sequence_example(
-        payload, {k: kind for k, (_, kind) in context.items()}, {k: kind for k, (_, kind) in lists.items()})
+        payload, {k: kind for k, (_, kind) in context.items()}, {k: kind for k, (_, kind) in lists.items()}
+    )
     for name, (values, kind) in context.items():
         assert _same(kind, got_ctx[name], values)
     for name, (steps, kind) in lists.items():

@@ -11,12 +11,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from helpers.fixtures import REPO
 
 import tfrecord_beam
-from helpers.fixtures import REPO
 from tfrecord_beam import cli, encode_example, encode_sequence_example, example_pb2, reader
 from tfrecord_beam.errors import FeatureKindError
-
 
 
 def _python(*args: str, code: str = None, cwd=None) -> subprocess.CompletedProcess:
@@ -41,7 +40,11 @@ def test_engine_info_reports_the_engine_in_use():
     info = tfrecord_beam.engine_info()
     assert info["engine"] == _engine.ENGINE and info["version"] == tfrecord_beam.__version__
     assert info["inflater"] in ("isal", "zlib")
-    assert ("sse4.2" in info["crc32c"] or "table" in info["crc32c"]) if _engine.NATIVE else "google-crc32c" in info["crc32c"]
+    assert (
+        ("sse4.2" in info["crc32c"] or "table" in info["crc32c"])
+        if _engine.NATIVE
+        else "google-crc32c" in info["crc32c"]
+    )
 
 
 def test_cli_version(capsys):
@@ -57,8 +60,13 @@ def test_python_dash_m_entry_points_print_the_version():
         done = _python(*args)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"tfrecord_beam {tfrecord_beam.__version__} (engine ")
-    pure = subprocess.run([sys.executable, "-m", "tfrecord_beam", "--version"], cwd=REPO, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_PURE="1"))
+    pure = subprocess.run(
+        [sys.executable, "-m", "tfrecord_beam", "--version"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_PURE="1"),
+    )
     assert "engine pure" in pure.stdout
 
 
@@ -66,12 +74,14 @@ def test_python_dash_m_entry_points_print_the_version():
 
 
 def test_imports_print_nothing_and_leave_the_root_logger_alone():
-    done = _python(code="""
+    done = _python(
+        code="""
         import logging
         import tfrecord_beam, tfrecord_beam.beam, pipelines.reshard
         assert logging.getLogger().handlers == [], logging.getLogger().handlers
         print("ok")
-        """)
+        """
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ok\n" and done.stderr == ""
 
@@ -84,17 +94,21 @@ def test_job_help_has_no_beam_noise():
 # --- missing extras ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module, wing, extra", [("torch", "tfrecord_beam.torch", "[torch]"),
-                                                  ("apache_beam", "tfrecord_beam.beam", "[beam]")])
+@pytest.mark.parametrize(
+    "module, wing, extra",
+    [("torch", "tfrecord_beam.torch", "[torch]"), ("apache_beam", "tfrecord_beam.beam", "[beam]")],
+)
 def test_missing_extra_names_the_pip_command(module, wing, extra):
-    done = _python(code=f"""
+    done = _python(
+        code=f"""
         import sys
         sys.modules[{module!r}] = None  # as if it were not installed
         try:
             import {wing}
         except ModuleNotFoundError as exc:
             print(type(exc).__name__, exc)
-        """)
+        """
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("MissingExtraError")
     assert f"tfrecord_beam{extra}" in done.stdout and "pip install" in done.stdout
@@ -109,7 +123,9 @@ MAPPING = {"byte": "bytes_list", "float": "float_list", "int": "int64_list"}
 
 
 def test_extract_feature_dict_on_features():
-    ex = example_pb2.Example.FromString(encode_example({"a": ([1, 2], "int"), "b": (b"x", "byte"), "c": ([0.5], "float")}))
+    ex = example_pb2.Example.FromString(
+        encode_example({"a": ([1, 2], "int"), "b": (b"x", "byte"), "c": ([0.5], "float")})
+    )
     got = reader.extract_feature_dict(ex.features, None, MAPPING)
     assert sorted(got) == ["a", "b", "c"] and got["b"] == b"x"
     assert got["a"].dtype == np.int64 and got["a"].tolist() == [1, 2]
@@ -125,7 +141,8 @@ def test_extract_feature_dict_on_features():
 
 def test_extract_feature_dict_on_feature_lists_and_process_feature():
     seq = example_pb2.SequenceExample.FromString(
-        encode_sequence_example({"n": (2, "int")}, {"s": ([[1, 2], [3]], "int")}))
+        encode_sequence_example({"n": (2, "int")}, {"s": ([[1, 2], [3]], "int")})
+    )
     got = reader.extract_feature_dict(seq.feature_lists, ["s"], MAPPING)
     assert [v.tolist() for v in got["s"]] == [[1, 2], [3]]
     feature = seq.context.feature["n"]

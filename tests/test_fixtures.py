@@ -6,13 +6,11 @@ import hashlib
 import math
 
 import pytest
+from helpers.fixtures import FIXTURES, MANIFEST, fixture_files, manifest_value
 
 from tfrecord_beam import example, index
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
-
-from helpers.fixtures import FIXTURES, MANIFEST, fixture_files, manifest_value
-
 
 READABLE = fixture_files(lambda n, m: "records" in m)
 DAMAGED = fixture_files(lambda n, m: "corruption" in m)

@@ -23,7 +23,7 @@ def bucket(tmp_path, monkeypatch):
 
     def from_uri(uri):
         if uri.startswith("gs://bucket/"):  # paths inside it are "bucket/...", as on GCS
-            return pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), uri[len("gs://"):]
+            return pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), uri[len("gs://") :]
         return real(uri)
 
     monkeypatch.setattr(fs, "_from_uri", from_uri)
@@ -35,10 +35,16 @@ def test_remote_write_read_index_and_glob(bucket):
     for name in ("train-0.tfrecord", "train-1.tfrecord.gz"):
         records.write_records(f"gs://bucket/{name}", payloads, index_path=True)
     assert sorted(p.name for p in bucket.iterdir()) == [
-        "train-0.tfindex", "train-0.tfrecord", "train-1.tfrecord.gz", "train-1.tfrecord.gz.tfindex"]
+        "train-0.tfindex",
+        "train-0.tfrecord",
+        "train-1.tfrecord.gz",
+        "train-1.tfrecord.gz.tfindex",
+    ]
     files = fs.expand("gs://bucket/train-*.tfrecord*")
     assert [f for f in files if not f.endswith(".tfindex")] == [
-        "gs://bucket/train-0.tfrecord", "gs://bucket/train-1.tfrecord.gz"]
+        "gs://bucket/train-0.tfrecord",
+        "gs://bucket/train-1.tfrecord.gz",
+    ]
     for uri in ("gs://bucket/train-0.tfrecord", "gs://bucket/train-1.tfrecord.gz"):
         assert list(records.RecordReader(uri)) == payloads
         index.verify_index(index.default_index_path(uri), uri)
@@ -90,8 +96,14 @@ def test_query_strings_survive_globs_and_index_names(monkeypatch, tmp_path):
     (tmp_path / "b").mkdir()
     for name in ("x-0.tfrecord", "x-1.tfrecord", "x-0.tfindex"):
         (tmp_path / "b" / name).write_bytes(b"")
-    monkeypatch.setattr(fs, "_from_uri", lambda uri: (pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()),
-                                                      uri.split("://", 1)[1].split("?", 1)[0]))
+    monkeypatch.setattr(
+        fs,
+        "_from_uri",
+        lambda uri: (
+            pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()),
+            uri.split("://", 1)[1].split("?", 1)[0],
+        ),
+    )
     q = "?endpoint_override=127.0.0.1:9000&scheme=http"
     assert fs.expand(f"gs://b/x-*.tfrecord{q}") == [f"gs://b/x-0.tfrecord{q}", f"gs://b/x-1.tfrecord{q}"]
     assert fs.data_files(f"gs://b/*{q}") == [f"gs://b/x-0.tfrecord{q}", f"gs://b/x-1.tfrecord{q}"]

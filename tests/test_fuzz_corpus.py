@@ -2,9 +2,7 @@
 engines, read the way the libFuzzer harness (fuzz/fuzz_core.c) reads each input: a mode byte,
 then bytes that are scanned as frames and decoded as Examples and SequenceExamples."""
 
-
 import pytest
-
 from helpers.fixtures import FUZZ_CORPUS as CORPUS
 from helpers.parity import both
 

@@ -6,11 +6,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers.fixtures import FIXTURES
 
 from tfrecord_beam import index, records
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError
-
-from helpers.fixtures import FIXTURES
 
 
 def _write(path, payloads, **kw):

@@ -94,8 +94,10 @@ def test_torch_stale_index_of_the_same_size_is_an_index_error(tmp_path, new):
         failed = 0
         for worker in range(workers):  # each worker's piece on its own: stale, or exactly the data
             try:
-                got = [record["p"].tobytes() if hasattr(record["p"], "tobytes") else record["p"]
-                       for record in ds.iter_worker(worker, workers)]
+                got = [
+                    record["p"].tobytes() if hasattr(record["p"], "tobytes") else record["p"]
+                    for record in ds.iter_worker(worker, workers)
+                ]
             except IndexMismatchError as err:
                 assert "stale index" in str(err) and err.path == index_path
                 failed += 1

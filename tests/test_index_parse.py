@@ -22,9 +22,34 @@ if NATIVE is not None:
     PARSERS.append(pytest.param(NATIVE.parse_index, id="native"))
 
 FRAGMENTS = [
-    "0", "7", "12", "007", "115", " ", "  ", "\t", "\r", "\v", "\f", "\n", "\n", "\n", "#", "#m 0 0", "x", "-1",
-    "+1", "1_0", "9223372036854775807", "9223372036854775808", "99999999999999999999", "0" * 30 + "5",
-    "\xff", "\x00", "1 2\n", "0 12\n12 5\n",
+    "0",
+    "7",
+    "12",
+    "007",
+    "115",
+    " ",
+    "  ",
+    "\t",
+    "\r",
+    "\v",
+    "\f",
+    "\n",
+    "\n",
+    "\n",
+    "#",
+    "#m 0 0",
+    "x",
+    "-1",
+    "+1",
+    "1_0",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999",
+    "0" * 30 + "5",
+    "\xff",
+    "\x00",
+    "1 2\n",
+    "0 12\n12 5\n",
 ]
 
 
@@ -51,21 +76,24 @@ def test_engines_agree_on_the_fuzz_corpus():
 
 
 @pytest.mark.parametrize("parse", PARSERS)
-@pytest.mark.parametrize("text, pairs, error", [
-    (b"", [], None),
-    (b"0 12\n12 5", [0, 12, 12, 5], None),
-    (b"0 12\r\n\n  # a comment\n\t12   5 \r\n#end 1 2\n", [0, 12, 12, 5], None),
-    (b"0 12\n12 x\n", [0, 12], (_index_text_py.ERROR_NOT_PAIR, 2, 5)),
-    (b"0 12\n\n#c\n12 5 7\n", [0, 12], (_index_text_py.ERROR_NOT_PAIR, 4, 9)),
-    (b"0 12 # trailing comment\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
-    (b"0\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
-    (b"0 -1\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
-    (b"9223372036854775807 0\n", [9223372036854775807, 0], None),
-    (b"0 9223372036854775808\n", [], (_index_text_py.ERROR_TOO_BIG, 1, 0)),
-    (b"0 1\n" + b"9" * 5000 + b" 1\n", [0, 1], (_index_text_py.ERROR_TOO_BIG, 2, 4)),
-    (b"0" * 5000 + b"1 2\n", [1, 2], None),
-    (b"9" * 30 + b" x\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),  # not a pair comes first
-])
+@pytest.mark.parametrize(
+    "text, pairs, error",
+    [
+        (b"", [], None),
+        (b"0 12\n12 5", [0, 12, 12, 5], None),
+        (b"0 12\r\n\n  # a comment\n\t12   5 \r\n#end 1 2\n", [0, 12, 12, 5], None),
+        (b"0 12\n12 x\n", [0, 12], (_index_text_py.ERROR_NOT_PAIR, 2, 5)),
+        (b"0 12\n\n#c\n12 5 7\n", [0, 12], (_index_text_py.ERROR_NOT_PAIR, 4, 9)),
+        (b"0 12 # trailing comment\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
+        (b"0\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
+        (b"0 -1\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),
+        (b"9223372036854775807 0\n", [9223372036854775807, 0], None),
+        (b"0 9223372036854775808\n", [], (_index_text_py.ERROR_TOO_BIG, 1, 0)),
+        (b"0 1\n" + b"9" * 5000 + b" 1\n", [0, 1], (_index_text_py.ERROR_TOO_BIG, 2, 4)),
+        (b"0" * 5000 + b"1 2\n", [1, 2], None),
+        (b"9" * 30 + b" x\n", [], (_index_text_py.ERROR_NOT_PAIR, 1, 0)),  # not a pair comes first
+    ],
+)
 def test_grammar(parse, text, pairs, error):
     got_pairs, got_error = parse(text)
     assert got_pairs.dtype == np.int64 and got_pairs.tolist() == pairs
@@ -99,14 +127,17 @@ def engine(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("text, line, record, words", [
-    ("0 20\nnot numbers\n", 2, 1, "is not 'offset length': 'not numbers'"),
-    ("0 20\n\n# c\n20 20 20\n", 4, 1, "is not 'offset length': '20 20 20'"),
-    ("0 20\n20 99999999999999999999\n", 2, 1, "(20 99999999999999999999): a number does not fit in 64 bits"),
-    ("0 20\n\n20 9223372036854775807\n", 3, 1, "offset + length overflows 64 bits"),
-    ("\n5 20\n", 2, 0, "does not start at offset 0"),
-    ("0 20\n# c\n25 20\n", 3, 1, "not contiguous (offset 25, but the entry before ends at 20)"),
-])
+@pytest.mark.parametrize(
+    "text, line, record, words",
+    [
+        ("0 20\nnot numbers\n", 2, 1, "is not 'offset length': 'not numbers'"),
+        ("0 20\n\n# c\n20 20 20\n", 4, 1, "is not 'offset length': '20 20 20'"),
+        ("0 20\n20 99999999999999999999\n", 2, 1, "(20 99999999999999999999): a number does not fit in 64 bits"),
+        ("0 20\n\n20 9223372036854775807\n", 3, 1, "offset + length overflows 64 bits"),
+        ("\n5 20\n", 2, 0, "does not start at offset 0"),
+        ("0 20\n# c\n25 20\n", 3, 1, "not contiguous (offset 25, but the entry before ends at 20)"),
+    ],
+)
 def test_load_index_names_file_line_and_fault(tmp_path, engine, text, line, record, words):
     path = tmp_path / "bad.tfindex"
     path.write_text(text)

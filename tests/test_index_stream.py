@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from helpers.rss import MiB, PeakRSS
+
 from tfrecord_beam._tfindex import IndexStream, frame_index
 from tfrecord_beam.index import build_index, load_index
 from tfrecord_beam.records import RecordWriter

@@ -21,8 +21,10 @@ if NATIVE is not None:
 
 def _by_reader(path):
     """What the index was before the walk: every chunk read, length CRCs checked."""
-    parts = [np.stack([c.record_offsets, c.payload_lengths + 16], axis=1)
-             for c in records.RecordReader(str(path), None, verify=_framing.VERIFY_LENGTHS).chunks()]
+    parts = [
+        np.stack([c.record_offsets, c.payload_lengths + 16], axis=1)
+        for c in records.RecordReader(str(path), None, verify=_framing.VERIFY_LENGTHS).chunks()
+    ]
     return np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
 
 
@@ -74,7 +76,8 @@ def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
     else:
         assert got == expected
     assert _outcome(tfrecord2idx.create_index, str(path), str(tmp_path / "x.tfindex")) == (
-        len(expected) if isinstance(expected, np.ndarray) else expected)
+        len(expected) if isinstance(expected, np.ndarray) else expected
+    )
     if not isinstance(expected, np.ndarray):
         assert not os.path.exists(tmp_path / "x.tfindex")
 

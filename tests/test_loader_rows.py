@@ -63,14 +63,20 @@ def _outcome(make):
 DESC = dict(KIND_OF)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(sequence_records(mismatch=True))
 def test_sequence_loader_chunks_match_one_by_one(tmp_path, payloads):
     path = str(tmp_path / "s.tfrecord")
     records.write_records(path, payloads)
     fast = _outcome(lambda: tfb.sequence_loader(path, None, DESC, DESC))
-    slow = _outcome(lambda: (example.decode_sequence_example(p, DESC, DESC, path=path, offset=o, record_number=i)
-                             for i, (o, p) in enumerate(records.RecordReader(path).records_with_offsets())))
+    slow = _outcome(
+        lambda: (
+            example.decode_sequence_example(p, DESC, DESC, path=path, offset=o, record_number=i)
+            for i, (o, p) in enumerate(records.RecordReader(path).records_with_offsets())
+        )
+    )
     if isinstance(slow, tuple):
         assert fast == slow
     else:
@@ -82,21 +88,33 @@ def test_sequence_loader_chunks_match_one_by_one(tmp_path, payloads):
 @given(sequence_records(), st.booleans())
 def test_compiled_rows_match_the_pure_twins(payloads, pick):
     rows = list(range(0, len(payloads), 2)) if pick else None
-    cols = columnar.decode_examples([columnar.encode_examples({"x": columnar.Column.from_rows("x", "int", [[1]])})[0]]
-                                    * 3, {"x": "int", "y": "byte"})
+    cols = columnar.decode_examples(
+        [columnar.encode_examples({"x": columnar.Column.from_rows("x", "int", [[1]])})[0]] * 3,
+        {"x": "int", "y": "byte"},
+    )
     assert same(list(columnar.to_records(cols)), list(_rows.example_rows(*columnar._column_args(cols, False), 3, None)))
     context, lists = columnar.decode_sequence_examples(payloads, DESC, DESC)
     native = list(columnar.to_sequence_records(context, lists, rows))
-    pure = list(_rows.sequence_rows(*columnar._column_args(context, False), *columnar._column_args(lists, True),
-                                    len(payloads), rows))
+    pure = list(
+        _rows.sequence_rows(
+            *columnar._column_args(context, False), *columnar._column_args(lists, True), len(payloads), rows
+        )
+    )
     assert same(native, pure)
     native_ex = list(columnar.to_records(context, rows))
     assert same(native_ex, list(_rows.example_rows(*columnar._column_args(context, False), len(payloads), rows)))
     buf = b"".join(payloads)
     lengths = np.array([len(p) for p in payloads], np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    args = (buf, [k.encode() for k in DESC], [columnar.KIND_CODE[k] for k in DESC.values()], offsets, lengths,
-            list(DESC), rows)
+    args = (
+        buf,
+        [k.encode() for k in DESC],
+        [columnar.KIND_CODE[k] for k in DESC.values()],
+        offsets,
+        lengths,
+        list(DESC),
+        rows,
+    )
     (fast, ferr), (slow, serr) = NATIVE.decode_example_rows(*args), _rows.decode_example_rows(*args)
     assert ferr == serr and (ferr is not None or same(list(fast), list(slow)))
 
@@ -111,13 +129,23 @@ def test_rows_reject_inconsistent_columns():
     with pytest.raises(IndexError):
         NATIVE.example_rows(["x"], [3], [(values, np.array([0, 3], np.int64), None, None)], 1, [1])
     with pytest.raises(ValueError):
-        NATIVE.sequence_rows([], [], [], ["s"], [3], [(values, np.array([0, 1], np.int64), np.array([0, 9], np.int64),
-                                                       None, None)], 1, None)
+        NATIVE.sequence_rows(
+            [],
+            [],
+            [],
+            ["s"],
+            [3],
+            [(values, np.array([0, 1], np.int64), np.array([0, 9], np.int64), None, None)],
+            1,
+            None,
+        )
 
 
 def test_kept_records_own_their_values(tmp_path):
     path = str(tmp_path / "k.tfrecord")
-    records.write_records(path, [example.encode_sequence_example({"c": [i]}, {"s": ([[i, i]], "int")}) for i in range(5)])
+    records.write_records(
+        path, [example.encode_sequence_example({"c": [i]}, {"s": ([[i, i]], "int")}) for i in range(5)]
+    )
     got = list(tfb.sequence_loader(path, None, {"c": "int"}, {"s": "int"}))
     assert [ctx["c"].tolist() for ctx, _ in got] == [[i] for i in range(5)]
     assert all(ctx["c"].base is None and seq["s"][0].base is None for ctx, seq in got)
@@ -157,8 +185,9 @@ def test_records_cut_from_the_buffer_match_the_columns(payloads, pick, mismatch)
         return list(columnar.decode_example_records(buf, desc, offsets=offsets, lengths=lengths, path="p", rows=rows))
 
     def slow():
-        return list(columnar.to_records(columnar.decode_examples(buf, desc, offsets=offsets, lengths=lengths, path="p"),
-                                        rows))
+        return list(
+            columnar.to_records(columnar.decode_examples(buf, desc, offsets=offsets, lengths=lengths, path="p"), rows)
+        )
 
     a, b = _outcome(fast), _outcome(slow)
     assert a == b if isinstance(b, tuple) else same(a, b)

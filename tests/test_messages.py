@@ -10,9 +10,9 @@ import re
 import pytest
 
 from tfrecord_beam import _engine, records
+from tfrecord_beam.cli.verify import verify_file
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError, SplitPointError, TruncatedRecordError
 from tfrecord_beam.index import check_index, load_index
-from tfrecord_beam.cli.verify import verify_file
 
 PAYLOADS = [b"r%d" % i * i for i in range(6)]
 
@@ -29,12 +29,15 @@ def _read_error(path, error=CorruptRecordError, **kwargs):
     return info.value
 
 
-@pytest.mark.parametrize("head, looks", [
-    (b"\x89PNG\r\n\x1a\n" + bytes(40), "PNG image"),
-    (b"PAR1" + bytes(40) + b"PAR1", "Parquet file (PAR1 magic)"),
-    (b"GZIP", "gzip data: name the file *.gz"),  # replaced by a real gzip stream below
-    (b"a,b,c\n1,2,3\n4,5,6\n", "text"),
-])
+@pytest.mark.parametrize(
+    "head, looks",
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(40), "PNG image"),
+        (b"PAR1" + bytes(40) + b"PAR1", "Parquet file (PAR1 magic)"),
+        (b"GZIP", "gzip data: name the file *.gz"),  # replaced by a real gzip stream below
+        (b"a,b,c\n1,2,3\n4,5,6\n", "text"),
+    ],
+)
 def test_a_file_that_is_not_tfrecord_says_what_it_looks_like(tmp_path, head, looks):
     if head == b"GZIP":
         head = gzip.compress(_good_bytes(tmp_path))
@@ -96,11 +99,14 @@ def test_a_cut_gzip_stream_is_still_truncated(tmp_path):
     assert "truncated file" in _read_error(path, TruncatedRecordError).reason
 
 
-@pytest.mark.parametrize("text, line", [
-    ("0 30\n30 9223372036854775807\n", 2),
-    ("0 30\n30 30\n9223372036854775800 30\n", 3),
-    ("0 9223372036854775808\n", 1),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("0 30\n30 9223372036854775807\n", 2),
+        ("0 30\n30 30\n9223372036854775800 30\n", 3),
+        ("0 9223372036854775808\n", 1),
+    ],
+)
 def test_index_numbers_overflowing_int64_are_named_never_negative(tmp_path, text, line):
     index_path = tmp_path / "x.tfindex"
     index_path.write_text(text)

@@ -6,7 +6,6 @@ import random
 import google_crc32c
 import numpy as np
 import pytest
-
 from helpers.fixtures import FIXTURES
 from helpers.parity import NATIVE, both, needs_native
 

@@ -2,8 +2,8 @@
 overwrite policy, staging of dead runs, exit codes and one-line errors, --skip_corrupt."""
 
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers.fixtures import REPO
 from helpers.jobs import FAST, entries, payloads, run_job, summary_json, write_files
+
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.beam import commit
@@ -42,8 +42,14 @@ def reshard_args(inputs, prefix, shards, *extra):
 
 
 def test_manifest_round_trip_validation_and_names(tmp_path):
-    m = mf.Manifest("reshard", "x", [mf.ShardEntry("x-00000-of-00001.tfrecord", 3, 60, 12, "00ff", "x-00000-of-00001.tfindex")],
-                    {"num_shards": 1}, corrupt_records=1, dead_letters="_CORRUPT.x.jsonl")
+    m = mf.Manifest(
+        "reshard",
+        "x",
+        [mf.ShardEntry("x-00000-of-00001.tfrecord", 3, 60, 12, "00ff", "x-00000-of-00001.tfindex")],
+        {"num_shards": 1},
+        corrupt_records=1,
+        dead_letters="_CORRUPT.x.jsonl",
+    )
     back = mf.Manifest.from_json(m.to_json())
     assert back == m and back.records == 3
     assert back.files() == ["x-00000-of-00001.tfrecord", "x-00000-of-00001.tfindex", "_CORRUPT.x.jsonl"]
@@ -59,10 +65,21 @@ def test_manifest_round_trip_validation_and_names(tmp_path):
         mf.Manifest.from_json("{", "m.json")
     assert mf.manifest_path("out/train") == "out/_MANIFEST.train.json"
     assert mf.manifest_path("s3://b/o/t?endpoint_override=h:1") == "s3://b/o/_MANIFEST.t.json?endpoint_override=h:1"
-    names = ["x-00000-of-00002.tfrecord", "x-00001-of-00002.tfindex", "x2-00000-of-00001.tfrecord",
-             "x-extra.tfrecord", "_MANIFEST.x.json", "_MANIFEST.x2.json", "_CORRUPT.x.jsonl"]
-    assert mf.owned_by_prefix("x", names) == ["x-00000-of-00002.tfrecord", "x-00001-of-00002.tfindex",
-                                              "_MANIFEST.x.json", "_CORRUPT.x.jsonl"]
+    names = [
+        "x-00000-of-00002.tfrecord",
+        "x-00001-of-00002.tfindex",
+        "x2-00000-of-00001.tfrecord",
+        "x-extra.tfrecord",
+        "_MANIFEST.x.json",
+        "_MANIFEST.x2.json",
+        "_CORRUPT.x.jsonl",
+    ]
+    assert mf.owned_by_prefix("x", names) == [
+        "x-00000-of-00002.tfrecord",
+        "x-00001-of-00002.tfindex",
+        "_MANIFEST.x.json",
+        "_CORRUPT.x.jsonl",
+    ]
 
 
 # -- overwrite policy ----------------------------------------------------------------------------
@@ -80,7 +97,11 @@ def test_existing_output_is_an_error_unless_overwrite(tmp_path, capsys):
     code, _, err = run_job(reshard.main, reshard_args(inputs, out / "x", 2, "--overwrite"), capsys)
     assert code == 0, err
     assert [n for n in entries(out) if n.startswith("x")] == [
-        "x-00000-of-00002.tfindex", "x-00000-of-00002.tfrecord", "x-00001-of-00002.tfindex", "x-00001-of-00002.tfrecord"]
+        "x-00000-of-00002.tfindex",
+        "x-00000-of-00002.tfrecord",
+        "x-00001-of-00002.tfindex",
+        "x-00001-of-00002.tfrecord",
+    ]
     assert "y-00000-of-00001.tfrecord" in entries(out) and not stagings(out)
     manifest = mf.read_manifest(str(out / "_MANIFEST.x.json"))
     assert manifest.records == 1000 and manifest.arguments["num_shards"] == 2 and manifest.job == "reshard"
@@ -92,7 +113,9 @@ def test_existing_output_is_an_error_unless_overwrite(tmp_path, capsys):
 @pytest.mark.parametrize("prefix", ["out/", "", "out/."])
 def test_prefix_without_a_name_part_is_an_error(tmp_path, capsys, prefix):
     write_files(tmp_path / "in", "a", [5])
-    code, _, err = run_job(reshard.main, reshard_args(tmp_path / "in" / "*", prefix and str(tmp_path) + "/" + prefix, 1), capsys)
+    code, _, err = run_job(
+        reshard.main, reshard_args(tmp_path / "in" / "*", prefix and str(tmp_path) + "/" + prefix, 1), capsys
+    )
     assert code == 1 and "no file name part" in err
 
 
@@ -103,8 +126,14 @@ def _stage(output, shards):
     entries_ = []
     for name, records in shards:
         write_records(output.temp_path(name + ".tfrecord"), records, index_path=output.temp_path(name + ".tfindex"))
-        entries_.append(mf.ShardEntry(name + ".tfrecord", len(records), os.path.getsize(output.temp_path(name + ".tfrecord")),
-                                      index=name + ".tfindex"))
+        entries_.append(
+            mf.ShardEntry(
+                name + ".tfrecord",
+                len(records),
+                os.path.getsize(output.temp_path(name + ".tfrecord")),
+                index=name + ".tfindex",
+            )
+        )
     return entries_
 
 
@@ -150,7 +179,11 @@ def test_a_kill_at_any_commit_step_leaves_old_or_incomplete_and_the_next_run_com
         assert (len(notes) == 1 and "completing the interrupted commit" in notes[0]) == killed
         manifest = mf.read_manifest(mf.find_manifest(prefix))
         assert manifest.arguments["run"] == "new" and manifest.records == 7
-        assert sorted(entries(tmp_path)) == ["_MANIFEST.x.json", "x-00000-of-00001.tfindex", "x-00000-of-00001.tfrecord"]
+        assert sorted(entries(tmp_path)) == [
+            "_MANIFEST.x.json",
+            "x-00000-of-00001.tfindex",
+            "x-00000-of-00001.tfrecord",
+        ]
     assert seen_states == {"old", "incomplete", "new"}
 
 
@@ -159,8 +192,13 @@ def test_reshard_killed_in_its_commit_then_rerun(tmp_path, capsys):
     inputs, out = tmp_path / "in" / "*.tfrecord", tmp_path / "out"
     assert run_job(reshard.main, reshard_args(inputs, out / "x", 4), capsys)[0] == 0
     env = dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="4")
-    proc = subprocess.run([sys.executable, "-m", "pipelines.reshard"] + reshard_args(inputs, out / "x", 2, "--overwrite"),
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.reshard"] + reshard_args(inputs, out / "x", 2, "--overwrite"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "_MANIFEST.x.json").exists() and stagings(out)  # incomplete, and says so
     code, _, err = run_job(reshard.main, reshard_args(inputs, out / "x", 3, "--overwrite"), capsys)
@@ -173,9 +211,16 @@ def test_reshard_killed_in_its_commit_then_rerun(tmp_path, capsys):
 
 def test_sigint_during_the_commit_finishes_it_and_exits_130(tmp_path):
     write_files(tmp_path / "in", "a", [100])
-    env = dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="2", TFRECORD_BEAM_COMMIT_STOP_SIGNAL="INT")
-    proc = subprocess.run([sys.executable, "-m", "pipelines.reshard"] + reshard_args(tmp_path / "in" / "*", tmp_path / "o" / "x", 2),
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="2", TFRECORD_BEAM_COMMIT_STOP_SIGNAL="INT"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.reshard"] + reshard_args(tmp_path / "in" / "*", tmp_path / "o" / "x", 2),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 130
     lines = [text for text in proc.stderr.splitlines() if not text.startswith("[")]  # progress lines start with [time]
     assert lines == ["reshard: interrupted after the output was committed"]
@@ -189,8 +234,14 @@ def _fake_staging(directory: Path, prefix: str, **owner):
     staging = directory / (commit.TEMP_PREFIX + "feedfacecafe")
     staging.mkdir(parents=True)
     (staging / "x-00000-of-00001.tfrecord").write_bytes(b"partial")
-    record = {"host": socket.gethostname(), "pid": dead_pid(), "output": prefix, "job": "reshard", "started_utc": "T",
-              "pid_space": commit._pid_space()}
+    record = {
+        "host": socket.gethostname(),
+        "pid": dead_pid(),
+        "output": prefix,
+        "job": "reshard",
+        "started_utc": "T",
+        "pid_space": commit._pid_space(),
+    }
     record.update(owner)
     if owner.get("no_owner") is None:
         (staging / commit.OWNER).write_text(json.dumps(record))
@@ -215,8 +266,11 @@ def test_staging_of_dead_runs_is_removed_and_live_runs_are_left_alone(tmp_path):
     with pytest.raises(commit.OutputError, match="another host"):
         commit.Output(prefix, "test", say=notes.append)
     assert remote.exists()
-    (remote / commit.OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "output": prefix,
-                                                   "pid_space": "another container"}))
+    (remote / commit.OWNER).write_text(
+        json.dumps(
+            {"host": socket.gethostname(), "pid": dead_pid(), "output": prefix, "pid_space": "another container"}
+        )
+    )
     with pytest.raises(commit.OutputError, match="cannot tell"):  # same host name, other pids: unknown
         commit.Output(prefix, "test", say=notes.append)
     (remote / commit.OWNER).unlink()  # no owner record: left alone, mentioned
@@ -356,7 +410,9 @@ def test_reshard_skip_corrupt_counts_lists_and_records_in_the_manifest(tmp_path,
     # without it the job fails naming the file and one of the damaged records (the planned path's
     # header survey meets the damaged length first)
     assert code == 1 and str(path) in err and any(f"byte offset {b}" in err for b in bad)
-    code, stdout, err = run_job(reshard.main, reshard_args(path, out / "x", 2, "--split_bytes", "3000", "--skip_corrupt"), capsys)
+    code, stdout, err = run_job(
+        reshard.main, reshard_args(path, out / "x", 2, "--split_bytes", "3000", "--skip_corrupt"), capsys
+    )
     assert code == 0, err
     summary = summary_json(stdout)
     assert summary["corrupt_records"] == 2 and summary["records"] == 298
@@ -376,20 +432,42 @@ def test_skip_corrupt_in_the_other_jobs(tmp_path, capsys):
     path = tmp_path / "in" / "a.tfrecord"
     path.parent.mkdir()
     _damaged(path, 300)
-    code, stdout, err = run_job(mix.main, ["--source", f"{path}=1", "--total_records", "100", "--output_prefix",
-                                           str(tmp_path / "m" / "x"), "--skip_corrupt"] + FAST, capsys)
+    code, stdout, err = run_job(
+        mix.main,
+        [
+            "--source",
+            f"{path}=1",
+            "--total_records",
+            "100",
+            "--output_prefix",
+            str(tmp_path / "m" / "x"),
+            "--skip_corrupt",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err  # planned, like reshard (tests/test_pipelines_skip_corrupt.py)
     assert summary_json(stdout)["corrupt_records"] == 2 and len(_dead_letters(tmp_path / "m" / "_CORRUPT.x.jsonl")) == 2
-    code, stdout, err = run_job(tfrecord_to_parquet.main, ["--input", str(path), "--output_prefix", str(tmp_path / "p" / "x"),
-                                                           "--skip_corrupt"] + FAST, capsys)
+    code, stdout, err = run_job(
+        tfrecord_to_parquet.main,
+        ["--input", str(path), "--output_prefix", str(tmp_path / "p" / "x"), "--skip_corrupt"] + FAST,
+        capsys,
+    )
     assert code == 0, err
     assert summary_json(stdout)["records"] == 298 and len(_dead_letters(tmp_path / "p" / "_CORRUPT.x.jsonl")) == 2
     pq.write_table(pa.table({"l": pa.array([[1], [2, None], [3]], pa.list_(pa.int64()))}), str(tmp_path / "n.parquet"))
-    code, stdout, err = run_job(parquet_to_tfrecord.main, ["--input", str(tmp_path / "n.parquet"), "--output_prefix",
-                                                           str(tmp_path / "t" / "x"), "--skip_corrupt"] + FAST, capsys)
+    code, stdout, err = run_job(
+        parquet_to_tfrecord.main,
+        ["--input", str(tmp_path / "n.parquet"), "--output_prefix", str(tmp_path / "t" / "x"), "--skip_corrupt"] + FAST,
+        capsys,
+    )
     assert code == 0, err
     letters = _dead_letters(tmp_path / "t" / "_CORRUPT.x.jsonl")
-    assert summary_json(stdout)["records"] == 2 and len(letters) == 1 and "null value inside a list" in letters[0]["reason"]
+    assert (
+        summary_json(stdout)["records"] == 2
+        and len(letters) == 1
+        and "null value inside a list" in letters[0]["reason"]
+    )
     assert mf.read_manifest(str(tmp_path / "t" / "_MANIFEST.x.json")).corrupt_records == 1
     code, stdout, err = run_job(build_index.main, ["--input", str(path), "--skip_corrupt"] + FAST, capsys)
     assert code == 0 and summary_json(stdout)["corrupt_records"] == 1
@@ -456,7 +534,12 @@ def test_torch_skip_corrupt_counts_across_workers(tmp_path):
     raw[int(index_of(str(clean))[50, 0]) + 14] ^= 0xFF
     clean.write_bytes(bytes(raw))
     indexed = TFRecordDataset(str(clean), str(tmp_path / "b.tfindex"), {"i": "int"}, skip_corrupt=True, batch_size=64)
-    assert sum(len(b["i"]) for b in indexed.iter_worker(0, 3)) + sum(len(b["i"]) for b in indexed.iter_worker(1, 3)) \
-        + sum(len(b["i"]) for b in indexed.iter_worker(2, 3)) == 299 and indexed.corrupt_records == 1
+    assert (
+        sum(len(b["i"]) for b in indexed.iter_worker(0, 3))
+        + sum(len(b["i"]) for b in indexed.iter_worker(1, 3))
+        + sum(len(b["i"]) for b in indexed.iter_worker(2, 3))
+        == 299
+        and indexed.corrupt_records == 1
+    )
     mapped = IndexedTFRecordDataset(str(path), None, {"i": "int"}, skip_corrupt=True)
     assert len(mapped) == 298 and mapped.corrupt_records == 2

@@ -11,9 +11,9 @@ from typing import List
 
 import numpy as np
 import pytest
-
-from helpers.rss import MiB, PeakRSS
 from helpers.jobs import FAST, MULTI, entries, run_job, summary_json
+from helpers.rss import MiB, PeakRSS
+
 from pipelines import build_index, mix, reshard
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.index import load_index, verify_index
@@ -75,8 +75,19 @@ def test_reshard_streams_in_bounded_memory_and_keeps_order(inputs, tmp_path, cap
     big, small = inputs
 
     def job(files, name):
-        code, out, err = run_job(reshard.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_prefix",
-                                                str(tmp_path / name / "r"), "--num_shards", "4"] + runner, capsys)
+        code, out, err = run_job(
+            reshard.main,
+            [
+                "--input",
+                str(files[0].parent / "*.tfrecord"),
+                "--output_prefix",
+                str(tmp_path / name / "r"),
+                "--num_shards",
+                "4",
+            ]
+            + runner,
+            capsys,
+        )
         assert code == 0, err
         return summary_json(out)
 
@@ -126,9 +137,20 @@ def test_reshard_skip_corrupt_in_bounded_memory(inputs, tmp_path, capsys):
     big, small = (_damaged_copies(files, tmp_path / name) for files, name in zip(inputs, ("big_in", "small_in")))
 
     def job(files, name):
-        code, out, err = run_job(reshard.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_prefix",
-                                                str(tmp_path / name / "r"), "--num_shards", "2", "--skip_corrupt"] + FAST,
-                                 capsys)
+        code, out, err = run_job(
+            reshard.main,
+            [
+                "--input",
+                str(files[0].parent / "*.tfrecord"),
+                "--output_prefix",
+                str(tmp_path / name / "r"),
+                "--num_shards",
+                "2",
+                "--skip_corrupt",
+            ]
+            + FAST,
+            capsys,
+        )
         assert code == 0, err
         assert summary_json(out)["corrupt_records"] == 2
         return summary_json(out)
@@ -144,14 +166,19 @@ def test_build_index_in_bounded_memory(inputs, tmp_path, capsys, runner):
     big, small = inputs
 
     def job(files, out_dir):
-        code, out, err = run_job(build_index.main, ["--input", str(files[0].parent / "*.tfrecord"), "--output_dir",
-                                                    str(out_dir)] + runner, capsys)
+        code, out, err = run_job(
+            build_index.main,
+            ["--input", str(files[0].parent / "*.tfrecord"), "--output_dir", str(out_dir)] + runner,
+            capsys,
+        )
         assert code == 0, err
 
     growth = _peak_growth(lambda: job(small, tmp_path / "s"), lambda: job(big, tmp_path / "b"))
     assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
     for f in big:
-        assert np.array_equal(load_index(str(tmp_path / "b" / f.name.replace(".tfrecord", ".tfindex"))), index_of(str(f)))
+        assert np.array_equal(
+            load_index(str(tmp_path / "b" / f.name.replace(".tfrecord", ".tfindex"))), index_of(str(f))
+        )
 
 
 @RUNNERS
@@ -159,9 +186,25 @@ def test_mix_in_bounded_memory(inputs, tmp_path, capsys, runner):
     big, small = inputs
 
     def job(files, name, total):
-        code, out, err = run_job(mix.main, ["--source", f"{files[0]}=1", "--source", f"{files[1].parent}/in-[12].tfrecord=2",
-                                            "--total_records", str(total), "--output_prefix", str(tmp_path / name / "m"),
-                                            "--num_shards", "3", "--seed", "4"] + runner, capsys)
+        code, out, err = run_job(
+            mix.main,
+            [
+                "--source",
+                f"{files[0]}=1",
+                "--source",
+                f"{files[1].parent}/in-[12].tfrecord=2",
+                "--total_records",
+                str(total),
+                "--output_prefix",
+                str(tmp_path / name / "m"),
+                "--num_shards",
+                "3",
+                "--seed",
+                "4",
+            ]
+            + runner,
+            capsys,
+        )
         assert code == 0, err
         return summary_json(out)
 
@@ -184,8 +227,11 @@ def test_corrupt_payload_is_named_with_record_and_offset(inputs, tmp_path, capsy
     (data / "bad.tfrecord").write_bytes(bytes(raw))
     (data / "good.tfrecord").write_bytes(small[1].read_bytes())
     out = tmp_path / "out"
-    code, _, err = run_job(reshard.main, ["--input", str(data / "*.tfrecord"), "--output_prefix", str(out / "r"),
-                                          "--num_shards", "3"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", str(data / "*.tfrecord"), "--output_prefix", str(out / "r"), "--num_shards", "3"] + FAST,
+        capsys,
+    )
     assert code == 1
     assert "bad.tfrecord" in err and f"record {victim}" in err and f"byte offset {index[victim, 0]}" in err
     assert "payload CRC" in err
@@ -199,9 +245,21 @@ def test_progress_lines_while_a_job_runs(inputs, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(_progress, "INTERVAL_S", 0.1)
     _, small = inputs
-    code, _, err = run_job(reshard.main, ["--input", str(small[0].parent / "*.tfrecord"), "--output_prefix",
-                                          str(tmp_path / "o" / "r"), "--num_shards", "2"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(small[0].parent / "*.tfrecord"),
+            "--output_prefix",
+            str(tmp_path / "o" / "r"),
+            "--num_shards",
+            "2",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
-    lines = re.findall(r"reshard: (?:surveying the inputs|writing 2 shards): [\d.,]+ \w?B of [\d.,]+ \w?B .*records, .*/s",
-                       err)
+    lines = re.findall(
+        r"reshard: (?:surveying the inputs|writing 2 shards): [\d.,]+ \w?B of [\d.,]+ \w?B .*records, .*/s", err
+    )
     assert lines, err

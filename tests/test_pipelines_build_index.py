@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from helpers.jobs import FAST, MULTI, entries, run_job, summary_json, write_files
+
 from pipelines import build_index as job
 from tfrecord_beam.index import build_index, load_index, verify_index
 
@@ -30,7 +30,9 @@ def test_output_dir_skip_existing_and_multi_processing(tmp_path, capsys):
     assert entries(tmp_path / "d") == ["a-0.tfrecord", "a-1.tfrecord"]
     verify_index(str(idx / "a-1.tfindex"), str(tmp_path / "d" / "a-1.tfrecord"))
     (idx / "a-0.tfindex").unlink()
-    code, out, err = run_job(job.main, ["--input", str(tmp_path / "d" / "*"), "--output_dir", str(idx), "--skip_existing"] + FAST, capsys)
+    code, out, err = run_job(
+        job.main, ["--input", str(tmp_path / "d" / "*"), "--output_dir", str(idx), "--skip_existing"] + FAST, capsys
+    )
     assert code == 0 and summary_json(out)["skipped_files"] == 1 and summary_json(out)["indexed_files"] == 1
     assert entries(idx) == ["a-0.tfindex", "a-1.tfindex"]
 

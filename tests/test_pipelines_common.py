@@ -1,8 +1,8 @@
 """Shared CLI plumbing: --help with examples, Beam options, staged output, error lines."""
 
 import pytest
-
 from helpers.jobs import entries, run_job, write_files
+
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 
 JOBS = [build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet]
@@ -33,16 +33,38 @@ def test_unknown_arguments_go_to_beam_and_runner_defaults_to_direct():
 
 def test_unknown_arguments_are_errors(tmp_path, capsys):
     write_files(tmp_path / "in", "a", [3])
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
-                                          str(tmp_path / "o" / "p"), "--num_shards", "1", "--shufle"], capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in" / "*"),
+            "--output_prefix",
+            str(tmp_path / "o" / "p"),
+            "--num_shards",
+            "1",
+            "--shufle",
+        ],
+        capsys,
+    )
     assert code == 1 and "--shufle" in err
     assert entries(tmp_path / "o") == []
 
 
 def test_beam_flags_reach_the_pipeline(tmp_path, capsys):
     write_files(tmp_path / "in", "a", [10])
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
-                                          str(tmp_path / "o" / "p"), "--num_shards", "1", "--runner=NoSuchRunner"], capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in" / "*"),
+            "--output_prefix",
+            str(tmp_path / "o" / "p"),
+            "--num_shards",
+            "1",
+            "--runner=NoSuchRunner",
+        ],
+        capsys,
+    )
     assert code == 1 and "NoSuchRunner" in err
     assert entries(tmp_path / "o") == []
 
@@ -75,14 +97,39 @@ def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):
     from pipelines import parquet_to_tfrecord
 
     pq.write_table(pa.table({"a": [1, 2, 3]}), str(tmp_path / "t.parquet"))
-    code, _, err = run_job(parquet_to_tfrecord.main, ["--input", f"file://{tmp_path}/*.parquet", "--output_prefix",
-                                                      f"file://{tmp_path}/tf/t", "--runner=FnApiRunner"], capsys)
+    code, _, err = run_job(
+        parquet_to_tfrecord.main,
+        [
+            "--input",
+            f"file://{tmp_path}/*.parquet",
+            "--output_prefix",
+            f"file://{tmp_path}/tf/t",
+            "--runner=FnApiRunner",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    code, _, err = run_job(reshard.main, ["--input", f"file://{tmp_path}/tf/*.tfrecord", "--output_prefix",
-                                          f"file://{tmp_path}/rs/r", "--num_shards", "2", "--runner=FnApiRunner"], capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            f"file://{tmp_path}/tf/*.tfrecord",
+            "--output_prefix",
+            f"file://{tmp_path}/rs/r",
+            "--num_shards",
+            "2",
+            "--runner=FnApiRunner",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert entries(tmp_path / "rs") == ["_MANIFEST.r.json", "r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
-                                        "r-00001-of-00002.tfindex", "r-00001-of-00002.tfrecord"]
+    assert entries(tmp_path / "rs") == [
+        "_MANIFEST.r.json",
+        "r-00000-of-00002.tfindex",
+        "r-00000-of-00002.tfrecord",
+        "r-00001-of-00002.tfindex",
+        "r-00001-of-00002.tfrecord",
+    ]
 
 
 def test_inputs_may_be_directories_and_leave_sidecars_out(tmp_path):
@@ -94,7 +141,8 @@ def test_inputs_may_be_directories_and_leave_sidecars_out(tmp_path):
     (tmp_path / "t.parquet").write_bytes(b"PAR1")
     assert _common.expand_inputs([str(tmp_path)]) == [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord.gz")]
     assert _common.expand_inputs([str(tmp_path) + "/*"]) == [
-        str(tmp_path / n) for n in ("a.tfrecord", "b.tfrecord.gz", "t.parquet")]
+        str(tmp_path / n) for n in ("a.tfrecord", "b.tfrecord.gz", "t.parquet")
+    ]
     assert _common.expand_inputs([str(tmp_path)], dir_glob="*.parquet") == [str(tmp_path / "t.parquet")]
     with pytest.raises(_common.JobError, match="matches no files"):
         _common.expand_inputs([str(tmp_path / "empty_dir_glob*")])

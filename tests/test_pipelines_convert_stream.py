@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.jobs import FAST, MULTI, read_shards, run_job, summary_json
 
 from pipelines import parquet_to_tfrecord, tfrecord_to_parquet
 from tfrecord_beam._engine import _framing
@@ -14,8 +15,6 @@ from tfrecord_beam.arrow import ExampleEncoder
 from tfrecord_beam.beam import parquet as bp
 from tfrecord_beam.example import parse_example
 from tfrecord_beam.records import read_records
-
-from helpers.jobs import FAST, MULTI, read_shards, run_job, summary_json
 
 
 def test_plan_cuts_rows_into_equal_contiguous_pieces():
@@ -35,11 +34,19 @@ def test_parquet_shards_hold_planned_rows_in_order(tmp_path, capsys, runner):
     for f, (rows, group) in enumerate([(700, 64), (1, 1), (333, 1000)]):
         start = len(ids)
         ids += list(range(start, start + rows))
-        table = pa.table({"id": pa.array(np.arange(start, start + rows, dtype=np.int64)),
-                          "s": pa.array([f"v{i}" for i in range(start, start + rows)])})
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(start, start + rows, dtype=np.int64)),
+                "s": pa.array([f"v{i}" for i in range(start, start + rows)]),
+            }
+        )
         pq.write_table(table, str(tmp_path / f"in-{f}.parquet"), row_group_size=group)
-    code, out, err = run_job(parquet_to_tfrecord.main, ["--input", str(tmp_path / "in-*.parquet"), "--output_prefix",
-                                                        str(tmp_path / "tf" / "t"), "--num_shards", "3"] + runner, capsys)
+    code, out, err = run_job(
+        parquet_to_tfrecord.main,
+        ["--input", str(tmp_path / "in-*.parquet"), "--output_prefix", str(tmp_path / "tf" / "t"), "--num_shards", "3"]
+        + runner,
+        capsys,
+    )
     assert code == 0, err
     summary = summary_json(out)
     assert summary["row_groups"] == 11 + 1 + 1 and "each shard as planned" in summary["verified"]
@@ -50,14 +57,34 @@ def test_parquet_shards_hold_planned_rows_in_order(tmp_path, capsys, runner):
 
 
 def test_tfrecord_to_parquet_row_groups_are_bounded_and_order_kept(tmp_path, capsys):
-    table = pa.table({"id": pa.array(np.arange(2500, dtype=np.int64)), "b": pa.array([b"x" * (i % 50) for i in range(2500)])})
+    table = pa.table(
+        {"id": pa.array(np.arange(2500, dtype=np.int64)), "b": pa.array([b"x" * (i % 50) for i in range(2500)])}
+    )
     pq.write_table(table, str(tmp_path / "in.parquet"))
-    code, _, err = run_job(parquet_to_tfrecord.main, ["--input", str(tmp_path / "in.parquet"), "--output_prefix",
-                                                      str(tmp_path / "tf" / "t"), "--num_shards", "3"] + FAST, capsys)
+    code, _, err = run_job(
+        parquet_to_tfrecord.main,
+        ["--input", str(tmp_path / "in.parquet"), "--output_prefix", str(tmp_path / "tf" / "t"), "--num_shards", "3"]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
-    code, out, err = run_job(tfrecord_to_parquet.main, ["--input", str(tmp_path / "tf" / "t-*.tfrecord"), "--output_prefix",
-                                                        str(tmp_path / "pq" / "p"), "--num_shards", "2",
-                                                        "--row_group_rows", "300", "--split_bytes", "4096"] + FAST, capsys)
+    code, out, err = run_job(
+        tfrecord_to_parquet.main,
+        [
+            "--input",
+            str(tmp_path / "tf" / "t-*.tfrecord"),
+            "--output_prefix",
+            str(tmp_path / "pq" / "p"),
+            "--num_shards",
+            "2",
+            "--row_group_rows",
+            "300",
+            "--split_bytes",
+            "4096",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     files = sorted((tmp_path / "pq").glob("p-*.parquet"))
     assert [f.name for f in files] == ["p-00000-of-00002.parquet", "p-00001-of-00002.parquet"]
@@ -71,19 +98,38 @@ def test_tfrecord_to_parquet_row_groups_are_bounded_and_order_kept(tmp_path, cap
 
 def test_empty_output_files_still_exist(tmp_path, capsys):
     pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), str(tmp_path / "in.parquet"))
-    code, _, err = run_job(parquet_to_tfrecord.main, ["--input", str(tmp_path / "in.parquet"), "--output_prefix",
-                                                      str(tmp_path / "tf" / "t")] + FAST, capsys)
+    code, _, err = run_job(
+        parquet_to_tfrecord.main,
+        ["--input", str(tmp_path / "in.parquet"), "--output_prefix", str(tmp_path / "tf" / "t")] + FAST,
+        capsys,
+    )
     assert code == 0, err
-    code, _, err = run_job(tfrecord_to_parquet.main, ["--input", str(tmp_path / "tf" / "t-*.tfrecord"), "--output_prefix",
-                                                      str(tmp_path / "pq" / "p"), "--num_shards", "3"] + FAST, capsys)
+    code, _, err = run_job(
+        tfrecord_to_parquet.main,
+        [
+            "--input",
+            str(tmp_path / "tf" / "t-*.tfrecord"),
+            "--output_prefix",
+            str(tmp_path / "pq" / "p"),
+            "--num_shards",
+            "3",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     rows = [pq.read_metadata(str(f)).num_rows for f in sorted((tmp_path / "pq").glob("p-*.parquet"))]
     assert sorted(rows) == [0, 0, 2]
 
 
 def test_encode_framed_is_framing_of_encode_payloads():
-    batch = pa.record_batch({"a": pa.array([1, None, 3], pa.int64()), "t": pa.array([[1.5], [], None], pa.list_(pa.float32())),
-                             "s": pa.array(["x", "yy", ""])})
+    batch = pa.record_batch(
+        {
+            "a": pa.array([1, None, 3], pa.int64()),
+            "t": pa.array([[1.5], [], None], pa.list_(pa.float32())),
+            "s": pa.array(["x", "yy", ""]),
+        }
+    )
     encoder = ExampleEncoder(batch.schema)
     payloads = encoder.encode_payloads(batch)
     framed, sizes = encoder.encode_framed(batch)
@@ -108,9 +154,19 @@ def test_stream_reads_stay_in_batches(tmp_path):
 
 def test_tfrecords_written_by_the_job_read_back(tmp_path, capsys):
     pq.write_table(pa.table({"id": pa.array(np.arange(50, dtype=np.int64))}), str(tmp_path / "in.parquet"))
-    code, _, err = run_job(parquet_to_tfrecord.main, ["--input", str(tmp_path / "in.parquet"), "--output_prefix",
-                                                      str(tmp_path / "tf" / "t"), "--output_compression", "gzip"] + FAST,
-                           capsys)
+    code, _, err = run_job(
+        parquet_to_tfrecord.main,
+        [
+            "--input",
+            str(tmp_path / "in.parquet"),
+            "--output_prefix",
+            str(tmp_path / "tf" / "t"),
+            "--output_compression",
+            "gzip",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     (path,) = (tmp_path / "tf").glob("t-*.tfrecord.gz")
     assert len(list(read_records(str(path)))) == 50

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.jobs import FAST, MULTI
+from helpers.rss import job_env, peak_rss_tree
 
 from tfrecord_beam.example import encode_example
 from tfrecord_beam.records import RecordWriter, read_records
-
-from helpers.rss import job_env, peak_rss_tree
-from helpers.jobs import FAST, MULTI
 
 # Growth of the largest process's peak RSS allowed for the big input. Each worker holds about
 # one bucket / batch / row group (4 MiB here) several times over plus what the allocators
@@ -44,8 +43,10 @@ def _write_tfrecords(directory: Path, total: int, files: int = 4) -> int:
     for f in range(files):
         with RecordWriter(str(directory / f"d-{f}.tfrecord"), None) as writer:
             for start in range(0, per_file, 256):
-                writer.write_many(encode_example({"i": n + k, "blob": block[(n + k) % 997 :]})
-                                  for k in range(min(256, per_file - start)))
+                writer.write_many(
+                    encode_example({"i": n + k, "blob": block[(n + k) % 997 :]})
+                    for k in range(min(256, per_file - start))
+                )
                 n += min(256, per_file - start)
     return n
 
@@ -60,8 +61,9 @@ def _write_parquet(path: Path, total: int) -> int:
         for start in range(0, rows, 2048):
             n = min(2048, rows - start)
             blobs = pa.array([block[(start + k) % 997 :] for k in range(n)], pa.binary())
-            w.write_table(pa.table({"i": np.arange(start, start + n, dtype=np.int64), "blob": blobs}),
-                          row_group_size=256)
+            w.write_table(
+                pa.table({"i": np.arange(start, start + n, dtype=np.int64), "blob": blobs}), row_group_size=256
+            )
     return rows
 
 
@@ -75,14 +77,42 @@ def inputs(tmp_path_factory):
 
 
 JOBS = {
-    "shuffle": lambda src, out: ["pipelines.reshard", "--input", f"{src}/*.tfrecord", "--output_prefix", f"{out}/s",
-                                 "--num_shards", "2", "--shuffle", "--shuffle_buffer_bytes", str(4 << 20),
-                                 "--split_bytes", str(16 << 20)],
-    "parquet_to_tfrecord": lambda src, out: ["pipelines.parquet_to_tfrecord", "--input", f"{src}.parquet",
-                                             "--output_prefix", f"{out}/t", "--num_shards", "2"],
-    "tfrecord_to_parquet": lambda src, out: ["pipelines.tfrecord_to_parquet", "--input", f"{src}/*.tfrecord",
-                                             "--output_prefix", f"{out}/p", "--num_shards", "2",
-                                             "--row_group_bytes", str(4 << 20), "--split_bytes", str(16 << 20)],
+    "shuffle": lambda src, out: [
+        "pipelines.reshard",
+        "--input",
+        f"{src}/*.tfrecord",
+        "--output_prefix",
+        f"{out}/s",
+        "--num_shards",
+        "2",
+        "--shuffle",
+        "--shuffle_buffer_bytes",
+        str(4 << 20),
+        "--split_bytes",
+        str(16 << 20),
+    ],
+    "parquet_to_tfrecord": lambda src, out: [
+        "pipelines.parquet_to_tfrecord",
+        "--input",
+        f"{src}.parquet",
+        "--output_prefix",
+        f"{out}/t",
+        "--num_shards",
+        "2",
+    ],
+    "tfrecord_to_parquet": lambda src, out: [
+        "pipelines.tfrecord_to_parquet",
+        "--input",
+        f"{src}/*.tfrecord",
+        "--output_prefix",
+        f"{out}/p",
+        "--num_shards",
+        "2",
+        "--row_group_bytes",
+        str(4 << 20),
+        "--split_bytes",
+        str(16 << 20),
+    ],
 }
 
 
@@ -118,4 +148,5 @@ def test_memory_does_not_grow_with_the_input(inputs, baselines, tmp_path, job, r
     growth = peak - baselines[runner]
     assert growth < BUDGET, (
         f"{job}: peak RSS {peak / 2**20:.0f} MiB on a {BIG / 2**20:.0f} MiB input, {growth / 2**20:.0f} MiB over "
-        f"the {baselines[runner] / 2**20:.0f} MiB of a {SMALL / 2**20:.0f} MiB input (budget {BUDGET / 2**20:.0f} MiB)")
+        f"the {baselines[runner] / 2**20:.0f} MiB of a {SMALL / 2**20:.0f} MiB input (budget {BUDGET / 2**20:.0f} MiB)"
+    )

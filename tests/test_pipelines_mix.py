@@ -5,10 +5,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 from pipelines import mix
 from pipelines._common import JobError
 from tfrecord_beam.example import decode_example
@@ -35,9 +35,26 @@ def test_selection_without_and_with_repetition():
 
 
 def _mix(tmp_path, capsys, name, seed=1, extra=(), runner=FAST):
-    return run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source", f"{tmp_path / 'b'}/*.tfrecord=1",
-                              "--total_records", "400", "--output_prefix", str(tmp_path / name / "m"),
-                              "--num_shards", "3", "--seed", str(seed), *extra] + runner, capsys)
+    return run_job(
+        mix.main,
+        [
+            "--source",
+            f"{tmp_path / 'a'}/*.tfrecord=3",
+            "--source",
+            f"{tmp_path / 'b'}/*.tfrecord=1",
+            "--total_records",
+            "400",
+            "--output_prefix",
+            str(tmp_path / name / "m"),
+            "--num_shards",
+            "3",
+            "--seed",
+            str(seed),
+            *extra,
+        ]
+        + runner,
+        capsys,
+    )
 
 
 def test_mix_counts_manifest_and_interleaving(tmp_path, capsys):
@@ -81,15 +98,24 @@ def test_mix_is_deterministic_for_a_seed(tmp_path, capsys):
     assert one != three
 
 
-@pytest.mark.parametrize("source,message", [
-    ("{a}/*.tfrecord=0", "positive"), ("{a}/*.tfrecord=-1", "positive"), ("{a}/*.tfrecord=abc", "number"),
-    ("{a}/*.tfrecord", "GLOB=WEIGHT"), ("{a}/nothing*=1", "matches no files"),
-])
+@pytest.mark.parametrize(
+    "source,message",
+    [
+        ("{a}/*.tfrecord=0", "positive"),
+        ("{a}/*.tfrecord=-1", "positive"),
+        ("{a}/*.tfrecord=abc", "number"),
+        ("{a}/*.tfrecord", "GLOB=WEIGHT"),
+        ("{a}/nothing*=1", "matches no files"),
+    ],
+)
 def test_bad_sources_fail_cleanly(tmp_path, capsys, source, message):
     write_files(tmp_path / "a", "a", [10])
     out = tmp_path / "o"
-    code, _, err = run_job(mix.main, ["--source", source.format(a=tmp_path / "a"), "--total_records", "5",
-                                      "--output_prefix", str(out / "m")] + FAST, capsys)
+    code, _, err = run_job(
+        mix.main,
+        ["--source", source.format(a=tmp_path / "a"), "--total_records", "5", "--output_prefix", str(out / "m")] + FAST,
+        capsys,
+    )
     assert code == 1 and message in err
     assert entries(out) == []
 
@@ -105,9 +131,22 @@ def test_empty_source_fails_and_leaves_nothing(tmp_path, capsys):
 def test_until_exhausted_uses_the_smallest_source_whole(tmp_path, capsys):
     a = write_files(tmp_path / "a", "a", [500], tag=1)
     b = write_files(tmp_path / "b", "b", [40], tag=2)
-    code, out, err = run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=3", "--source",
-                                        f"{tmp_path / 'b'}/*.tfrecord=1", "--until_exhausted", "--output_prefix",
-                                        str(tmp_path / "o" / "m"), "--num_shards", "2"] + FAST, capsys)
+    code, out, err = run_job(
+        mix.main,
+        [
+            "--source",
+            f"{tmp_path / 'a'}/*.tfrecord=3",
+            "--source",
+            f"{tmp_path / 'b'}/*.tfrecord=1",
+            "--until_exhausted",
+            "--output_prefix",
+            str(tmp_path / "o" / "m"),
+            "--num_shards",
+            "2",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     flat = [p for s in read_shards(tmp_path / "o", "m-*.tfrecord") for p in s]
     assert Counter(p for p in flat if p in set(b)) == Counter(b)  # every record of b, once
@@ -129,9 +168,23 @@ def test_corrupt_selected_record_is_named_and_nothing_is_left(tmp_path, capsys):
     raw = bytearray(path.read_bytes())
     raw[int(index[12, 0]) + 14] ^= 0x08  # record 12's payload: the survey (headers only) cannot see it
     path.write_bytes(bytes(raw))
-    code, _, err = run_job(mix.main, ["--source", f"{tmp_path / 'a'}/*.tfrecord=1", "--source", f"{path}=1",
-                                      "--total_records", "120", "--output_prefix", str(tmp_path / "o" / "m"),
-                                      "--num_shards", "2"] + FAST, capsys)
+    code, _, err = run_job(
+        mix.main,
+        [
+            "--source",
+            f"{tmp_path / 'a'}/*.tfrecord=1",
+            "--source",
+            f"{path}=1",
+            "--total_records",
+            "120",
+            "--output_prefix",
+            str(tmp_path / "o" / "m"),
+            "--num_shards",
+            "2",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 1
     assert "b-0.tfrecord" in err and "record 12" in err and f"byte offset {index[12, 0]}" in err
     assert entries(tmp_path / "o") == []

@@ -3,8 +3,8 @@
 from collections import Counter
 
 import pytest
-
 from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
+
 from pipelines import reshard
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.digest import payload_digest
@@ -15,8 +15,12 @@ from tfrecord_beam.index import build_index, verify_index
 def test_reshard_keeps_the_multiset_and_balances(tmp_path, capsys):
     data = write_files(tmp_path / "in", "a", [700, 1, 0, 1300])
     out = tmp_path / "out"
-    code, stdout, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*.tfrecord"), "--output_prefix",
-                                               str(out / "part"), "--num_shards", "3"] + FAST, capsys)
+    code, stdout, err = run_job(
+        reshard.main,
+        ["--input", str(tmp_path / "in" / "*.tfrecord"), "--output_prefix", str(out / "part"), "--num_shards", "3"]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     shards = read_shards(out, "part-*-of-00003.tfrecord")
     assert len(shards) == 3
@@ -36,9 +40,22 @@ def test_shuffle_is_deterministic_for_a_seed(tmp_path, capsys):
     data = write_files(tmp_path / "in", "a", [300, 200])
     runs = {}
     for name, seed in (("s1", 5), ("s2", 5), ("s3", 6)):
-        code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
-                                              str(tmp_path / name / "x"), "--num_shards", "2", "--shuffle",
-                                              "--seed", str(seed)] + FAST, capsys)
+        code, _, err = run_job(
+            reshard.main,
+            [
+                "--input",
+                str(tmp_path / "in" / "*"),
+                "--output_prefix",
+                str(tmp_path / name / "x"),
+                "--num_shards",
+                "2",
+                "--shuffle",
+                "--seed",
+                str(seed),
+            ]
+            + FAST,
+            capsys,
+        )
         assert code == 0, err
         runs[name] = read_shards(tmp_path / name, "x-*.tfrecord")
     assert runs["s1"] == runs["s2"]
@@ -50,9 +67,23 @@ def test_shuffle_is_deterministic_for_a_seed(tmp_path, capsys):
 def test_compression_in_and_out_and_target_bytes(tmp_path, capsys):
     data = write_files(tmp_path / "in", "z", [400, 100], suffix=".tfrecord.gz")
     out = tmp_path / "out"
-    code, stdout, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*.gz"), "--output_prefix", str(out / "y"),
-                                               "--target_shard_bytes", "2000", "--output_compression", "zlib",
-                                               "--balance", "bytes"] + FAST, capsys)
+    code, stdout, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in" / "*.gz"),
+            "--output_prefix",
+            str(out / "y"),
+            "--target_shard_bytes",
+            "2000",
+            "--output_compression",
+            "zlib",
+            "--balance",
+            "bytes",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     n = summary_json(stdout)["output_shards"]
     total = sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
@@ -65,8 +96,21 @@ def test_compression_in_and_out_and_target_bytes(tmp_path, capsys):
 
 def test_multi_processing_runner(tmp_path, capsys):
     data = write_files(tmp_path / "in", "a", [250, 250])
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
-                                          str(tmp_path / "out" / "m"), "--num_shards", "2", "--split_bytes", "5000"] + MULTI, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in" / "*"),
+            "--output_prefix",
+            str(tmp_path / "out" / "m"),
+            "--num_shards",
+            "2",
+            "--split_bytes",
+            "5000",
+        ]
+        + MULTI,
+        capsys,
+    )
     assert code == 0, err
     assert Counter(p for s in read_shards(tmp_path / "out", "m-*.tfrecord") for p in s) == Counter(data)
 
@@ -79,8 +123,9 @@ def test_corrupt_input_fails_and_leaves_nothing(tmp_path, capsys):
     path.write_bytes(bytes(raw))
     out = tmp_path / "out"
     out.mkdir()
-    code, _, err = run_job(reshard.main, ["--input", str(path), "--output_prefix", str(out / "p"),
-                                          "--num_shards", "2"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main, ["--input", str(path), "--output_prefix", str(out / "p"), "--num_shards", "2"] + FAST, capsys
+    )
     assert code == 1
     assert "a-0.tfrecord" in err and "CRC" in err
     assert entries(out) == []
@@ -94,21 +139,41 @@ def test_corrupt_record_at_a_split_point_is_not_skipped(tmp_path, capsys):
     raw = bytearray(path.read_bytes())
     raw[victim : victim + 8] = b"\xff" * 8  # its length field: range 2 resyncs past it, range 1 stops before it
     path.write_bytes(bytes(raw))
-    code, _, err = run_job(reshard.main, ["--input", str(path), "--output_prefix", str(tmp_path / "o" / "p"),
-                                          "--num_shards", "1", "--split_bytes", "4000"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(path),
+            "--output_prefix",
+            str(tmp_path / "o" / "p"),
+            "--num_shards",
+            "1",
+            "--split_bytes",
+            "4000",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 1 and "a-0.tfrecord" in err and str(victim) in err  # named, never skipped
     assert entries(tmp_path / "o") == []
 
 
 def test_no_match_and_unwritable_output(tmp_path, capsys):
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "nothing*"), "--output_prefix",
-                                          str(tmp_path / "o" / "p"), "--num_shards", "1"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", str(tmp_path / "nothing*"), "--output_prefix", str(tmp_path / "o" / "p"), "--num_shards", "1"]
+        + FAST,
+        capsys,
+    )
     assert code == 1 and "matches no files" in err
     write_files(tmp_path / "in", "a", [5])
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in" / "*"), "--output_prefix",
-                                          str(blocker / "p"), "--num_shards", "1"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", str(tmp_path / "in" / "*"), "--output_prefix", str(blocker / "p"), "--num_shards", "1"] + FAST,
+        capsys,
+    )
     assert code == 1 and "cannot write to output location" in err
 
 

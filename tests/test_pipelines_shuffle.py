@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 
 from pipelines import reshard
 from tfrecord_beam import _bucketed
@@ -17,12 +18,13 @@ from tfrecord_beam.beam import shuffle as sh
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.records import read_records, write_records
 
-from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
-
 
 def _shuffle(tmp_path, capsys, out, *extra, runner=FAST, inputs="in/*"):
-    code, stdout, err = run_job(reshard.main, ["--input", str(tmp_path / inputs), "--output_prefix", str(tmp_path / out / "s"),
-                                               "--shuffle", *extra] + runner, capsys)
+    code, stdout, err = run_job(
+        reshard.main,
+        ["--input", str(tmp_path / inputs), "--output_prefix", str(tmp_path / out / "s"), "--shuffle", *extra] + runner,
+        capsys,
+    )
     assert code == 0, err
     return read_shards(tmp_path / out, "s-*.tfrecord"), summary_json(stdout)
 
@@ -30,8 +32,9 @@ def _shuffle(tmp_path, capsys, out, *extra, runner=FAST, inputs="in/*"):
 @pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi_processing"])
 def test_every_record_exactly_once(tmp_path, capsys, runner):
     data = write_files(tmp_path / "in", "a", [1500, 2500, 0, 1000])
-    shards, summary = _shuffle(tmp_path, capsys, "out", "--num_shards", "3", "--seed", "5",
-                               "--shuffle_buffer_bytes", "65536", runner=runner)
+    shards, summary = _shuffle(
+        tmp_path, capsys, "out", "--num_shards", "3", "--seed", "5", "--shuffle_buffer_bytes", "65536", runner=runner
+    )
     assert len(shards) == 3
     assert collections.Counter(r for s in shards for r in s) == collections.Counter(data)
     assert summary["records"] == len(data) and summary["verified"].startswith("yes")
@@ -44,8 +47,19 @@ def test_every_record_exactly_once(tmp_path, capsys, runner):
 def test_same_seed_same_output_however_split(tmp_path, capsys):
     write_files(tmp_path / "in", "a", [2000, 3000])
     base, _ = _shuffle(tmp_path, capsys, "o1", "--num_shards", "2", "--seed", "11")
-    small, _ = _shuffle(tmp_path, capsys, "o2", "--num_shards", "2", "--seed", "11",
-                        "--shuffle_buffer_bytes", "65536", "--split_bytes", "50000")
+    small, _ = _shuffle(
+        tmp_path,
+        capsys,
+        "o2",
+        "--num_shards",
+        "2",
+        "--seed",
+        "11",
+        "--shuffle_buffer_bytes",
+        "65536",
+        "--split_bytes",
+        "50000",
+    )
     multi, _ = _shuffle(tmp_path, capsys, "o3", "--num_shards", "2", "--seed", "11", runner=MULTI)
     other, _ = _shuffle(tmp_path, capsys, "o4", "--num_shards", "2", "--seed", "12")
     assert base == small == multi
@@ -112,8 +126,9 @@ def _merged(tables, max_bytes, work_dir):
             assert int(np.sum(sizes)) == len(framed)
             out.append(bytes(framed))
 
-    digest, _ = _bucketed.write_merged(tables, Writer(), None, lambda p: open(p, "rb"), max_bytes=max_bytes,
-                                      scratch=sh.scratch(work_dir))
+    digest, _ = _bucketed.write_merged(
+        tables, Writer(), None, lambda p: open(p, "rb"), max_bytes=max_bytes, scratch=sh.scratch(work_dir)
+    )
     return b"".join(out), digest, len(out)
 
 
@@ -164,8 +179,15 @@ def test_damaged_run_file_is_reported(tmp_path):
 
 def test_rejects_byte_balance_and_tiny_buffer(tmp_path, capsys):
     write_files(tmp_path / "in", "a", [10])
-    base = ["--input", str(tmp_path / "in/*"), "--output_prefix", str(tmp_path / "o" / "s"), "--num_shards", "2",
-            "--shuffle"] + FAST
+    base = [
+        "--input",
+        str(tmp_path / "in/*"),
+        "--output_prefix",
+        str(tmp_path / "o" / "s"),
+        "--num_shards",
+        "2",
+        "--shuffle",
+    ] + FAST
     code, _, err = run_job(reshard.main, base + ["--balance", "bytes"], capsys)
     assert code == 1 and "--balance bytes" in err
     code, _, err = run_job(reshard.main, base + ["--shuffle_buffer_bytes", "100"], capsys)
@@ -178,7 +200,19 @@ def test_corrupt_input_fails_naming_the_file_and_leaves_nothing(tmp_path, capsys
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     path.write_bytes(bytes(raw))
-    code, _, err = run_job(reshard.main, ["--input", str(tmp_path / "in/*"), "--output_prefix", str(tmp_path / "o" / "s"),
-                                          "--num_shards", "2", "--shuffle"] + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in/*"),
+            "--output_prefix",
+            str(tmp_path / "o" / "s"),
+            "--num_shards",
+            "2",
+            "--shuffle",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 1 and "a-1.tfrecord" in err and "CRC" in err
     assert entries(tmp_path / "o") == []

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import List, Tuple
 
 import pytest
-
 from helpers.jobs import FAST, MULTI, payloads, run_job, summary_json
+
 from pipelines import mix, reshard
 from tfrecord_beam import _plan
 from tfrecord_beam import manifest as mf
@@ -40,9 +40,9 @@ class Inputs:
         raw = bytearray(self.plain.read_bytes())
         raw[offsets[50] + 14] ^= 0xFF  # a payload byte: its CRC fails, its length is sound
         raw[offsets[150] + 2] ^= 0xFF  # a length byte: its CRC fails, reading resyncs
-        raw[offsets[251]:offsets[251]] = GARBAGE  # garbage between records 250 and 251
+        raw[offsets[251] : offsets[251]] = GARBAGE  # garbage between records 250 and 251
         cut = len(data[-1]) // 2 + 4
-        del raw[len(raw) - cut:]  # the last record cut short
+        del raw[len(raw) - cut :]  # the last record cut short
         self.plain.write_bytes(bytes(raw))
         shift = len(GARBAGE)
         self.plain_bad = [offsets[50], offsets[150], offsets[251], offsets[399] + shift]
@@ -66,8 +66,13 @@ class Inputs:
 
 def _skipping_read(path: Path, compression) -> Tuple[List[bytes], List[Tuple[str, int]]]:
     letters: List[Tuple[str, int]] = []
-    reader = SkippingReader(str(path), compression, open_file=lambda: open(path, "rb"), skip_corrupt=True,
-                            on_corrupt=lambda f, o, r: letters.append((f, o)))
+    reader = SkippingReader(
+        str(path),
+        compression,
+        open_file=lambda: open(path, "rb"),
+        skip_corrupt=True,
+        on_corrupt=lambda f, o, r: letters.append((f, o)),
+    )
     return [p for chunk in reader.chunks() for p in chunk.payloads()], letters
 
 
@@ -105,12 +110,22 @@ def _shards(out: Path, name: str) -> List[bytes]:
 
 
 @pytest.mark.parametrize("balance", ["records", "bytes"])
-def test_reshard_skip_corrupt_copies_exactly_the_intact_records_in_order(damaged, tmp_path, capsys, monkeypatch, balance):
+def test_reshard_skip_corrupt_copies_exactly_the_intact_records_in_order(
+    damaged, tmp_path, capsys, monkeypatch, balance
+):
     # checkpoints every 16 records: copies start between the damage and step over it themselves
     monkeypatch.setattr(_plan, "CHECKPOINT_RECORDS", 16)
     out = tmp_path / "o"
-    args = ["--input", str(damaged.dir / "*"), "--output_prefix", str(out / "x"), "--num_shards", "7",
-            "--balance", balance]
+    args = [
+        "--input",
+        str(damaged.dir / "*"),
+        "--output_prefix",
+        str(out / "x"),
+        "--num_shards",
+        "7",
+        "--balance",
+        balance,
+    ]
     code, _, err = run_job(reshard.main, args + FAST, capsys)
     assert code == 1 and str(damaged.plain) in err and f"byte offset {damaged.plain_bad[1]}" in err  # as before
     code, stdout, err = run_job(reshard.main, args + ["--skip_corrupt"] + FAST, capsys)
@@ -123,8 +138,12 @@ def test_reshard_skip_corrupt_copies_exactly_the_intact_records_in_order(damaged
 
 def test_reshard_skip_corrupt_on_multi_processing(damaged, tmp_path, capsys):
     out = tmp_path / "o"
-    code, stdout, err = run_job(reshard.main, ["--input", str(damaged.dir / "*"), "--output_prefix", str(out / "x"),
-                                               "--num_shards", "3", "--skip_corrupt"] + MULTI, capsys)
+    code, stdout, err = run_job(
+        reshard.main,
+        ["--input", str(damaged.dir / "*"), "--output_prefix", str(out / "x"), "--num_shards", "3", "--skip_corrupt"]
+        + MULTI,
+        capsys,
+    )
     assert code == 0, err
     assert _shards(out, "x") == damaged.stream
     _check_dead_letters(out, "x", stdout, damaged)
@@ -132,8 +151,17 @@ def test_reshard_skip_corrupt_on_multi_processing(damaged, tmp_path, capsys):
 
 def test_reshard_shuffle_skip_corrupt(damaged, tmp_path, capsys):
     out = tmp_path / "o"
-    args = ["--input", str(damaged.dir / "*"), "--output_prefix", str(out / "x"), "--num_shards", "3", "--shuffle",
-            "--split_bytes", "5000"]  # byte ranges: damage inside ranges and across their ends
+    args = [
+        "--input",
+        str(damaged.dir / "*"),
+        "--output_prefix",
+        str(out / "x"),
+        "--num_shards",
+        "3",
+        "--shuffle",
+        "--split_bytes",
+        "5000",
+    ]  # byte ranges: damage inside ranges and across their ends
     code, _, err = run_job(reshard.main, args + FAST, capsys)
     assert code == 1 and str(damaged.plain) in err  # without the flag the shuffle fails on damage
     code, stdout, err = run_job(reshard.main, args + ["--skip_corrupt"] + FAST, capsys)
@@ -146,8 +174,18 @@ def test_mix_skip_corrupt_selects_among_the_intact_records(damaged, tmp_path, ca
     monkeypatch.setattr(_plan, "CHECKPOINT_RECORDS", 16)  # selection blocks after the damage too
     out = tmp_path / "m"
     n = len(damaged.stream)
-    args = ["--source", f"{damaged.dir}/*=1", "--total_records", str(n), "--output_prefix", str(out / "x"),
-            "--num_shards", "3", "--seed", "5"]
+    args = [
+        "--source",
+        f"{damaged.dir}/*=1",
+        "--total_records",
+        str(n),
+        "--output_prefix",
+        str(out / "x"),
+        "--num_shards",
+        "3",
+        "--seed",
+        "5",
+    ]
     code, _, err = run_job(mix.main, args + FAST, capsys)
     assert code == 1 and str(damaged.plain) in err and "byte offset" in err
     code, stdout, err = run_job(mix.main, args + ["--skip_corrupt"] + FAST, capsys)
@@ -160,9 +198,22 @@ def test_mix_skip_corrupt_selects_among_the_intact_records(damaged, tmp_path, ca
 
     # two sources, one repeated: still only intact records, in the planned counts
     out2 = tmp_path / "m2"
-    code, stdout, err = run_job(mix.main, ["--source", f"{damaged.plain}=1", "--source", f"{damaged.dir}/*.tfrecord.*=1",
-                                           "--total_records", "800", "--output_prefix", str(out2 / "y"),
-                                           "--skip_corrupt"] + FAST, capsys)
+    code, stdout, err = run_job(
+        mix.main,
+        [
+            "--source",
+            f"{damaged.plain}=1",
+            "--source",
+            f"{damaged.dir}/*.tfrecord.*=1",
+            "--total_records",
+            "800",
+            "--output_prefix",
+            str(out2 / "y"),
+            "--skip_corrupt",
+        ]
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     got = Counter(_shards(out2, "y"))
     assert sum(got.values()) == 800 and set(got) <= set(damaged.stream)

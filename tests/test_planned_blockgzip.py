@@ -111,10 +111,16 @@ def test_pieces_inflate_their_own_members_only(tmp_path, balance):
         last = table.member_at(piece.to_offset - 1)
         assert table.uncompressed[first] == piece.from_offset and counting.lowest == table.compressed[first]
         assert counting.read <= table.compressed[last + 1] - table.compressed[first]  # its members, read once
-    assert out == payloads[len(payloads) - len(out):]  # the later shards: the input's tail, in order
+    assert out == payloads[len(payloads) - len(out) :]  # the later shards: the input's tail, in order
     with pytest.raises(CorruptRecordError):
-        _copy.copy_pieces(plans[0].pieces, str(tmp_path / "o-0.tfrecord"), str(tmp_path / "o-0.idx"), None,
-                          core_fs.open_input, core_fs.atomic_output)
+        _copy.copy_pieces(
+            plans[0].pieces,
+            str(tmp_path / "o-0.tfrecord"),
+            str(tmp_path / "o-0.idx"),
+            None,
+            core_fs.open_input,
+            core_fs.atomic_output,
+        )
 
 
 def test_a_stale_member_table_is_an_error_not_a_misread(tmp_path):
@@ -132,6 +138,7 @@ def test_a_stale_member_table_is_an_error_not_a_misread(tmp_path):
 # -- the jobs -----------------------------------------------------------------------------------
 beam = pytest.importorskip("apache_beam")
 from helpers.jobs import FAST, MULTI, run_job, summary_json  # noqa: E402
+
 from pipelines import build_index, mix, reshard  # noqa: E402
 from tfrecord_beam.beam import _fs  # noqa: E402
 
@@ -152,8 +159,9 @@ def _shards(directory: Path, glob: str) -> List[List[bytes]]:
 
 
 @pytest.mark.parametrize("runner,balance", [(FAST, "records"), (MULTI, "bytes")], ids=["fnapi-records", "multi-bytes"])
-def test_reshard_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_path, capsys, runner, balance,
-                                                                     monkeypatch):
+def test_reshard_of_block_gzip_is_that_of_the_same_data_uncompressed(
+    pair, tmp_path, capsys, runner, balance, monkeypatch
+):
     gz, plain, payloads = pair
     monkeypatch.setattr(_plan, "SURVEY_PART_BYTES", 20000)  # several survey parts per file
     reads = {"bytes": 0}
@@ -176,8 +184,16 @@ def test_reshard_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_p
         monkeypatch.setattr(_fs, "open_input", counting)
     outputs = {}
     for name, src, glob, how in [("gz", gz, "*.tfrecord.gz", runner), ("plain", plain, "*.tfrecord", FAST)]:
-        args = ["--input", str(src / glob), "--output_prefix", str(tmp_path / name / "r"), "--num_shards", "8",
-                "--balance", balance] + how
+        args = [
+            "--input",
+            str(src / glob),
+            "--output_prefix",
+            str(tmp_path / name / "r"),
+            "--num_shards",
+            "8",
+            "--balance",
+            balance,
+        ] + how
         code, out, err = run_job(reshard.main, args, capsys)
         assert code == 0, err
         outputs[name] = _shards(tmp_path / name, "r-*.tfrecord")
@@ -189,9 +205,21 @@ def test_reshard_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_p
 
 def test_reshard_block_gzip_to_block_gzip_keeps_members_and_order(pair, tmp_path, capsys, runner=FAST):
     gz, _, payloads = pair
-    code, out, err = run_job(reshard.main, ["--input", str(gz / "*.tfrecord.gz"), "--output_prefix",
-                                            str(tmp_path / "o" / "r"), "--num_shards", "3", "--output_compression",
-                                            "gzip"] + runner, capsys)
+    code, out, err = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(gz / "*.tfrecord.gz"),
+            "--output_prefix",
+            str(tmp_path / "o" / "r"),
+            "--num_shards",
+            "3",
+            "--output_compression",
+            "gzip",
+        ]
+        + runner,
+        capsys,
+    )
     assert code == 0, err
     shards = sorted(str(p) for p in (tmp_path / "o").glob("r-*.tfrecord.gz"))
     assert len(shards) == 3
@@ -208,8 +236,20 @@ def test_mix_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_path,
     gz, plain, _ = pair
     outputs = {}
     for name, src, glob, how in [("gz", gz, "*.tfrecord.gz", runner), ("plain", plain, "*.tfrecord", FAST)]:
-        args = ["--source", f"{src}/in-0{glob[1:]}=1", "--source", f"{src}/in-[12]{glob[1:]}=2", "--total_records",
-                "2500", "--output_prefix", str(tmp_path / name / "m"), "--num_shards", "3", "--seed", "5"] + how
+        args = [
+            "--source",
+            f"{src}/in-0{glob[1:]}=1",
+            "--source",
+            f"{src}/in-[12]{glob[1:]}=2",
+            "--total_records",
+            "2500",
+            "--output_prefix",
+            str(tmp_path / name / "m"),
+            "--num_shards",
+            "3",
+            "--seed",
+            "5",
+        ] + how
         code, out, err = run_job(mix.main, args, capsys)
         assert code == 0, err
         assert summary_json(out)["records"] == 2500
@@ -220,8 +260,9 @@ def test_mix_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_path,
 def test_build_index_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, tmp_path, capsys):
     gz, plain, _ = pair
     for name, src, glob in [("gz", gz, "*.tfrecord.gz"), ("plain", plain, "*.tfrecord")]:
-        code, _, err = run_job(build_index.main, ["--input", str(src / glob), "--output_dir", str(tmp_path / name)]
-                               + FAST, capsys)
+        code, _, err = run_job(
+            build_index.main, ["--input", str(src / glob), "--output_dir", str(tmp_path / name)] + FAST, capsys
+        )
         assert code == 0, err
     for f in sorted(gz.glob("*.tfrecord.gz")):
         built = tmp_path / "gz" / (f.name + ".tfindex")
@@ -250,15 +291,26 @@ def test_reshard_of_block_gzip_streams_in_bounded_memory(tmp_path, capsys):
                     sizes = rng.integers(1, 32768, 256)
                     blob = rng.bytes(int(sizes.sum()))
                     ends = np.cumsum(sizes)
-                    w.write_many([blob[e - n:e] for n, e in zip(sizes.tolist(), ends.tolist())])
+                    w.write_many([blob[e - n : e] for n, e in zip(sizes.tolist(), ends.tolist())])
             paths.append(path)
         return paths
 
     big, small = inputs(tmp_path / "big", 5 * budget, 1), inputs(tmp_path / "small", budget, 2)
 
     def job(files, name):
-        code, _, err = run_job(reshard.main, ["--input", str(files[0].parent / "*.tfrecord.gz"), "--output_prefix",
-                                              str(tmp_path / name / "r"), "--num_shards", "4"] + FAST, capsys)
+        code, _, err = run_job(
+            reshard.main,
+            [
+                "--input",
+                str(files[0].parent / "*.tfrecord.gz"),
+                "--output_prefix",
+                str(tmp_path / name / "r"),
+                "--num_shards",
+                "4",
+            ]
+            + FAST,
+            capsys,
+        )
         assert code == 0, err
 
     with PeakRSS() as low:
@@ -270,5 +322,6 @@ def test_reshard_of_block_gzip_streams_in_bounded_memory(tmp_path, capsys):
     shards = sorted((tmp_path / "b").glob("r-*-of-00004.tfrecord"))
     got = (p for s in shards for p in read_records(str(s)))
     want = (p for f in big for p in read_records(str(f)))
-    assert all(a == b for a, b in zip(got, want)) and sum(1 for s in shards for _ in read_records(str(s))) == \
-        sum(len(load_index(str(f) + ".tfindex")) for f in big)
+    assert all(a == b for a, b in zip(got, want)) and sum(1 for s in shards for _ in read_records(str(s))) == sum(
+        len(load_index(str(f) + ".tfindex")) for f in big
+    )

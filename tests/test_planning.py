@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tfrecord_beam import _bucketed, _copy, _engine, _plan, _walk
-from tfrecord_beam._engine import _framing
 from tfrecord_beam import fs as core_fs
+from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.index import build_index, load_index
 from tfrecord_beam.records import RecordReader, RecordWriter, write_records
@@ -63,8 +63,10 @@ def test_walk_of_compressed_and_verified_files(tmp_path):
     write_records(str(tmp_path / "a.tfrecord.gz"), payloads)
     write_records(str(tmp_path / "a.tfrecord"), payloads)
     ref = build_index(str(tmp_path / "a.tfrecord"))
-    for name, compression, verify in (("a.tfrecord.gz", "gzip", _framing.VERIFY_LENGTHS),
-                                      ("a.tfrecord", None, _framing.VERIFY_ALL)):
+    for name, compression, verify in (
+        ("a.tfrecord.gz", "gzip", _framing.VERIFY_LENGTHS),
+        ("a.tfrecord", None, _framing.VERIFY_ALL),
+    ):
         blocks = _walk_all(tmp_path / name, compression, verify=verify)
         assert np.array_equal(np.concatenate([b.offsets for b in blocks]), ref[:, 0])
 
@@ -145,15 +147,18 @@ def test_contiguous_plans_copied_are_the_inputs_in_order(tmp_path, monkeypatch, 
         all_payloads += payloads
     surveys = _surveys(paths, compression)
     assert [s.records for s in surveys] == counts
-    assert all(s.checkpoints == [(0, 0)] + [(r, int(build_index(str(p), compression)[r, 0])) for r, _ in s.checkpoints[1:]]
-               for s, p in zip(surveys, paths))
+    assert all(
+        s.checkpoints == [(0, 0)] + [(r, int(build_index(str(p), compression)[r, 0])) for r, _ in s.checkpoints[1:]]
+        for s, p in zip(surveys, paths)
+    )
     plans = _plan.plan_contiguous(surveys, 5, balance)
     assert [p.shard for p in plans] == list(range(5))
     out, digest = [], (0, 0, 0)
     for plan in plans:
         dest = tmp_path / f"out-{plan.shard}.tfrecord"
-        stats = _copy.copy_pieces(plan.pieces, str(dest), str(dest) + ".idx", None, core_fs.open_input,
-                                  core_fs.atomic_output)
+        stats = _copy.copy_pieces(
+            plan.pieces, str(dest), str(dest) + ".idx", None, core_fs.open_input, core_fs.atomic_output
+        )
         shard = list(RecordReader(str(dest)))
         assert stats["records"] == len(shard) and np.array_equal(load_index(str(dest) + ".idx"), build_index(str(dest)))
         if balance == "records":
@@ -176,8 +181,14 @@ def test_a_failed_copy_leaves_nothing(tmp_path):
     path.write_bytes(bytes(raw))
     [plan] = _plan.plan_contiguous([survey], 1)
     with pytest.raises(CorruptRecordError, match="record 30, byte offset 3480: payload CRC"):
-        _copy.copy_pieces(plan.pieces, str(tmp_path / "o.tfrecord"), str(tmp_path / "o.idx"), None,
-                          core_fs.open_input, core_fs.atomic_output)
+        _copy.copy_pieces(
+            plan.pieces,
+            str(tmp_path / "o.tfrecord"),
+            str(tmp_path / "o.idx"),
+            None,
+            core_fs.open_input,
+            core_fs.atomic_output,
+        )
     assert sorted(os.listdir(tmp_path)) == ["in.tfrecord"]
 
 
@@ -211,8 +222,9 @@ def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
-        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, None,
-                                                core_fs.open_input)
+        digest, groups = _bucketed.write_merged(
+            [t for t in tables if t.shard == shard], writer, None, core_fs.open_input
+        )
         writer.close()
         mine = np.flatnonzero(shards == shard)
         expected = [payloads[i] for i in mine[np.argsort(keys[mine])]]

@@ -39,16 +39,19 @@ def test_descriptions_are_normalised_once_and_frozen():
     assert pickle.loads(pickle.dumps(options)) == options
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"description": {"id": "double"}}, ValueError, "description: feature 'id': unknown kind 'double'"),
-    ({"description": "id"}, TypeError, "description: description must be a list or dict"),
-    ({"sequence_description": {"s": "text"}}, ValueError, "sequence_description: feature 's'"),
-    ({"compression": "lz4"}, ValueError, "unknown compression 'lz4'"),
-    ({"strict": "false"}, TypeError, "strict must be True or False, not 'false'"),
-    ({"skip_corrupt": None}, TypeError, "skip_corrupt must be True or False"),
-    ({"verify": 1.5}, TypeError, "verify must be True or False"),
-    ({"sequence": False, "sequence_description": ["s"]}, ValueError, "sequence=False with a sequence_description"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"description": {"id": "double"}}, ValueError, "description: feature 'id': unknown kind 'double'"),
+        ({"description": "id"}, TypeError, "description: description must be a list or dict"),
+        ({"sequence_description": {"s": "text"}}, ValueError, "sequence_description: feature 's'"),
+        ({"compression": "lz4"}, ValueError, "unknown compression 'lz4'"),
+        ({"strict": "false"}, TypeError, "strict must be True or False, not 'false'"),
+        ({"skip_corrupt": None}, TypeError, "skip_corrupt must be True or False"),
+        ({"verify": 1.5}, TypeError, "verify must be True or False"),
+        ({"sequence": False, "sequence_description": ["s"]}, ValueError, "sequence=False with a sequence_description"),
+    ],
+)
 def test_bad_settings_fail_at_construction(kwargs, error, words):
     with pytest.raises(error) as caught:
         ReadOptions(**kwargs)
@@ -88,8 +91,11 @@ def test_none_reads_gzip_by_name_at_drop_in_edges_only(tmp_path):
 
 # -- signatures: the `tfrecord` package's positional order, our additions keyword-only ---------
 def _positional(fn):
-    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
-            if p.kind == p.POSITIONAL_OR_KEYWORD and p.name != "self"]
+    return [
+        (p.name, p.default)
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind == p.POSITIONAL_OR_KEYWORD and p.name != "self"
+    ]
 
 
 def _keyword_only(fn):
@@ -117,7 +123,13 @@ def test_dataset_signatures_match_the_tfrecord_package():
         assert _positional(ours.__init__) == _positional(peer.__init__), ours.__name__
         assert {"seed", "batch_size", "rank", "world_size", "skip_corrupt", "strict"} <= _keyword_only(ours.__init__)
     assert [n for n, _ in _positional(IndexedTFRecordDataset.__init__)] == [
-        "data_path", "index_path", "description", "transform", "sequence_description", "compression_type"]
+        "data_path",
+        "index_path",
+        "description",
+        "transform",
+        "sequence_description",
+        "compression_type",
+    ]
     assert _keyword_only(IndexedTFRecordDataset.__init__) == {"verify", "skip_corrupt"}
 
 
@@ -135,8 +147,9 @@ def test_datasets_positionally_as_the_tfrecord_package_calls_them(tmp_path):
     assert ds.options.description == {"id": "int"} and ds.strict is False and ds.skip_corrupt is False
     assert [int(r["id"][0]) for r in TFRecordDataset(path, None, ["id"], None, None, None, "gzip")] == list(range(5))
     # + splits before description; infinite last
-    multi = MultiTFRecordDataset(str(tmp_path / "{}.tfrecord.gz"), None, {"a": 1.0, "b": 1.0}, ["id"], None, None,
-                                 None, None, False)
+    multi = MultiTFRecordDataset(
+        str(tmp_path / "{}.tfrecord.gz"), None, {"a": 1.0, "b": 1.0}, ["id"], None, None, None, None, False
+    )
     assert sorted(int(r["id"][0]) for r in multi) == sorted(list(range(5)) + list(range(3)))
     plain = _write(tmp_path / "c.tfrecord")
     indexed = IndexedTFRecordDataset(plain, None, ["id"], None, None, None, verify=False)
@@ -182,8 +195,14 @@ def test_normalised_descriptions_are_read_only_and_travel():
     import copy
 
     options = ReadOptions(description={"id": "int"})
-    for change in (lambda d: d.__setitem__("x", None), lambda d: d.update(x=None), lambda d: d.pop("id"),
-                   lambda d: d.clear(), lambda d: d.setdefault("x"), lambda d: d.__delitem__("id")):
+    for change in (
+        lambda d: d.__setitem__("x", None),
+        lambda d: d.update(x=None),
+        lambda d: d.pop("id"),
+        lambda d: d.clear(),
+        lambda d: d.setdefault("x"),
+        lambda d: d.__delitem__("id"),
+    ):
         with pytest.raises(TypeError, match="read-only"):
             change(options.description)
     assert options.description == {"id": "int"}

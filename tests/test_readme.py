@@ -10,7 +10,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers.fixtures import REPO
 
 
@@ -31,8 +30,9 @@ def test_the_readme_has_python_examples():
 def test_readme_python_block_runs_alone(number, tmp_path):
     block = BLOCKS[number]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"README python block {number} failed on its own:\n{block}\n{done.stderr[-3000:]}"
     if "'missing'" in block:
         assert "'missing': array([], dtype=float32)" in done.stdout

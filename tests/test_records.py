@@ -10,13 +10,12 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers.fixtures import FIXTURES
 
 from tfrecord_beam import records
 from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader, RecordWriter, find_record_start, resolve_compression
-
-from helpers.fixtures import FIXTURES
 
 PAYLOADS = [b"", b"a", b"hello world" * 3, bytes(range(256)) * 40, b"\x00" * 5000]
 
@@ -69,7 +68,9 @@ def test_compressed_writes_decompress_to_tensorflows_stream(tmp_path, name):
 
 def test_concatenated_gzip_members_are_read(tmp_path):
     path = tmp_path / "cat.tfrecord.gz"
-    path.write_bytes(gzip.compress(_framing.frame_records(PAYLOADS[:2])) + gzip.compress(_framing.frame_records(PAYLOADS[2:])))
+    path.write_bytes(
+        gzip.compress(_framing.frame_records(PAYLOADS[:2])) + gzip.compress(_framing.frame_records(PAYLOADS[2:]))
+    )
     assert list(RecordReader(path)) == PAYLOADS
 
 

@@ -8,8 +8,8 @@ import random
 import struct
 
 import pytest
-
 from helpers.crafted import PHANTOM_EXAMPLE, crafted_damage, phantom_file
+
 from tfrecord_beam import _engine, records
 from tfrecord_beam._engine._framing import FRAME_OVERHEAD, HEADER_SIZE, frame_header
 from tfrecord_beam._resync import (
@@ -141,7 +141,9 @@ def test_resync_matches_the_naive_reference_past_a_megabyte(seed, paths, monkeyp
     rng = random.Random(100 + seed)
     data = _big_sparse_file(rng)
     candidates = [h for h in _engine.find_length_crcs(data).tolist()]
-    offsets = sorted({0, len(data)} | {rng.randrange(len(data)) for _ in range(4)} | {h + d for h in candidates for d in (0, 1)})
+    offsets = sorted(
+        {0, len(data)} | {rng.randrange(len(data)) for _ in range(4)} | {h + d for h in candidates for d in (0, 1)}
+    )
     raw = io.BytesIO(data)
     shared = Resync(raw, len(data))
     for offset in offsets:
@@ -156,7 +158,10 @@ def _edge_files():
     empty = _engine.frame_records([b""])
     field = empty[8:16]
     spanned = empty + struct.pack("<I", _engine.masked_crc32c(field))
-    yield "candidate-inside-an-empty-record", _engine.frame_records([b"a" * 30]) + spanned + _engine.frame_records([b"b"])
+    yield (
+        "candidate-inside-an-empty-record",
+        _engine.frame_records([b"a" * 30]) + spanned + _engine.frame_records([b"b"]),
+    )
     # 2. deep in a big record, a small frame followed by a header claiming 1 MiB: a chain that
     #    leaves the look-ahead block by a frame that fits the file (taken for a boundary)
     payload = bytearray(3 << 20)
@@ -317,4 +322,3 @@ def test_after_bad_skips_a_frame_whose_length_is_sound_and_resyncs_otherwise():
     assert resync.after_bad(offsets[1]) == (offsets[2], None, True)
     assert resync.after_bad(offsets[3], 3) == (offsets[4], None, False)  # found by the search: number unknown
     assert resync.after_bad(offsets[5] + 1) == (len(data), None, False)  # nothing after: the end
-

@@ -6,15 +6,16 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from helpers.rss import MiB, PeakRSS, peak_rss_tree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 HOLD = 96 * MiB
 # a child that starts a grandchild which touches HOLD bytes and keeps them a moment
-GRANDCHILD = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
-              f"'import time; b = bytearray({HOLD}); b[::4096] = bytes(len(b[::4096])); time.sleep(0.5)'], check=True)")
+GRANDCHILD = (
+    "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+    f"'import time; b = bytearray({HOLD}); b[::4096] = bytes(len(b[::4096])); time.sleep(0.5)'], check=True)"
+)
 IDLE = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.5)'], check=True)"
 
 

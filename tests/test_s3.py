@@ -35,8 +35,12 @@ def s3():
         client = boto3.client("s3", endpoint_url=endpoint)
         client.create_bucket(Bucket=BUCKET)
         query = f"?endpoint_override={host}:{port}&scheme=http"
-        beam = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=test", "--s3_secret_access_key=test",
-                "--s3_region_name=us-east-1"]
+        beam = [
+            f"--s3_endpoint_url={endpoint}",
+            "--s3_access_key_id=test",
+            "--s3_secret_access_key=test",
+            "--s3_region_name=us-east-1",
+        ]
         yield endpoint, query, beam, client
     finally:
         server.stop()
@@ -49,7 +53,7 @@ def s3():
 
 def keys(client, prefix: str):
     found = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
-    return sorted(o["Key"][len(prefix):] for o in found if not o["Key"].endswith("/"))  # pyarrow makes "dir/" markers
+    return sorted(o["Key"][len(prefix) :] for o in found if not o["Key"].endswith("/"))  # pyarrow makes "dir/" markers
 
 
 def test_core_reader_writer_index_glob_and_cli_with_a_query_string(s3, capsys):
@@ -63,7 +67,7 @@ def test_core_reader_writer_index_glob_and_cli_with_a_query_string(s3, capsys):
         uri = f"s3://{BUCKET}/core/d-{k}.tfrecord{query}"
         assert default_index_path(uri) == f"s3://{BUCKET}/core/d-{k}.tfindex{query}"  # not "...http.tfindex"
         with RecordWriter(uri, index_path=True) as writer:
-            writer.write_many(data[k * 25:(k + 1) * 25])
+            writer.write_many(data[k * 25 : (k + 1) * 25])
     assert keys(client, "core/") == ["d-0.tfindex", "d-0.tfrecord", "d-1.tfindex", "d-1.tfrecord"]  # no temporaries
     found = fs.expand(f"s3://{BUCKET}/core/d-*.tfrecord{query}")
     assert found == [f"s3://{BUCKET}/core/d-{k}.tfrecord{query}" for k in range(2)]
@@ -82,8 +86,12 @@ def test_torch_dataset_over_s3_globs(s3):
     _, query, _, _ = s3
     for k in range(3):
         write_records(f"s3://{BUCKET}/torch/t-{k}.tfrecord{query}", payloads(20, start=20 * k), index_path=True)
-    ds = TFRecordDataset(f"s3://{BUCKET}/torch/t-*.tfrecord{query}", f"s3://{BUCKET}/torch/t-*.tfindex{query}",
-                         {"i": "int"}, batch_size=16)
+    ds = TFRecordDataset(
+        f"s3://{BUCKET}/torch/t-*.tfrecord{query}",
+        f"s3://{BUCKET}/torch/t-*.tfindex{query}",
+        {"i": "int"},
+        batch_size=16,
+    )
     got = sorted(int(i) for w in range(2) for b in ds.iter_worker(w, 2) for i in b["i"][:, 0])
     assert got == list(range(60))
 
@@ -99,18 +107,34 @@ def test_jobs_from_s3_to_s3_with_manifest_and_an_interrupted_commit(s3, capsys):
 
     endpoint, query, beam, client = s3
     s3fs = pafs.S3FileSystem(endpoint_override=endpoint.split("//")[1], scheme="http", region="us-east-1")
-    pq.write_table(pa.table({"id": list(range(300)), "t": [f"row {i}" for i in range(300)]}), f"{BUCKET}/pq/in.parquet",
-                   filesystem=s3fs)
-    code, out, err = run_job(parquet_to_tfrecord.main, ["--input", f"s3://{BUCKET}/pq/*.parquet", "--output_prefix",
-                                                        f"s3://{BUCKET}/tf/t", "--num_shards", "2"] + beam + FAST, capsys)
+    pq.write_table(
+        pa.table({"id": list(range(300)), "t": [f"row {i}" for i in range(300)]}),
+        f"{BUCKET}/pq/in.parquet",
+        filesystem=s3fs,
+    )
+    code, out, err = run_job(
+        parquet_to_tfrecord.main,
+        ["--input", f"s3://{BUCKET}/pq/*.parquet", "--output_prefix", f"s3://{BUCKET}/tf/t", "--num_shards", "2"]
+        + beam
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
-    assert keys(client, "tf/") == ["_MANIFEST.t.json", "t-00000-of-00002.tfindex", "t-00000-of-00002.tfrecord",
-                                   "t-00001-of-00002.tfindex", "t-00001-of-00002.tfrecord"]
+    assert keys(client, "tf/") == [
+        "_MANIFEST.t.json",
+        "t-00000-of-00002.tfindex",
+        "t-00000-of-00002.tfrecord",
+        "t-00001-of-00002.tfindex",
+        "t-00001-of-00002.tfrecord",
+    ]
 
     # An interrupted commit of reshard's output: staged, journal written, killed after 3 steps.
     prefix = f"s3://{BUCKET}/rs/r"
-    code, _, err = run_job(reshard.main, ["--input", f"s3://{BUCKET}/tf/t-*.tfrecord", "--output_prefix", prefix,
-                                          "--num_shards", "3"] + beam + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", f"s3://{BUCKET}/tf/t-*.tfrecord", "--output_prefix", prefix, "--num_shards", "3"] + beam + FAST,
+        capsys,
+    )
     assert code == 0, err
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child, killed inside its commit
@@ -128,12 +152,22 @@ def test_jobs_from_s3_to_s3_with_manifest_and_an_interrupted_commit(s3, capsys):
     os.waitpid(pid, 0)
     assert "_MANIFEST.r.json" not in keys(client, "rs/")  # incomplete now, and a reader can tell
     assert any(k.startswith(commit.TEMP_PREFIX) for k in keys(client, "rs/"))
-    code, out, err = run_job(reshard.main, ["--input", f"s3://{BUCKET}/tf/t-*.tfrecord", "--output_prefix", prefix,
-                                            "--num_shards", "2", "--overwrite"] + beam + FAST, capsys)
+    code, out, err = run_job(
+        reshard.main,
+        ["--input", f"s3://{BUCKET}/tf/t-*.tfrecord", "--output_prefix", prefix, "--num_shards", "2", "--overwrite"]
+        + beam
+        + FAST,
+        capsys,
+    )
     assert code == 0, err
     assert "completing the interrupted commit" in err and summary_json(out)["records"] == 300
-    assert keys(client, "rs/") == ["_MANIFEST.r.json", "r-00000-of-00002.tfindex", "r-00000-of-00002.tfrecord",
-                                   "r-00001-of-00002.tfindex", "r-00001-of-00002.tfrecord"]  # no staging left
+    assert keys(client, "rs/") == [
+        "_MANIFEST.r.json",
+        "r-00000-of-00002.tfindex",
+        "r-00000-of-00002.tfrecord",
+        "r-00001-of-00002.tfindex",
+        "r-00001-of-00002.tfrecord",
+    ]  # no staging left
     manifest = mf.read_manifest(f"s3://{BUCKET}/rs/_MANIFEST.r.json{query}")
     assert manifest.records == 300
     for entry, path in zip(manifest.shards, mf.shard_paths(manifest, f"s3://{BUCKET}/rs/_MANIFEST.r.json{query}")):
@@ -146,8 +180,13 @@ def test_empty_shards_on_s3(s3, capsys):
 
     _, query, beam, client = s3
     write_records(f"s3://{BUCKET}/one/a.tfrecord{query}", [b"only"])
-    code, _, err = run_job(reshard.main, ["--input", f"s3://{BUCKET}/one/a.tfrecord", "--output_prefix",
-                                          f"s3://{BUCKET}/two/x", "--num_shards", "2"] + beam + FAST, capsys)
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", f"s3://{BUCKET}/one/a.tfrecord", "--output_prefix", f"s3://{BUCKET}/two/x", "--num_shards", "2"]
+        + beam
+        + FAST,
+        capsys,
+    )
     assert code == 0, err  # Beam's S3 uploader cannot finish an upload of no bytes: made by one PutObject
     sizes = {o["Key"]: o["Size"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="two/")["Contents"]}
     assert sorted(v for k, v in sizes.items() if k.endswith(".tfrecord")) == [0, 20]

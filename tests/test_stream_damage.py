@@ -45,6 +45,7 @@ def _header(length: int) -> bytes:
 
 # -- item 1: damage keeps the records before it ---------------------------------------------------
 
+
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_garbage_after_the_stream_keeps_every_record_before_it(tmp_path, engine, inflater, compression):
     payloads = [b"record-%02d-" % i * 7 for i in range(10)]
@@ -165,6 +166,7 @@ def test_beam_skip_corrupt_keeps_the_records_before_compressed_damage(tmp_path, 
 
 
 # -- item 3: hostile lengths do not allocate --------------------------------------------------------
+
 
 def _hostile_gzip(tmp_path, claimed: int, zeros: int, compression: str = "gzip"):
     """Two good records, then a header claiming `claimed` bytes (valid length CRC), then zeros."""

@@ -222,8 +222,9 @@ def test_damage_in_a_range_names_whole_stream_offsets(tmp_path, block_file, engi
     intact = offsets.index(damage)
     got = []
     with pytest.raises(CorruptRecordError) as info:
-        for payload in RecordReader(path, start_offset=u[k - 2], end_offset=u[k + 3] if with_end else None,
-                                    first_record_number=first):
+        for payload in RecordReader(
+            path, start_offset=u[k - 2], end_offset=u[k + 3] if with_end else None, first_record_number=first
+        ):
             got.append(payload)
     assert got == PAYLOADS[first:intact] and stop > intact
     assert (info.value.offset, info.value.record_number) == (damage, intact)
@@ -240,9 +241,15 @@ def test_a_stream_given_its_start_offsets_counts_from_there(tmp_path, block_file
     k, bad = 10, 14
     path = _damaged(tmp_path, block_file, bad, at)
     u, c = table.uncompressed.tolist(), table.compressed.tolist()
-    data = Path(path).read_bytes()[c[k]:]
-    reader = _streams.InflatingReader(io.BytesIO(data) if seekable else ReadOnly(data), "gzip", path, name,
-                                      uncompressed_offset=u[k], compressed_offset=c[k])
+    data = Path(path).read_bytes()[c[k] :]
+    reader = _streams.InflatingReader(
+        io.BytesIO(data) if seekable else ReadOnly(data),
+        "gzip",
+        path,
+        name,
+        uncompressed_offset=u[k],
+        compressed_offset=c[k],
+    )
     assert reader.position == u[k] and reader.compressed_size == (table.file_size if seekable else None)
     got = []
     with pytest.raises(CorruptStreamError) as info:
@@ -251,6 +258,6 @@ def test_a_stream_given_its_start_offsets_counts_from_there(tmp_path, block_file
             assert data  # the damage is an error, not an end
             got.append(data)
     damage = u[bad] if at == "header" else u[bad + 1]  # a bad CRC fails after the member's last byte
-    assert b"".join(got) == _uncompressed(block_file[0])[u[k]:damage] and reader.position == damage
+    assert b"".join(got) == _uncompressed(block_file[0])[u[k] : damage] and reader.position == damage
     where = int(re.search(r"\(compressed offset (-?\d+)\)", info.value.reason).group(1))
     assert info.value.offset == damage and ((where == c[bad]) if at == "header" else (c[bad] < where < c[bad + 1]))

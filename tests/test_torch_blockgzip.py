@@ -8,14 +8,17 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers.torch_data import ids_of, payload  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam import blockgzip, index  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError  # noqa: E402
 from tfrecord_beam.records import RecordWriter  # noqa: E402
-from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
-from tfrecord_beam.torch import sampling  # noqa: E402
-from helpers.torch_data import ids_of, payload  # noqa: E402
+from tfrecord_beam.torch import (  # noqa: E402
+    IndexedTFRecordDataset,
+    TFRecordDataset,
+    sampling,  # noqa: E402
+)
 
 
 def _write(path, ids, block_bytes=2048):
@@ -47,7 +50,9 @@ def test_ranks_and_workers_read_each_record_once(files, shuffle):
     for ranks, workers in [(1, 3), (2, 2), (3, 4)]:
         seen = []
         for rank in range(ranks):
-            ds = TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=shuffle, seed=1, rank=rank, world_size=ranks)
+            ds = TFRecordDataset(
+                paths, indexes, ["id"], shuffle_queue_size=shuffle, seed=1, rank=rank, world_size=ranks
+            )
             for worker in range(workers):
                 seen.extend(ids_of(ds.iter_worker(worker, workers)))
         assert Counter(seen) == Counter(ids), (ranks, workers)

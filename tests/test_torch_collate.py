@@ -47,8 +47,14 @@ def _buffer_block(payloads, path="f.tfrecord", first=0) -> Block:
         offsets.append(len(buffer))
         buffer += p + b"\0" * 4
     n = len(payloads)
-    return Block(buffer, np.array(offsets, np.int64), np.array([len(p) for p in payloads], np.int64),
-                 np.arange(n, dtype=np.int64) * 1000, np.arange(first, first + n, dtype=np.int64), path)
+    return Block(
+        buffer,
+        np.array(offsets, np.int64),
+        np.array([len(p) for p in payloads], np.int64),
+        np.arange(n, dtype=np.int64) * 1000,
+        np.arange(first, first + n, dtype=np.int64),
+        path,
+    )
 
 
 def _item_block(payloads, path="g.tfrecord") -> ItemBlock:
@@ -72,7 +78,7 @@ def _padded_rows(rows, dtype):
     width = max((len(r) for r in rows), default=0)
     out = np.zeros((len(rows), width), dtype)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+        out[i, : len(r)] = r
     return out, np.array([len(r) for r in rows], np.int64)
 
 
@@ -97,8 +103,9 @@ def test_example_batch_matches_the_per_record_decoder(make):
 def test_batch_over_several_blocks_equals_one_block():
     payloads = _records(9)
     whole = collate_batch([_buffer_block(payloads)], DESC, None, False)
-    split = collate_batch([_buffer_block(payloads[:4]), _item_block(payloads[4:6]), _buffer_block(payloads[6:])],
-                          DESC, None, False)
+    split = collate_batch(
+        [_buffer_block(payloads[:4]), _item_block(payloads[4:6]), _buffer_block(payloads[6:])], DESC, None, False
+    )
     assert list(whole) == list(split)
     for k in whole:
         a, b = whole[k], split[k]
@@ -136,10 +143,13 @@ def test_a_bad_record_is_named_and_the_records_before_it_come_out():
 
 def test_sequence_batch_layout():
     steps = [[[1, 2], [3]], [], [[4], [5, 6, 7], []]]
-    payloads = [encode_sequence_example({"id": ([k], "int")},
-                                        {"s": ([np.array(t, np.int64) for t in rec], "int"),
-                                         "w": ([[b"a" * (len(t) + 1)] for t in rec], "byte")})
-                for k, rec in enumerate(steps)]
+    payloads = [
+        encode_sequence_example(
+            {"id": ([k], "int")},
+            {"s": ([np.array(t, np.int64) for t in rec], "int"), "w": ([[b"a" * (len(t) + 1)] for t in rec], "byte")},
+        )
+        for k, rec in enumerate(steps)
+    ]
     lists = {"s": "int", "w": "byte"}
     batch = collate_batch([_buffer_block(payloads)], {"id": "int"}, lists, True)
     assert isinstance(batch, SequenceBatch)
@@ -150,7 +160,7 @@ def test_sequence_batch_layout():
     want = np.zeros((3, 3, 3), np.int64)
     for i, rec in enumerate(steps):
         for t, values in enumerate(rec):
-            want[i, t, :len(values)] = values
+            want[i, t, : len(values)] = values
     assert np.array_equal(sequences["s"].numpy(), want)
     assert "w_steps" not in sequences and sequences["w"].dtype == object
     assert [list(rec) for rec in sequences["w"]] == [[b"aaa", b"aa"], [], [b"aa", b"aaaa", b"a"]]

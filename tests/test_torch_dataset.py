@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers.fixtures import FIXTURES  # noqa: E402
+from helpers.torch_data import INDEXED, MIXED, add_one_to_id, ids_of, write_files  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam import compat  # noqa: E402
@@ -19,8 +21,6 @@ from tfrecord_beam.errors import DecodeError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.example import encode_example  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
-from helpers.fixtures import FIXTURES  # noqa: E402
-from helpers.torch_data import INDEXED, MIXED, add_one_to_id, ids_of, write_files  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,9 @@ def test_glob_and_list_inputs(tmp_path):
 
 def test_batches_are_padded_tensors_with_lengths(indexed):
     paths, indexes, ids = indexed
-    ds = TFRecordDataset(paths, indexes, {"id": "int", "vals": "float", "name": "byte", "missing": "float"},
-                         batch_size=8)
+    ds = TFRecordDataset(
+        paths, indexes, {"id": "int", "vals": "float", "name": "byte", "missing": "float"}, batch_size=8
+    )
     batches = list(ds)
     assert [len(b["name"]) for b in batches] == [8] * 7 + [3]
     tags = TFRecordDataset(paths, indexes, ["tags"], batch_size=3)
@@ -137,8 +138,9 @@ def test_sequence_examples(tmp_path):
     got = list(TFRecordDataset(str(path), None, description=[], sequence_description=[]))
     want = list(compat.sequence_loader(str(path), None, [], []))
     assert len(got) == len(want) > 0
-    assert all(isinstance(g, tuple) and g[0].keys() == w[0].keys() and g[1].keys() == w[1].keys()
-               for g, w in zip(got, want))
+    assert all(
+        isinstance(g, tuple) and g[0].keys() == w[0].keys() and g[1].keys() == w[1].keys() for g, w in zip(got, want)
+    )
 
 
 def test_golden_fixtures_plain_and_compressed(tmp_path):
@@ -158,8 +160,9 @@ def test_dataloader_workers_and_ranks_read_each_record_once(mixed):
     for ranks, workers, batch in [(1, 2, None), (2, 2, 5)]:
         seen = []
         for rank in range(ranks):
-            ds = TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=4, seed=3, batch_size=batch,
-                                 rank=rank, world_size=ranks)
+            ds = TFRecordDataset(
+                paths, indexes, ["id"], shuffle_queue_size=4, seed=3, batch_size=batch, rank=rank, world_size=ranks
+            )
             loader = DataLoader(ds, batch_size=None if batch else 4, num_workers=workers)
             seen.extend(ids_of(loader))
         assert Counter(seen) == Counter(ids), (ranks, workers)

@@ -147,4 +147,3 @@ def test_corrupt_counter_sums_and_pickles_as_a_snapshot():
     assert copy.value == 5
     copy.add()
     assert (copy.value, counter.value) == (6, 5)
-

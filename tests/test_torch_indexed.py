@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers.torch_data import INDEXED, add_one_to_id, ids_of, write_files  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam.errors import CorruptRecordError, IndexMismatchError  # noqa: E402
 from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
-from helpers.torch_data import INDEXED, add_one_to_id, ids_of, write_files  # noqa: E402
 
 
 @pytest.fixture()
@@ -82,6 +82,5 @@ def test_dataloader_shuffled_with_workers_reads_everything_once(files):
     ds = IndexedTFRecordDataset(paths, indexes, ["id"])
     clone = pickle.loads(pickle.dumps(ds))
     assert len(clone) == len(ds)
-    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=2,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(0))
     assert sorted(ids_of(loader)) == ids

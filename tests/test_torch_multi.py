@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tfrecord_beam.torch import MultiTFRecordDataset  # noqa: E402
 from helpers.torch_data import ids_of, write_files  # noqa: E402
+
+from tfrecord_beam.torch import MultiTFRecordDataset  # noqa: E402
 
 SPLIT_BASE = {"a": 0, "b": 1000, "c": 2000}
 
@@ -48,8 +49,8 @@ def test_infinite_mode_cycles_each_split_whole(splits):
     n = len(ids["b"])
     got = ids_of(itertools.islice(iter(ds), 3 * n))
     for lap in range(3):
-        assert sorted(got[lap * n:(lap + 1) * n]) == ids["b"]
-    assert got[:n] != got[n:2 * n]  # each pass is shuffled anew
+        assert sorted(got[lap * n : (lap + 1) * n]) == ids["b"]
+    assert got[:n] != got[n : 2 * n]  # each pass is shuffled anew
 
 
 def test_finite_mode_reads_every_record_once_then_ends(splits):
@@ -67,8 +68,16 @@ def test_finite_mode_exactly_once_over_ranks_and_workers(splits):
     for ranks, workers in [(2, 2), (3, 1)]:
         seen = []
         for rank in range(ranks):
-            ds = MultiTFRecordDataset(data, None, {"a": 1, "b": 2, "c": 1}, ["id"], infinite=False,
-                                      shuffle_queue_size=3, rank=rank, world_size=ranks)
+            ds = MultiTFRecordDataset(
+                data,
+                None,
+                {"a": 1, "b": 2, "c": 1},
+                ["id"],
+                infinite=False,
+                shuffle_queue_size=3,
+                rank=rank,
+                world_size=ranks,
+            )
             for worker in range(workers):
                 seen.extend(ids_of(ds.iter_worker(worker, workers)))
         assert sorted(seen) == everything

@@ -85,9 +85,15 @@ def test_a_bad_record_raises_as_before_after_the_good_ones(tmp_path, bad):
 
 def test_sequence_records_decode_as_the_loader(tmp_path):
     path = str(tmp_path / "s.tfrecord")
-    write_records(path, [example.encode_sequence_example({"n": (i, "int")},
-                                                         {"s": ([[i] * (i % 3)] * (i % 4), "float"), "w": ([[b"a"]], "byte")})
-                         for i in range(30)])
+    write_records(
+        path,
+        [
+            example.encode_sequence_example(
+                {"n": (i, "int")}, {"s": ([[i] * (i % 3)] * (i % 4), "float"), "w": ([[b"a"]], "byte")}
+            )
+            for i in range(30)
+        ],
+    )
     got = list(TFRecordDataset(path, None, {"n": "int"}, sequence_description={"s": "float", "w": "byte", "x": "int"}))
     expected = list(compat.sequence_loader(path, None, {"n": "int"}, {"s": "float", "w": "byte", "x": "int"}))
     assert same([(dict(c), dict(s)) for c, s in got], expected)

@@ -9,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tfrecord_beam.torch import MultiTFRecordDataset, TFRecordDataset  # noqa: E402
 from helpers.torch_data import INDEXED, MIXED, ids_of, write_files  # noqa: E402
+
+from tfrecord_beam.torch import MultiTFRecordDataset, TFRecordDataset  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,9 @@ def test_single_dataset_resumes_exactly(mixed, shuffle, batch):
     paths, indexes, ids = mixed
 
     def make():
-        return TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=shuffle, seed=11, batch_size=batch,
-                               rank=1, world_size=2)
+        return TFRecordDataset(
+            paths, indexes, ["id"], shuffle_queue_size=shuffle, seed=11, batch_size=batch, rank=1, world_size=2
+        )
 
     for cut in (0, 1, 5, 13):
         full, resumed = _resumed(make, cut, worker=1, num_workers=2, epoch=2)
@@ -60,8 +62,9 @@ def test_multi_dataset_resumes_exactly(splits, infinite):
     data, index = splits
 
     def make():
-        return MultiTFRecordDataset(data, index, {"a": 0.5, "b": 0.5}, ["id"], shuffle_queue_size=5,
-                                    infinite=infinite, seed=2)
+        return MultiTFRecordDataset(
+            data, index, {"a": 0.5, "b": 0.5}, ["id"], shuffle_queue_size=5, infinite=infinite, seed=2
+        )
 
     for cut in (3, 40, 120):  # 120 is past one pass of split "a" (33 records)
         full, resumed = _resumed(make, cut)

@@ -32,14 +32,22 @@ def write_images(path: str, n: int = 45) -> str:
     """D1-like records: an image of bytes (sizes vary), scalar label and index, fixed-size vectors,
     and a bytes feature of two values (a list per record)."""
     rng = np.random.default_rng(5)
-    write_records(path, [example.encode_example({
-        "image": (rng.bytes(100 + 37 * i), "byte"),
-        "label": (float(rng.random()), "float"),
-        "index": (i, "int"),
-        "box": (rng.random(4).astype(np.float32), "float"),
-        "pair": ([i, -i], "int"),
-        "names": ([b"a%d" % i, b"b"], "byte"),
-    }) for i in range(n)])
+    write_records(
+        path,
+        [
+            example.encode_example(
+                {
+                    "image": (rng.bytes(100 + 37 * i), "byte"),
+                    "label": (float(rng.random()), "float"),
+                    "index": (i, "int"),
+                    "box": (rng.random(4).astype(np.float32), "float"),
+                    "pair": ([i, -i], "int"),
+                    "names": ([b"a%d" % i, b"b"], "byte"),
+                }
+            )
+            for i in range(n)
+        ],
+    )
     return path
 
 
@@ -77,8 +85,11 @@ def test_batches_are_torchs_collate_of_the_records(tmp_path, workers):
 
 def test_pure_engine_in_a_fresh_process(tmp_path):
     """TFRECORD_BEAM_PURE=1 as users set it: the same check, 0 and 2 workers."""
-    env = dict(os.environ, TFRECORD_BEAM_PURE="1",
-               PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TFRECORD_BEAM_PURE="1",
+        PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    )
     script = (
         "import sys\n"
         "from tfrecord_beam import _engine\n"
@@ -87,8 +98,13 @@ def test_pure_engine_in_a_fresh_process(tmp_path):
         "path = t.write_images(sys.argv[1])\n"
         "print('checked', t.check_loader(path, 0), t.check_loader(path, 2))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "d1.tfrecord")], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "d1.tfrecord")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "checked 6 6" in proc.stdout
 
@@ -102,14 +118,17 @@ def _torchs(values):
     return collate(list(values), collate_fn_map={k: v for k, v in default_collate_fn_map.items() if k is not Sample})
 
 
-@pytest.mark.parametrize("values", [
-    [np.array([1.5], np.float32), np.array([2.5], np.float32)],
-    [np.array(3, np.int64), np.array(4, np.int64)],  # 0-d arrays
-    [np.array([True, False]), np.array([False, False])],
-    [np.arange(6, dtype=np.uint8).reshape(2, 3), np.ones((2, 3), np.uint8)],
-    [np.array([1 + 2j], np.complex64), np.array([3j], np.complex64)],
-    [np.arange(4, dtype=np.float64)[::2], np.array([7.0, 8.0])],  # a strided view
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [np.array([1.5], np.float32), np.array([2.5], np.float32)],
+        [np.array(3, np.int64), np.array(4, np.int64)],  # 0-d arrays
+        [np.array([True, False]), np.array([False, False])],
+        [np.arange(6, dtype=np.uint8).reshape(2, 3), np.ones((2, 3), np.uint8)],
+        [np.array([1 + 2j], np.complex64), np.array([3j], np.complex64)],
+        [np.arange(4, dtype=np.float64)[::2], np.array([7.0, 8.0])],  # a strided view
+    ],
+)
 def test_stacking_equals_torchs_collate(values):
     expected = _torchs(values)
     got = _stacked(values)
@@ -127,14 +146,17 @@ def _outcome(fn, *args):
         return type(exc), str(exc)
 
 
-@pytest.mark.parametrize("values", [
-    [np.array([1.0], np.float32), np.array([2.0], np.float64)],  # mixed dtypes: torch promotes
-    [np.array([1], np.int64), 5],  # not all arrays
-    [np.array([1], ">i8"), np.array([2], ">i8")],  # another byte order
-    [np.array([b"a"], object), np.array([b"b"], object)],  # several bytes values
-    [np.array(["a"]), np.array(["b"])],
-    [b"one", b"two"],
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [np.array([1.0], np.float32), np.array([2.0], np.float64)],  # mixed dtypes: torch promotes
+        [np.array([1], np.int64), 5],  # not all arrays
+        [np.array([1], ">i8"), np.array([2], ">i8")],  # another byte order
+        [np.array([b"a"], object), np.array([b"b"], object)],  # several bytes values
+        [np.array(["a"]), np.array(["b"])],
+        [b"one", b"two"],
+    ],
+)
 def test_other_values_take_torchs_path(values):
     assert _stacked(values) is None
     expected = _outcome(_torchs, values)
@@ -166,8 +188,9 @@ def test_workers_freeze_what_they_inherited_and_the_main_process_is_left_alone(t
     before = gc.get_freeze_count()
     local = next(iter(DataLoader(TFRecordDataset(path, None, DESC, transform=frozen_count), batch_size=8)))
     assert gc.get_freeze_count() == before and int(local["frozen"][0, 0]) == before
-    remote = next(iter(DataLoader(TFRecordDataset(path, None, DESC, transform=frozen_count), batch_size=8,
-                                  num_workers=1)))
+    remote = next(
+        iter(DataLoader(TFRecordDataset(path, None, DESC, transform=frozen_count), batch_size=8, num_workers=1))
+    )
     assert int(remote["frozen"].min()) > 1000  # the worker froze the heap it was forked with
     indexed = IndexedTFRecordDataset(path, None, DESC, transform=frozen_count)
     assert int(indexed[0]["frozen"][0]) == before
@@ -200,9 +223,19 @@ def test_batched_bytes_are_the_records_bytes_cut_either_way(tmp_path, monkeypatc
     monkeypatch.setattr(_collate, "LARGE_VALUE", large)
     path = str(tmp_path / "big.tfrecord")
     rng = np.random.default_rng(1)
-    write_records(path, [example.encode_example({
-        "image": (rng.bytes(3000 + 17 * i), "byte"), "index": (i, "int"),
-        "parts": ([rng.bytes(1500 + i) for _ in range(i % 3)], "byte")}) for i in range(30)])
+    write_records(
+        path,
+        [
+            example.encode_example(
+                {
+                    "image": (rng.bytes(3000 + 17 * i), "byte"),
+                    "index": (i, "int"),
+                    "parts": ([rng.bytes(1500 + i) for _ in range(i % 3)], "byte"),
+                }
+            )
+            for i in range(30)
+        ],
+    )
     desc = {"image": "byte", "index": "int", "parts": "byte"}
     records = list(TFRecordDataset(path, None, desc))
     batched = list(TFRecordDataset(path, None, desc, batch_size=7))
@@ -211,4 +244,4 @@ def test_batched_bytes_are_the_records_bytes_cut_either_way(tmp_path, monkeypatc
     assert images == [r["image"] for r in records] and all(type(v) is bytes for v in images)
     for got, record in zip(parts, records):
         want = list(record["parts"])
-        assert (got == want[0] if len(want) == 1 else list(got) == want), record["index"]
+        assert got == want[0] if len(want) == 1 else list(got) == want, record["index"]

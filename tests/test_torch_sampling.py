@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
-from tfrecord_beam.torch import sampling  # noqa: E402
 from helpers.torch_data import COMPRESSED, INDEXED, MIXED, UNINDEXED, ids_of, write_files  # noqa: E402
+
+from tfrecord_beam.torch import TFRecordDataset, sampling  # noqa: E402
 
 GRID = [(ranks, workers) for ranks in (1, 2, 3) for workers in (1, 2, 3, 4)]
 
@@ -26,7 +26,9 @@ def _shards(ds_factory, ranks, workers, **kwargs):
     return out
 
 
-@pytest.mark.parametrize("layout", [MIXED, INDEXED, UNINDEXED, COMPRESSED], ids=["mixed", "indexed", "unindexed", "compressed"])
+@pytest.mark.parametrize(
+    "layout", [MIXED, INDEXED, UNINDEXED, COMPRESSED], ids=["mixed", "indexed", "unindexed", "compressed"]
+)
 def test_every_record_exactly_once_over_the_grid(tmp_path, layout):
     paths, indexes, ids = write_files(tmp_path, layout)
 
@@ -50,8 +52,11 @@ def test_indexed_shards_get_equal_counts(tmp_path):
 def test_exactly_once_with_shuffle_and_batches(tmp_path):
     paths, indexes, ids = write_files(tmp_path, MIXED)
     for ranks, workers in [(2, 3), (3, 4)]:
-        shards = _shards(lambda **kw: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=7, seed=5,
-                                                      batch_size=4, **kw), ranks, workers)
+        shards = _shards(
+            lambda **kw: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=7, seed=5, batch_size=4, **kw),
+            ranks,
+            workers,
+        )
         assert Counter(i for got in shards.values() for i in got) == Counter(ids)
 
 
@@ -80,7 +85,10 @@ def test_plan_prefers_whole_compressed_files_when_there_are_enough():
 def test_plan_uses_whole_files_where_the_slices_cover_them():
     infos = [sampling.FileInfo(False, 10, 10) for _ in range(4)]
     plan = sampling.plan_shards(infos, 2)
-    assert [[(p.file, p.start, p.stop) for p in pieces] for pieces in plan] == [[(0, 0, 10), (1, 0, 10)], [(2, 0, 10), (3, 0, 10)]]
+    assert [[(p.file, p.start, p.stop) for p in pieces] for pieces in plan] == [
+        [(0, 0, 10), (1, 0, 10)],
+        [(2, 0, 10), (3, 0, 10)],
+    ]
 
 
 def test_plan_follows_the_given_file_order():

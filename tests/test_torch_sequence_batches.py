@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers.fixtures import FIXTURES, REPO, TESTS  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tfrecord_beam import _engine  # noqa: E402
@@ -31,8 +32,6 @@ from tfrecord_beam.example import decode_sequence_example, encode_sequence_examp
 from tfrecord_beam.index import create_index  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import MultiTFRecordDataset, SequenceBatch, TFRecordDataset  # noqa: E402
-
-from helpers.fixtures import FIXTURES, REPO, TESTS  # noqa: E402
 
 CONTEXT = {"id": "int", "label": "float", "name": "byte", "tags": "byte"}
 LISTS = {"tokens": "int", "weights": "float", "words": "byte", "nowhere": "float", "nothing": "byte"}
@@ -44,16 +43,28 @@ LISTS = {"tokens": "int", "weights": "float", "words": "byte", "nowhere": "float
 def seq_payload(uid: int) -> bytes:
     """A SequenceExample with ragged steps, empty steps, empty and missing lists, bytes lists."""
     rng = np.random.default_rng(uid)
-    context: Dict[str, Any] = {"id": ([uid], "int"), "label": (rng.random(uid % 3).astype(np.float32), "float"),
-                               "name": (b"r%d" % uid, "byte"), "tags": ([b"t%d" % k for k in range(uid % 3)], "byte")}
+    context: Dict[str, Any] = {
+        "id": ([uid], "int"),
+        "label": (rng.random(uid % 3).astype(np.float32), "float"),
+        "name": (b"r%d" % uid, "byte"),
+        "tags": ([b"t%d" % k for k in range(uid % 3)], "byte"),
+    }
     lists: Dict[str, Any] = {
         # uid % 4 steps (0: present but empty), steps of 0-3 values (some empty)
         "tokens": ([list(rng.integers(-5, 1000, (uid + t) % 4)) for t in range(uid % 4)], "int"),
-        "words": ([[bytes(rng.integers(0, 256, (uid + k) % 4, dtype=np.uint8)) for k in range((uid + t) % 3)]
-                   for t in range((uid * 7) % 5)], "byte"),
+        "words": (
+            [
+                [bytes(rng.integers(0, 256, (uid + k) % 4, dtype=np.uint8)) for k in range((uid + t) % 3)]
+                for t in range((uid * 7) % 5)
+            ],
+            "byte",
+        ),
     }
     if uid % 3:  # missing in every third record
-        lists["weights"] = ([rng.standard_normal((uid + 2 * t) % 3).astype(np.float32) for t in range(uid % 5)], "float")
+        lists["weights"] = (
+            [rng.standard_normal((uid + 2 * t) % 3).astype(np.float32) for t in range(uid % 5)],
+            "float",
+        )
     if uid % 5 == 0:
         del lists["words"]
     return encode_sequence_example(context, lists)
@@ -77,8 +88,13 @@ def write_seq_files(root: Path, layout, first_id: int = 0):
     return paths, indexes, payloads
 
 
-LAYOUT = [("a.tfrecord", 29, True), ("b.tfrecord", 4, False), ("c.tfrecord.gz", 17, False), ("d.tfrecord", 0, True),
-          ("e.tfrecord", 13, True)]
+LAYOUT = [
+    ("a.tfrecord", 29, True),
+    ("b.tfrecord", 4, False),
+    ("c.tfrecord.gz", 17, False),
+    ("d.tfrecord", 0, True),
+    ("e.tfrecord", 13, True),
+]
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +106,12 @@ def files(tmp_path_factory):
 def engine(request, monkeypatch):
     """Run with the default engine (compiled where built) and with the pure-Python twins."""
     if request.param == "pure":
-        for mod, names in ((_framing, ("scan_frames", "frame_records", "masked_crc32c")),
-                           (_decode, ("decode_examples", "decode_sequence_examples")), (_encode, ("encode_examples",)),
-                           (_rows, ("example_rows", "decode_example_rows", "sequence_rows"))):
+        for mod, names in (
+            (_framing, ("scan_frames", "frame_records", "masked_crc32c")),
+            (_decode, ("decode_examples", "decode_sequence_examples")),
+            (_encode, ("encode_examples",)),
+            (_rows, ("example_rows", "decode_example_rows", "sequence_rows")),
+        ):
             for name in names:
                 monkeypatch.setattr(_engine, name, getattr(mod, name))
     return request.param
@@ -120,7 +139,7 @@ def _check_context(context, refs: List[Dict[str, Any]], names: List[str]) -> Non
         assert lengths.tolist() == want_len and dense.shape == (len(refs), max(want_len, default=0))
         for i, ref in enumerate(refs):
             want = np.zeros(dense.shape[1], dense.dtype)
-            want[:want_len[i]] = ref.get(name, [])
+            want[: want_len[i]] = ref.get(name, [])
             np.testing.assert_array_equal(dense[i], want)
 
 
@@ -148,7 +167,7 @@ def _check_lists(sequences, refs: List[Dict[str, Any]], names: List[str]) -> Non
             want = np.zeros((most, longest), dense.dtype)
             want_lengths = np.zeros(most, np.int64)
             for t, values in enumerate(record_steps):
-                want[t, :len(values)] = values
+                want[t, : len(values)] = values
                 want_lengths[t] = len(values)
                 assert isinstance(values, list) or values.dtype == dense.dtype  # float32 / int64 as per record
             np.testing.assert_array_equal(dense[i], want)
@@ -166,9 +185,12 @@ def check_batch(batch, payloads: List[bytes], description=CONTEXT, sequence_desc
     sdesc = normalize_description(sequence_description)
     cnames = list(desc) if desc is not None else list(dict.fromkeys(n for r in refs_c for n in r))
     snames = list(sdesc) if sdesc is not None else list(dict.fromkeys(n for r in refs_s for n in r))
-    assert set(context) == {k for n in cnames for k in ([n] if isinstance(context[n], np.ndarray) else [n, n + "_lengths"])}
-    assert set(sequences) == {k for n in snames
-                              for k in ([n] if isinstance(sequences[n], np.ndarray) else [n, n + "_steps", n + "_lengths"])}
+    assert set(context) == {
+        k for n in cnames for k in ([n] if isinstance(context[n], np.ndarray) else [n, n + "_lengths"])
+    }
+    assert set(sequences) == {
+        k for n in snames for k in ([n] if isinstance(sequences[n], np.ndarray) else [n, n + "_steps", n + "_lengths"])
+    }
     _check_context(context, refs_c, cnames)
     _check_lists(sequences, refs_s, snames)
 
@@ -209,15 +231,24 @@ def test_without_descriptions_every_feature_of_the_batch(files, engine):
 
 def test_numeric_layout_by_hand(tmp_path, engine):
     path = str(tmp_path / "n.tfrecord")
-    write_records(path, [
-        encode_sequence_example({"id": ([0], "int")}, {"s": ([[1, 2, 3], [], [4]], "int")}),
-        encode_sequence_example({"id": ([1], "int")}, {"s": ([[5]], "int")}),
-        encode_sequence_example({"id": ([2], "int")}, {}),  # missing: 0 steps
-        encode_sequence_example({"id": ([3], "int")}, {"s": ([], "int")}),  # present, 0 steps
-    ])
-    (context, seqs), = TFRecordDataset(path, None, ["id"], sequence_description={"s": "int", "f": "float"}, batch_size=4)
+    write_records(
+        path,
+        [
+            encode_sequence_example({"id": ([0], "int")}, {"s": ([[1, 2, 3], [], [4]], "int")}),
+            encode_sequence_example({"id": ([1], "int")}, {"s": ([[5]], "int")}),
+            encode_sequence_example({"id": ([2], "int")}, {}),  # missing: 0 steps
+            encode_sequence_example({"id": ([3], "int")}, {"s": ([], "int")}),  # present, 0 steps
+        ],
+    )
+    ((context, seqs),) = TFRecordDataset(
+        path, None, ["id"], sequence_description={"s": "int", "f": "float"}, batch_size=4
+    )
     assert seqs["s"].dtype == torch.int64 and seqs["s"].tolist() == [
-        [[1, 2, 3], [0, 0, 0], [4, 0, 0]], [[5, 0, 0], [0, 0, 0], [0, 0, 0]], [[0, 0, 0]] * 3, [[0, 0, 0]] * 3]
+        [[1, 2, 3], [0, 0, 0], [4, 0, 0]],
+        [[5, 0, 0], [0, 0, 0], [0, 0, 0]],
+        [[0, 0, 0]] * 3,
+        [[0, 0, 0]] * 3,
+    ]
     assert seqs["s_steps"].tolist() == [3, 1, 0, 0]
     assert seqs["s_lengths"].tolist() == [[3, 0, 1], [1, 0, 0], [0, 0, 0], [0, 0, 0]]
     assert seqs["f"].dtype == torch.float32 and tuple(seqs["f"].shape) == (4, 0, 0)  # described, in no record
@@ -227,12 +258,15 @@ def test_numeric_layout_by_hand(tmp_path, engine):
 
 def test_bytes_layout_by_hand(tmp_path, engine):
     path = str(tmp_path / "b.tfrecord")
-    write_records(path, [
-        encode_sequence_example({"id": ([0], "int")}, {"w": ([[b"a"], [], [b"b", b"c"], [b""]], "byte")}),
-        encode_sequence_example({"id": ([1], "int")}, {}),
-        encode_sequence_example({"id": ([2], "int")}, {"w": ([], "byte")}),
-        encode_sequence_example({"id": ([3], "int")}, {"w": ([[b"x"]], "byte")}),
-    ])
+    write_records(
+        path,
+        [
+            encode_sequence_example({"id": ([0], "int")}, {"w": ([[b"a"], [], [b"b", b"c"], [b""]], "byte")}),
+            encode_sequence_example({"id": ([1], "int")}, {}),
+            encode_sequence_example({"id": ([2], "int")}, {"w": ([], "byte")}),
+            encode_sequence_example({"id": ([3], "int")}, {"w": ([[b"x"]], "byte")}),
+        ],
+    )
     for size in (4, 1):
         batches = list(TFRecordDataset(path, None, ["id"], sequence_description={"w": "byte"}, batch_size=size))
         assert all(seqs["w"].dtype == object and seqs["w"].shape == (size,) for _, seqs in batches)
@@ -242,7 +276,10 @@ def test_bytes_layout_by_hand(tmp_path, engine):
 
 def test_lengths_and_steps_key_clashes_are_errors(tmp_path):
     path = str(tmp_path / "c.tfrecord")
-    for lists in ({"s": ([[1]], "int"), "s_steps": ([[1]], "int")}, {"s": ([[1.0]], "float"), "s_lengths": ([[2]], "int")}):
+    for lists in (
+        {"s": ([[1]], "int"), "s_steps": ([[1]], "int")},
+        {"s": ([[1.0]], "float"), "s_lengths": ([[2]], "int")},
+    ):
         write_records(path, [encode_sequence_example({}, lists)])
         with pytest.raises(ValueError, match="clashes"):
             list(TFRecordDataset(path, None, sequence_description=[], batch_size=1))
@@ -250,16 +287,19 @@ def test_lengths_and_steps_key_clashes_are_errors(tmp_path):
 
 def test_kind_mismatch_names_the_file_and_record(tmp_path, engine):
     path = str(tmp_path / "k.tfrecord")
-    write_records(path, [encode_sequence_example({}, {"s": ([[1]], "int")}),
-                         encode_sequence_example({}, {"s": ([[1.5]], "float")})])
+    write_records(
+        path,
+        [encode_sequence_example({}, {"s": ([[1]], "int")}), encode_sequence_example({}, {"s": ([[1.5]], "float")})],
+    )
     with pytest.raises(FeatureKindError, match=r"k\.tfrecord.*record 1|record 1.*k\.tfrecord"):
         list(TFRecordDataset(path, None, sequence_description={"s": "int"}, batch_size=2))
 
 
 def test_drop_last_and_batch_transform(files):
     paths, indexes, by_id = files
-    ds = TFRecordDataset(paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=8, drop_last=True,
-                         transform=count_steps)
+    ds = TFRecordDataset(
+        paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=8, drop_last=True, transform=count_steps
+    )
     got = list(ds)
     assert len(got) == len(by_id) // 8
     ids = [i for batch, _ in got for i in ids_in(batch)]
@@ -292,8 +332,9 @@ def test_batches_pickle_and_copy(files):
 
 def test_dataloader_two_workers_shuffled(files, engine):
     paths, indexes, by_id = files
-    ds = TFRecordDataset(paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=6, shuffle_queue_size=10,
-                         seed=5)
+    ds = TFRecordDataset(
+        paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=6, shuffle_queue_size=10, seed=5
+    )
     batches = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert all(type(b) is SequenceBatch and isinstance(b.sequences["tokens"], torch.Tensor) for b in batches)
     seen = check_all(batches, by_id)
@@ -304,8 +345,17 @@ def test_ranks_and_workers_read_each_record_once(files):
     paths, indexes, by_id = files
     seen = []
     for rank in range(2):
-        ds = TFRecordDataset(paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=4, rank=rank, world_size=2,
-                             shuffle_queue_size=3, seed=1)
+        ds = TFRecordDataset(
+            paths,
+            indexes,
+            CONTEXT,
+            sequence_description=LISTS,
+            batch_size=4,
+            rank=rank,
+            world_size=2,
+            shuffle_queue_size=3,
+            seed=1,
+        )
         for worker in range(3):
             seen.extend(check_all(ds.iter_worker(worker, 3), by_id))
     assert Counter(seen) == Counter(list(by_id))
@@ -316,8 +366,9 @@ def test_resume_mid_epoch(files, shuffle):
     paths, indexes, by_id = files
 
     def make():
-        return TFRecordDataset(paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=5,
-                               shuffle_queue_size=shuffle, seed=2)
+        return TFRecordDataset(
+            paths, indexes, CONTEXT, sequence_description=LISTS, batch_size=5, shuffle_queue_size=shuffle, seed=2
+        )
 
     full = check_all(make(), by_id)
     first = make()
@@ -333,8 +384,16 @@ def test_multi_dataset_batches(tmp_path, engine):
     a = write_seq_files(tmp_path / "a", [("x.tfrecord", 9, True)], first_id=0)
     b = write_seq_files(tmp_path / "b", [("y.tfrecord", 14, False)], first_id=100)
     by_id = {**a[2], **b[2]}
-    ds = MultiTFRecordDataset(str(tmp_path / "{}" / "*.tfrecord"), None, {"a": 1, "b": 2}, CONTEXT,
-                              sequence_description=LISTS, infinite=False, batch_size=4, seed=3)
+    ds = MultiTFRecordDataset(
+        str(tmp_path / "{}" / "*.tfrecord"),
+        None,
+        {"a": 1, "b": 2},
+        CONTEXT,
+        sequence_description=LISTS,
+        infinite=False,
+        batch_size=4,
+        seed=3,
+    )
     assert Counter(check_all(ds, by_id)) == Counter(list(by_id))
 
 
@@ -350,12 +409,13 @@ def test_golden_file(tmp_path, engine):
     )
     for description, sequence_description in [(None, []), described]:
         for size in (1, 2, 3, len(payloads)):
-            ds = TFRecordDataset(str(path), None, description, sequence_description=sequence_description,
-                                 batch_size=size)
+            ds = TFRecordDataset(
+                str(path), None, description, sequence_description=sequence_description, batch_size=size
+            )
             start = 0
             for batch in ds:
                 n = min(size, len(payloads) - start)  # unshuffled: full batches, then the rest
-                check_batch(batch, payloads[start:start + n], description, sequence_description)
+                check_batch(batch, payloads[start : start + n], description, sequence_description)
                 start += n
             assert start == len(payloads)
 
@@ -368,8 +428,11 @@ def _payloads(path: str) -> List[bytes]:
 
 def test_pure_engine_in_a_fresh_process(tmp_path):
     """TFRECORD_BEAM_PURE=1 as users set it: the whole check, 2 DataLoader workers included."""
-    env = dict(os.environ, TFRECORD_BEAM_PURE="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TFRECORD_BEAM_PURE="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    )
     script = (
         "import sys, pathlib, collections\n"
         "from tfrecord_beam import _engine\n"
@@ -383,8 +446,9 @@ def test_pure_engine_in_a_fresh_process(tmp_path):
         "assert collections.Counter(seen) == collections.Counter(list(by_id))\n"
         "print('checked', len(seen))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"checked {len(seq_ids())}" in proc.stdout
 

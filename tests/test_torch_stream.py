@@ -58,8 +58,13 @@ def test_reblock_and_skip_blocks():
 
 def _passes():
     """Two passes over two blocks of a file each: (pass, index of the block's first record in its pass, block)."""
-    return [(0, 0, _block(n=3)), (0, 3, _block(n=0)), (0, 3, _block(n=4, first=3)),
-            (1, 0, _block(n=3)), (1, 3, _block(n=4, first=3))]
+    return [
+        (0, 0, _block(n=3)),
+        (0, 3, _block(n=0)),
+        (0, 3, _block(n=4, first=3)),
+        (1, 0, _block(n=3)),
+        (1, 3, _block(n=4, first=3)),
+    ]
 
 
 def test_cursor_iterates_with_an_exact_position():

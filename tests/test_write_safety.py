@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers.fixtures import REPO
+
 from tfrecord_beam import fs
 from tfrecord_beam.cli import main as cli_main
 from tfrecord_beam.compat import TFRecordWriter
@@ -21,7 +21,6 @@ from tfrecord_beam.errors import OverwriteRefusedError, UnclosedWriterWarning
 from tfrecord_beam.index import create_index, load_index, write_index
 from tfrecord_beam.records import RecordReader, RecordWriter, write_records
 from tfrecord_beam.tools import tfrecord2idx
-
 
 
 def _payloads(n, tag=b"r"):
@@ -138,17 +137,21 @@ def test_index_writers_refuse_data_targets(tmp_path):
 
 def _run(script: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_unclosed_tfrecord_writer_is_committed_at_exit_with_a_warning(tmp_path):
-    done = _run("""
+    done = _run(
+        """
         import tfrecord_beam as tfrecord
         w = tfrecord.TFRecordWriter("out.tfrecord", index_path="out.tfindex")
         for i in range(1000):
             w.write({"i": (i, "int")})
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "UnclosedWriterWarning" in done.stderr and "out.tfrecord" in done.stderr
     assert len(list(RecordReader(str(tmp_path / "out.tfrecord")))) == 1000
@@ -156,12 +159,15 @@ def test_unclosed_tfrecord_writer_is_committed_at_exit_with_a_warning(tmp_path):
 
 
 def test_unclosed_writer_is_discarded_when_the_program_fails(tmp_path):
-    done = _run("""
+    done = _run(
+        """
         import tfrecord_beam as tfrecord
         w = tfrecord.TFRecordWriter("out.tfrecord")
         w.write({"i": (1, "int")})
         raise RuntimeError("boom")
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert done.returncode == 1
     assert "uncaught exception" in done.stderr and "discarded" in done.stderr
     assert os.listdir(tmp_path) == []

@@ -8,9 +8,10 @@ load on first use (they need the `[torch]` / `[beam]` extras).
 import importlib
 import sys
 
-from . import errors, example, index, iterator_utils, records
 from . import _proto as example_pb2
-from . import compat
+from . import compat, errors, example, index, iterator_utils, records
+from ._engine_info import engine_info
+from ._version import __version__
 from .compat import (
     TFRecordWriter,
     example_loader,
@@ -45,9 +46,6 @@ from .index import (
 )
 from .iterator_utils import cycle, sample_iterators, shuffle_iterator
 from .records import RecordReader, RecordWriter, read_records, write_records
-
-from ._engine_info import engine_info
-from ._version import __version__
 
 # `torch`, `beam`, `columnar`, `tools`, `cli` and `arrow` load on first use and stay out of `*`
 __all__ = [

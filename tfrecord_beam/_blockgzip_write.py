@@ -36,7 +36,9 @@ def deflate_member(data: bytes, level: int = -1, engine: str = DEFAULT_DEFLATER)
         body = zlib.compress(data, level, wbits=-15)
     crc = INFLATERS[engine if engine in INFLATERS else "zlib"].crc32(data)
     size = len(HEADER_PREFIX) + _EXTRA.size + len(body) + _TRAILER.size
-    return b"".join([HEADER_PREFIX, _EXTRA.pack(size, len(data)), body, _TRAILER.pack(crc & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)])
+    return b"".join(
+        [HEADER_PREFIX, _EXTRA.pack(size, len(data)), body, _TRAILER.pack(crc & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)]
+    )
 
 
 class BlockCompressor:
@@ -89,8 +91,9 @@ class BlockCompressor:
         return from_members(self._sizes)
 
 
-def compressor_for(out: BinaryIO, compression, with_index: bool, block_bytes, level: int,
-                   path: str = "") -> "BlockCompressor | None":
+def compressor_for(
+    out: BinaryIO, compression, with_index: bool, block_bytes, level: int, path: str = ""
+) -> "BlockCompressor | None":
     """The BlockCompressor a RecordWriter uses, or None for one plain stream (or no compression).
 
     `block_bytes` None means blocks of DEFAULT_BLOCK_BYTES when an index is written (that

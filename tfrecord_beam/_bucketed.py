@@ -64,8 +64,12 @@ class SegmentTable(NamedTuple):
     frame_bytes: np.ndarray
 
     def segments(self) -> List[Segment]:
-        return [Segment(self.shard, b, self.path, self.run, o, n, f, self.group) for b, o, n, f in
-                zip(self.buckets.tolist(), self.offsets.tolist(), self.records.tolist(), self.frame_bytes.tolist())]
+        return [
+            Segment(self.shard, b, self.path, self.run, o, n, f, self.group)
+            for b, o, n, f in zip(
+                self.buckets.tolist(), self.offsets.tolist(), self.records.tolist(), self.frame_bytes.tolist()
+            )
+        ]
 
 
 def buckets_for(shard_bytes: float, bucket_bytes: int = BUCKET_BYTES) -> int:
@@ -82,8 +86,15 @@ def bucket_of(keys: np.ndarray, buckets: np.ndarray) -> np.ndarray:
 class RunSpiller:
     """Collects selected frames of chunks, spills them as sorted runs into one file."""
 
-    def __init__(self, path: str, task: int, group: int, buckets: Sequence[int],
-                 atomic_output: Callable[[str], ContextManager], run_bytes: int = RUN_BYTES) -> None:
+    def __init__(
+        self,
+        path: str,
+        task: int,
+        group: int,
+        buckets: Sequence[int],
+        atomic_output: Callable[[str], ContextManager],
+        run_bytes: int = RUN_BYTES,
+    ) -> None:
         self.path, self.task, self.group = path, task, group
         self.buckets = np.asarray(buckets, dtype=np.int64)
         self.run_bytes = run_bytes
@@ -126,16 +137,30 @@ class RunSpiller:
         for part in np.split(order, bounds):
             shard, bucket = int(shards[part[0]]), int(buckets[part[0]])
             key_bytes = keys[part].astype("<u8").tobytes()
-            frames = b"".join([chunks[c][s : s + n] for c, s, n in
-                               zip(chunk_id[part].tolist(), starts[part].tolist(), sizes[part].tolist())])
+            frames = b"".join(
+                [
+                    chunks[c][s : s + n]
+                    for c, s, n in zip(chunk_id[part].tolist(), starts[part].tolist(), sizes[part].tolist())
+                ]
+            )
             self._handle.write(key_bytes)
             self._handle.write(frames)
             rows.setdefault(shard, []).append((bucket, self._written, len(part), len(frames)))
             self._written += len(key_bytes) + len(frames)
         for shard, table in sorted(rows.items()):
             cols = np.asarray(table, dtype=np.int64).reshape(-1, 4)
-            self.tables.append(SegmentTable(shard, self.path, (self.task, self._runs), self.group,
-                                            cols[:, 0].copy(), cols[:, 1].copy(), cols[:, 2].copy(), cols[:, 3].copy()))
+            self.tables.append(
+                SegmentTable(
+                    shard,
+                    self.path,
+                    (self.task, self._runs),
+                    self.group,
+                    cols[:, 0].copy(),
+                    cols[:, 1].copy(),
+                    cols[:, 2].copy(),
+                    cols[:, 3].copy(),
+                )
+            )
         self._runs += 1
         self._pending, self._pending_bytes = [], 0
 
@@ -159,8 +184,9 @@ def read_segment(segment: Segment, open_input: Callable[[str], BinaryIO]) -> Tup
     return np.frombuffer(data, dtype="<u8", count=segment.records), memoryview(data)[8 * segment.records :]
 
 
-def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], block_bytes: int = BLOCK_BYTES
-                 ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
+def merge_bucket(
+    segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], block_bytes: int = BLOCK_BYTES
+) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
     """The records of one bucket in key order, as blocks of about `block_bytes` of (framed
     bytes, frame sizes, footers, records per group): memory is the bucket read back plus one
     block. Frames are CRC-checked again (both CRCs) as they are read back."""
@@ -171,8 +197,12 @@ def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], Binary
         keys, frames = read_segment(seg, open_input)
         offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_ALL)
         if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
-            raise CorruptRecordError(seg.path, seg.offset + 8 * seg.records + consumed, None,
-                                     "spilled records fail their CRCs (temporary file damaged)")
+            raise CorruptRecordError(
+                seg.path,
+                seg.offset + 8 * seg.records + consumed,
+                None,
+                "spilled records fail their CRCs (temporary file damaged)",
+            )
         keys_l.append(keys)
         frames_l.append(frames)
         starts_l.append(offsets - HEADER_SIZE)
@@ -191,13 +221,20 @@ def merge_bucket(segments: Sequence[Segment], open_input: Callable[[str], Binary
     group_of = np.array([seg.group for seg in segments], np.int64)[source]
     width = max(groups) + 1
     ends = np.cumsum(sizes)
-    cuts = [0, *(np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1).tolist(),
-            len(sizes)]
+    cuts = [
+        0,
+        *(np.searchsorted(ends, np.arange(block_bytes, int(ends[-1]), block_bytes), side="left") + 1).tolist(),
+        len(sizes),
+    ]
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         if lo >= hi:
             continue
-        framed = b"".join([frames_l[c][a : a + n] for c, a, n in
-                           zip(source[lo:hi].tolist(), starts[lo:hi].tolist(), sizes[lo:hi].tolist())])
+        framed = b"".join(
+            [
+                frames_l[c][a : a + n]
+                for c, a, n in zip(source[lo:hi].tolist(), starts[lo:hi].tolist(), sizes[lo:hi].tolist())
+            ]
+        )
         yield framed, sizes[lo:hi], footers[lo:hi], np.bincount(group_of[lo:hi], minlength=width).tolist()
 
 
@@ -210,8 +247,9 @@ class Scratch(NamedTuple):
     remove: Callable[[str], None]  # removes a directory and what it holds (absent: no error)
 
 
-def split_bucket(segments: Sequence[Segment], parts: int, open_input: Callable[[str], BinaryIO],
-                 scratch: Scratch) -> List[List[Segment]]:
+def split_bucket(
+    segments: Sequence[Segment], parts: int, open_input: Callable[[str], BinaryIO], scratch: Scratch
+) -> List[List[Segment]]:
     """The bucket's records cut by key quantiles into `parts` smaller buckets (in key order),
     one temporary file each under `scratch.directory`: every segment is read once, its keys
     (sorted) cut by the bounds, and each slice appended to its part as a new segment."""
@@ -234,8 +272,12 @@ def split_bucket(segments: Sequence[Segment], parts: int, open_input: Callable[[
             seg_keys, frames = read_segment(seg, open_input)
             offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_LENGTHS)
             if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
-                raise CorruptRecordError(seg.path, seg.offset + 8 * seg.records + consumed, None,
-                                         "spilled records fail their CRCs (temporary file damaged)")
+                raise CorruptRecordError(
+                    seg.path,
+                    seg.offset + 8 * seg.records + consumed,
+                    None,
+                    "spilled records fail their CRCs (temporary file damaged)",
+                )
             edges = [0, *np.searchsorted(seg_keys, bounds, side="left").tolist(), seg.records]
             ends = [0, *np.cumsum(lengths + FRAME_OVERHEAD).tolist()]
             for j, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
@@ -243,8 +285,9 @@ def split_bucket(segments: Sequence[Segment], parts: int, open_input: Callable[[
                     continue
                 outs[j].write(seg_keys[a:b].tobytes())
                 outs[j].write(frames[ends[a] : ends[b]])
-                pieces[j].append(seg._replace(path=paths[j], offset=pos[j], records=b - a,
-                                              frame_bytes=ends[b] - ends[a]))
+                pieces[j].append(
+                    seg._replace(path=paths[j], offset=pos[j], records=b - a, frame_bytes=ends[b] - ends[a])
+                )
                 pos[j] += 8 * (b - a) + ends[b] - ends[a]
     finally:
         for out in outs:
@@ -252,11 +295,22 @@ def split_bucket(segments: Sequence[Segment], parts: int, open_input: Callable[[
     return [p for p in pieces if p]
 
 
-def merge_bounded(segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], max_bytes: Optional[int],
-                  scratch: Optional[Scratch], depth: int = 0) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
+def merge_bounded(
+    segments: Sequence[Segment],
+    open_input: Callable[[str], BinaryIO],
+    max_bytes: Optional[int],
+    scratch: Optional[Scratch],
+    depth: int = 0,
+) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
     """`merge_bucket`, in memory of about `max_bytes`: a larger bucket is split first."""
     total = sum(s.frame_bytes for s in segments)
-    if max_bytes is None or scratch is None or total <= max_bytes or sum(s.records for s in segments) <= 1 or depth >= 8:
+    if (
+        max_bytes is None
+        or scratch is None
+        or total <= max_bytes
+        or sum(s.records for s in segments) <= 1
+        or depth >= 8
+    ):
         yield from merge_bucket(segments, open_input)
         return
     sub = scratch._replace(directory=f"{scratch.directory.rstrip('/')}/split-{uuid.uuid4().hex[:12]}")
@@ -267,9 +321,15 @@ def merge_bounded(segments: Sequence[Segment], open_input: Callable[[str], Binar
         scratch.remove(sub.directory)
 
 
-def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
-                 progress: Optional[Callable[[int, int], None]] = None, max_bytes: Optional[int] = None,
-                 scratch: Optional[Scratch] = None) -> Tuple[Tuple[int, int, int], List[int]]:
+def write_merged(
+    tables: Sequence[SegmentTable],
+    writer,
+    index,
+    open_input,
+    progress: Optional[Callable[[int, int], None]] = None,
+    max_bytes: Optional[int] = None,
+    scratch: Optional[Scratch] = None,
+) -> Tuple[Tuple[int, int, int], List[int]]:
     """Write a shard from its segment tables, bucket by bucket; (digest, records per group).
     With `max_bytes` and `scratch`, a bucket of more frame bytes is split before it is sorted."""
     from ._walk import add_digests, frame_digest
@@ -287,8 +347,10 @@ def write_merged(tables: Sequence[SegmentTable], writer, index, open_input,
                 index.add(sizes)
             part = frame_digest(footers, sizes)
             digest = add_digests(digest, part)
-            groups = [a + b for a, b in zip(groups + [0] * (len(counts) - len(groups)),
-                                            counts + [0] * (len(groups) - len(counts)))]
+            groups = [
+                a + b
+                for a, b in zip(groups + [0] * (len(counts) - len(groups)), counts + [0] * (len(groups) - len(counts)))
+            ]
             if progress is not None:
                 progress(part[0], len(framed))
     return digest, groups

@@ -16,11 +16,11 @@ from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import blockgzip
+from ._blockgzip_write import DEFAULT_BLOCK_BYTES
 from ._engine._common import FRAME_OVERHEAD
 from ._plan import Piece
-from ._walk import add_digests, chunk_footers, frame_digest
 from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
-from ._blockgzip_write import DEFAULT_BLOCK_BYTES
+from ._walk import add_digests, chunk_footers, frame_digest
 from .errors import CorruptRecordError
 from .fs import AtomicOutput
 from .records import RecordReader, RecordWriter
@@ -55,14 +55,29 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
     raw = None
     reader: Union[RecordReader, SkippingReader]
     if piece.skip_corrupt:
-        reader = SkippingReader(piece.path, piece.compression, open_file=lambda: open_input(piece.path), verify=True,
-                                start_offset=piece.from_offset, end_offset=stop, first_record_number=piece.from_record,
-                                skip_corrupt=True, chunk_size=COPY_READ_BYTES)
+        reader = SkippingReader(
+            piece.path,
+            piece.compression,
+            open_file=lambda: open_input(piece.path),
+            verify=True,
+            start_offset=piece.from_offset,
+            end_offset=stop,
+            first_record_number=piece.from_record,
+            skip_corrupt=True,
+            chunk_size=COPY_READ_BYTES,
+        )
     else:
         raw = open_input(piece.path)
-        reader = RecordReader(raw, piece.compression, verify=True, start_offset=piece.from_offset,
-                              first_record_number=piece.from_record, chunk_size=COPY_READ_BYTES, end_offset=stop,
-                              members=piece_members(piece, raw, open_input))
+        reader = RecordReader(
+            raw,
+            piece.compression,
+            verify=True,
+            start_offset=piece.from_offset,
+            first_record_number=piece.from_record,
+            chunk_size=COPY_READ_BYTES,
+            end_offset=stop,
+            members=piece_members(piece, raw, open_input),
+        )
         reader.path = piece.path
     try:
         number = piece.from_record
@@ -86,8 +101,12 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
             if piece.unit == "records" and number >= piece.hi:
                 return
         if piece.unit == "records":
-            raise CorruptRecordError(piece.path, ended, number, f"the file ends here, before the {piece.hi} records "
-                                     "its survey found: it changed while the job ran")
+            raise CorruptRecordError(
+                piece.path,
+                ended,
+                number,
+                f"the file ends here, before the {piece.hi} records its survey found: it changed while the job ran",
+            )
     finally:
         if raw is not None:
             raw.close()
@@ -131,5 +150,10 @@ def copy_pieces(
             index.abort()
         raise
     width = max(groups) + 1 if groups else 0
-    return {"records": digest[0], "bytes": digest[1], "checksum": digest[2], "stream_bytes": writer.offset,
-            "groups": [groups.get(g, 0) for g in range(width)]}
+    return {
+        "records": digest[0],
+        "bytes": digest[1],
+        "checksum": digest[2],
+        "stream_bytes": writer.offset,
+        "groups": [groups.get(g, 0) for g in range(width)],
+    }

@@ -19,8 +19,11 @@ class FeatureNameWarning(UserWarning):
     """A described feature is in none of the sampled records (a typo?)."""
 
 
-def absent_features(payloads: Iterable[bytes], description: Optional[Mapping[str, object]],
-                    sequence_description: Optional[Mapping[str, object]] = None) -> Dict[str, List[str]]:
+def absent_features(
+    payloads: Iterable[bytes],
+    description: Optional[Mapping[str, object]],
+    sequence_description: Optional[Mapping[str, object]] = None,
+) -> Dict[str, List[str]]:
     """{described name: closest names present} for every described name that no sampled record
     has (context features and feature lists searched alike). {} when nothing was sampled."""
     from ._proto import INVALID, parse_record
@@ -37,8 +40,11 @@ def absent_features(payloads: Iterable[bytes], description: Optional[Mapping[str
     if not sampled:
         return {}
     wanted = list(description or ()) + list(sequence_description or ())
-    return {name: difflib.get_close_matches(name, sorted(present), n=3, cutoff=0.5)
-            for name in wanted if name not in present}
+    return {
+        name: difflib.get_close_matches(name, sorted(present), n=3, cutoff=0.5)
+        for name in wanted
+        if name not in present
+    }
 
 
 def message(where: str, absent: Dict[str, List[str]], records: str = "the first records") -> str:
@@ -50,8 +56,14 @@ def message(where: str, absent: Dict[str, List[str]], records: str = "the first 
     return f"{where}: described feature(s) {', '.join(parts)} not in any of {records}: they will decode as missing"
 
 
-def check_described(where: str, payloads: Iterable[bytes], description, sequence_description=None,
-                    strict: bool = False, records: str = "the first records") -> Dict[str, List[str]]:
+def check_described(
+    where: str,
+    payloads: Iterable[bytes],
+    description,
+    sequence_description=None,
+    strict: bool = False,
+    records: str = "the first records",
+) -> Dict[str, List[str]]:
     """Warn (FeatureNameWarning), or with `strict` raise DecodeError, when described features
     are in none of `payloads`; returns what `absent_features` found."""
     absent = absent_features(payloads, description, sequence_description)

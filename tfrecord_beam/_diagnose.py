@@ -70,18 +70,26 @@ def short_tail(rest: bytes, at_start: bool = False) -> str:
     n = len(rest)
     if at_start:
         what = looks_like(rest)
-        return (f"the file holds {n} byte{'s' if n != 1 else ''} ({hex_bytes(rest)}{'' if what is None else ', ' + what}), "
-                f"fewer than one {HEADER_SIZE}-byte TFRecord header: not a TFRecord file")
+        return (
+            f"the file holds {n} byte{'s' if n != 1 else ''} ({hex_bytes(rest)}{'' if what is None else ', ' + what}), "
+            f"fewer than one {HEADER_SIZE}-byte TFRecord header: not a TFRecord file"
+        )
     kind = "all zero (padding?)" if not rest.strip(b"\0") else "a record header cut short, or trailing bytes"
-    return (f"the file ends with {n} byte{'s' if n != 1 else ''} after the last record ({hex_bytes(rest)}), "
-            f"too few for a {HEADER_SIZE}-byte record header: {kind}")
+    return (
+        f"the file ends with {n} byte{'s' if n != 1 else ''} after the last record ({hex_bytes(rest)}), "
+        f"too few for a {HEADER_SIZE}-byte record header: {kind}"
+    )
 
 
 def gzip_trailing(compression: str, trailing: bytes) -> str:
     """The reason for bytes after the last complete compressed member that inflate to nothing."""
     if compression == "gzip" and trailing.startswith(b"\x1f\x8b"):
-        return (f"the file ends {len(trailing)} bytes into a new gzip member ({hex_bytes(trailing)}), "
-                "before its header is complete (truncated file; every record before it was read)")
-    return (f"{len(trailing)} byte{'s' if len(trailing) != 1 else ''} after the end of the last {compression} "
-            f"member ({hex_bytes(trailing)}) are not {compression} data: trailing bytes appended to the "
-            "file (every record before them was read)")
+        return (
+            f"the file ends {len(trailing)} bytes into a new gzip member ({hex_bytes(trailing)}), "
+            "before its header is complete (truncated file; every record before it was read)"
+        )
+    return (
+        f"{len(trailing)} byte{'s' if len(trailing) != 1 else ''} after the end of the last {compression} "
+        f"member ({hex_bytes(trailing)}) are not {compression} data: trailing bytes appended to the "
+        "file (every record before them was read)"
+    )

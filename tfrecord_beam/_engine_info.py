@@ -32,5 +32,7 @@ def engine_info() -> Dict[str, Union[str, bool]]:
 def describe() -> str:
     """One line for `--version`: version, engine, CRC32C and inflater."""
     info = engine_info()
-    return (f"tfrecord_beam {info['version']} (engine {info['engine']}, crc32c {info['crc32c']}, "
-            f"inflater {info['inflater']})")
+    return (
+        f"tfrecord_beam {info['version']} (engine {info['engine']}, crc32c {info['crc32c']}, "
+        f"inflater {info['inflater']})"
+    )

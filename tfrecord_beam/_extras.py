@@ -13,7 +13,10 @@ _HINTS = {
         "torch wheel is a CUDA build of several GB; for the CPU build install it first from PyTorch's "
         "CPU index: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
     ),
-    "apache_beam": ("beam", "pip install 'tfrecord_beam[beam]' (apache-beam 2.77; add [gcp] or [aws] for object stores)"),
+    "apache_beam": (
+        "beam",
+        "pip install 'tfrecord_beam[beam]' (apache-beam 2.77; add [gcp] or [aws] for object stores)",
+    ),
 }
 
 
@@ -30,8 +33,9 @@ def require(module: str, wing: str) -> ModuleType:
         if exc.name != module.split(".")[0]:
             raise  # something else is missing inside the dependency: its own error is clearer
         extra, how = _HINTS[module]
-        raise MissingExtraError(f"{wing} needs {module}, which is not installed (the [{extra}] extra): {how}",
-                                name=module) from exc
+        raise MissingExtraError(
+            f"{wing} needs {module}, which is not installed (the [{extra}] extra): {how}", name=module
+        ) from exc
 
 
 # Beam logs these through the root logger while it is imported (and, the root logger having no

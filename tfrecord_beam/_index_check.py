@@ -43,8 +43,7 @@ def _header_at(raw: BinaryIO, offset: int) -> Optional[int]:
     return header_length(raw.read(HEADER_SIZE))
 
 
-def check_entry(raw: BinaryIO, starts: np.ndarray, number: int, total: int,
-                index_path=None, data_path=None) -> None:
+def check_entry(raw: BinaryIO, starts: np.ndarray, number: int, total: int, index_path=None, data_path=None) -> None:
     """Raise IndexMismatchError unless the data around indexed record `number` agrees with
     the index (module docstring). Returns quietly for a damaged header the index agrees with
     around it, so that the reader reports that damage as corrupt data."""
@@ -70,15 +69,18 @@ def _agrees(starts, number: int, length: int, total: int, index_path, data_path,
     offset = int(starts[number])
     why = "" if damaged is None else f" (checked because record {damaged}'s header is unreadable)"
     raise IndexMismatchError(
-        None if index_path is None else os.fspath(index_path), offset, number,
+        None if index_path is None else os.fspath(index_path),
+        offset,
+        number,
         f"the index says record {number} at byte offset {offset} is {expected} bytes long, but the "
         f"header there in {data_path} says {FRAME_OVERHEAD + length}{why}: the index does not "
         "describe this data (stale index; rebuild it)",
     )
 
 
-def check_records(starts: np.ndarray, first_number: int, record_offsets: np.ndarray,
-                  index_path=None, data_path=None) -> None:
+def check_records(
+    starts: np.ndarray, first_number: int, record_offsets: np.ndarray, index_path=None, data_path=None
+) -> None:
     """Raise IndexMismatchError unless `record_offsets` (records read in a row from record
     `first_number` on) are the index's offsets for those records."""
     n = len(record_offsets)
@@ -88,21 +90,24 @@ def check_records(starts: np.ndarray, first_number: int, record_offsets: np.ndar
     bad = next(i for i in range(n) if i >= len(expected) or expected[i] != record_offsets[i])
     said = f"at byte offset {int(expected[bad])}" if bad < len(expected) else "nowhere (it lists fewer records)"
     raise IndexMismatchError(
-        None if index_path is None else os.fspath(index_path), int(record_offsets[bad]), first_number + bad,
+        None if index_path is None else os.fspath(index_path),
+        int(record_offsets[bad]),
+        first_number + bad,
         f"{data_path} has record {first_number + bad} at byte offset {int(record_offsets[bad])} but the "
         f"index puts it {said}: the index does not describe this data (stale index; rebuild it)",
     )
 
 
-def check_next(starts: np.ndarray, number: int, next_start: int, total: int,
-               index_path=None, data_path=None) -> None:
+def check_next(starts: np.ndarray, number: int, next_start: int, total: int, index_path=None, data_path=None) -> None:
     """Raise IndexMismatchError unless the records read continue where the index's record
     `number` starts (`total` when `number` is past the last)."""
     expected = int(starts[number]) if number < len(starts) else int(total)
     if expected == next_start:
         return
     raise IndexMismatchError(
-        None if index_path is None else os.fspath(index_path), expected, number,
+        None if index_path is None else os.fspath(index_path),
+        expected,
+        number,
         f"the index puts record {number} at byte offset {expected}, but the records of {data_path} "
         f"read up to it continue at {next_start}: the index does not describe this data (stale "
         "index; rebuild it)",

@@ -61,8 +61,9 @@ class Surveyor:
     """Builds one file's FileSurvey from its FrameBlocks, added in order (so a caller can do
     other work between blocks, e.g. emit the dead letters of a skipping walk as they come)."""
 
-    def __init__(self, path: str, compression: Optional[str], file_number: int, group: int = 0,
-                 skip_corrupt: bool = False) -> None:
+    def __init__(
+        self, path: str, compression: Optional[str], file_number: int, group: int = 0, skip_corrupt: bool = False
+    ) -> None:
         self._survey = FileSurvey(path, compression, file_number, 0, 0, (0, 0, 0), [(0, 0)], group, skip_corrupt)
 
     def add(self, block: FrameBlock) -> None:
@@ -78,8 +79,15 @@ class Surveyor:
         return self._survey
 
 
-def survey(raw: BinaryIO, path: str, compression: Optional[str], file_number: int, group: int = 0,
-           progress=None, members: Optional[MemberTable] = None) -> FileSurvey:
+def survey(
+    raw: BinaryIO,
+    path: str,
+    compression: Optional[str],
+    file_number: int,
+    group: int = 0,
+    progress=None,
+    members: Optional[MemberTable] = None,
+) -> FileSurvey:
     """Walk one file's headers (length CRCs checked) into a FileSurvey.
 
     `progress(records, bytes)` is called after each block walked (for progress lines).
@@ -108,8 +116,9 @@ def survey_parts(table: MemberTable, part_bytes: Optional[int] = None) -> List[T
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _survey_members(raw: BinaryIO, path: str, file_number: int, group: int, progress,
-                    members: MemberTable) -> FileSurvey:
+def _survey_members(
+    raw: BinaryIO, path: str, file_number: int, group: int, progress, members: MemberTable
+) -> FileSurvey:
     """The part survey of some members of a block-gzip file (record numbers count from the
     part's first record): walked from the first member's start, inflating those members only.
     Each member must start at a record the walk finds (else the table is not this file's)."""
@@ -118,8 +127,16 @@ def _survey_members(raw: BinaryIO, path: str, file_number: int, group: int, prog
     found = 0
     digest = (0, 0, 0)
     records, end = 0, members.data_size if not len(starts) else int(starts[0])
-    for block in walk_frames(raw, "gzip", path, verify=VERIFY_LENGTHS, start_offset=int(members.uncompressed[0]),
-                             first_record=None, end_offset=members.data_size, members=members):
+    for block in walk_frames(
+        raw,
+        "gzip",
+        path,
+        verify=VERIFY_LENGTHS,
+        start_offset=int(members.uncompressed[0]),
+        first_record=None,
+        end_offset=members.data_size,
+        members=members,
+    ):
         digest = add_digests(digest, frame_digest(block.footers, block.sizes))
         inside = int(np.searchsorted(starts, block.end, side="left"))
         at = np.minimum(np.searchsorted(block.offsets, starts[found:inside]), len(block) - 1)
@@ -132,8 +149,13 @@ def _survey_members(raw: BinaryIO, path: str, file_number: int, group: int, prog
     _member_boundaries(path, starts[found:], np.full(len(starts) - found, end, np.int64))
     first[found:] = records
     if end != members.data_size:
-        raise IndexMismatchError(path, end, None, f"the records end at uncompressed offset {end} but the gzip "
-                                 f"member table says {members.data_size} (stale index)")
+        raise IndexMismatchError(
+            path,
+            end,
+            None,
+            f"the records end at uncompressed offset {end} but the gzip "
+            f"member table says {members.data_size} (stale index)",
+        )
     rows = np.stack([np.append(first, records), members.uncompressed, members.compressed], axis=1)
     return FileSurvey(path, "gzip", file_number, records, end, digest, [], group, members=rows.astype(np.int64))
 
@@ -142,9 +164,13 @@ def _member_boundaries(path: str, starts: np.ndarray, found: np.ndarray) -> None
     """Raise IndexMismatchError unless each member start is the record boundary found for it."""
     bad = np.flatnonzero(starts != found)
     if len(bad):
-        raise IndexMismatchError(path, int(starts[bad[0]]), None,
-                                 f"a gzip member of the member table starts at uncompressed offset "
-                                 f"{int(starts[bad[0]])}, which is not a record boundary (stale index)")
+        raise IndexMismatchError(
+            path,
+            int(starts[bad[0]]),
+            None,
+            f"a gzip member of the member table starts at uncompressed offset "
+            f"{int(starts[bad[0]])}, which is not a record boundary (stale index)",
+        )
 
 
 def merge_parts(parts: Sequence[FileSurvey]) -> FileSurvey:
@@ -164,8 +190,17 @@ def merge_parts(parts: Sequence[FileSurvey]) -> FileSurvey:
     rows.append((tables[-1][-1:] + np.array([base - parts[-1].records, 0, 0], np.int64)))
     table = np.concatenate(rows).astype(np.int64)
     first = parts[0]
-    return FileSurvey(first.path, first.compression, first.file_number, base, int(table[-1, 1]), digest,
-                      _member_checkpoints(table), first.group, members=table)
+    return FileSurvey(
+        first.path,
+        first.compression,
+        first.file_number,
+        base,
+        int(table[-1, 1]),
+        digest,
+        _member_checkpoints(table),
+        first.group,
+        members=table,
+    )
 
 
 def _member_rows(part: FileSurvey) -> np.ndarray:
@@ -182,8 +217,11 @@ def _member_checkpoints(rows: np.ndarray) -> List[Tuple[int, int]]:
     total = int(rows[-1, 0])
     for record, offset in rows[1:-1, :2].tolist():
         last_record, last_offset = points[-1]
-        if record > last_record and record < total and (
-                record - last_record >= CHECKPOINT_RECORDS or offset - last_offset >= CHECKPOINT_BYTES):
+        if (
+            record > last_record
+            and record < total
+            and (record - last_record >= CHECKPOINT_RECORDS or offset - last_offset >= CHECKPOINT_BYTES)
+        ):
             points.append((record, offset))
     return points
 
@@ -273,8 +311,11 @@ def plan_contiguous(surveys: Sequence[FileSurvey], num_shards: int, balance: str
             if a >= b:
                 continue
             rec, off, stop = _piece_bounds(f, a, b, unit)
-            pieces.append(Piece(f.path, f.compression, f.file_number, unit, a, b, rec, off, f.group, f.skip_corrupt,
-                                to_offset=stop))
+            pieces.append(
+                Piece(
+                    f.path, f.compression, f.file_number, unit, a, b, rec, off, f.group, f.skip_corrupt, to_offset=stop
+                )
+            )
             share = (b - a) / size
             records += (b - a) if unit == "records" else round(f.records * share)
             stream += (b - a) if unit == "bytes" else round(f.stream_bytes * share)

@@ -44,9 +44,7 @@ def _map_entry(msg, entry_name, value_type):
 
 
 def _build_file() -> descriptor_pb2.FileDescriptorProto:
-    f = descriptor_pb2.FileDescriptorProto(
-        name="tfrecord_beam/example.proto", package="tensorflow", syntax="proto3"
-    )
+    f = descriptor_pb2.FileDescriptorProto(name="tfrecord_beam/example.proto", package="tensorflow", syntax="proto3")
     _field(f.message_type.add(name="BytesList"), "value", 1, _T.TYPE_BYTES, _LABEL_REPEATED)
     _field(f.message_type.add(name="FloatList"), "value", 1, _T.TYPE_FLOAT, _LABEL_REPEATED, packed=True)
     _field(f.message_type.add(name="Int64List"), "value", 1, _T.TYPE_INT64, _LABEL_REPEATED, packed=True)
@@ -67,7 +65,11 @@ def _build_file() -> descriptor_pb2.FileDescriptorProto:
     feature_lists = f.message_type.add(name="FeatureLists")
     _map_entry(feature_lists, "FeatureListEntry", ".tensorflow.FeatureList")
     _field(
-        feature_lists, "feature_list", 1, _T.TYPE_MESSAGE, _LABEL_REPEATED,
+        feature_lists,
+        "feature_list",
+        1,
+        _T.TYPE_MESSAGE,
+        _LABEL_REPEATED,
         ".tensorflow.FeatureLists.FeatureListEntry",
     )
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 from typing import Any, Callable, List, Sequence
 
 
-def remove_old_indexes(index_finals: Sequence[str], *, exists: Callable[[str], bool],
-                       delete: Callable[[List[str]], None]) -> None:
+def remove_old_indexes(
+    index_finals: Sequence[str], *, exists: Callable[[str], bool], delete: Callable[[List[str]], None]
+) -> None:
     """Step 1: delete whatever index is at the final index names (before any data moves)."""
     old = [path for path in index_finals if exists(path)]
     if old:
         delete(old)
 
 
-def move_new_indexes(index_sources: Sequence[Any], index_finals: Sequence[str], *,
-                     rename: Callable[[List[Any], List[str]], object]) -> None:
+def move_new_indexes(
+    index_sources: Sequence[Any], index_finals: Sequence[str], *, rename: Callable[[List[Any], List[str]], object]
+) -> None:
     """Step 3: move the new indexes in (after the data they describe is in place)."""
     if index_sources:
         rename(list(index_sources), list(index_finals))

@@ -114,9 +114,16 @@ class ReadOptions:
     ) -> "ReadOptions":
         """The options of a `tfrecord`-package style call: `compression_type=None` means "from
         the file name" (`dropin_compression`); everything else as the constructor."""
-        return cls(description=description, sequence_description=sequence_description,  # type: ignore[arg-type]
-                   compression=dropin_compression(compression_type), verify=verify,
-                   skip_corrupt=skip_corrupt, strict=strict, sequence=sequence)
+        # the fields take any Description: __post_init__ normalises them in place
+        return cls(
+            description=description,  # type: ignore[arg-type]
+            sequence_description=sequence_description,  # type: ignore[arg-type]
+            compression=dropin_compression(compression_type),
+            verify=verify,
+            skip_corrupt=skip_corrupt,
+            strict=strict,
+            sequence=sequence,
+        )
 
     @property
     def all_kinds(self) -> bool:

@@ -170,7 +170,9 @@ class Resync:
         if found != next_start:
             what = "inside the record before it" if found < next_start else "past it"
             raise SplitPointError(
-                self.path, end, None,
+                self.path,
+                end,
+                None,
                 f"the records read up to this split point continue at byte offset {next_start}, but "
                 f"the resync from it lands at {found} ({what}): a payload embeds record-like frames, "
                 "so this file cannot be split by byte ranges: it needs an index to be split (build one "

@@ -89,9 +89,16 @@ class InflatingReader:
     (None when the file cannot seek).
     """
 
-    def __init__(self, raw: BinaryIO, compression: str, path: Optional[str] = None,
-                 inflater: Optional[str] = None, *, uncompressed_offset: int = 0,
-                 compressed_offset: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        raw: BinaryIO,
+        compression: str,
+        path: Optional[str] = None,
+        inflater: Optional[str] = None,
+        *,
+        uncompressed_offset: int = 0,
+        compressed_offset: Optional[int] = None,
+    ) -> None:
         self._raw = raw
         self._path = path
         self._compression = compression
@@ -120,7 +127,9 @@ class InflatingReader:
         self.complete = True
         self._seen_input = False
         self.position = start_out  # uncompressed stream offset of the next byte `read` hands out
-        self._after_member: Optional[bytearray] = None  # first bytes after the last member, while they inflate to nothing
+        self._after_member: Optional[bytearray] = (
+            None  # first bytes after the last member, while they inflate to nothing
+        )
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, size: int) -> bytes:
@@ -263,7 +272,9 @@ class InflatingReader:
         if not self._member_out:
             compressed_offset = self._member_start  # nothing of this member inflates
         self.damage = CorruptStreamError(
-            self._path, offset, None,
+            self._path,
+            offset,
+            None,
             f"invalid {self._compression} data from uncompressed offset {offset} "
             f"(compressed offset {compressed_offset}): {what}{lost}",
         )
@@ -284,8 +295,9 @@ class InflatingReader:
             return b""
         if self._take_over_with_zlib():
             return b""
-        self._damage_here(here, str(exc), "; the stream cannot be re-read, so bytes inflated just before "
-                                           "the damage may be lost")
+        self._damage_here(
+            here, str(exc), "; the stream cannot be re-read, so bytes inflated just before the damage may be lost"
+        )
         return b""
 
     def _take_over_with_zlib(self) -> bool:

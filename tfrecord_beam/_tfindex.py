@@ -58,7 +58,8 @@ def looks_like_index(path) -> bool:
         head = handle.read(_SNIFF_BYTES)
     lines = head.split(b"\n")
     return all(set(line) <= _INDEX_BYTES or line.startswith(b"#") for line in lines[:-1]) and (
-        set(lines[-1]) <= _INDEX_BYTES or lines[-1].startswith(b"#"))
+        set(lines[-1]) <= _INDEX_BYTES or lines[-1].startswith(b"#")
+    )
 
 
 def check_index_target(index_path, data_path=None) -> None:
@@ -69,15 +70,22 @@ def check_index_target(index_path, data_path=None) -> None:
         raise OverwriteRefusedError(target, None, None, "the index path is the data file itself")
     if fs.exists(target) and not looks_like_index(target):
         raise OverwriteRefusedError(
-            target, None, None,
+            target,
+            None,
+            None,
             "refusing to write an index over this file: it is not a .tfindex file (it holds data or "
             "other bytes). To index several files, quote the glob or pass a directory: "
             "tfrecord2idx 'train-*.tfrecord'",
         )
 
 
-def write_index(index: np.ndarray, index_path, members: Optional["MemberTable"] = None, *,
-                atomic_output: Optional[AtomicOutput] = None) -> None:
+def write_index(
+    index: np.ndarray,
+    index_path,
+    members: Optional["MemberTable"] = None,
+    *,
+    atomic_output: Optional[AtomicOutput] = None,
+) -> None:
     """Write an index atomically (temporary name, then rename), never over a non-index file; a
     block-gzip file's member table (`blockgzip`) goes after the records as `#` lines.
 
@@ -117,18 +125,26 @@ def load_index(index_path) -> np.ndarray:
     if len(overflow):
         bad = int(overflow[0])
         raise IndexMismatchError(
-            path, None, bad,
+            path,
+            None,
+            bad,
             f"index line {_index_text.entry_line(data, bad)} ({index[bad, 0]} {index[bad, 1]}): offset + length "
             "overflows 64 bits (a corrupt index)",
         )
     if index[0, 0] != 0:
-        raise IndexMismatchError(path, int(index[0, 0]), 0, f"index line {_index_text.entry_line(data, 0)}: "
-                                 "index does not start at offset 0 (lines missing)")
+        raise IndexMismatchError(
+            path,
+            int(index[0, 0]),
+            0,
+            f"index line {_index_text.entry_line(data, 0)}: index does not start at offset 0 (lines missing)",
+        )
     gaps = np.flatnonzero(index[1:, 0] != ends[:-1])
     if len(gaps):
         bad = int(gaps[0]) + 1
         raise IndexMismatchError(
-            path, int(index[bad, 0]), bad,
+            path,
+            int(index[bad, 0]),
+            bad,
             f"index line {_index_text.entry_line(data, bad)}: index entries are not contiguous (offset "
             f"{index[bad, 0]}, but the entry before ends at {ends[bad - 1]})",
         )
@@ -139,7 +155,7 @@ def _raise_parse_error(path: str, data: bytes, entries: int, error: Tuple[int, i
     """IndexMismatchError for `parse_index`'s `(code, line, line start)`."""
     code, line, start = error
     stop = data.find(b"\n", start)
-    text = data[start: stop if stop >= 0 else len(data)].decode("ascii", errors="replace")
+    text = data[start : stop if stop >= 0 else len(data)].decode("ascii", errors="replace")
     shown = text if len(text) <= 80 else text[:77] + "..."
     if code == _index_text.ERROR_TOO_BIG:
         reason = f"index line {line} ({shown.strip()}): a number does not fit in 64 bits (a corrupt index)"
@@ -157,14 +173,17 @@ def check_index(index: np.ndarray, data_size: Optional[int], index_path=None, da
     end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0  # Python ints: no int64 overflow
     if data_size is not None and end != data_size:
         raise IndexMismatchError(
-            None if index_path is None else os.fspath(index_path), None, None,
+            None if index_path is None else os.fspath(index_path),
+            None,
+            None,
             f"index ends at byte {end} but {data_path} has {data_size} bytes (stale index)",
         )
     return index
 
 
-def first_difference(index: np.ndarray, frames: np.ndarray, data_name: str, complete: bool = True
-                     ) -> Optional[Tuple[int, str]]:
+def first_difference(
+    index: np.ndarray, frames: np.ndarray, data_name: str, complete: bool = True
+) -> Optional[Tuple[int, str]]:
     """How an index first differs from the (n, 2) rows read from its data (all of them when
     `complete`): (record number, what differs, calling the data `data_name`), or None when they agree.
     The one entry-by-entry comparison (`index.verify_index`, `inspect`, `verify`)."""
@@ -173,8 +192,10 @@ def first_difference(index: np.ndarray, frames: np.ndarray, data_name: str, comp
     diff = np.flatnonzero(np.any(index[:common] != frames[:common], axis=1))
     if len(diff):
         i = int(diff[0])
-        return i, (f"record {i}: index says offset {index[i, 0]} length {index[i, 1]} but {data_name} "
-                   f"has offset {frames[i, 0]} length {frames[i, 1]}")
+        return i, (
+            f"record {i}: index says offset {index[i, 0]} length {index[i, 1]} but {data_name} "
+            f"has offset {frames[i, 0]} length {frames[i, 1]}"
+        )
     if complete and len(index) != len(frames):
         return common, f"index lists {len(index)} records but {data_name} holds {len(frames)}"
     return None

@@ -67,8 +67,12 @@ footers_at = _digest.footers_at
 
 def chunk_block(chunk: RecordChunk, first_record: int) -> FrameBlock:
     """A RecordChunk's frames as a FrameBlock."""
-    return FrameBlock(first_record, chunk.record_offsets.astype(np.int64),
-                      chunk.payload_lengths.astype(np.int64) + FRAME_OVERHEAD, chunk_footers(chunk))
+    return FrameBlock(
+        first_record,
+        chunk.record_offsets.astype(np.int64),
+        chunk.payload_lengths.astype(np.int64) + FRAME_OVERHEAD,
+        chunk_footers(chunk),
+    )
 
 
 def walk_frames(
@@ -118,8 +122,15 @@ def walk_frames_skipping(
     same records: that is how planned copies of a damaged file (`_copy.piece_chunks`) get
     exactly the records the survey counted.
     """
-    reader = SkippingReader(path, compression, open_file=open_file, verify=True, skip_corrupt=True,
-                            on_corrupt=on_corrupt, chunk_size=chunk_size)
+    reader = SkippingReader(
+        path,
+        compression,
+        open_file=open_file,
+        verify=True,
+        skip_corrupt=True,
+        on_corrupt=on_corrupt,
+        chunk_size=chunk_size,
+    )
     number = 0
     for chunk in reader.chunks():
         yield chunk_block(chunk, number)
@@ -133,10 +144,19 @@ def _fileno(raw) -> Optional[int]:
         return None
 
 
-def _reader_blocks(raw, compression, path, verify, start_offset, first_record, end_offset=None,
-                   members=None) -> Iterator[FrameBlock]:
-    reader = RecordReader(raw, compression, verify=verify, start_offset=start_offset, end_offset=end_offset,
-                          first_record_number=first_record, chunk_size=READ_BYTES, members=members)
+def _reader_blocks(
+    raw, compression, path, verify, start_offset, first_record, end_offset=None, members=None
+) -> Iterator[FrameBlock]:
+    reader = RecordReader(
+        raw,
+        compression,
+        verify=verify,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        first_record_number=first_record,
+        chunk_size=READ_BYTES,
+        members=members,
+    )
     reader.path = reader.path or path
     number = first_record or 0
     for chunk in reader.chunks():
@@ -164,8 +184,9 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
             offsets, lengths, consumed, status = scan(buf, VERIFY_LENGTHS)
             n = len(offsets)
             if n:
-                yield FrameBlock(number, offsets - HEADER_SIZE + pos, lengths + FRAME_OVERHEAD,
-                                 footers_at(buf, offsets + lengths))
+                yield FrameBlock(
+                    number, offsets - HEADER_SIZE + pos, lengths + FRAME_OVERHEAD, footers_at(buf, offsets + lengths)
+                )
                 number += n
                 pos += consumed
             if pos >= size:
@@ -204,8 +225,9 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
             if pos >= size or length + FRAME_OVERHEAD < SEEK_FRAME_BYTES:
                 seek_mode = False
                 break
-        yield FrameBlock(number, np.asarray(offsets_l, np.int64), np.asarray(sizes_l, np.int64),
-                         np.asarray(footers_l, np.uint32))
+        yield FrameBlock(
+            number, np.asarray(offsets_l, np.int64), np.asarray(sizes_l, np.int64), np.asarray(footers_l, np.uint32)
+        )
         number += len(offsets_l)
 
 
@@ -219,5 +241,3 @@ def frame_digest(footers: np.ndarray, sizes: np.ndarray) -> Tuple[int, int, int]
 
 
 add_digests = _digest.add_digests
-
-

@@ -45,8 +45,14 @@ from .columnar import Column, SequenceColumn, _engine_columns, _engine_list_colu
 from .example import Description, feature_values, normalize_description, parse_example, parse_sequence_example
 
 __all__ = [
-    "ArrowConversionError", "DECIMAL_MODES", "ExampleEncoder", "column_from_arrow", "examples_to_record_batch",
-    "inferred_type", "record_batch_to_examples", "serialize_columns",
+    "ArrowConversionError",
+    "DECIMAL_MODES",
+    "ExampleEncoder",
+    "column_from_arrow",
+    "examples_to_record_batch",
+    "inferred_type",
+    "record_batch_to_examples",
+    "serialize_columns",
 ]
 
 _INT64_MAX = (1 << 63) - 1
@@ -62,8 +68,11 @@ class ArrowConversionError(ValueError):
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or (
-        hasattr(pa.types, "is_list_view") and (pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+    return (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or (hasattr(pa.types, "is_list_view") and (pa.types.is_list_view(t) or pa.types.is_large_list_view(t)))
     )
 
 
@@ -77,8 +86,14 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
         return INT
     if pa.types.is_floating(t):
         return FLOAT
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
-            or pa.types.is_fixed_size_binary(t) or _is_view(t):
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or _is_view(t)
+    ):
         return BYTES
     if pa.types.is_decimal(t):
         return _decimal_kind(name, t, decimal_as)
@@ -121,7 +136,9 @@ def _plan_field(name: str, t: pa.DataType, sequence: bool, decimal_as: Optional[
         t = t.value_type
         depth += 1
     if sequence and depth != 2:
-        raise ArrowConversionError(f"column {name!r}: a sequence column must be list<list<...>>, not {t if depth == 0 else 'a list of ' + str(t)}")
+        raise ArrowConversionError(
+            f"column {name!r}: a sequence column must be list<list<...>>, not {t if depth == 0 else 'a list of ' + str(t)}"
+        )
     if not sequence and depth == 2:
         raise ArrowConversionError(
             f"column {name!r}: list<list<...>> columns must be named in sequence_columns (they become "
@@ -148,8 +165,14 @@ def _leaf_values(name: str, arr: pa.Array, kind: str, row_of, decimal_as: Option
     if kind == BYTES:
         arr = arr.cast(pa.string() if pa.types.is_decimal(t) else arr.type).cast(pa.large_binary())
         _, offsets_buf, data_buf = arr.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8) if offsets_buf else np.zeros(1, np.int64)
-        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.zeros(0, np.uint8)
+        offsets = (
+            np.frombuffer(offsets_buf, dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+            if offsets_buf
+            else np.zeros(1, np.int64)
+        )
+        data = (
+            np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.zeros(0, np.uint8)
+        )
         return data, offsets
     if kind == FLOAT:
         if pa.types.is_decimal(t):
@@ -189,7 +212,9 @@ def _list_level(name: str, arr: pa.Array, row_of, what: str) -> Tuple[pa.Array, 
     splits = _splits_from_lengths(lengths)
     if values.null_count:
         at = _first_null_row(_valid_mask(values), splits)
-        raise ArrowConversionError(f"column {name!r}, row {row_of(at)}: null {what} (nulls are only allowed as whole cells)")
+        raise ArrowConversionError(
+            f"column {name!r}, row {row_of(at)}: null {what} (nulls are only allowed as whole cells)"
+        )
     return values, splits
 
 
@@ -221,13 +246,17 @@ def column_from_arrow(
         if depth == 2:
             step_splits = splits
             values_arr, splits = _list_level(
-                name, values_arr, lambda s: first_row + int(np.searchsorted(step_splits, s, side="right") - 1),
+                name,
+                values_arr,
+                lambda s: first_row + int(np.searchsorted(step_splits, s, side="right") - 1),
                 "value inside a list",
             )
             outer = step_splits
-            leaf_row = lambda i: first_row + int(  # noqa: E731
-                np.searchsorted(outer, np.searchsorted(splits, i, side="right") - 1, side="right") - 1
-            )
+
+            def leaf_row(i: int) -> int:  # value -> its step -> its record
+                step = np.searchsorted(splits, i, side="right") - 1
+                return first_row + int(np.searchsorted(outer, step, side="right") - 1)
+
     values, offsets = _leaf_values(name, values_arr, kind, leaf_row, decimal_as)
     status = None if present.all() else np.where(present, PRESENT, MISSING).astype(np.uint8)
     if step_splits is not None:  # records -> steps, steps -> values
@@ -293,8 +322,12 @@ def _check_known(keys: Iterable[str], message: str, flat_names: List[str]) -> No
         raise ArrowConversionError(message.format(unknown, flat_names))
 
 
-def _feature_names(flat: List[Tuple[str, pa.DataType]], rename: Mapping[str, str], sequence_columns: Set[str],
-                   decimal_as: Optional[str]) -> Dict[str, str]:
+def _feature_names(
+    flat: List[Tuple[str, pa.DataType]],
+    rename: Mapping[str, str],
+    sequence_columns: Set[str],
+    decimal_as: Optional[str],
+) -> Dict[str, str]:
     """{column: feature name} after `rename`, every column's type checked (`_plan_field`) and
     no two columns written as the same feature."""
     feature_names: Dict[str, str] = {}
@@ -457,7 +490,9 @@ class _Collector:
         if self.kind is None:
             self.kind = kind
         elif kind != self.kind:
-            raise TypeError(f"record {row}: feature {self.name!r} is {kind!r} but was {self.kind!r} before (or described so)")
+            raise TypeError(
+                f"record {row}: feature {self.name!r} is {kind!r} but was {self.kind!r} before (or described so)"
+            )
 
     def add_missing(self) -> None:
         self.present.append(False)
@@ -502,7 +537,9 @@ class _Collector:
             one_value = self.depth == 1 and bool(present.any()) and bool(np.all(counts[present] == 1))
             inferred = inferred_type(self.kind, depth=self.depth, one_value=one_value)
         if self.depth == 2:
-            inner = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(np.asarray(self.step_counts, np.int64))), leaf)
+            inner = pa.LargeListArray.from_arrays(
+                pa.array(_splits_from_lengths(np.asarray(self.step_counts, np.int64))), leaf
+            )
             arr = pa.LargeListArray.from_arrays(pa.array(_splits_from_lengths(counts)), inner, mask=mask)
         elif not _is_list(target or inferred):
             bad = np.flatnonzero(present & (counts != 1))

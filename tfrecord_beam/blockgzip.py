@@ -65,8 +65,12 @@ MARKER = "#block-gzip 1"
 EXTRA_ID = b"TB"
 _EXTRA = struct.Struct("<QQ")  # member size on disk, uncompressed size
 # ID1 ID2 CM FLG(FEXTRA) MTIME(0) XFL OS(unknown) XLEN, then SI1 SI2 LEN and the subfield
-HEADER_PREFIX = (b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff" + struct.pack("<H", 4 + _EXTRA.size)
-                 + EXTRA_ID + struct.pack("<H", _EXTRA.size))
+HEADER_PREFIX = (
+    b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff"
+    + struct.pack("<H", 4 + _EXTRA.size)
+    + EXTRA_ID
+    + struct.pack("<H", _EXTRA.size)
+)
 HEADER_SIZE = len(HEADER_PREFIX) + _EXTRA.size
 _TAIL_READ = 1 << 16
 
@@ -107,7 +111,7 @@ class MemberTable:
         """The table of members first .. stop-1 only (n + 1 entries, ending where member `stop`
         starts): what a reader of just those members needs (`open_at` stops inflating at its
         end), and small enough to travel with a unit of work."""
-        return MemberTable(self.compressed[first:stop + 1].copy(), self.uncompressed[first:stop + 1].copy())
+        return MemberTable(self.compressed[first : stop + 1].copy(), self.uncompressed[first : stop + 1].copy())
 
     def ranges(self) -> List[Tuple[int, int, int]]:
         """(uncompressed start, uncompressed end, compressed member offset) of every member."""
@@ -124,7 +128,9 @@ class MemberTable:
         """Raise IndexMismatchError unless the table ends at the data file's size on disk."""
         if file_size is not None and file_size != self.file_size:
             raise IndexMismatchError(
-                None if index_path is None else os.fspath(index_path), None, None,
+                None if index_path is None else os.fspath(index_path),
+                None,
+                None,
                 f"gzip member table ends at byte {self.file_size} but {data_path} has {file_size} bytes (stale index)",
             )
         return self
@@ -146,7 +152,7 @@ def parse_trailer(text: str, index_path=None) -> Optional[MemberTable]:
     at = text.rfind(MARKER + "\n")
     if at < 0 or (at > 0 and text[at - 1] != "\n"):
         return None
-    lines = text[at + len(MARKER) + 1:].split("\n")
+    lines = text[at + len(MARKER) + 1 :].split("\n")
     members = [line.split() for line in lines if line.startswith("#m ")]
     end = [line.split() for line in lines if line.startswith("#end ")]
     try:
@@ -154,13 +160,21 @@ def parse_trailer(text: str, index_path=None) -> Optional[MemberTable]:
             raise ValueError
         table = np.array([m[1:] for m in members] + [end[0][1:]], dtype=np.int64).reshape(-1, 2)
     except (ValueError, OverflowError):
-        raise IndexMismatchError(None if index_path is None else os.fspath(index_path), None, None,
-                                 "malformed gzip member table (lines '#m C U' then '#end C U')") from None
+        raise IndexMismatchError(
+            None if index_path is None else os.fspath(index_path),
+            None,
+            None,
+            "malformed gzip member table (lines '#m C U' then '#end C U')",
+        ) from None
     result = MemberTable(np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1]))
     starts_at_zero = len(result) >= 1 and result.compressed[0] == 0 and result.uncompressed[0] == 0
     if not starts_at_zero or np.any(np.diff(result.compressed) <= 0) or np.any(np.diff(result.uncompressed) < 0):
-        raise IndexMismatchError(None if index_path is None else os.fspath(index_path), None, None,
-                                 "gzip member table does not start at 0 or does not increase")
+        raise IndexMismatchError(
+            None if index_path is None else os.fspath(index_path),
+            None,
+            None,
+            "gzip member table does not start at 0 or does not increase",
+        )
     return result
 
 
@@ -185,13 +199,14 @@ def load_member_table(index_path, opener: Callable[[str], BinaryIO] = fs.open_in
             text = handle.read(size - start).decode("ascii", errors="replace")
             if not text.rstrip().split("\n")[-1].startswith("#end "):
                 return None
-            if start == 0 or MARKER + "\n" in text[text.find("\n") + 1:]:
-                return parse_trailer(text if start == 0 else text[text.find("\n") + 1:], path)
+            if start == 0 or MARKER + "\n" in text[text.find("\n") + 1 :]:
+                return parse_trailer(text if start == 0 else text[text.find("\n") + 1 :], path)
             window *= 4
 
 
-def member_table_for(data_path, index_path=None, opener: Callable[[str], BinaryIO] = fs.open_input,
-                     file_size: Optional[int] = None) -> Optional[MemberTable]:
+def member_table_for(
+    data_path, index_path=None, opener: Callable[[str], BinaryIO] = fs.open_input, file_size: Optional[int] = None
+) -> Optional[MemberTable]:
     """The checked member table of a GZIP data file from its index (default: beside it), or None."""
     from .index import default_index_path
 
@@ -202,7 +217,9 @@ def member_table_for(data_path, index_path=None, opener: Callable[[str], BinaryI
     return table.check(fs.file_size(data_path) if file_size is None else file_size, ipath, data_path)
 
 
-def member_ranges(data_path, index_path=None, split_bytes: Optional[int] = None) -> Optional[List[Tuple[int, int, int]]]:
+def member_ranges(
+    data_path, index_path=None, split_bytes: Optional[int] = None
+) -> Optional[List[Tuple[int, int, int]]]:
     """(uncompressed start, uncompressed end, compressed member offset) of each gzip member of a
     block-gzip file, from its index; None for a file without a member table.
 
@@ -227,8 +244,9 @@ def member_ranges(data_path, index_path=None, split_bytes: Optional[int] = None)
 
 
 # -- reading ------------------------------------------------------------------------------------
-def open_at(raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] = None,
-            end: Optional[int] = None) -> Tuple[InflatingReader, int]:
+def open_at(
+    raw: BinaryIO, table: MemberTable, offset: int, path: Optional[str] = None, end: Optional[int] = None
+) -> Tuple[InflatingReader, int]:
     """An inflating stream that starts at the member holding uncompressed `offset`, and the
     uncompressed offset it starts at (skip `offset - that` bytes to reach `offset`).
 
@@ -288,11 +306,16 @@ def inflate_member(data: bytes, path: Optional[str], uncompressed_offset: int, e
     try:
         out = engine.decompress(data, 16 + zlib.MAX_WBITS)
     except engine.error as exc:
-        raise CorruptRecordError(path, uncompressed_offset, None,
-                                 f"invalid gzip member at uncompressed offset {uncompressed_offset}: {exc}") from None
+        raise CorruptRecordError(
+            path, uncompressed_offset, None, f"invalid gzip member at uncompressed offset {uncompressed_offset}: {exc}"
+        ) from None
     if len(out) != expected:
-        raise CorruptRecordError(path, uncompressed_offset, None,
-                                 f"gzip member inflates to {len(out)} bytes but the member table says {expected} (stale index)")
+        raise CorruptRecordError(
+            path,
+            uncompressed_offset,
+            None,
+            f"gzip member inflates to {len(out)} bytes but the member table says {expected} (stale index)",
+        )
     return out
 
 
@@ -301,8 +324,9 @@ def read_member(raw: BinaryIO, table: MemberTable, m: int, path: Optional[str] =
     start, stop = int(table.compressed[m]), int(table.compressed[m + 1])
     raw.seek(start)
     data = raw.read(stop - start)
-    return inflate_member(data, path, int(table.uncompressed[m]),
-                          int(table.uncompressed[m + 1] - table.uncompressed[m]))
+    return inflate_member(
+        data, path, int(table.uncompressed[m]), int(table.uncompressed[m + 1] - table.uncompressed[m])
+    )
 
 
 def scan_members(raw: BinaryIO, path: Optional[str] = None) -> Optional[MemberTable]:
@@ -314,7 +338,7 @@ def scan_members(raw: BinaryIO, path: Optional[str] = None) -> Optional[MemberTa
     while pos < total:
         raw.seek(pos)
         head = raw.read(HEADER_SIZE)
-        if len(head) < HEADER_SIZE or head[:len(HEADER_PREFIX)] != HEADER_PREFIX:
+        if len(head) < HEADER_SIZE or head[: len(HEADER_PREFIX)] != HEADER_PREFIX:
             return None
         size, usize = _EXTRA.unpack_from(head, len(HEADER_PREFIX))
         if size < HEADER_SIZE + 8 or pos + size > total:
@@ -330,18 +354,26 @@ def matches_index(table: MemberTable, index: np.ndarray) -> bool:
     starts = table.uncompressed[:-1]
     at = np.searchsorted(index[:, 0], starts) if len(index) else np.zeros(len(starts), np.int64)
     inside = at < len(index)
-    return table.data_size == end and np.array_equal(index[at[inside], 0], starts[inside]) \
+    return (
+        table.data_size == end
+        and np.array_equal(index[at[inside], 0], starts[inside])
         and not np.any(starts[~inside] != end)
+    )
 
 
-def checked_member_table(data_path, index_path, index: np.ndarray,
-                         opener: Callable[[str], BinaryIO] = fs.open_input) -> Optional[MemberTable]:
+def checked_member_table(
+    data_path, index_path, index: np.ndarray, opener: Callable[[str], BinaryIO] = fs.open_input
+) -> Optional[MemberTable]:
     """`member_table_for`, also checked against the loaded index (`matches_index`, else
     IndexMismatchError)."""
     table = member_table_for(data_path, index_path, opener)
     if table is not None and not matches_index(table, index):
-        raise IndexMismatchError(os.fspath(index_path), None, None,
-                                 f"gzip member table of {data_path} does not match the index's records (stale index)")
+        raise IndexMismatchError(
+            os.fspath(index_path),
+            None,
+            None,
+            f"gzip member table of {data_path} does not match the index's records (stale index)",
+        )
     return table
 
 

@@ -54,7 +54,9 @@ __all__ = [
 _DTYPE = {name: KIND_DTYPE[code] for name, code in KIND_CODE.items()}
 
 
-def _as_bytes_values(values: np.ndarray, value_offsets: np.ndarray, start: int = 0, stop: Optional[int] = None) -> List[bytes]:
+def _as_bytes_values(
+    values: np.ndarray, value_offsets: np.ndarray, start: int = 0, stop: Optional[int] = None
+) -> List[bytes]:
     """The bytes values [start, stop) of a bytes column as a list of `bytes`."""
     buf = values.tobytes() if values.size else b""
     offs = value_offsets.tolist()
@@ -153,7 +155,13 @@ class Column(_Batched):
         return [flat[s[i] : s[i + 1]] for i in range(len(self))]
 
     @classmethod
-    def from_rows(cls, name: str, kind: str, rows: Sequence[Union[Sequence[Any], np.ndarray]], status: Optional[Sequence[int]] = None) -> "Column":
+    def from_rows(
+        cls,
+        name: str,
+        kind: str,
+        rows: Sequence[Union[Sequence[Any], np.ndarray]],
+        status: Optional[Sequence[int]] = None,
+    ) -> "Column":
         """Build a column from per-record lists of values (bytes, float or int)."""
         kind = _kind(kind, name)
         lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
@@ -265,19 +273,24 @@ def _locator(path: Optional[str], first_record_number: Optional[int], record_off
     number and the records' offsets in the file."""
 
     def where(i: int) -> _Where:
-        return _Where(path, None if record_offsets is None else int(record_offsets[i]),
-                      None if first_record_number is None else first_record_number + i)
+        return _Where(
+            path,
+            None if record_offsets is None else int(record_offsets[i]),
+            None if first_record_number is None else first_record_number + i,
+        )
 
     return where
 
 
-def _raise(err: Tuple[int, int, int, int], names: List[str], kinds: List[str], where: Callable[[int], _Where],
-           what: str) -> None:
+def _raise(
+    err: Tuple[int, int, int, int], names: List[str], kinds: List[str], where: Callable[[int], _Where], what: str
+) -> None:
     code, i, j, found = err
     w = where(i)
     if code == ERR_KIND:
-        raise FeatureKindError(w.path, w.offset, w.record,
-                               f"feature {names[j]!r} holds {KIND_NAME[found]} values, described as {kinds[j]}")
+        raise FeatureKindError(
+            w.path, w.offset, w.record, f"feature {names[j]!r} holds {KIND_NAME[found]} values, described as {kinds[j]}"
+        )
     raise DecodeError(w.path, w.offset, w.record, f"not a valid {what} protobuf")
 
 
@@ -333,8 +346,9 @@ def to_records(columns: Mapping[str, Column], rows: Optional[Sequence[int]] = No
     return iter(_engine.example_rows(*_column_args(columns, False), count, rows))
 
 
-def to_sequence_records(context: Mapping[str, Column], lists: Mapping[str, "SequenceColumn"],
-                        rows: Optional[Sequence[int]] = None) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
+def to_sequence_records(
+    context: Mapping[str, Column], lists: Mapping[str, "SequenceColumn"], rows: Optional[Sequence[int]] = None
+) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
     """Per-record `(context, {name: [value per step]})`, in `example.decode_sequence_example`'s
     convention, from decoded columns: each step's values as `to_records` gives a feature's, a
     missing feature list as []. Built in C where the compiled core is."""
@@ -374,7 +388,8 @@ def decode_examples(
         FeatureKindError: a feature holds another kind than described.
     """
     records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
-        records, offsets, lengths, first_record_number, record_offsets)
+        records, offsets, lengths, first_record_number, record_offsets
+    )
     records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
     desc = _resolve(description, payloads)
     names, codes = _names_kinds(desc)
@@ -406,11 +421,21 @@ def decode_example_records(
     Arguments and errors as in `decode_examples` (not strict).
     """
     records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
-        records, offsets, lengths, first_record_number, record_offsets)
+        records, offsets, lengths, first_record_number, record_offsets
+    )
     if offsets is None:
-        return to_records(decode_examples(records, description, offsets=offsets, lengths=lengths, path=path,
-                                          first_record_number=first_record_number, record_offsets=record_offsets),
-                          rows)
+        return to_records(
+            decode_examples(
+                records,
+                description,
+                offsets=offsets,
+                lengths=lengths,
+                path=path,
+                first_record_number=first_record_number,
+                record_offsets=record_offsets,
+            ),
+            rows,
+        )
     records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
     desc = _resolve(description, payloads)
     names, codes = _names_kinds(desc)
@@ -439,7 +464,8 @@ def decode_sequence_examples(
     feature list to be there. Arguments and errors as in `decode_examples`.
     """
     records, offsets, lengths, first_record_number, record_offsets = _chunk_args(
-        records, offsets, lengths, first_record_number, record_offsets)
+        records, offsets, lengths, first_record_number, record_offsets
+    )
     records, offsets, lengths, payloads = _records_args(records, offsets, lengths)
     cdesc = _resolve(context_description, payloads, _context_map)
     sdesc = _resolve(sequence_description, payloads, _lists_map, _list_kind)
@@ -501,8 +527,11 @@ def _as_column(name: str, spec: Any) -> Column:
         return Column(name, kind, np.ascontiguousarray(rows2, dtype=_DTYPE[kind]).reshape(-1), splits)
     rows = [r if isinstance(r, (list, tuple, np.ndarray)) else [r] for r in spec]
     first = next((v for r in rows for v in r), 0)
-    kind = "byte" if isinstance(first, (bytes, bytearray, memoryview, str)) else (
-        "float" if isinstance(first, (float, np.floating)) else "int")
+    kind = (
+        "byte"
+        if isinstance(first, (bytes, bytearray, memoryview, str))
+        else ("float" if isinstance(first, (float, np.floating)) else "int")
+    )
     return Column.from_rows(name, kind, rows)
 
 
@@ -513,16 +542,34 @@ def _engine_columns(columns: Sequence[Column], names: Optional[Sequence[str]] = 
     for name, c in zip(names or [c.name for c in columns], columns):
         if c.kind == "byte" and c.value_offsets is None:
             raise ValueError(f"feature {name!r}: bytes columns need value_offsets")
-        out.append((name.encode("utf-8"), KIND_CODE[c.kind], c.values, c.row_splits,
-                    c.value_offsets if c.kind == "byte" else None, c.status))
+        out.append(
+            (
+                name.encode("utf-8"),
+                KIND_CODE[c.kind],
+                c.values,
+                c.row_splits,
+                c.value_offsets if c.kind == "byte" else None,
+                c.status,
+            )
+        )
     return out
 
 
 def _engine_list_columns(columns: Sequence[SequenceColumn]) -> List[tuple]:
     """Feature-list columns in `_engine.encode_sequence_examples`' form: `(name bytes, kind
     code, values, row_splits, step_splits, value_offsets, status)`."""
-    return [(c.name.encode("utf-8"), KIND_CODE[c.kind], c.values, c.row_splits, c.step_splits,
-             c.value_offsets if c.kind == "byte" else None, c.status) for c in columns]
+    return [
+        (
+            c.name.encode("utf-8"),
+            KIND_CODE[c.kind],
+            c.values,
+            c.row_splits,
+            c.step_splits,
+            c.value_offsets if c.kind == "byte" else None,
+            c.status,
+        )
+        for c in columns
+    ]
 
 
 def encode_examples(
@@ -559,7 +606,9 @@ def encode_examples(
 # -- batched file readers ------------------------------------------------------------------------
 
 
-def _batches(path, batch_size: int, drop_remainder: bool, reader_kwargs) -> Iterator[Tuple[Any, Any, Any, Optional[int], Any]]:
+def _batches(
+    path, batch_size: int, drop_remainder: bool, reader_kwargs
+) -> Iterator[Tuple[Any, Any, Any, Optional[int], Any]]:
     """Yield `(records, offsets, lengths, first_record_number, record_offsets)` per batch of a
     file, slicing the reader's chunks without copying when a batch lies in one chunk."""
     from .records import RecordReader
@@ -579,7 +628,9 @@ def _batches(path, batch_size: int, drop_remainder: bool, reader_kwargs) -> Iter
         views = []
         for c, s, e in pending:
             mv = memoryview(c.buffer)
-            views.extend(mv[o : o + ln] for o, ln in zip(c.payload_offsets[s:e].tolist(), c.payload_lengths[s:e].tolist()))
+            views.extend(
+                mv[o : o + ln] for o, ln in zip(c.payload_offsets[s:e].tolist(), c.payload_lengths[s:e].tolist())
+            )
         return views, None, None, number, rec_offs
 
     for chunk in RecordReader(path, **reader_kwargs).chunks():
@@ -614,8 +665,16 @@ def read_example_batches(
     desc = normalize_description(description) or {}
     name = str(path) if not hasattr(path, "read") else getattr(path, "name", None)
     for records, offs, lens, number, rec_offs in _batches(path, batch_size, drop_remainder, reader_kwargs):
-        cols = decode_examples(records, desc, strict, offsets=offs, lengths=lens, path=name,
-                               first_record_number=number, record_offsets=rec_offs)
+        cols = decode_examples(
+            records,
+            desc,
+            strict,
+            offsets=offs,
+            lengths=lens,
+            path=name,
+            first_record_number=number,
+            record_offsets=rec_offs,
+        )
         desc = {k: c.kind for k, c in cols.items()}
         yield cols
 
@@ -635,8 +694,17 @@ def read_sequence_example_batches(
     sdesc = normalize_description(sequence_description) or {}
     name = str(path) if not hasattr(path, "read") else getattr(path, "name", None)
     for records, offs, lens, number, rec_offs in _batches(path, batch_size, drop_remainder, reader_kwargs):
-        ctx, lists = decode_sequence_examples(records, cdesc, sdesc, strict, offsets=offs, lengths=lens, path=name,
-                                              first_record_number=number, record_offsets=rec_offs)
+        ctx, lists = decode_sequence_examples(
+            records,
+            cdesc,
+            sdesc,
+            strict,
+            offsets=offs,
+            lengths=lens,
+            path=name,
+            first_record_number=number,
+            record_offsets=rec_offs,
+        )
         cdesc = {k: c.kind for k, c in ctx.items()}
         sdesc = {k: c.kind for k, c in lists.items()}
         yield ctx, lists

@@ -18,11 +18,9 @@ import typing
 
 import numpy as np
 
-from . import _engine, blockgzip
+from . import _engine, blockgzip, fs, iterator_utils
 from . import example as _example
 from . import index as _index
-from . import iterator_utils
-from . import fs
 from ._read_options import ReadOptions, dropin_compression
 from .errors import DecodeError, FeatureKindError
 from .records import RecordChunk, RecordReader, RecordWriter
@@ -35,8 +33,9 @@ _memoryview: typing.Callable[[bytes], memoryview] = memoryview  # (mypy cannot i
 TYPENAME_MAPPING = {"byte": "bytes_list", "float": "float_list", "int": "int64_list"}
 
 
-def process_feature(feature, typename: typing.Optional[str], typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING,
-                    key: str = "?") -> typing.Any:
+def process_feature(
+    feature, typename: typing.Optional[str], typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING, key: str = "?"
+) -> typing.Any:
     """The `tfrecord` package's helper: one protobuf `Feature` -> its decoded value (float32 /
     int64 array; bytes: the value itself when there is one, else a list).
 
@@ -55,13 +54,13 @@ def process_feature(feature, typename: typing.Optional[str], typename_mapping: t
     if wanted is not None and kind != wanted:
         from .errors import FeatureKindError
 
-        raise FeatureKindError(None, None, None, f"Incompatible type '{typename}' for `{key}` "
-                               f"(should be '{kind}')")
+        raise FeatureKindError(None, None, None, f"Incompatible type '{typename}' for `{key}` (should be '{kind}')")
     return _example.as_decoded(kind, getattr(feature, _example.KIND_TO_FIELD[kind]).value)
 
 
-def extract_feature_dict(features, description: Description,
-                         typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING) -> typing.Dict[str, typing.Any]:
+def extract_feature_dict(
+    features, description: Description, typename_mapping: typing.Dict[str, str] = TYPENAME_MAPPING
+) -> typing.Dict[str, typing.Any]:
     """The `tfrecord` package's helper: a `Features` message -> {name: value}, or a
     `FeatureLists` message -> {name: [value per step]}, for the names of `description` (a
     list, a {name: typename} dict, or None / empty for every feature). A described name the
@@ -79,8 +78,9 @@ def extract_feature_dict(features, description: Description,
         def value(key, typename):
             return process_feature(table[key], typename, typename_mapping, key)
     else:
-        raise TypeError(f"features should be an example_pb2.Features or example_pb2.FeatureLists, "
-                        f"not {type(features).__name__}")
+        raise TypeError(
+            f"features should be an example_pb2.Features or example_pb2.FeatureLists, not {type(features).__name__}"
+        )
     names = list(table.keys())
     if not description:
         description = dict.fromkeys(names)
@@ -96,8 +96,9 @@ def extract_feature_dict(features, description: Description,
     return out
 
 
-def _shard_chunks(data_path, index_path, shard, options: ReadOptions
-                  ) -> typing.Iterator[typing.Tuple[RecordChunk, typing.Optional[np.ndarray]]]:
+def _shard_chunks(
+    data_path, index_path, shard, options: ReadOptions
+) -> typing.Iterator[typing.Tuple[RecordChunk, typing.Optional[np.ndarray]]]:
     """The chunks holding this shard's records, each with the rows of it that belong to the shard.
 
     With an index, shard (i, k) is the contiguous record range n*i//k .. n*(i+1)//k (rows None:
@@ -117,8 +118,15 @@ def _shard_chunks(data_path, index_path, shard, options: ReadOptions
         first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
         if first == last:
             return
-        reader = RecordReader(data_path, compression, verify=verify, start_offset=start,
-                              end_offset=end, first_record_number=first, members=members or False)
+        reader = RecordReader(
+            data_path,
+            compression,
+            verify=verify,
+            start_offset=start,
+            end_offset=end,
+            first_record_number=first,
+            members=members or False,
+        )
         for chunk in reader.chunks():
             yield chunk, None
         return
@@ -137,7 +145,9 @@ def _records(data_path, index_path, shard, options: ReadOptions) -> typing.Itera
         yield from _chunk_records(chunk, rows)
 
 
-def _chunk_records(chunk: RecordChunk, rows: typing.Optional[np.ndarray]) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
+def _chunk_records(
+    chunk: RecordChunk, rows: typing.Optional[np.ndarray]
+) -> typing.Iterator[typing.Tuple[int, int, bytes]]:
     assert chunk.first_record_number is not None  # `_shard_chunks` reads with record numbers
     payloads = chunk.payloads()
     offsets = chunk.record_offsets.tolist()
@@ -195,12 +205,14 @@ def _examples(data_path, index_path, shard, options: ReadOptions) -> typing.Iter
         from . import columnar
 
         for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
-            yield from columnar.decode_example_records(chunk, description, path=data_path,
-                                                       rows=None if rows is None else rows.tolist())
+            yield from columnar.decode_example_records(
+                chunk, description, path=data_path, rows=None if rows is None else rows.tolist()
+            )
         return
     for number, offset, payload in _records(data_path, index_path, shard, options):
-        yield _example.decode_example(payload, description, strict=strict, path=data_path,
-                                      offset=offset, record_number=number)
+        yield _example.decode_example(
+            payload, description, strict=strict, path=data_path, offset=offset, record_number=number
+        )
 
 
 def sequence_loader(
@@ -218,21 +230,29 @@ def sequence_loader(
     When both descriptions give every kind (and not `strict`), records are decoded a chunk at
     a time by the columnar decoder; otherwise one by one.
     """
-    options = ReadOptions.dropin(context_description, features_description, compression_type, strict=strict,
-                                 sequence=True)
+    options = ReadOptions.dropin(
+        context_description, features_description, compression_type, strict=strict, sequence=True
+    )
     return _sequences(data_path, index_path, shard, options)
 
 
-def _sequences(data_path, index_path, shard, options: ReadOptions
-               ) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
+def _sequences(
+    data_path, index_path, shard, options: ReadOptions
+) -> typing.Iterator[typing.Tuple[typing.Dict[str, typing.Any], typing.Dict[str, typing.List[typing.Any]]]]:
     context_description, features_description = options.description, options.sequence_description
     strict = options.strict
 
     def one_by_one(records):
         for number, offset, payload in records:
-            yield _example.decode_sequence_example(payload, context_description, features_description,
-                                                   strict=strict, path=data_path, offset=offset,
-                                                   record_number=number)
+            yield _example.decode_sequence_example(
+                payload,
+                context_description,
+                features_description,
+                strict=strict,
+                path=data_path,
+                offset=offset,
+                record_number=number,
+            )
 
     if strict or not options.all_kinds:
         yield from one_by_one(_records(data_path, index_path, shard, options))
@@ -241,8 +261,9 @@ def _sequences(data_path, index_path, shard, options: ReadOptions
 
     for chunk, rows in _shard_chunks(data_path, index_path, shard, options):
         try:
-            context, lists = columnar.decode_sequence_examples(chunk, context_description, features_description,
-                                                               path=data_path)
+            context, lists = columnar.decode_sequence_examples(
+                chunk, context_description, features_description, path=data_path
+            )
         except (DecodeError, FeatureKindError):
             # a bad record in this chunk: decode it one by one, so that the records before it
             # come out and its error is the one the per-record decoder has always raised
@@ -292,10 +313,12 @@ def multi_tfrecord_loader(
         def make():
             index_path = index_pattern.format(split) if index_pattern is not None else None
             return _loader(data_pattern.format(split), index_path, shard, options)
+
         return make
 
-    return iterator_utils.sample_iterators([factory(s) for s in splits], list(splits.values()),
-                                           infinite=infinite, seed=seed)
+    return iterator_utils.sample_iterators(
+        [factory(s) for s in splits], list(splits.values()), infinite=infinite, seed=seed
+    )
 
 
 class TFRecordWriter:
@@ -308,20 +331,28 @@ class TFRecordWriter:
     when a `with` block exits on an exception or the program ends on an uncaught one.
     """
 
-    def __init__(self, data_path: str, compression_type: typing.Optional[str] = None,
-                 index_path: typing.Union[None, bool, str] = None) -> None:
-        self._writer = RecordWriter(data_path, dropin_compression(compression_type),
-                                    index_path=index_path, commit_unclosed=True)
+    def __init__(
+        self,
+        data_path: str,
+        compression_type: typing.Optional[str] = None,
+        index_path: typing.Union[None, bool, str] = None,
+    ) -> None:
+        self._writer = RecordWriter(
+            data_path, dropin_compression(compression_type), index_path=index_path, commit_unclosed=True
+        )
 
-    def write(self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None) -> None:
+    def write(
+        self, datum: typing.Dict[str, typing.Any], sequence_datum: typing.Optional[typing.Dict[str, typing.Any]] = None
+    ) -> None:
         """Write an Example, or a SequenceExample (context `datum`) when `sequence_datum` is given."""
         writer = self._writer
         if sequence_datum is None:
             # the compiled encoder frames the record straight into the writer's buffer
             if _engine.append_example is None or not writer.append_record(_engine.append_example, datum):
                 writer.write(_example.encode_example(datum))
-        elif (_engine.append_sequence_example is None
-              or not writer.append_record(_engine.append_sequence_example, datum, sequence_datum)):
+        elif _engine.append_sequence_example is None or not writer.append_record(
+            _engine.append_sequence_example, datum, sequence_datum
+        ):
             writer.write(_example.encode_sequence_example(datum, sequence_datum))
 
     def close(self) -> None:

@@ -20,9 +20,18 @@ from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
 KINDS = (BYTES, FLOAT, INT)
 _KIND_ALIASES = {
-    "byte": BYTES, "bytes": BYTES, "bytes_list": BYTES, "str": BYTES, "string": BYTES, "binary": BYTES,
-    "float": FLOAT, "float32": FLOAT, "float_list": FLOAT,
-    "int": INT, "int64": INT, "int64_list": INT,
+    "byte": BYTES,
+    "bytes": BYTES,
+    "bytes_list": BYTES,
+    "str": BYTES,
+    "string": BYTES,
+    "binary": BYTES,
+    "float": FLOAT,
+    "float32": FLOAT,
+    "float_list": FLOAT,
+    "int": INT,
+    "int64": INT,
+    "int64_list": INT,
 }
 KIND_TO_FIELD = KIND_FIELD
 _ONEOF_TO_KIND = {field: kind for kind, field in KIND_FIELD.items()}
@@ -55,8 +64,9 @@ class _NormalizedDescription(dict):
     """
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("a normalised description is read-only: normalise a changed copy, "
-                        "normalize_description(dict(description))")
+        raise TypeError(
+            "a normalised description is read-only: normalise a changed copy, normalize_description(dict(description))"
+        )
 
     __setitem__ = __delitem__ = __ior__ = _read_only
     clear = pop = popitem = setdefault = update = _read_only
@@ -148,7 +158,9 @@ def _decode_one(feature, wanted: Optional[str], name: str, where: _Where, strict
         return _EMPTY[wanted]() if wanted else None
     if wanted is not None and kind != wanted:
         raise FeatureKindError(
-            where.path, where.offset, where.record,
+            where.path,
+            where.offset,
+            where.record,
             f"feature {name!r} is {kind!r} ({KIND_TO_FIELD[kind]}) but the description asks for {wanted!r}",
         )
     return as_decoded(kind, getattr(feature, KIND_TO_FIELD[kind]).value)
@@ -301,7 +313,12 @@ def make_feature(value: Any, kind: Optional[str] = None, name: str = "?"):
 
 def _split_spec(name: str, spec: Any) -> Tuple[Any, Optional[str]]:
     """`(value, "kind")` as the `tfrecord` package writes it, or a bare value."""
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], str) and spec[1].strip().lower() in _KIND_ALIASES:
+    if (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and isinstance(spec[1], str)
+        and spec[1].strip().lower() in _KIND_ALIASES
+    ):
         return spec[0], spec[1]
     return spec, None
 
@@ -352,8 +369,11 @@ def encode_sequence_example_message(context: Mapping[str, Any], feature_lists: M
     for name, spec in (feature_lists or {}).items():
         steps, kind = _split_spec(name, spec)
         if kind is None:
-            non_empty = [s for s in steps if not (isinstance(s, (list, tuple)) and len(s) == 0
-                                                  or isinstance(s, np.ndarray) and s.size == 0)]
+            non_empty = [
+                s
+                for s in steps
+                if not (isinstance(s, (list, tuple)) and len(s) == 0 or isinstance(s, np.ndarray) and s.size == 0)
+            ]
             if not non_empty:
                 raise TypeError(f"feature list {name!r}: cannot infer the kind of empty steps; pass (steps, kind)")
             kind = infer_kind(non_empty[0], name)

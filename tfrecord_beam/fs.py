@@ -98,8 +98,9 @@ def _from_uri(uri: str):
         try:
             import fsspec
         except ImportError:
-            raise ValueError(f"{uri}: pyarrow.fs does not know this scheme, and fsspec (its fallback) "
-                             "is not installed") from None
+            raise ValueError(
+                f"{uri}: pyarrow.fs does not know this scheme, and fsspec (its fallback) is not installed"
+            ) from None
         filesystem, inner = fsspec.core.url_to_fs(uri)
         return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), inner
 
@@ -182,7 +183,11 @@ def list_dir(directory: PathLike) -> List[str]:
     directory = os.fspath(directory)
     filesystem, inner = _split_uri(directory)
     if filesystem is None:
-        return sorted(n for n in os.listdir(inner) if os.path.isfile(os.path.join(inner, n))) if os.path.isdir(inner) else []
+        return (
+            sorted(n for n in os.listdir(inner) if os.path.isfile(os.path.join(inner, n)))
+            if os.path.isdir(inner)
+            else []
+        )
     from pyarrow import fs as pafs
 
     infos = filesystem.get_file_info(pafs.FileSelector(inner.rstrip("/"), allow_not_found=True))
@@ -256,7 +261,8 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
 
     return sorted(
         with_query(f"{scheme}://{i.path.lstrip('/') if scheme == 'memory' else i.path}", query)
-        for i in infos if i.type == pafs.FileType.File and matches(i.path)
+        for i in infos
+        if i.type == pafs.FileType.File and matches(i.path)
     )
 
 
@@ -316,7 +322,7 @@ def stale_temp_files(directory: PathLike) -> List[str]:
     path = os.fspath(directory)
     if is_remote(path):
         return []
-    path = path[len("file://"):] if path.startswith("file://") else path
+    path = path[len("file://") :] if path.startswith("file://") else path
     out = []
     for name in sorted(_glob.glob(os.path.join(_glob.escape(path or "."), ".*" + TEMP_MARK + "*@*-*"))):
         owner = os.path.basename(name).rsplit(TEMP_MARK, 1)[1].rsplit("-", 1)[0]

@@ -99,7 +99,9 @@ def _walk(path: str, local: str) -> np.ndarray:
     if status == WALK_PAST_END:
         (length,) = struct.unpack_from("<Q", header)
         raise TruncatedRecordError(
-            path, stop, number,
+            path,
+            stop,
+            number,
             f"length field says {length} payload bytes, so {length + FOOTER_SIZE} bytes must follow the header, "
             f"but only {max(total - stop - HEADER_SIZE, 0)} do (truncated or corrupted record)",
         )

@@ -42,8 +42,14 @@ class WeightedMixer:
     weights renormalised; iteration ends when no live source is left.
     """
 
-    def __init__(self, weights: typing.Union[typing.Sequence[float], np.ndarray], generator: np.random.Generator,
-                 state: typing.Optional[typing.Dict[str, typing.Any]] = None, *, name: str = "weights") -> None:
+    def __init__(
+        self,
+        weights: typing.Union[typing.Sequence[float], np.ndarray],
+        generator: np.random.Generator,
+        state: typing.Optional[typing.Dict[str, typing.Any]] = None,
+        *,
+        name: str = "weights",
+    ) -> None:
         w = np.asarray(weights, dtype=np.float64)
         if len(w) == 0 or np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
             raise ValueError(f"{name} must be non-negative, finite and not all zero: {w.tolist()}")
@@ -112,8 +118,9 @@ def shuffle_iterator(iterator: typing.Iterator, queue_size: int, seed: Seed = No
             break
     else:
         if queue_size > len(buffer):
-            warnings.warn(f"Number of elements in the iterator is less than the queue size (N={queue_size}).",
-                          stacklevel=2)
+            warnings.warn(
+                f"Number of elements in the iterator is less than the queue size (N={queue_size}).", stacklevel=2
+            )
     for item in iterator:
         index = int(rng.integers(len(buffer)))
         out, buffer[index] = buffer[index], item

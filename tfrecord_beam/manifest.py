@@ -111,13 +111,19 @@ class Manifest:
         except ValueError as exc:
             raise ManifestError(path, f"not JSON ({exc})") from None
         if not isinstance(value, dict) or value.get("format") != FORMAT:
-            raise ManifestError(path, f"not a {FORMAT} manifest (format {value.get('format') if isinstance(value, dict) else None!r})")
+            raise ManifestError(
+                path, f"not a {FORMAT} manifest (format {value.get('format') if isinstance(value, dict) else None!r})"
+            )
         try:
             shards = [ShardEntry(**s) for s in value["shards"]]
             manifest = cls(
-                job=str(value["job"]), output_prefix=str(value["output_prefix"]), shards=shards,
-                arguments=dict(value.get("arguments") or {}), corrupt_records=int(value.get("corrupt_records", 0)),
-                dead_letters=value.get("dead_letters"), run=dict(value.get("run") or {}),
+                job=str(value["job"]),
+                output_prefix=str(value["output_prefix"]),
+                shards=shards,
+                arguments=dict(value.get("arguments") or {}),
+                corrupt_records=int(value.get("corrupt_records", 0)),
+                dead_letters=value.get("dead_letters"),
+                run=dict(value.get("run") or {}),
                 details=dict(value.get("details") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -234,7 +240,9 @@ def check_shard(entry: ShardEntry, path: str, full: bool = False) -> List[str]:
         if entry.payload_bytes is not None and payload_bytes != entry.payload_bytes:
             problems.append(f"{path}: {payload_bytes} payload bytes, the manifest says {entry.payload_bytes}")
         if entry.checksum is not None and digest.format_checksum(checksum) != entry.checksum:
-            problems.append(f"{path}: payload checksum {digest.format_checksum(checksum)}, the manifest says {entry.checksum}")
+            problems.append(
+                f"{path}: payload checksum {digest.format_checksum(checksum)}, the manifest says {entry.checksum}"
+            )
     return problems
 
 

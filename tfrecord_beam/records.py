@@ -73,9 +73,14 @@ _EMPTY_BUFFER = bytearray()  # a writer's buffer until its first single-record w
 _SYNC_FILES = (io.BufferedWriter, io.FileIO)
 _U64 = struct.Struct("<Q")
 _COMPRESSION_ALIASES = {
-    None: None, "": None, "none": None, "uncompressed": None,
-    "gzip": "gzip", "gz": "gzip",
-    "zlib": "zlib", "deflate": "zlib",
+    None: None,
+    "": None,
+    "none": None,
+    "uncompressed": None,
+    "gzip": "gzip",
+    "gz": "gzip",
+    "zlib": "zlib",
+    "deflate": "zlib",
     "auto": "auto",
 }
 _SUFFIX_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
@@ -312,8 +317,9 @@ class RecordReader:
             return offsets[:count], lengths[:count], int(offsets[count]) - HEADER_SIZE, _TOO_LARGE
         return offsets, lengths, consumed, status
 
-    def _after_chunk(self, raw, stream, total, buf, consumed: int, status: int, here: int,
-                     number: Optional[int], eof: bool) -> Optional[int]:
+    def _after_chunk(
+        self, raw, stream, total, buf, consumed: int, status: int, here: int, number: Optional[int], eof: bool
+    ) -> Optional[int]:
         """Act on where the scan of a chunk stopped (stream offset `here`, `buf[consumed:]`):
         raise for a bad record of this range, None when the range or the data is done, else
         how many bytes the next chunk must hold at least (0: any)."""
@@ -322,7 +328,9 @@ class RecordReader:
             self._check_split(raw, total, here)
             return None  # the next range's record (its header is sound): that range reports it
         if status == STATUS_BAD_LENGTH_CRC:
-            raise CorruptRecordError(self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed:consumed + 16]))
+            raise CorruptRecordError(
+                self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed : consumed + 16])
+            )
         if status == STATUS_BAD_DATA_CRC:
             raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
         if status == _TOO_LARGE:
@@ -336,15 +344,19 @@ class RecordReader:
             if isinstance(stream, InflatingReader) and not stream.complete:
                 assert self.compression is not None  # an InflatingReader reads a compressed stream
                 trailing = stream.trailing
-                reason = (f"{self.compression} stream ends early (truncated file)" if trailing is None
-                          else _diagnose.gzip_trailing(self.compression, trailing))
+                reason = (
+                    f"{self.compression} stream ends early (truncated file)"
+                    if trailing is None
+                    else _diagnose.gzip_trailing(self.compression, trailing)
+                )
                 raise TruncatedRecordError(self.path, here, number, reason)
             self._check_split(raw, total, here)
             return None
         return 0
 
-    def _unfinished_record(self, raw, stream, total, buf, consumed: int, here: int, number: Optional[int],
-                           eof: bool, past_end: bool) -> Optional[int]:
+    def _unfinished_record(
+        self, raw, stream, total, buf, consumed: int, here: int, number: Optional[int], eof: bool, past_end: bool
+    ) -> Optional[int]:
         """The chunk ends inside a record at `here`: the bytes the next chunk needs, None when
         the record is the next range's or a truncated tail allowed to end the file; else raise."""
         keep = len(buf) - consumed
@@ -365,13 +377,14 @@ class RecordReader:
         if self.allow_truncated_tail:
             return None
         if keep < HEADER_SIZE:
-            reason = _diagnose.short_tail(buf[len(buf) - keep:] if keep else b"", at_start=here == 0)
+            reason = _diagnose.short_tail(buf[len(buf) - keep :] if keep else b"", at_start=here == 0)
         else:
             reason = "data ends inside the record's payload or footer (truncated record)"
         raise TruncatedRecordError(self.path, here, number, reason)
 
-    def _fill(self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool,
-              number: Optional[int]) -> Tuple[bytes, bool]:
+    def _fill(
+        self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool, number: Optional[int]
+    ) -> Tuple[bytes, bool]:
         """The next chunk: the last `keep` bytes of `buf` (an unfinished record at stream offset
         `pos`) followed by more data, `size` bytes in all (fewer only at the end), as one
         buffer; and whether the data ended."""
@@ -389,8 +402,7 @@ class RecordReader:
             raise self._damage_error(err, number, pos, keep) from None
         return data, len(data) < size
 
-    def _damage_error(self, err: CorruptRecordError, number: Optional[int], pos: int,
-                      keep: int) -> CorruptRecordError:
+    def _damage_error(self, err: CorruptRecordError, number: Optional[int], pos: int, keep: int) -> CorruptRecordError:
         """The stream's damage report (a CorruptStreamError), with the record it falls in (or before)."""
         reason = err.reason
         if keep:
@@ -404,7 +416,6 @@ class RecordReader:
         if self.resync and self.end_offset is not None and total is not None:
             Resync(raw, total, self.path).check_split(self.end_offset, next_start)
 
-
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
         """At the end of the data: when a compressed stream ended at damage, raise it."""
         damage = getattr(stream, "damage", None) if isinstance(stream, InflatingReader) else None
@@ -413,13 +424,16 @@ class RecordReader:
 
     def _too_large(self, length: int, here: int, number: Optional[int]) -> CorruptRecordError:
         return CorruptRecordError(
-            self.path, here, number,
+            self.path,
+            here,
+            number,
             f"length field says {length} payload bytes, more than max_record_size ({self.max_record_size}); "
             "corrupted record, or pass a larger max_record_size",
         )
 
-    def _cannot_follow(self, length: int, here: int, number: Optional[int], total: Optional[int],
-                       stream, keep: int) -> bool:
+    def _cannot_follow(
+        self, length: int, here: int, number: Optional[int], total: Optional[int], stream, keep: int
+    ) -> bool:
         """Check an unfinished record's length field before reading its payload: raise when the
         payload cannot follow (True to end quietly where `allow_truncated_tail` allows it)."""
         if total is not None:
@@ -437,7 +451,9 @@ class RecordReader:
             else:
                 why = f"the rest of the {self.compression} stream can inflate to at most {max(room, 0)}"
             raise TruncatedRecordError(
-                self.path, here, number,
+                self.path,
+                here,
+                number,
                 f"length field says {length} payload bytes, so {length + FOOTER_SIZE} bytes must follow "
                 f"the header, but {why} (truncated or corrupted record)",
             )
@@ -536,8 +552,9 @@ class RecordWriter:
         self._commit: fs.Commit
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
-        self._blocks = _blockgzip_write.compressor_for(self._file, self.compression, bool(self.index_path),
-                                                       block_bytes, compression_level, self.path)
+        self._blocks = _blockgzip_write.compressor_for(
+            self._file, self.compression, bool(self.index_path), block_bytes, compression_level, self.path
+        )
         if self.compression is not None and self._blocks is None:
             import zlib
 
@@ -563,7 +580,9 @@ class RecordWriter:
     @property
     def records_written(self) -> int:
         """Records written so far."""
-        return self._records + (len(_engine.scan_frames(memoryview(self._buf)[: self._pos], False)[0]) if self._pos else 0)
+        return self._records + (
+            len(_engine.scan_frames(memoryview(self._buf)[: self._pos], False)[0]) if self._pos else 0
+        )
 
     def write(self, payload: bytes) -> None:
         """Frame and write one serialized record.
@@ -643,8 +662,9 @@ class RecordWriter:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
-        sizes = np.asarray(record_sizes if isinstance(record_sizes, (np.ndarray, list)) else list(record_sizes),
-                           dtype=np.int64)  # an int64 array passes through without a copy
+        sizes = np.asarray(
+            record_sizes if isinstance(record_sizes, (np.ndarray, list)) else list(record_sizes), dtype=np.int64
+        )  # an int64 array passes through without a copy
         if int(sizes.sum()) != len(framed):
             raise ValueError(f"{self.path}: record sizes add up to {int(sizes.sum())}, not {len(framed)} bytes")
         self._drain()
@@ -701,8 +721,9 @@ class RecordWriter:
             self._commit.move()
             if index_commit is not None:
                 assert index_final is not None  # an index is written only under an index path
-                _publish.move_new_indexes([index_commit], [index_final],
-                                          rename=lambda commits, _finals: [c.move() for c in commits])
+                _publish.move_new_indexes(
+                    [index_commit], [index_final], rename=lambda commits, _finals: [c.move() for c in commits]
+                )
         except BaseException:
             self._commit.abort()
             if self._index is not None:
@@ -742,15 +763,24 @@ class RecordWriter:
         otherwise drop its data; either way warn, naming the file."""
         if self.closed:
             return
-        failed = at_exit and (getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None)
+        failed = at_exit and (
+            getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+        )
         if self._commit_unclosed and not failed:
-            warnings.warn(f"{self.path}: writer was never closed; committing its {self.records_written} "
-                          "records now (call close() or use `with`)", UnclosedWriterWarning, stacklevel=2)
+            warnings.warn(
+                f"{self.path}: writer was never closed; committing its {self.records_written} "
+                "records now (call close() or use `with`)",
+                UnclosedWriterWarning,
+                stacklevel=2,
+            )
             self.close()
         else:
             why = "the program ended on an uncaught exception" if failed else "it was never closed"
-            warnings.warn(f"{self.path}: {why}; its {self.records_written} records were discarded "
-                          "(call close() or use `with`)", UnclosedWriterWarning, stacklevel=2)
+            warnings.warn(
+                f"{self.path}: {why}; its {self.records_written} records were discarded (call close() or use `with`)",
+                UnclosedWriterWarning,
+                stacklevel=2,
+            )
             self.abort()
 
 
@@ -772,8 +802,9 @@ def read_records(path: Source, compression: Optional[str] = "auto", **kwargs) ->
     return iter(RecordReader(path, compression, **kwargs))
 
 
-def write_records(path: str, payloads: Iterable[bytes], compression: Optional[str] = "auto",
-                  index_path: Union[None, bool, str] = None) -> int:
+def write_records(
+    path: str, payloads: Iterable[bytes], compression: Optional[str] = "auto", index_path: Union[None, bool, str] = None
+) -> int:
     """Convenience: write payloads to one file atomically; returns the record count."""
     with RecordWriter(path, compression, index_path=index_path) as writer:
         for payload in payloads:

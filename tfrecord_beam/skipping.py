@@ -33,12 +33,24 @@ OnCorrupt = Callable[[str, int, str], None]
 class SkippingReader:
     """Chunks of records of one file range, reporting and skipping corrupt records (see module)."""
 
-    def __init__(self, path: str, compression: Optional[str], *, open_file: Callable[[], BinaryIO],
-                 verify: bool = True, start_offset: int = 0, end_offset: Optional[int] = None,
-                 resync: bool = False, first_record_number: Optional[int] = None,
-                 skip_corrupt: bool = False, on_corrupt: Optional[OnCorrupt] = None,
-                 boundaries: Optional[Sequence[int]] = None, size: Optional[int] = None,
-                 members=None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    def __init__(
+        self,
+        path: str,
+        compression: Optional[str],
+        *,
+        open_file: Callable[[], BinaryIO],
+        verify: bool = True,
+        start_offset: int = 0,
+        end_offset: Optional[int] = None,
+        resync: bool = False,
+        first_record_number: Optional[int] = None,
+        skip_corrupt: bool = False,
+        on_corrupt: Optional[OnCorrupt] = None,
+        boundaries: Optional[Sequence[int]] = None,
+        size: Optional[int] = None,
+        members=None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
         self.path, self.compression, self._open = path, compression, open_file
         self.verify, self.start_offset, self.end_offset = verify, int(start_offset), end_offset
         self.resync, self.first_record_number = resync, first_record_number
@@ -55,9 +67,17 @@ class SkippingReader:
         first = True
         while True:
             raw = self._open()
-            reader = RecordReader(raw, self.compression, verify=self.verify, start_offset=position,
-                                  end_offset=self.end_offset, first_record_number=number,
-                                  resync=resync, members=self.members, chunk_size=self.chunk_size)
+            reader = RecordReader(
+                raw,
+                self.compression,
+                verify=self.verify,
+                start_offset=position,
+                end_offset=self.end_offset,
+                first_record_number=number,
+                resync=resync,
+                members=self.members,
+                chunk_size=self.chunk_size,
+            )
             try:
                 for chunk in reader.chunks():
                     if first:
@@ -89,7 +109,9 @@ class SkippingReader:
         assert err.offset is not None  # RecordReader names the offset of all damage it raises
         offset = int(err.offset)
         if self.compression is not None:
-            self._report(offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped")
+            self._report(
+                offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
+            )
             return None, None
         size = self.size if self.size is not None else self._file_size()
         if isinstance(err, TruncatedRecordError):

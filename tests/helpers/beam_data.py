@@ -37,12 +37,14 @@ def nested_payloads() -> List[bytes]:
 def example_payloads(n: int = 50) -> List[bytes]:
     """Serialized Examples shaped like the D2 benchmark data (label, index, tokens, name)."""
     return [
-        example.encode_example({
-            "label": (float(i % 7) / 2, "float"),
-            "index": (i, "int"),
-            "tokens": ([(i * 13 + k) % 1000 for k in range(20)], "int"),
-            "name": (f"name-{i:06d}".encode(), "byte"),
-        })
+        example.encode_example(
+            {
+                "label": (float(i % 7) / 2, "float"),
+                "index": (i, "int"),
+                "tokens": ([(i * 13 + k) % 1000 for k in range(20)], "int"),
+                "name": (f"name-{i:06d}".encode(), "byte"),
+            }
+        )
         for i in range(n)
     ]
 

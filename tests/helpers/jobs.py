@@ -19,7 +19,9 @@ def payloads(n: int, tag: int = 0, start: int = 0) -> List[bytes]:
     return [encode_example({"i": i, "tag": tag, "pad": b"x" * (i % 37)}) for i in range(start, start + n)]
 
 
-def write_files(directory: Path, name: str, counts: Sequence[int], tag: int = 0, suffix: str = ".tfrecord") -> List[bytes]:
+def write_files(
+    directory: Path, name: str, counts: Sequence[int], tag: int = 0, suffix: str = ".tfrecord"
+) -> List[bytes]:
     """Write files name-K.tfrecord with counts[K] records each; returns all payloads written."""
     directory.mkdir(parents=True, exist_ok=True)
     out: List[bytes] = []
@@ -41,7 +43,7 @@ def run_job(main, args: Sequence[str], capsys) -> Tuple[int, str, str]:
 
 def summary_json(out: str) -> dict:
     line = [text for text in out.splitlines() if text.startswith("json: ")][-1]
-    return json.loads(line[len("json: "):])
+    return json.loads(line[len("json: ") :])
 
 
 def read_shards(pattern_dir: Path, glob: str) -> List[List[bytes]]:

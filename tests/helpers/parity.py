@@ -59,7 +59,9 @@ def both(name: str, *args, **kw):
     expected = run(PURE[name], *args, **kw)
     if name in ORACLES:
         oracle = run(ORACLES[name], *args, **kw)
-        assert same(expected, oracle), f"{name}: pure twin differs from the oracle\npure:   {expected!r}\noracle: {oracle!r}"
+        assert same(expected, oracle), (
+            f"{name}: pure twin differs from the oracle\npure:   {expected!r}\noracle: {oracle!r}"
+        )
     if NATIVE is not None:
         got = run(getattr(NATIVE, name), *args, **kw)
         assert same(expected, got), f"{name}: engines differ\npure:   {expected!r}\nnative: {got!r}"

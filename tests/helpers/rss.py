@@ -140,8 +140,13 @@ class Measured(NamedTuple):
     stderr: str
 
 
-def peak_rss_tree(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
-                  interval: float = 0.02, timeout: float = 300.0) -> Measured:
+def peak_rss_tree(
+    cmd: Sequence[str],
+    env: Optional[dict] = None,
+    cwd: Optional[str] = None,
+    interval: float = 0.02,
+    timeout: float = 300.0,
+) -> Measured:
     """Run `cmd` to completion: its exit code, the peak RSS of its process tree and its output."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err)

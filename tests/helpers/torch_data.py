@@ -14,16 +14,20 @@ from tfrecord_beam.records import write_records
 
 def payload(uid: int) -> bytes:
     """A record with a unique id, a variable-length float list, bytes of varying size and 0-2 tags."""
-    return encode_example({
-        "id": ([uid], "int"),
-        "vals": (np.arange(uid % 5, dtype=np.float32) + uid, "float"),
-        "name": (f"r{uid}".encode(), "byte"),
-        "pad": (b"x" * (uid * 37 % 300), "byte"),
-        "tags": ([b"t%d" % k for k in range(uid % 3)], "byte"),
-    })
+    return encode_example(
+        {
+            "id": ([uid], "int"),
+            "vals": (np.arange(uid % 5, dtype=np.float32) + uid, "float"),
+            "name": (f"r{uid}".encode(), "byte"),
+            "pad": (b"x" * (uid * 37 % 300), "byte"),
+            "tags": ([b"t%d" % k for k in range(uid % 3)], "byte"),
+        }
+    )
 
 
-def write_files(root: Path, layout: Sequence[Tuple[str, int, bool]], first_id: int = 0) -> Tuple[List[str], List[Optional[str]], List[int]]:
+def write_files(
+    root: Path, layout: Sequence[Tuple[str, int, bool]], first_id: int = 0
+) -> Tuple[List[str], List[Optional[str]], List[int]]:
     """Write files named in `layout` as (name, record count, indexed); returns (paths, index paths, ids)."""
     paths, indexes, ids = [], [], []
     uid = first_id
@@ -43,9 +47,15 @@ def write_files(root: Path, layout: Sequence[Tuple[str, int, bool]], first_id: i
 
 
 MIXED = [
-    ("a.tfrecord", 37, True), ("b.tfrecord", 5, True), ("c.tfrecord", 23, False),
-    ("d.tfrecord", 0, True), ("e.tfrecord", 0, False), ("f.tfrecord", 19, False),
-    ("g.tfrecord.gz", 11, True), ("h.tfrecord.gz", 13, False), ("i.tfrecord.zlib", 3, False),
+    ("a.tfrecord", 37, True),
+    ("b.tfrecord", 5, True),
+    ("c.tfrecord", 23, False),
+    ("d.tfrecord", 0, True),
+    ("e.tfrecord", 0, False),
+    ("f.tfrecord", 19, False),
+    ("g.tfrecord.gz", 11, True),
+    ("h.tfrecord.gz", 13, False),
+    ("i.tfrecord.zlib", 3, False),
 ]
 INDEXED = [(f"p{k}.tfrecord", n, True) for k, n in enumerate([31, 2, 17, 0, 9])]
 UNINDEXED = [(f"u{k}.tfrecord", n, False) for k, n in enumerate([29, 1, 14, 40])]

@@ -35,8 +35,15 @@ def ld(field: int, payload: bytes) -> bytes:
     return tag(field, 2) + varint(len(payload)) + payload
 
 
-UNKNOWN = st.sampled_from([tag(9, 0) + b"\x05", tag(10, 5) + b"abcd", tag(11, 1) + b"12345678",
-                           ld(12, b"xy"), tag(13, 3) + tag(14, 0) + b"\x01" + tag(13, 4)])
+UNKNOWN = st.sampled_from(
+    [
+        tag(9, 0) + b"\x05",
+        tag(10, 5) + b"abcd",
+        tag(11, 1) + b"12345678",
+        ld(12, b"xy"),
+        tag(13, 3) + tag(14, 0) + b"\x01" + tag(13, 4),
+    ]
+)
 
 
 @st.composite
@@ -51,7 +58,11 @@ def list_message(draw, kind: int, values: list) -> bytes:
             out += b"".join(ld(1, v) for v in run)
         elif kind == 2:
             raw = b"".join(struct.pack("<I", v) for v in run)
-            out += ld(1, raw) if draw(st.booleans()) else b"".join(tag(1, 5) + raw[k : k + 4] for k in range(0, len(raw), 4))
+            out += (
+                ld(1, raw)
+                if draw(st.booleans())
+                else b"".join(tag(1, 5) + raw[k : k + 4] for k in range(0, len(raw), 4))
+            )
         else:
             pad = draw(st.sampled_from([0, 0, 0, 1]))
             enc = [varint(v, pad if v >= 0 and v < 1 << 56 else 0) for v in run]
@@ -65,8 +76,15 @@ def values_of(kind: int):
     if kind == 1:
         return st.lists(st.binary(max_size=6), max_size=5)
     if kind == 2:
-        return st.lists(st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0x7FC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x7F800001])), max_size=6)
-    return st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), 2**63 - 1, -1, 0, 127, 128])), max_size=6)
+        return st.lists(
+            st.one_of(
+                st.integers(0, 2**32 - 1), st.sampled_from([0x7FC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x7F800001])
+            ),
+            max_size=6,
+        )
+    return st.lists(
+        st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), 2**63 - 1, -1, 0, 127, 128])), max_size=6
+    )
 
 
 @st.composite
@@ -142,4 +160,6 @@ def sequence_example(draw) -> bytes:
     return b"".join(parts)
 
 
-DESCRIPTION = st.dictionaries(st.sampled_from(["a", "b", "tokens", "", "ключ", "é", "missing"]), st.integers(1, 3), max_size=5)
+DESCRIPTION = st.dictionaries(
+    st.sampled_from(["a", "b", "tokens", "", "ключ", "é", "missing"]), st.integers(1, 3), max_size=5
+)

@@ -30,11 +30,29 @@ from typing import Optional
 from . import _decode, _encode, _framing, _index_text, _rows
 
 __all__ = [
-    "PURE_REQUESTED", "NATIVE", "ENGINE",
-    "scan_frames", "frame_records", "masked_crc32c", "find_length_crc", "find_length_crcs", "append_frame",
-    "walk_headers", "slice_payloads", "parse_index", "decode_examples", "decode_sequence_examples", "encode_examples", "encode_sequence_examples",
-    "example_rows", "decode_example_rows", "sequence_rows",
-    "encode_example", "encode_sequence_example", "append_example", "append_sequence_example",
+    "PURE_REQUESTED",
+    "NATIVE",
+    "ENGINE",
+    "scan_frames",
+    "frame_records",
+    "masked_crc32c",
+    "find_length_crc",
+    "find_length_crcs",
+    "append_frame",
+    "walk_headers",
+    "slice_payloads",
+    "parse_index",
+    "decode_examples",
+    "decode_sequence_examples",
+    "encode_examples",
+    "encode_sequence_examples",
+    "example_rows",
+    "decode_example_rows",
+    "sequence_rows",
+    "encode_example",
+    "encode_sequence_example",
+    "append_example",
+    "append_sequence_example",
 ]
 
 PURE_REQUESTED = os.environ.get("TFRECORD_BEAM_PURE", "") not in ("", "0")

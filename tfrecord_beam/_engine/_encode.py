@@ -26,8 +26,16 @@ import numpy as np
 from ._common import KIND_BYTES, KIND_DTYPE, KIND_FLOAT, KIND_INT64, MISSING, NO_KIND
 from ._framing import frame_records
 
-__all__ = ["encode_examples", "encode_sequence_examples", "split_payloads", "varint_sizes", "varints", "upb_key",
-           "check_column", "checked_arrays"]
+__all__ = [
+    "encode_examples",
+    "encode_sequence_examples",
+    "split_payloads",
+    "varint_sizes",
+    "varints",
+    "upb_key",
+    "check_column",
+    "checked_arrays",
+]
 
 _KIND_TAG = {KIND_BYTES: 0x0A, KIND_FLOAT: 0x12, KIND_INT64: 0x1A}  # Feature.bytes_list / float_list / int64_list
 _SHORT = 12  # pieces up to this long are copied position by position
@@ -386,8 +394,18 @@ def _list_columns(columns: Sequence[tuple], n: int, first: int) -> List[_Col]:
         present = None if status is None else np.asarray(status, dtype=np.uint8).ravel() != MISSING
         if present is not None and len(present) != n:
             raise ValueError("status must have n items")
-        out.append(_Col(name.decode("utf-8"), kind, values, steps, voffs,
-                        None if present is None or present.all() else present, None, groups))
+        out.append(
+            _Col(
+                name.decode("utf-8"),
+                kind,
+                values,
+                steps,
+                voffs,
+                None if present is None or present.all() else present,
+                None,
+                groups,
+            )
+        )
     return out
 
 
@@ -395,7 +413,9 @@ def _list_columns(columns: Sequence[tuple], n: int, first: int) -> List[_Col]:
 # Entry points
 
 
-def encode_examples(columns: Sequence[tuple], n: int, framed: bool = False) -> Union[Tuple[np.ndarray, np.ndarray], bytes]:
+def encode_examples(
+    columns: Sequence[tuple], n: int, framed: bool = False
+) -> Union[Tuple[np.ndarray, np.ndarray], bytes]:
     """Serialize n Examples from columns (see the module docstring) as upb does. Returns
     `(payload bytes as uint8 array, offsets int64 n+1)`, or one framed bytes object when `framed`."""
     cols = _example_columns(columns, n)

@@ -33,8 +33,17 @@ from ._common import (
     WALK_SHORT_HEADER,
 )
 
-__all__ = ["masked_crc32c", "scan_frames", "find_length_crc", "find_length_crcs", "frame_header",
-           "frame_records", "append_frame", "walk_headers", "slice_payloads"]
+__all__ = [
+    "masked_crc32c",
+    "scan_frames",
+    "find_length_crc",
+    "find_length_crcs",
+    "frame_header",
+    "frame_records",
+    "append_frame",
+    "walk_headers",
+    "slice_payloads",
+]
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")

@@ -82,7 +82,7 @@ def _by_line(data: bytes) -> Tuple[np.ndarray, Optional[ParseError]]:
 def _pair(stripped: bytes, values: List[int]) -> int:
     """Append the line's two numbers to `values`; 0, or the error code of the line."""
     head = stripped.rstrip(b"0123456789")  # offset and blanks
-    length = stripped[len(head):]
+    length = stripped[len(head) :]
     offset = head.rstrip(_BLANKS)
     if not length or len(offset) == len(head) or not offset or not set(offset) <= _DIGITS:
         return ERROR_NOT_PAIR

@@ -29,8 +29,9 @@ def _indices(n: int, rows: Optional[Sequence[int]]):
     return range(n) if rows is None else rows
 
 
-def example_rows(names: Sequence[str], kinds: Sequence[int], columns: Sequence[tuple], n: int,
-                 rows: Optional[Sequence[int]]) -> Iterator[Dict[str, Any]]:
+def example_rows(
+    names: Sequence[str], kinds: Sequence[int], columns: Sequence[tuple], n: int, rows: Optional[Sequence[int]]
+) -> Iterator[Dict[str, Any]]:
     """Per-record dicts of decoded columns `(values, row_splits, value_offsets, status)`."""
     from ..example import as_decoded, empty_value
 
@@ -50,9 +51,16 @@ def example_rows(names: Sequence[str], kinds: Sequence[int], columns: Sequence[t
         yield record
 
 
-def sequence_rows(context_names: Sequence[str], context_kinds: Sequence[int], context_columns: Sequence[tuple],
-                  names: Sequence[str], kinds: Sequence[int], columns: Sequence[tuple], n: int,
-                  rows: Optional[Sequence[int]]) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
+def sequence_rows(
+    context_names: Sequence[str],
+    context_kinds: Sequence[int],
+    context_columns: Sequence[tuple],
+    names: Sequence[str],
+    kinds: Sequence[int],
+    columns: Sequence[tuple],
+    n: int,
+    rows: Optional[Sequence[int]],
+) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
     """Per record `(context dict, {name: [value per step]})`; list columns are `(values,
     row_splits, step_splits, value_offsets, status)`; a missing feature list gives []."""
     from ..example import as_decoded
@@ -66,14 +74,23 @@ def sequence_rows(context_names: Sequence[str], context_kinds: Sequence[int], co
         sequences = {}
         for name, kind, flat, splits, steps in views:
             if kind == BYTES:
-                sequences[name] = [as_decoded(kind, flat[steps[s] : steps[s + 1]]) for s in range(splits[i], splits[i + 1])]
+                sequences[name] = [
+                    as_decoded(kind, flat[steps[s] : steps[s + 1]]) for s in range(splits[i], splits[i + 1])
+                ]
             else:
                 sequences[name] = [flat[steps[s] : steps[s + 1]].copy() for s in range(splits[i], splits[i + 1])]
         yield ctx, sequences
 
 
-def decode_example_rows(records: Any, names: Sequence[bytes], kinds: Sequence[int], offsets: Any, lengths: Any,
-                        keys: Sequence[str], rows: Optional[Sequence[int]]):
+def decode_example_rows(
+    records: Any,
+    names: Sequence[bytes],
+    kinds: Sequence[int],
+    offsets: Any,
+    lengths: Any,
+    keys: Sequence[str],
+    rows: Optional[Sequence[int]],
+):
     """`decode_examples` + `example_rows` in one: `(iterator, None)` or `(None, error)`."""
     if offsets is None or lengths is None:
         raise TypeError("decode_example_rows needs one buffer with offsets and lengths")

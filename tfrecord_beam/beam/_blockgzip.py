@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .. import blockgzip
 from apache_beam import ParDo, Reshuffle
 from apache_beam.io import filebasedsource
 from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 
+from .. import blockgzip
 from ..errors import CorruptRecordError, IndexMismatchError
 from ..records import RecordReader
 from . import _fs, _metrics, _paths
@@ -27,8 +27,9 @@ from . import _fs, _metrics, _paths
 
 def member_table(file_name: str, file_size=None):
     """The checked member table of a GZIP file from the index beside it, or None."""
-    return blockgzip.member_table_for(file_name, opener=_fs.open_input,
-                                      file_size=_fs.file_size(file_name) if file_size is None else file_size)
+    return blockgzip.member_table_for(
+        file_name, opener=_fs.open_input, file_size=_fs.file_size(file_name) if file_size is None else file_size
+    )
 
 
 def mark_splittable(concat, compression_type) -> None:
@@ -54,7 +55,9 @@ def check_whole_range(file_name: str, tracker) -> None:
     files would duplicate records."""
     if tracker.start_position() > 0 or tracker.stop_position() != OffsetRangeTracker.OFFSET_INFINITY:
         raise IndexMismatchError(
-            file_name, None, None,
+            file_name,
+            None,
+            None,
             f"range [{tracker.start_position()}, {tracker.stop_position()}) of a compressed file without a gzip "
             "member table: it was split as block-gzip but its index is gone or has no table (changed mid-job)",
         )
@@ -74,8 +77,14 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
         if not tracker.try_claim(offset):
             return
         start, end = int(table.uncompressed[m]), int(table.uncompressed[m + 1])
-        reader = RecordReader(file_name, "gzip", verify=source._verify, start_offset=start,
-                              end_offset=end if m + 1 < len(table) else None, members=table)
+        reader = RecordReader(
+            file_name,
+            "gzip",
+            verify=source._verify,
+            start_offset=start,
+            end_offset=end if m + 1 < len(table) else None,
+            members=table,
+        )
         try:
             for chunk in reader.chunks():
                 payloads = chunk.payloads()
@@ -86,8 +95,7 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
             if not source._skip_corrupt:
                 raise
             assert err.offset is not None  # RecordReader names the offset of all damage it raises
-            reason = (f"{err.reason}; the rest of gzip member {m} (uncompressed bytes {err.offset}..{end}) "
-                      "was skipped")
+            reason = f"{err.reason}; the rest of gzip member {m} (uncompressed bytes {err.offset}..{end}) was skipped"
             yield source._report(file_name, int(err.offset), reason)
         m += 1
 
@@ -103,9 +111,14 @@ class _ExpandWithMembers(filebasedsource._ExpandIntoRanges):
     def process(self, element, *args, **kwargs):
         for metadata, rng in super().process(element, *args, **kwargs):
             size = metadata.size_in_bytes
-            if (rng.stop == OffsetRangeTracker.OFFSET_INFINITY and self._splittable and self._use_index and size > 0
-                    and _paths.for_file(metadata.path, self._compression_type) == "gzip"
-                    and member_table(metadata.path, size) is not None):
+            if (
+                rng.stop == OffsetRangeTracker.OFFSET_INFINITY
+                and self._splittable
+                and self._use_index
+                and size > 0
+                and _paths.for_file(metadata.path, self._compression_type) == "gzip"
+                and member_table(metadata.path, size) is not None
+            ):
                 for split in OffsetRange(0, size).split(self._desired_bundle_size, self._min_bundle_size):
                     yield metadata, split
             else:
@@ -121,10 +134,17 @@ class ReadAllFiles(filebasedsource.ReadAllFiles):
         self._use_index = use_index
 
     def expand(self, pvalue):
-        pvalue = pvalue | "ExpandIntoRanges" >> ParDo(_ExpandWithMembers(
-            self._splittable, self._compression_type, self._desired_bundle_size, self._min_bundle_size,
-            self._use_index))
+        pvalue = pvalue | "ExpandIntoRanges" >> ParDo(
+            _ExpandWithMembers(
+                self._splittable,
+                self._compression_type,
+                self._desired_bundle_size,
+                self._min_bundle_size,
+                self._use_index,
+            )
+        )
         if self._is_reshuffle:
             pvalue = pvalue | "Reshard" >> Reshuffle()
-        return pvalue | "ReadRange" >> ParDo(filebasedsource._ReadRange(self._source_from_file,
-                                                                           with_filename=self._with_filename))
+        return pvalue | "ReadRange" >> ParDo(
+            filebasedsource._ReadRange(self._source_from_file, with_filename=self._with_filename)
+        )

@@ -102,4 +102,3 @@ def read_output(coder: coders.Coder, *, with_filename: bool, batched: bool) -> T
         element_coder = coders.TupleCoder([coders.StrUtf8Coder(), element_coder])
         hint = TupleHint[str, hint]
     return element_coder, hint
-

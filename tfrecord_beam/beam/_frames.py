@@ -47,8 +47,9 @@ class Frames(NamedTuple):
 
 def frames_of_chunk(chunk) -> Frames:
     """The frames of a `records.RecordChunk` (its buffer holds them whole)."""
-    return Frames(chunk.buffer, np.asarray(chunk.payload_offsets, np.int64) - HEADER,
-                  np.asarray(chunk.payload_lengths, np.int64))
+    return Frames(
+        chunk.buffer, np.asarray(chunk.payload_offsets, np.int64) - HEADER, np.asarray(chunk.payload_lengths, np.int64)
+    )
 
 
 def digest(crcs: np.ndarray, lengths: np.ndarray) -> Digest:

@@ -19,11 +19,10 @@ from apache_beam.io.filesystems import FileSystems
 from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
 
 
-
 def plain(path: str) -> str:
     """A path Beam's FileSystems accept: `file://` URIs become plain local paths."""
     path = os.fspath(path)
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def set_options(options) -> None:
@@ -52,8 +51,11 @@ def _reuse_s3_clients() -> None:
     clients: dict = {}
 
     def init(self, options):
-        key = repr(sorted(options.view_as(_s3_options()).get_all_options().items())
-                   if hasattr(options, "view_as") else sorted(dict(options).items()))
+        key = repr(
+            sorted(options.view_as(_s3_options()).get_all_options().items())
+            if hasattr(options, "view_as")
+            else sorted(dict(options).items())
+        )
         if key not in clients:
             original(self, options)
             clients[key] = self.client

@@ -51,8 +51,9 @@ class Offsets:
 
     def check_records(self, first_number: int, record_offsets) -> None:
         """Records read in a row from `first_number` on sit where the index says."""
-        _index_check.check_records(self._table, first_number, np.asarray(record_offsets, dtype=np.int64),
-                                   self.index_path, self.data_path)
+        _index_check.check_records(
+            self._table, first_number, np.asarray(record_offsets, dtype=np.int64), self.index_path, self.data_path
+        )
 
     def check_next(self, stop: int, next_start: int, total: int) -> None:
         """The records read before `stop` continue at the index's first record at or after it."""
@@ -72,7 +73,7 @@ def _mtime(path: str) -> Optional[int]:
     """Modification time (ns) of a local index, so a rewritten one is not served from cache."""
     if fs.is_remote(path):
         return None
-    return os.stat(path[len("file://"):] if path.startswith("file://") else path).st_mtime_ns
+    return os.stat(path[len("file://") :] if path.startswith("file://") else path).st_mtime_ns
 
 
 def record_offsets(data_path: str, data_size: int) -> Optional[Offsets]:

@@ -51,8 +51,10 @@ def _write_json(path: str, value: dict) -> None:
 def write_plan(directory: Optional[str], phase: str, records: Optional[int], nbytes: int, what: str = "") -> None:
     """Record a phase's planned total (no-op without a directory)."""
     if directory:
-        _write_json(os.path.join(directory, f"{phase}.plan.json"),
-                    {"records": records, "bytes": int(nbytes), "what": what, "time": time.time()})
+        _write_json(
+            os.path.join(directory, f"{phase}.plan.json"),
+            {"records": records, "bytes": int(nbytes), "what": what, "time": time.time()},
+        )
 
 
 class ProgressFile:
@@ -171,8 +173,10 @@ class NoProgress:
     directory = None
 
     def __init__(self, job: str, emit: Callable[[str], None]) -> None:
-        emit(f"{job}: progress is counted as Beam metrics (namespace {NAMESPACE}: *_records, *_bytes); "
-             "watch them in the runner's UI or monitoring")
+        emit(
+            f"{job}: progress is counted as Beam metrics (namespace {NAMESPACE}: *_records, *_bytes); "
+            "watch them in the runner's UI or monitoring"
+        )
 
     def __enter__(self) -> "NoProgress":
         return self

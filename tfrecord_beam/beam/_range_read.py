@@ -44,8 +44,9 @@ class Options(NamedTuple):
     use_index: bool = True
 
 
-def read_range(file_name: str, compression: Optional[str], tracker, options: Options
-               ) -> Iterator[Union[List[bytes], CorruptRecord]]:
+def read_range(
+    file_name: str, compression: Optional[str], tracker, options: Options
+) -> Iterator[Union[List[bytes], CorruptRecord]]:
     """The records of `tracker`'s range of `file_name` (module docstring)."""
     total = None if compression is not None else _fs.file_size(file_name)
     offsets = _index_cache.record_offsets(file_name, total) if options.use_index and total is not None else None
@@ -56,8 +57,15 @@ def read_range(file_name: str, compression: Optional[str], tracker, options: Opt
 class _RangeRead:
     """One range's reading state over one open file (see the module docstring)."""
 
-    def __init__(self, file_name: str, raw, compression: Optional[str], total: Optional[int],
-                 offsets: Optional[_index_cache.Offsets], options: Options) -> None:
+    def __init__(
+        self,
+        file_name: str,
+        raw,
+        compression: Optional[str],
+        total: Optional[int],
+        offsets: Optional[_index_cache.Offsets],
+        options: Options,
+    ) -> None:
         self.file_name = file_name
         self.raw = raw
         self.compression = compression
@@ -110,8 +118,15 @@ class _RangeRead:
             end = window_end if end is None else min(end, window_end)
             if end >= self.total:
                 end = None
-        reader = RecordReader(self.raw, None, verify=self.options.verify, start_offset=position,
-                              end_offset=end, first_record_number=number, chunk_size=chunk)
+        reader = RecordReader(
+            self.raw,
+            None,
+            verify=self.options.verify,
+            start_offset=position,
+            end_offset=end,
+            first_record_number=number,
+            chunk_size=chunk,
+        )
         reader.path = self.file_name
         return reader
 
@@ -126,8 +141,9 @@ class _RangeRead:
         while resume is not None:
             resume = yield from self._read_from(tracker, *resume)
 
-    def _read_from(self, tracker, position: int, number: Optional[int]
-                   ) -> Generator[Union[List[bytes], CorruptRecord], None, Optional[Tuple[int, Optional[int]]]]:
+    def _read_from(
+        self, tracker, position: int, number: Optional[int]
+    ) -> Generator[Union[List[bytes], CorruptRecord], None, Optional[Tuple[int, Optional[int]]]]:
         """One pass of `_chain`: claim and yield the records from `position` (record `number`)
         up to the range's stop, the end of a damage window or the first damage; returns where
         the next pass starts, or None when the range is done (its split point checked)."""
@@ -166,8 +182,9 @@ class _RangeRead:
             raise AssertionError(f"{self.file_name}: an indexed chain lost its record numbers")
         self.offsets.check_records(first, chunk.record_offsets)
 
-    def _skip_damage(self, tracker, err: CorruptRecordError
-                     ) -> Generator[CorruptRecord, None, Optional[Tuple[int, Optional[int]]]]:
+    def _skip_damage(
+        self, tracker, err: CorruptRecordError
+    ) -> Generator[CorruptRecord, None, Optional[Tuple[int, Optional[int]]]]:
         """Damage found by the reader: raise it, or (with `skip_corrupt`) claim it, yield its dead
         letter and return the boundary after it, read next in a small window; None when the
         damage lies past the range (then the range ends before it)."""
@@ -242,7 +259,7 @@ class _RangeRead:
         for lo, hi in self._groups.of(len(starts)):
             got = claim(tracker, starts, lo, hi)
             if got:
-                yield payloads[lo:lo + got] if got < len(payloads) else payloads
+                yield payloads[lo : lo + got] if got < len(payloads) else payloads
             claimed += got
             if got < hi - lo:
                 break

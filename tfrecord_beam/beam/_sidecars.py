@@ -13,8 +13,8 @@ import logging
 import re
 from typing import Iterable, List, Optional, TypeVar
 
-from ..errors import CorruptRecordError
 from .._tfindex import INDEX_SUFFIX
+from ..errors import CorruptRecordError
 from ..fs import is_glob
 from . import _fs
 
@@ -40,8 +40,9 @@ def without_indexes(pattern: Optional[str], items: Iterable[T], path_of=lambda i
     for item in items:
         path = path_of(item)
         if is_index_name(path):
-            _LOG.debug("%s: skipping %s, a %s index sidecar, not TFRecord data",
-                       pattern or "matched files", path, INDEX_SUFFIX)
+            _LOG.debug(
+                "%s: skipping %s, a %s index sidecar, not TFRecord data", pattern or "matched files", path, INDEX_SUFFIX
+            )
         else:
             kept.append(item)
     return kept
@@ -60,7 +61,9 @@ def explain_index_read_as_data(err: CorruptRecordError, file_name: str) -> Corru
     if not _INDEX_LINE.match(head):
         return err
     return type(err)(
-        err.path, err.offset, err.record_number,
+        err.path,
+        err.offset,
+        err.record_number,
         f"this is an index file (lines of 'offset length', the {INDEX_SUFFIX} format), not TFRecord "
         f"data: read the data file it describes instead ({err.reason})",
     )

@@ -198,8 +198,10 @@ class WriteShards(beam.PTransform):
         if num_shards:
             written = (
                 pcoll
-                | "Deal" >> beam.ParDo(_DealToShards(sink, temp_dir, num_shards)).with_output_types(
-                    Tuple[int, Union[str, List[bytes]]])
+                | "Deal"
+                >> beam.ParDo(_DealToShards(sink, temp_dir, num_shards)).with_output_types(
+                    Tuple[int, Union[str, List[bytes]]]
+                )
                 | "Group" >> beam.GroupByKey()
                 | "WriteGroups" >> beam.ParDo(_WriteGroup(sink, temp_dir))
             )

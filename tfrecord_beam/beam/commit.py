@@ -92,8 +92,10 @@ def split_prefix(output_prefix: str) -> Tuple[str, str]:
     """(directory, name part) of an output prefix; OutputError when the name part is empty."""
     prefix = _fs.plain(output_prefix)
     if prefix.endswith("/") or prefix in ("", ".") or prefix.rsplit("/", 1)[-1] in ("", ".", ".."):
-        raise OutputError(f"--output_prefix {output_prefix!r} has no file name part: "
-                          "give a prefix such as out/train (shards become out/train-00000-of-00004.tfrecord)")
+        raise OutputError(
+            f"--output_prefix {output_prefix!r} has no file name part: "
+            "give a prefix such as out/train (shards become out/train-00000-of-00004.tfrecord)"
+        )
     if "/" not in prefix:
         return ".", prefix
     directory, name = prefix.rsplit("/", 1)
@@ -110,17 +112,27 @@ class Owner:
 
     @classmethod
     def mine(cls, output: str, job: str) -> "Owner":
-        return cls({"host": socket.gethostname(), "pid": os.getpid(), "proc_start": _process_start(),
-                    "pid_space": _pid_space(),
-                    "started": time.time(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "output": output, "job": job})
+        return cls(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "proc_start": _process_start(),
+                "pid_space": _pid_space(),
+                "started": time.time(),
+                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "output": output,
+                "job": job,
+            }
+        )
 
     def describe(self) -> str:
         r = self.record
-        return f"{r.get('job', '?')} run pid {r.get('pid')} on host {r.get('host')}, started {r.get('started_utc', '?')}"
+        return (
+            f"{r.get('job', '?')} run pid {r.get('pid')} on host {r.get('host')}, started {r.get('started_utc', '?')}"
+        )
 
     def state(self) -> str:
-        """"alive", "dead" or "unknown" (another host: its processes cannot be seen from here)."""
+        """ "alive", "dead" or "unknown" (another host: its processes cannot be seen from here)."""
         r = self.record
         if r.get("host") != socket.gethostname() or r.get("pid_space") != _pid_space():
             return "unknown"
@@ -142,8 +154,14 @@ class Owner:
 class Output:
     """One job's output under `output_prefix` (see the module docstring)."""
 
-    def __init__(self, output_prefix: str, job: str, arguments: Optional[Dict[str, Any]] = None,
-                 overwrite: bool = False, say: Callable[[str], None] = _say) -> None:
+    def __init__(
+        self,
+        output_prefix: str,
+        job: str,
+        arguments: Optional[Dict[str, Any]] = None,
+        overwrite: bool = False,
+        say: Callable[[str], None] = _say,
+    ) -> None:
         self.directory, self.name = split_prefix(output_prefix)
         if "://" not in self.directory:  # one spelling per output, however the prefix was given
             self.directory = os.path.abspath(self.directory)
@@ -198,10 +216,15 @@ class Output:
                 continue
             state = owner.state()
             if state != "dead":
-                how = "is writing this output now" if state == "alive" else \
-                    "may be writing this output (another host or container: cannot tell whether it is alive)"
-                raise OutputError(f"{owner.describe()} {how}; its staging is {directory} "
-                                  "(if that run is dead, remove the directory by hand and run again)")
+                how = (
+                    "is writing this output now"
+                    if state == "alive"
+                    else "may be writing this output (another host or container: cannot tell whether it is alive)"
+                )
+                raise OutputError(
+                    f"{owner.describe()} {how}; its staging is {directory} "
+                    "(if that run is dead, remove the directory by hand and run again)"
+                )
             journal = _read_journal(directory)
             if journal is not None:
                 self._say(f"completing the interrupted commit of a dead {owner.describe()} ({directory})")
@@ -212,7 +235,9 @@ class Output:
 
     def existing(self) -> List[str]:
         """Names in the output directory that belong to an output under this prefix."""
-        names = _fs.list_names(self.directory, self.name + "*") + _fs.list_names(self.directory, "_*." + self.name + ".*")
+        names = _fs.list_names(self.directory, self.name + "*") + _fs.list_names(
+            self.directory, "_*." + self.name + ".*"
+        )
         owned = set(_manifest.owned_by_prefix(self.name, names))
         if self.manifest_name in names:
             try:
@@ -226,8 +251,10 @@ class Output:
         found = self.existing()
         if found and not self.overwrite:
             what = "a complete output" if self.manifest_name in found else "files of an incomplete output"
-            raise OutputError(f"{self.prefix}: {what} of another run is there ({len(found)} files, e.g. {found[0]}); "
-                              "pass --overwrite to replace it")
+            raise OutputError(
+                f"{self.prefix}: {what} of another run is there ({len(found)} files, e.g. {found[0]}); "
+                "pass --overwrite to replace it"
+            )
 
     # -- dead letters ------------------------------------------------------------------------
     def dead_letters(self) -> "DeadLetters":
@@ -257,8 +284,15 @@ class Output:
         return count, name
 
     # -- commit ------------------------------------------------------------------------------
-    def commit(self, shards: List[ShardEntry], extra_files: Iterable[str] = (), *, corrupt_records: int = 0,
-               dead_letters: Optional[str] = None, details: Optional[Dict[str, Any]] = None) -> List[str]:
+    def commit(
+        self,
+        shards: List[ShardEntry],
+        extra_files: Iterable[str] = (),
+        *,
+        corrupt_records: int = 0,
+        dead_letters: Optional[str] = None,
+        details: Optional[Dict[str, Any]] = None,
+    ) -> List[str]:
         """Move the staged shards (and `extra_files`, names in staging) into place as one
         commit with the manifest last; returns the final paths of the data files."""
         with _hold_sigint():
@@ -267,13 +301,23 @@ class Output:
                 self._check_existing()  # another run may have committed while this one worked
             old = set(self.existing())
             run = dict(self.owner.record, committed_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            manifest = Manifest(job=self.job, output_prefix=self.name, shards=list(shards), arguments=self.arguments,
-                                corrupt_records=int(corrupt_records), dead_letters=dead_letters, run=run,
-                                details=dict(details or {}))
+            manifest = Manifest(
+                job=self.job,
+                output_prefix=self.name,
+                shards=list(shards),
+                arguments=self.arguments,
+                corrupt_records=int(corrupt_records),
+                dead_letters=dead_letters,
+                run=run,
+                details=dict(details or {}),
+            )
             new = manifest.files() + [n for n in extra_files if n not in manifest.files()]
             _fs.write_bytes(self.temp_path(STAGED_MANIFEST), manifest.to_json().encode("utf-8"))
-            journal = {"moves": new, "remove": sorted(old - set(new) - {self.manifest_name}),
-                       "manifest": self.manifest_name}
+            journal = {
+                "moves": new,
+                "remove": sorted(old - set(new) - {self.manifest_name}),
+                "manifest": self.manifest_name,
+            }
             _fs.write_bytes(self.temp_path(JOURNAL), json.dumps(journal, indent=1).encode("utf-8"))
             _step()  # the commit point: from here on a later run finishes it
             _apply_journal(self.directory, self.temp_dir, journal)
@@ -288,8 +332,9 @@ class Output:
             if owner is None or directory.rstrip("/") == self.temp_dir.rstrip("/") or owner.state() == "dead":
                 continue
             if _read_journal(directory) is not None or owner.record.get("started", 0) <= mine:
-                raise OutputError(f"{owner.describe()} is writing this output too ({directory}); "
-                                  "this run's output was not committed")
+                raise OutputError(
+                    f"{owner.describe()} is writing this output too ({directory}); this run's output was not committed"
+                )
 
     def abort(self) -> None:
         """Remove the staging directory, unless a commit has begun (the next run finishes it)."""
@@ -333,8 +378,11 @@ def _staging_dirs(directory: str) -> List[str]:
     path = _fs.plain(directory)
     if not os.path.isdir(path):
         return []
-    return sorted(os.path.join(path, n) for n in os.listdir(path)
-                  if n.startswith(TEMP_PREFIX) and os.path.isdir(os.path.join(path, n)))
+    return sorted(
+        os.path.join(path, n)
+        for n in os.listdir(path)
+        if n.startswith(TEMP_PREFIX) and os.path.isdir(os.path.join(path, n))
+    )
 
 
 def _read_journal(staging: str) -> Optional[Dict[str, Any]]:
@@ -425,7 +473,8 @@ class DeadLetters:
         parts = corrupt | f"{label}Write" >> beam.ParDo(_WritePart(directory))
         listed = parts | f"{label}List" >> beam.combiners.ToList()
         return listed | f"{label}Index" >> beam.Map(
-            lambda names: _fs.write_bytes(_fs.join(directory, "_parts.json"), json.dumps(sorted(names)).encode()))
+            lambda names: _fs.write_bytes(_fs.join(directory, "_parts.json"), json.dumps(sorted(names)).encode())
+        )
 
     def committed_parts(self) -> List[str]:
         index = _fs.join(self.directory, "_parts.json")

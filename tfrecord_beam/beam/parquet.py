@@ -21,11 +21,11 @@ import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
-from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.skipping import SkippingReader
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.skipping import SkippingReader
 
 BATCH_ROWS = 65536  # rows per record batch at most
 BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
@@ -105,8 +105,9 @@ def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tup
     """(file row number, batch) of a piece's rows, read batch by batch."""
     row = 0
     size = batch_rows(parquet_file.metadata, piece.row_group)
-    for batch in parquet_file.iter_batches(batch_size=size, row_groups=[piece.row_group],
-                                           columns=list(columns), use_threads=False):
+    for batch in parquet_file.iter_batches(
+        batch_size=size, row_groups=[piece.row_group], columns=list(columns), use_threads=False
+    ):
         lo, hi = max(piece.start - row, 0), min(piece.stop - row, batch.num_rows)
         if lo < hi:
             yield piece.first_row + row + lo, batch.slice(lo, hi - lo)
@@ -115,8 +116,14 @@ def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tup
             return
 
 
-def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Piece], schema: pa.Schema,
-                        options: dict, corrupt: Optional[list] = None) -> dict:
+def write_parquet_shard(
+    spec: _stages.ShardSpec,
+    shard: int,
+    pieces: Sequence[Piece],
+    schema: pa.Schema,
+    options: dict,
+    corrupt: Optional[list] = None,
+) -> dict:
     """Encode one shard's pieces into its TFRecord file (+ index); returns its stats."""
     encoder = ExampleEncoder(schema, **options)
     name = spec.name(shard)
@@ -142,10 +149,17 @@ def write_parquet_shard(spec: _stages.ShardSpec, shard: int, pieces: Sequence[Pi
     finally:
         if current is not None:
             current[1].close()
-    result = {"shard": shard, "name": name, "records": records, "bytes": size, "checksum": digest[2],
-              "skipped": 0 if corrupt is None else len(corrupt),
-              "planned": sum(p.stop - p.start for p in pieces), "file_bytes": _fs.file_size(spec.path(name)),
-              "groups": [records]}
+    result = {
+        "shard": shard,
+        "name": name,
+        "records": records,
+        "bytes": size,
+        "checksum": digest[2],
+        "skipped": 0 if corrupt is None else len(corrupt),
+        "planned": sum(p.stop - p.start for p in pieces),
+        "file_bytes": _fs.file_size(spec.path(name)),
+        "groups": [records],
+    }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
 
@@ -164,7 +178,9 @@ def _encoded(encoder, batch: pa.RecordBatch, first_row: int, path: str, corrupt:
         try:
             yield encoder.encode_framed(batch.slice(i, 1), first_row + i)
         except ArrowConversionError as err:
-            corrupt.append(CorruptRecord(path, first_row + i, f"row {first_row + i} cannot be converted: {err}; skipped"))
+            corrupt.append(
+                CorruptRecord(path, first_row + i, f"row {first_row + i} cannot be converted: {err}; skipped")
+            )
 
 
 class _WriteShard(beam.DoFn):
@@ -179,16 +195,25 @@ class _WriteShard(beam.DoFn):
             yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
 
 
-def parquet_to_shards(p, shards: Sequence[Sequence[Piece]], spec: _stages.ShardSpec, schema: pa.Schema,
-                      options: dict, label: str = "Parquet", dead_letters=None):
+def parquet_to_shards(
+    p,
+    shards: Sequence[Sequence[Piece]],
+    spec: _stages.ShardSpec,
+    schema: pa.Schema,
+    options: dict,
+    label: str = "Parquet",
+    dead_letters=None,
+):
     """One element per shard: PCollection of the shards' result dicts (rows that cannot be
     converted go to `dead_letters` when given, `--skip_corrupt`)."""
     outs = (
         p
         # Create spreads its elements over workers itself (a Reshuffle inside): no second one
         | f"{label}Plan" >> beam.Create([(s, list(pieces)) for s, pieces in enumerate(shards) if pieces])
-        | f"{label}Encode" >> beam.ParDo(_WriteShard(spec, schema, options, dead_letters is not None))
-        .with_outputs(_stages.CORRUPT, main="results")
+        | f"{label}Encode"
+        >> beam.ParDo(_WriteShard(spec, schema, options, dead_letters is not None)).with_outputs(
+            _stages.CORRUPT, main="results"
+        )
     )
     if dead_letters is not None:
         dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
@@ -233,9 +258,16 @@ class _Pending:
         return table
 
 
-def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: pa.Schema, sequence: bool,
-                       row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
-                       coverage: Optional[list] = None, corrupt: Optional[list] = None) -> dict:
+def write_parquet_file(
+    path: str,
+    ranges: Sequence[_stages.FileRange],
+    schema: pa.Schema,
+    sequence: bool,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    coverage: Optional[list] = None,
+    corrupt: Optional[list] = None,
+) -> dict:
     """Decode the ranges' records into one Parquet file, a row group at a time; its stats.
 
     With `corrupt` (a list), corrupt records are stepped over and appended to it as
@@ -252,10 +284,15 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
         try:
             for rng in ranges:
                 reader = SkippingReader(
-                    rng.path, rng.compression, open_file=functools.partial(_fs.open_input, rng.path),
-                    start_offset=rng.start, end_offset=rng.end, resync=rng.compression is None,
+                    rng.path,
+                    rng.compression,
+                    open_file=functools.partial(_fs.open_input, rng.path),
+                    start_offset=rng.start,
+                    end_offset=rng.end,
+                    resync=rng.compression is None,
                     skip_corrupt=corrupt is not None,
-                    on_corrupt=None if corrupt is None else (lambda f, o, r: corrupt.append(CorruptRecord(f, o, r))))
+                    on_corrupt=None if corrupt is None else (lambda f, o, r: corrupt.append(CorruptRecord(f, o, r))),
+                )
                 for chunk in reader.chunks():
                     every = chunk.payloads()
                     for lo in range(0, len(every), BATCH_ROWS):
@@ -263,8 +300,9 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
                         try:
                             batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
                         except (ArrowConversionError, TFRecordError) as err:  # name the file, not only the record
-                            raise ArrowConversionError(f"{rng.path}: records from byte offset "
-                                                       f"{int(chunk.record_offsets[lo])}: {err}") from None
+                            raise ArrowConversionError(
+                                f"{rng.path}: records from byte offset {int(chunk.record_offsets[lo])}: {err}"
+                            ) from None
                         pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
                         records += len(payloads)
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
@@ -288,8 +326,16 @@ def write_parquet_file(path: str, ranges: Sequence[_stages.FileRange], schema: p
 
 
 class _WriteParquet(beam.DoFn):
-    def __init__(self, paths: Sequence[str], schema: pa.Schema, sequence: bool, rows: int, size: int,
-                 results_dir: str, skip_corrupt: bool = False) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        schema: pa.Schema,
+        sequence: bool,
+        rows: int,
+        size: int,
+        results_dir: str,
+        skip_corrupt: bool = False,
+    ) -> None:
         self.paths, self.schema, self.sequence, self.rows, self.size = list(paths), schema, sequence, rows, size
         self.results_dir, self.skip_corrupt = results_dir, skip_corrupt
 
@@ -297,8 +343,9 @@ class _WriteParquet(beam.DoFn):
         number, ranges = element
         coverage: list = []
         corrupt: Optional[list] = [] if self.skip_corrupt else None
-        result = write_parquet_file(self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size,
-                                    coverage, corrupt)
+        result = write_parquet_file(
+            self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size, coverage, corrupt
+        )
         _stages.write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
         for c in coverage:
@@ -307,11 +354,18 @@ class _WriteParquet(beam.DoFn):
             yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
 
 
-def tfrecord_to_parquet_files(p, groups: Sequence[Sequence[_stages.FileRange]], paths: Sequence[str],
-                              schema: pa.Schema, sequence: bool, results_dir: str,
-                              row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-                              row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES, label: str = "ToParquet",
-                              dead_letters=None):
+def tfrecord_to_parquet_files(
+    p,
+    groups: Sequence[Sequence[_stages.FileRange]],
+    paths: Sequence[str],
+    schema: pa.Schema,
+    sequence: bool,
+    results_dir: str,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+    label: str = "ToParquet",
+    dead_letters=None,
+):
     """One element per output file (every file is written, empty ones too); PCollection of
     {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap; with
     `dead_letters` (a `commit.DeadLetters`) corrupt records and gaps are written there instead."""
@@ -319,7 +373,8 @@ def tfrecord_to_parquet_files(p, groups: Sequence[Sequence[_stages.FileRange]], 
     outs = (
         p
         | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])  # Create spreads its elements
-        | f"{label}Write" >> beam.ParDo(
+        | f"{label}Write"
+        >> beam.ParDo(
             _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip)
         ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")
     )

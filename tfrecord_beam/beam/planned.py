@@ -18,15 +18,13 @@ from typing import Callable, Deque, List, Optional, Sequence
 
 import apache_beam as beam
 
-from tfrecord_beam._copy import copy_pieces
 from tfrecord_beam import _plan
+from tfrecord_beam._copy import copy_pieces
 from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, merge_parts, survey
 from tfrecord_beam._walk import walk_frames_skipping
 from tfrecord_beam.records import resolve_compression
 
-from . import _blockgzip
-from . import _fs
-from . import _progress
+from . import _blockgzip, _fs, _progress
 from . import stages as _stages
 from ._corrupt import CorruptRecord
 
@@ -45,7 +43,9 @@ def _survey_parts(task):
 
 def _survey_one(part, progress_dir: Optional[str]) -> FileSurvey:
     (number, path, compression, group), k, members = part
-    counter = _progress.ProgressFile(progress_dir, "survey", f"{number:06d}" if members is None else f"{number:06d}-{k:06d}")
+    counter = _progress.ProgressFile(
+        progress_dir, "survey", f"{number:06d}" if members is None else f"{number:06d}-{k:06d}"
+    )
     with _fs.open_input(path) as raw:
         result = survey(raw, path, compression, number, group, counter.add, members=members)
     counter.flush()
@@ -68,8 +68,9 @@ class _SurveyFn(beam.DoFn):
         counter = _progress.ProgressFile(self.progress_dir, "survey", f"{number:06d}")
         found: Deque[CorruptRecord] = deque()
         surveyor = Surveyor(path, compression, number, group, skip_corrupt=True)
-        blocks = walk_frames_skipping(lambda: _fs.open_input(path), compression, path,
-                                      lambda f, o, r: found.append(CorruptRecord(f, o, r)))
+        blocks = walk_frames_skipping(
+            lambda: _fs.open_input(path), compression, path, lambda f, o, r: found.append(CorruptRecord(f, o, r))
+        )
         for block in blocks:
             surveyor.add(block)
             counter.add(len(block), int(block.sizes.sum()))
@@ -81,9 +82,15 @@ class _SurveyFn(beam.DoFn):
         yield surveyor.result()
 
 
-def survey_inputs(p, files: Sequence[str], compression: Optional[str] = "auto",
-                  groups: Optional[Sequence[int]] = None, progress_dir: Optional[str] = None,
-                  label: str = "Survey", dead_letters=None):
+def survey_inputs(
+    p,
+    files: Sequence[str],
+    compression: Optional[str] = "auto",
+    groups: Optional[Sequence[int]] = None,
+    progress_dir: Optional[str] = None,
+    label: str = "Survey",
+    dead_letters=None,
+):
     """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
 
     A block-gzip file with a member table (read from its index's tail here) is surveyed in
@@ -119,25 +126,44 @@ def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[
     name = spec.name(plan.shard)
     index_path = spec.path(spec.index_name(plan.shard)) if spec.write_index else None
     counter = _progress.ProgressFile(progress_dir, "write", f"{plan.shard:05d}")
-    stats = copy_pieces(plan.pieces, spec.path(name), index_path, spec.compression, _fs.open_input,
-                        _fs.atomic_output, counter.add)
+    stats = copy_pieces(
+        plan.pieces, spec.path(name), index_path, spec.compression, _fs.open_input, _fs.atomic_output, counter.add
+    )
     counter.flush()
-    result = {"shard": plan.shard, "name": name, "records": stats["records"], "bytes": stats["bytes"],
-              "checksum": stats["checksum"], "file_bytes": _fs.file_size(spec.path(name)), "groups": stats["groups"]}
+    result = {
+        "shard": plan.shard,
+        "name": name,
+        "records": stats["records"],
+        "bytes": stats["bytes"],
+        "checksum": stats["checksum"],
+        "file_bytes": _fs.file_size(spec.path(name)),
+        "groups": stats["groups"],
+    }
     _stages.write_result(spec.path("_results"), f"shard-{plan.shard:05d}.json", result)
     return result
 
 
-def write_planned(p, surveys, spec: _stages.ShardSpec, plan_fn: Callable[[List[FileSurvey]], List[ShardPlan]],
-                  progress_dir: Optional[str] = None, label: str = "Write"):
+def write_planned(
+    p,
+    surveys,
+    spec: _stages.ShardSpec,
+    plan_fn: Callable[[List[FileSurvey]], List[ShardPlan]],
+    progress_dir: Optional[str] = None,
+    label: str = "Write",
+):
     """Plan the shards from all surveys (`plan_fn`) and write each; PCollection of result dicts
     ({shard, name, records, bytes, checksum, file_bytes, groups}, also saved under the
     staging `_results`)."""
 
     def make_plans(_, all_surveys):
         plans = plan_fn(sorted(all_surveys, key=lambda s: s.file_number))
-        _progress.write_plan(progress_dir, "write", sum(pl.records for pl in plans),
-                             sum(pl.stream_bytes for pl in plans), f"writing {len(plans)} shards")
+        _progress.write_plan(
+            progress_dir,
+            "write",
+            sum(pl.records for pl in plans),
+            sum(pl.stream_bytes for pl in plans),
+            f"writing {len(plans)} shards",
+        )
         return plans
 
     return (

@@ -33,10 +33,10 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import _bucketed
-from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 from tfrecord_beam.beam import _frames, _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 
 DEFAULT_BUFFER_BYTES = 64 << 20
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
@@ -97,22 +97,43 @@ def estimated_bytes(ranges: Sequence[_stages.FileRange]) -> int:
 # Readers: runs into spill files
 
 
-def bucket_runs(rng: _stages.FileRange, range_number: int, seed: int, plan: Plan, run_dir: str,
-                coverage: Optional[list] = None, digests: Optional[list] = None,
-                on_corrupt: Optional[OnCorrupt] = None) -> Iterator[Tuple[int, _bucketed.SegmentTable]]:
+def bucket_runs(
+    rng: _stages.FileRange,
+    range_number: int,
+    seed: int,
+    plan: Plan,
+    run_dir: str,
+    coverage: Optional[list] = None,
+    digests: Optional[list] = None,
+    on_corrupt: Optional[OnCorrupt] = None,
+) -> Iterator[Tuple[int, _bucketed.SegmentTable]]:
     """Read one range (CRCs checked) into one spill file of runs of at most about
     `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
     range's `Coverage` and `Digest` to the lists given. With `on_corrupt(file, offset, reason)`
     (--skip_corrupt) corrupt records are reported to it and stepped over
     (`skipping.SkippingReader`) instead of failing the read."""
-    reader = SkippingReader(rng.path, rng.compression, open_file=lambda: _fs.open_input(rng.path), verify=True,
-                            start_offset=rng.start, end_offset=rng.end, resync=rng.start > 0,
-                            skip_corrupt=on_corrupt is not None, on_corrupt=on_corrupt)
+    reader = SkippingReader(
+        rng.path,
+        rng.compression,
+        open_file=lambda: _fs.open_input(rng.path),
+        verify=True,
+        start_offset=rng.start,
+        end_offset=rng.end,
+        resync=rng.start > 0,
+        skip_corrupt=on_corrupt is not None,
+        on_corrupt=on_corrupt,
+    )
     key = file_key(seed, rng.file_number)
     # The shard is a key range, and every shard's buckets are numbered globally: the bucket of
     # a key among all `plan.buckets` lies inside its shard (floor(floor(x * N * P) / P) == floor(x * N)).
-    spiller = _bucketed.RunSpiller(_run_path(run_dir), range_number, 0, [plan.buckets] * plan.num_shards,
-                                   _fs.atomic_output, run_bytes=plan.buffer_bytes)
+    spiller = _bucketed.RunSpiller(
+        _run_path(run_dir),
+        range_number,
+        0,
+        [plan.buckets] * plan.num_shards,
+        _fs.atomic_output,
+        run_bytes=plan.buffer_bytes,
+    )
     total: _frames.Digest = (0, 0, 0)
     try:
         for chunk in reader.chunks():
@@ -147,6 +168,7 @@ def _run_path(run_dir: str) -> str:
 
 def scratch(work_dir: str) -> _bucketed.Scratch:
     """Where a shard writer splits buckets too large for its buffer (Beam's filesystems)."""
+
     def remove(directory: str) -> None:
         if _fs.exists(directory):
             _fs.delete([directory])
@@ -154,17 +176,24 @@ def scratch(work_dir: str) -> _bucketed.Scratch:
     return _bucketed.Scratch(work_dir, _fs.create, remove)  # each split makes (and removes) its own directory
 
 
-def write_shuffled_shard(spec: _stages.ShardSpec, plan: Plan, shard: int, tables: Iterable[_bucketed.SegmentTable],
-                         work_dir: str) -> dict:
+def write_shuffled_shard(
+    spec: _stages.ShardSpec, plan: Plan, shard: int, tables: Iterable[_bucketed.SegmentTable], work_dir: str
+) -> dict:
     """Write one shard from the segment tables of its buckets (in key order); returns its stats."""
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        written, _ = _bucketed.write_merged(list(tables), writer, None, _fs.open_input,
-                                            max_bytes=plan.buffer_bytes, scratch=scratch(work_dir))
+        written, _ = _bucketed.write_merged(
+            list(tables), writer, None, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
+        )
     result = {
-        "shard": shard, "name": name, "records": written[0], "bytes": written[1], "checksum": written[2],
-        "file_bytes": _fs.file_size(spec.path(name)), "groups": [written[0]],
+        "shard": shard,
+        "name": name,
+        "records": written[0],
+        "bytes": written[1],
+        "checksum": written[2],
+        "file_bytes": _fs.file_size(spec.path(name)),
+        "groups": [written[0]],
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
     return result
@@ -197,8 +226,17 @@ class _BucketRuns(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DIGEST, d)
 
 
-def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.ShardSpec, seed: int, plan: Plan,
-                      work_dir: str, verify: bool = True, label: str = "Shuffle", dead_letters=None):
+def shuffle_to_shards(
+    p,
+    ranges: Sequence[_stages.FileRange],
+    spec: _stages.ShardSpec,
+    seed: int,
+    plan: Plan,
+    work_dir: str,
+    verify: bool = True,
+    label: str = "Shuffle",
+    dead_letters=None,
+):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
     dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records.
     With `dead_letters` (a `commit.DeadLetters`: --skip_corrupt) corrupt records and spans no
@@ -208,8 +246,10 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))  # Create spreads its elements
-        | f"{label}Runs" >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip)).with_outputs(
-            _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts")
+        | f"{label}Runs"
+        >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip)).with_outputs(
+            _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts"
+        )
     )
     gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip)
     if skip:
@@ -218,8 +258,8 @@ def shuffle_to_shards(p, ranges: Sequence[_stages.FileRange], spec: _stages.Shar
     results = (
         outs.parts
         | f"{label}GroupByShard" >> beam.GroupByKey()
-        | f"{label}WriteShards" >> beam.MapTuple(
-            lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir))
+        | f"{label}WriteShards"
+        >> beam.MapTuple(lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir))
     )
     if verify:
         _stages.verify_digests(p, outs[DIGEST], results, spec, "reshard --shuffle", label=f"{label}Verify")

@@ -80,8 +80,7 @@ class _ShardFile:
         self._handle = handle
         self._blocks = blocks  # block-gzip: members go to the (uncompressed) handle, the table to the index
         self._index = (
-            None if index_path is None
-            else FileSystems.create(index_path, "text/plain", CompressionTypes.UNCOMPRESSED)
+            None if index_path is None else FileSystems.create(index_path, "text/plain", CompressionTypes.UNCOMPRESSED)
         )
         self._offset = 0  # uncompressed offset of the next frame
         self._pending: List[bytes] = []

@@ -175,4 +175,3 @@ class _TFRecordSource(FileBasedSource):
 def _create_source(file_pattern: str, **kwargs) -> _TFRecordSource:
     """A source for one file or pattern of ReadAllFromTFRecord (no existence check: globs may be empty)."""
     return _TFRecordSource(file_pattern, validate=False, **kwargs)
-

@@ -40,8 +40,12 @@ class FileRange(NamedTuple):
     group: int = 0  # which --source (mix) the file belongs to
 
 
-def plan_ranges(files: Sequence[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
-                compression: Optional[str] = "auto", groups: Optional[Sequence[int]] = None) -> List[FileRange]:
+def plan_ranges(
+    files: Sequence[str],
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    compression: Optional[str] = "auto",
+    groups: Optional[Sequence[int]] = None,
+) -> List[FileRange]:
     """Byte ranges covering every file: uncompressed files split every `split_bytes`, others whole."""
     out = []
     for number, path in enumerate(files):
@@ -90,7 +94,9 @@ def check_coverage(path: str, parts: Iterable[Coverage], skip_corrupt: bool = Fa
             gap(pos, part.first, "corrupt data at a split point")
         if part.first < pos:
             raise SplitPointError(
-                path, part.first, None,
+                path,
+                part.first,
+                None,
                 f"the range from byte offset {part.range_start} starts reading at {part.first}, inside the "
                 f"record that the range before it read up to {pos}: a payload embeds record-like frames, so "
                 "this file needs an index to be split",
@@ -149,8 +155,15 @@ def write_empty_shards(spec: ShardSpec, done: Sequence[int]) -> List[dict]:
         index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
         with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path):
             pass
-        result = {"shard": shard, "name": name, "records": 0, "bytes": 0, "checksum": 0,
-                  "file_bytes": _fs.file_size(spec.path(name)), "groups": []}
+        result = {
+            "shard": shard,
+            "name": name,
+            "records": 0,
+            "bytes": 0,
+            "checksum": 0,
+            "file_bytes": _fs.file_size(spec.path(name)),
+            "groups": [],
+        }
         write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
         out.append(result)
     return out
@@ -215,8 +228,9 @@ def verify_digests(p, expected, results, spec: ShardSpec, what: str, label: str 
 
     def check(_, expected_digest, written_digest):
         check_digests(expected_digest, written_digest, what)
-        write_result(spec.path("_results"), "check.json",
-                      {"expected": list(expected_digest), "written": list(written_digest)})
+        write_result(
+            spec.path("_results"), "check.json", {"expected": list(expected_digest), "written": list(written_digest)}
+        )
 
     _ = (
         p

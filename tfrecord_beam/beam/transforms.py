@@ -127,9 +127,17 @@ class ReadFromTFRecord(beam.PTransform):
         self._skip_corrupt = skip_corrupt
         self._with_filename = with_filename
         self._source = _TFRecordSource(
-            file_pattern, coder, compression_type, validate, min_bundle_size=min_bundle_size,
-            use_index=use_index, verify=verify, skip_corrupt=skip_corrupt, with_filename=with_filename,
-            batched=self._BATCHED, runs=not self._BATCHED,
+            file_pattern,
+            coder,
+            compression_type,
+            validate,
+            min_bundle_size=min_bundle_size,
+            use_index=use_index,
+            verify=verify,
+            skip_corrupt=skip_corrupt,
+            with_filename=with_filename,
+            batched=self._BATCHED,
+            runs=not self._BATCHED,
         )
         self._hint = _coders.read_output(self._source._coder, with_filename=with_filename, batched=self._BATCHED)[1]
 
@@ -211,8 +219,14 @@ class ReadAllFromTFRecord(beam.PTransform):
             desired_bundle_size=desired_bundle_size,
             min_bundle_size=min_bundle_size,
             source_from_file=partial(
-                _create_source, coder=coder, compression_type=beam_compression, use_index=use_index,
-                verify=verify, skip_corrupt=skip_corrupt, with_filename=with_filename, batched=batched,
+                _create_source,
+                coder=coder,
+                compression_type=beam_compression,
+                use_index=use_index,
+                verify=verify,
+                skip_corrupt=skip_corrupt,
+                with_filename=with_filename,
+                batched=batched,
                 runs=not batched,
             ),
             with_filename=False,  # the source adds file names itself (dead letters carry their own)
@@ -294,8 +308,14 @@ class WriteToTFRecord(beam.PTransform):
     ) -> None:
         super().__init__()
         self._sink = _TFRecordSink(
-            file_path_prefix, coder, file_name_suffix, num_shards, shard_name_template,
-            compression_type, triggering_frequency, write_index=write_index,
+            file_path_prefix,
+            coder,
+            file_name_suffix,
+            num_shards,
+            shard_name_template,
+            compression_type,
+            triggering_frequency,
+            write_index=write_index,
             max_records_per_shard=max_records_per_shard,
         )
 

@@ -25,12 +25,12 @@ import sys
 import zlib
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _format as fmt
-from .. import _engine_info
-from .. import fs
+from .. import _engine_info, fs
 from .. import manifest as _manifest
 from ..errors import TFRecordError
 from ..example import feature_values
+from ..records import RecordReader, resolve_compression
+from . import _format as fmt
 from .inspection import (
     INVALID,
     SchemaInferenceError,
@@ -40,7 +40,6 @@ from .inspection import (
     infer_description,
     parse_record,
 )
-from ..records import RecordReader, resolve_compression
 from .verify import verify_file
 
 PROG = "tfrecord-beam"
@@ -82,8 +81,11 @@ def _expand(patterns: List[str]) -> List[str]:
             _LISTED.update({p: e for p, e in zip(paths, manifest.shards) if e.compression != "parquet"})
             files.extend(p for p, e in zip(paths, manifest.shards) if e.compression != "parquet")
             if manifest.corrupt_records:
-                print(f"{PROG}: note: {found}: the job skipped {manifest.corrupt_records} corrupt records "
-                      f"(listed in {manifest.dead_letters})", file=sys.stderr)
+                print(
+                    f"{PROG}: note: {found}: the job skipped {manifest.corrupt_records} corrupt records "
+                    f"(listed in {manifest.dead_letters})",
+                    file=sys.stderr,
+                )
             continue
         _note_unfinished(pattern)
         matched = fs.data_files(pattern)
@@ -99,8 +101,11 @@ def _note_unfinished(target: str) -> None:
     if fs.is_glob(base) or "://" in base or not os.path.isdir(base):
         return
     if any(n.startswith(".tfrecord_beam-tmp-") for n in os.listdir(base)):
-        print(f"{PROG}: note: {target} holds a job's unfinished output (.tfrecord_beam-tmp-*): files there "
-              "without a _MANIFEST.*.json may be incomplete", file=sys.stderr)
+        print(
+            f"{PROG}: note: {target} holds a job's unfinished output (.tfrecord_beam-tmp-*): files there "
+            "without a _MANIFEST.*.json may be incomplete",
+            file=sys.stderr,
+        )
 
 
 def _progress(args) -> fmt.Progress:
@@ -112,8 +117,11 @@ def _summary(args, progress: fmt.Progress, files: int, records: int, nbytes: Opt
     progress.done()
     if not args.quiet:
         size = "" if nbytes is None else f"{fmt.human_bytes(nbytes)}, "
-        print(f"{PROG} {args.command}: {files} file{'s' if files != 1 else ''}, {records} records, "
-              f"{size}{progress.elapsed():.2f} s{extra}", file=sys.stderr)
+        print(
+            f"{PROG} {args.command}: {files} file{'s' if files != 1 else ''}, {records} records, "
+            f"{size}{progress.elapsed():.2f} s{extra}",
+            file=sys.stderr,
+        )
 
 
 def _print_json(value: Any) -> None:
@@ -175,8 +183,12 @@ def _record_lines(payload: bytes, args) -> List[str]:
     for name in sorted(lists):
         steps = [feature_values(step) for step in lists[name].feature]
         sequences.append((name, steps))
-    return (["  context:"] + fmt.format_feature_lines(triples, indent="    ", **limits)
-            + ["  feature_lists:"] + fmt.format_sequence_lines(sequences, indent="    ", **limits))
+    return (
+        ["  context:"]
+        + fmt.format_feature_lines(triples, indent="    ", **limits)
+        + ["  feature_lists:"]
+        + fmt.format_sequence_lines(sequences, indent="    ", **limits)
+    )
 
 
 def cmd_head(args) -> int:
@@ -213,6 +225,7 @@ def cmd_count(args) -> int:
     rows: List[Dict[str, Any]] = []
     failed, total = 0, 0
     for number, path in enumerate(files, start=1):
+
         def tick(count: int, number=number, path=path) -> None:
             progress(number, len(files), path, count, None)
 
@@ -253,6 +266,7 @@ def cmd_verify(args) -> int:
     progress = _progress(args)
     results, mismatched = [], 0
     for number, path in enumerate(files, start=1):
+
         def tick(records: int, nbytes: int, number=number, path=path) -> None:
             progress(number, len(files), path, records, nbytes)
 
@@ -269,7 +283,9 @@ def cmd_verify(args) -> int:
                 for line in mismatch:
                     print(f"      {line}")
             elif result.ok:
-                index = "" if result.index is None or result.index.state == "absent" else f", index {result.index.state}"
+                index = (
+                    "" if result.index is None or result.index.state == "absent" else f", index {result.index.state}"
+                )
                 listed = ", matches the manifest" if entry is not None else ""
                 print(f"OK    {path}: {result.records} records{index}{listed}")
             else:
@@ -279,12 +295,23 @@ def cmd_verify(args) -> int:
                     print(f"      {problem.message}")
     bad = [r for r in results if not r.ok]
     if args.json:
-        _print_json({"ok": not bad and not mismatched, "manifest_mismatches": mismatched,
-                     "files": [r.to_dict() for r in results]})
+        _print_json(
+            {
+                "ok": not bad and not mismatched,
+                "manifest_mismatches": mismatched,
+                "files": [r.to_dict() for r in results],
+            }
+        )
     records = sum(r.records for r in results)
     failed = len(bad) + mismatched
-    _summary(args, progress, len(files), records, sum(r.data_bytes for r in results),
-             f", {failed} with problems" if failed else "")
+    _summary(
+        args,
+        progress,
+        len(files),
+        records,
+        sum(r.data_bytes for r in results),
+        f", {failed} with problems" if failed else "",
+    )
     return 1 if failed else 0
 
 
@@ -303,21 +330,33 @@ def cmd_schema(args) -> int:
     except SchemaInferenceError as exc:
         schema_error = str(exc)
     if args.json:
-        _print_json({
-            "record_type": stats.record_type,
-            "records": stats.records,
-            "description": inferred.description,
-            "sequence_description": inferred.sequence_description,
-            "notes": inferred.notes,
-            "arrow_schema": None if schema is None else [
-                {"name": f.name, "type": str(f.type), "kind": f.metadata[b"tfrecord.kind"].decode(),
-                 "section": f.metadata[b"tfrecord.section"].decode()} for f in schema],
-            "arrow_error": schema_error,
-        })
+        _print_json(
+            {
+                "record_type": stats.record_type,
+                "records": stats.records,
+                "description": inferred.description,
+                "sequence_description": inferred.sequence_description,
+                "notes": inferred.notes,
+                "arrow_schema": None
+                if schema is None
+                else [
+                    {
+                        "name": f.name,
+                        "type": str(f.type),
+                        "kind": f.metadata[b"tfrecord.kind"].decode(),
+                        "section": f.metadata[b"tfrecord.section"].decode(),
+                    }
+                    for f in schema
+                ],
+                "arrow_error": schema_error,
+            }
+        )
     else:
         print(f"# {stats.record_type} records, {stats.records} scanned in {len(files)} file(s)")
-        print("# reader description: TFRecordDataset(path, index_path, description=description"
-              + (", sequence_description=sequence_description)" if inferred.sequence_description is not None else ")"))
+        print(
+            "# reader description: TFRecordDataset(path, index_path, description=description"
+            + (", sequence_description=sequence_description)" if inferred.sequence_description is not None else ")")
+        )
         print(fmt.python_dict("description", inferred.description))
         if inferred.sequence_description is not None:
             print(fmt.python_dict("sequence_description", inferred.sequence_description))
@@ -375,11 +414,20 @@ _EXAMPLES = {
 
 
 def _add(sub, name: str, handler: Callable, help_text: str, description: str) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=help_text, description=description, epilog=_EXAMPLES[name],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        name,
+        help=help_text,
+        description=description,
+        epilog=_EXAMPLES[name],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, globs, directories or URIs")
-    parser.add_argument("--compression", default="auto", type=_compression,
-                        help="none, gzip, zlib or auto (default: from the file name)")
+    parser.add_argument(
+        "--compression",
+        default="auto",
+        type=_compression,
+        help="none, gzip, zlib or auto (default: from the file name)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     parser.set_defaults(handler=handler)
     return parser
@@ -393,46 +441,75 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n", 2)[2].split("\nThe work is in")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=_engine_info.describe(),
-                        help="print the version and the engine in use (native or pure, CRC32C, inflater)")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=_engine_info.describe(),
+        help="print the version and the engine in use (native or pure, CRC32C, inflater)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = _add(sub, "inspect", cmd_inspect, "records, sizes, index and per-feature statistics",
-             "Records, bytes, compression, index state, record type (Example or SequenceExample), and per "
-             "feature: kind, how many records have it, values per record (min/mean/max), numeric range, "
-             "a bytes sample.")
+    p = _add(
+        sub,
+        "inspect",
+        cmd_inspect,
+        "records, sizes, index and per-feature statistics",
+        "Records, bytes, compression, index state, record type (Example or SequenceExample), and per "
+        "feature: kind, how many records have it, values per record (min/mean/max), numeric range, "
+        "a bytes sample.",
+    )
     p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
-    p = _add(sub, "head", cmd_head, "print the first records, decoded",
-             "Print the first records of each file, decoded: bytes shortened (text shown as text), "
-             "images noted by format, dimensions and size.")
+    p = _add(
+        sub,
+        "head",
+        cmd_head,
+        "print the first records, decoded",
+        "Print the first records of each file, decoded: bytes shortened (text shown as text), "
+        "images noted by format, dimensions and size.",
+    )
     p.add_argument("-n", type=int, default=5, help="records per file (default 5)")
     p.add_argument("--max-values", type=_positive, default=8, help="values shown per feature (default 8)")
     p.add_argument("--bytes-limit", type=_positive, default=40, help="characters shown per bytes value (default 40)")
 
-    p = _add(sub, "count", cmd_count, "count records (from a valid index when there is one)",
-             "Count records. An uncompressed file whose .tfindex ends exactly at the end of the file is "
-             "counted from the index; otherwise the record headers are scanned (compressed files are "
-             "inflated).")
+    p = _add(
+        sub,
+        "count",
+        cmd_count,
+        "count records (from a valid index when there is one)",
+        "Count records. An uncompressed file whose .tfindex ends exactly at the end of the file is "
+        "counted from the index; otherwise the record headers are scanned (compressed files are "
+        "inflated).",
+    )
     p.add_argument("--no-index", action="store_true", help="always scan, never trust an index")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = _add(sub, "verify", cmd_verify, "check every CRC; exit 1 on any problem",
-             "Check the length and payload CRC of every record, and the .tfindex beside a clean file. "
-             "Each problem is reported with its byte offset and record number. After a bad payload "
-             "CRC the check goes on with the next record; after a bad length CRC it resyncs at the "
-             "next valid record (uncompressed files) and goes on.")
+    p = _add(
+        sub,
+        "verify",
+        cmd_verify,
+        "check every CRC; exit 1 on any problem",
+        "Check the length and payload CRC of every record, and the .tfindex beside a clean file. "
+        "Each problem is reported with its byte offset and record number. After a bad payload "
+        "CRC the check goes on with the next record; after a bad length CRC it resyncs at the "
+        "next valid record (uncompressed files) and goes on.",
+    )
     p.add_argument("--max-problems", type=_positive, default=100, help="stop a file after this many (default 100)")
     p.add_argument("--parse", action="store_true", help="also check that every payload is an Example/SequenceExample")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = _add(sub, "schema", cmd_schema, "print a reader description and the Arrow schema",
-             "Print a description dict to paste into TFRecordDataset(...), and the Arrow schema a "
-             "TFRecord -> Parquet conversion would use: int -> int64, float -> float32, bytes -> binary "
-             "(string with --strings when every value is UTF-8), one value in every record -> scalar, "
-             "otherwise list<...>, SequenceExample feature lists -> list<list<...>>.")
+    p = _add(
+        sub,
+        "schema",
+        cmd_schema,
+        "print a reader description and the Arrow schema",
+        "Print a description dict to paste into TFRecordDataset(...), and the Arrow schema a "
+        "TFRecord -> Parquet conversion would use: int -> int64, float -> float32, bytes -> binary "
+        "(string with --strings when every value is UTF-8), one value in every record -> scalar, "
+        "otherwise list<...>, SequenceExample feature lists -> list<list<...>>.",
+    )
     p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
     p.add_argument("--strings", action="store_true", help="bytes features whose values are all UTF-8 -> string")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -48,6 +48,7 @@ def format_number(value: Any) -> str:
 
 # -- bytes values ----------------------------------------------------------------------------
 
+
 def shorten_bytes(value: bytes, limit: int = 40, total_length: Optional[int] = None) -> str:
     """A bytes value for people: images noted by format and size, other values repr'd and cut.
 
@@ -117,8 +118,9 @@ class Progress:
     `interval` seconds: redrawn in place on a terminal, one line each otherwise.
     """
 
-    def __init__(self, enabled: bool = True, stream: Optional[TextIO] = None, delay: float = 1.0,
-                 interval: float = 1.0) -> None:
+    def __init__(
+        self, enabled: bool = True, stream: Optional[TextIO] = None, delay: float = 1.0, interval: float = 1.0
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.started = time.monotonic()
@@ -158,8 +160,12 @@ class Progress:
 # -- one decoded record (head) -----------------------------------------------------------------
 
 
-def format_feature_lines(features: Sequence[Tuple[str, Optional[str], Sequence[Any]]], indent: str = "  ",
-                         max_items: int = 8, bytes_limit: int = 40) -> List[str]:
+def format_feature_lines(
+    features: Sequence[Tuple[str, Optional[str], Sequence[Any]]],
+    indent: str = "  ",
+    max_items: int = 8,
+    bytes_limit: int = 40,
+) -> List[str]:
     """Aligned lines `name  kind[count]  [values...]` for (name, kind, values) triples."""
     if not features:
         return [indent + "(no features)"]
@@ -167,14 +173,20 @@ def format_feature_lines(features: Sequence[Tuple[str, Optional[str], Sequence[A
     lines = []
     for name, kind, values in features:
         label = f"{kind}[{len(values)}]" if kind else "none"
-        lines.append(f"{indent}{name.ljust(width)}  {label.ljust(11)} "
-                     f"{format_values(kind, values, max_items, bytes_limit)}".rstrip())
+        lines.append(
+            f"{indent}{name.ljust(width)}  {label.ljust(11)} "
+            f"{format_values(kind, values, max_items, bytes_limit)}".rstrip()
+        )
     return lines
 
 
-def format_sequence_lines(lists: Sequence[Tuple[str, Sequence[Tuple[Optional[str], Sequence[Any]]]]],
-                          indent: str = "  ", max_steps: int = 5, max_items: int = 8,
-                          bytes_limit: int = 40) -> List[str]:
+def format_sequence_lines(
+    lists: Sequence[Tuple[str, Sequence[Tuple[Optional[str], Sequence[Any]]]]],
+    indent: str = "  ",
+    max_steps: int = 5,
+    max_items: int = 8,
+    bytes_limit: int = 40,
+) -> List[str]:
     """Lines for SequenceExample feature lists: each name, its step count, then its first steps."""
     if not lists:
         return [indent + "(no feature lists)"]
@@ -183,8 +195,10 @@ def format_sequence_lines(lists: Sequence[Tuple[str, Sequence[Tuple[Optional[str
         lines.append(f"{indent}{name}  {len(steps)} steps")
         for number, (kind, values) in enumerate(steps[:max_steps]):
             label = f"{kind}[{len(values)}]" if kind else "none"
-            lines.append(f"{indent}  step {number}  {label.ljust(11)} "
-                         f"{format_values(kind, values, max_items, bytes_limit)}".rstrip())
+            lines.append(
+                f"{indent}  step {number}  {label.ljust(11)} "
+                f"{format_values(kind, values, max_items, bytes_limit)}".rstrip()
+            )
         if len(steps) > max_steps:
             lines.append(f"{indent}  ... {len(steps) - max_steps} more steps")
     return lines
@@ -230,7 +244,12 @@ def format_feature_table(features, total_records: int, sequence: bool = False) -
     headers += ["MIN", "MAX", "SAMPLE / NOTES"]
     rows = []
     for stats in features:
-        row = [stats.name, stats.kind_label, f"{stats.records}/{total_records}", _range(stats.values, stats.values_mean)]
+        row = [
+            stats.name,
+            stats.kind_label,
+            f"{stats.records}/{total_records}",
+            _range(stats.values, stats.values_mean),
+        ]
         if sequence:
             row += [_range(stats.steps, stats.steps_mean), _range(stats.step_values)]
         row += list(_numeric_range(stats)) + [_bytes_note(stats)]
@@ -238,12 +257,16 @@ def format_feature_table(features, total_records: int, sequence: bool = False) -
     return format_table(headers, rows, right=[2])
 
 
-_GZIP_LAYOUT = {"indexed": "gzip, block-indexed ({} members)", "unindexed": "gzip, blocks ({} members), no table",
-                "stale": "gzip, stale member table", "stream": "gzip, one stream"}
+_GZIP_LAYOUT = {
+    "indexed": "gzip, block-indexed ({} members)",
+    "unindexed": "gzip, blocks ({} members), no table",
+    "stale": "gzip, stale member table",
+    "stream": "gzip, one stream",
+}
 
 
 def _compression_label(info) -> str:
-    """"none", "zlib", or for GZIP how it is laid out (block-gzip files split and seek)."""
+    """ "none", "zlib", or for GZIP how it is laid out (block-gzip files split and seek)."""
     if info.gzip_layout is None:
         return info.compression or "none"
     state, members, _ = info.gzip_layout
@@ -256,8 +279,9 @@ def format_file_table(files) -> str:
     for info in files:
         records = f"{info.records}" + ("" if info.complete else ("+" if info.error is None else " (error)"))
         index = "-" if info.index is None else info.index.state
-        rows.append([info.path, records, human_bytes(info.size), human_bytes(info.data_bytes),
-                     _compression_label(info), index])
+        rows.append(
+            [info.path, records, human_bytes(info.size), human_bytes(info.data_bytes), _compression_label(info), index]
+        )
     return format_table(["FILE", "RECORDS", "SIZE", "DATA", "COMPRESSION", "INDEX"], rows, right=[1, 2, 3])
 
 
@@ -270,8 +294,13 @@ def arrow_type_code(arrow_type) -> str:
 
     if pa.types.is_list(arrow_type):
         return f"pa.list_({arrow_type_code(arrow_type.value_type)})"
-    names = {pa.int64(): "int64", pa.float32(): "float32", pa.binary(): "binary", pa.string(): "string",
-             pa.null(): "null"}
+    names = {
+        pa.int64(): "int64",
+        pa.float32(): "float32",
+        pa.binary(): "binary",
+        pa.string(): "string",
+        pa.null(): "null",
+    }
     return f"pa.{names.get(arrow_type, str(arrow_type))}()"
 
 

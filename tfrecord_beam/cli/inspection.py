@@ -231,8 +231,9 @@ class IndexStatus:
     index: Optional[np.ndarray] = None
 
 
-def index_status(data_path: str, compression: Optional[str] = "auto",
-                 frames: Optional[np.ndarray] = None, complete: bool = True) -> IndexStatus:
+def index_status(
+    data_path: str, compression: Optional[str] = "auto", frames: Optional[np.ndarray] = None, complete: bool = True
+) -> IndexStatus:
     """Check the default `.tfindex` beside `data_path`.
 
     With `frames` (the (n, 2) offsets and frame lengths read from the data, all of them when
@@ -287,10 +288,12 @@ class FileStats:
             "records": self.records,
             "data_bytes": self.data_bytes,
             "complete": self.complete,
-            "index": None if self.index is None else {
-                "path": self.index.path, "state": self.index.state, "detail": self.index.detail},
-            "gzip_blocks": None if self.gzip_layout is None else {
-                "state": self.gzip_layout[0], "members": self.gzip_layout[1], "detail": self.gzip_layout[2]},
+            "index": None
+            if self.index is None
+            else {"path": self.index.path, "state": self.index.state, "detail": self.index.detail},
+            "gzip_blocks": None
+            if self.gzip_layout is None
+            else {"state": self.gzip_layout[0], "members": self.gzip_layout[1], "detail": self.gzip_layout[2]},
             "error": self.error,
         }
 
@@ -353,8 +356,16 @@ class DatasetStats:
         }
 
 
-def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto", *, limit: Optional[int] = None,
-              progress: Optional[Progress] = None, file_number: int = 1, file_count: int = 1) -> FileStats:
+def scan_file(
+    stats: DatasetStats,
+    path: str,
+    compression: Optional[str] = "auto",
+    *,
+    limit: Optional[int] = None,
+    progress: Optional[Progress] = None,
+    file_number: int = 1,
+    file_count: int = 1,
+) -> FileStats:
     """Read up to `limit` records of one file into `stats`; errors are kept in the FileStats.
 
     The records before a corrupt one are counted; the error text names file, offset, record.
@@ -395,22 +406,31 @@ def scan_file(stats: DatasetStats, path: str, compression: Optional[str] = "auto
     return info
 
 
-def collect_stats(paths: Iterable[str], compression: Optional[str] = "auto", *, limit: Optional[int] = None,
-                  progress: Optional[Progress] = None) -> DatasetStats:
+def collect_stats(
+    paths: Iterable[str],
+    compression: Optional[str] = "auto",
+    *,
+    limit: Optional[int] = None,
+    progress: Optional[Progress] = None,
+) -> DatasetStats:
     """Scan files (at most `limit` records of each) into one DatasetStats; see `scan_file`."""
     paths = list(paths)
     stats = DatasetStats()
     for number, path in enumerate(paths, start=1):
-        scan_file(stats, path, compression, limit=limit, progress=progress, file_number=number,
-                  file_count=len(paths))
+        scan_file(stats, path, compression, limit=limit, progress=progress, file_number=number, file_count=len(paths))
     return stats
 
 
 # -- counting ----------------------------------------------------------------------------------
 
 
-def count_records(path: str, compression: Optional[str] = "auto", *, use_index: bool = True,
-                  progress: Optional[Callable[[int], None]] = None) -> Tuple[int, str]:
+def count_records(
+    path: str,
+    compression: Optional[str] = "auto",
+    *,
+    use_index: bool = True,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Tuple[int, str]:
     """(record count, "index" or "scan"): from a valid index when there is one, else by scanning.
 
     The index is trusted only for uncompressed files whose index ends exactly at the end of
@@ -494,8 +514,12 @@ def arrow_type(stats: FeatureStats, *, strings: bool = False):
     """The Arrow type of one feature (see `infer_arrow_schema`; the rule is `arrow.inferred_type`)."""
     from ..arrow import inferred_type
 
-    return inferred_type(stats.kind, depth=2 if stats.sequence else 1, one_value=stats.values == (1, 1),
-                         text=bool(strings and stats.bytes_count and not stats.non_utf8))
+    return inferred_type(
+        stats.kind,
+        depth=2 if stats.sequence else 1,
+        one_value=stats.values == (1, 1),
+        text=bool(strings and stats.bytes_count and not stats.non_utf8),
+    )
 
 
 def infer_arrow_schema(stats: DatasetStats, *, strings: bool = False):
@@ -530,8 +554,13 @@ def infer_arrow_schema(stats: DatasetStats, *, strings: bool = False):
     return pa.schema(fields, metadata={"tfrecord.record_type": stats.record_type})
 
 
-def infer_schema(paths: Union[str, Iterable[str]], compression: Optional[str] = "auto", *,
-                 limit: Optional[int] = None, strings: bool = False):
+def infer_schema(
+    paths: Union[str, Iterable[str]],
+    compression: Optional[str] = "auto",
+    *,
+    limit: Optional[int] = None,
+    strings: bool = False,
+):
     """Scan files (or a glob) and return their Arrow schema (`infer_arrow_schema`).
 
     Raises the first file's read error, since a schema from half a dataset would mislead.

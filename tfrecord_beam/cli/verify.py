@@ -22,8 +22,8 @@ import numpy as np
 from .. import fs
 from .._streams import open_stream
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
-from .inspection import INVALID, IndexStatus, index_status, parse_record
 from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length, resolve_compression
+from .inspection import INVALID, IndexStatus, index_status, parse_record
 
 
 @dataclass
@@ -79,8 +79,14 @@ def _read_at(path: str, compression: Optional[str], offset: int, size: int) -> b
         return stream.read(size)
 
 
-def verify_file(path: str, compression: Optional[str] = "auto", *, max_problems: int = 100, parse: bool = False,
-                progress: Optional[Callable[[int, int], None]] = None) -> VerifyResult:
+def verify_file(
+    path: str,
+    compression: Optional[str] = "auto",
+    *,
+    max_problems: int = 100,
+    parse: bool = False,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> VerifyResult:
     """Check every length and payload CRC of one file (and, with `parse`, that every payload is
     an Example or SequenceExample); the index beside it is checked too when the data is clean.
 
@@ -102,8 +108,14 @@ class _ChainCheck:
     """One file's check: read its record chain, going on past each corrupt record where the
     `_Resumer` can, then check the index when the data was clean. Fills `result`."""
 
-    def __init__(self, result: VerifyResult, resumer: "_Resumer", max_problems: int, parse: bool,
-                 progress: Optional[Callable[[int, int], None]]) -> None:
+    def __init__(
+        self,
+        result: VerifyResult,
+        resumer: "_Resumer",
+        max_problems: int,
+        parse: bool,
+        progress: Optional[Callable[[int, int], None]],
+    ) -> None:
         self.result, self.resumer = result, resumer
         self.path, self.kind = result.path, result.compression
         self.max_problems, self.parse, self.progress = max_problems, parse, progress
@@ -126,8 +138,14 @@ class _ChainCheck:
         except TruncatedRecordError as exc:
             self._stop(Problem("truncated", exc.offset, exc.record_number, str(exc)))
         except CorruptStreamError as exc:  # nothing after damage in a compressed stream can be read
-            self._stop(Problem("corrupt", exc.offset, exc.record_number,
-                               f"{exc}; the rest of the {self.kind} stream cannot be inflated"))
+            self._stop(
+                Problem(
+                    "corrupt",
+                    exc.offset,
+                    exc.record_number,
+                    f"{exc}; the rest of the {self.kind} stream cannot be inflated",
+                )
+            )
         except CorruptRecordError as exc:
             return self._resume_after(exc)
         except (TFRecordError, OSError, zlib.error, EOFError, ValueError) as exc:
@@ -178,8 +196,9 @@ class _ChainCheck:
         except (TFRecordError, OSError, ValueError) as exc:
             result.index = IndexStatus("", "invalid", _text(self.path, exc))
         if result.index.state in ("stale", "invalid"):
-            result.problems.append(Problem("index", None, None, f"{result.index.path}: {result.index.state} "
-                                           f"index: {result.index.detail}"))
+            result.problems.append(
+                Problem("index", None, None, f"{result.index.path}: {result.index.state} index: {result.index.detail}")
+            )
 
 
 def _text(path: str, exc: BaseException) -> str:
@@ -194,10 +213,15 @@ def _check_payloads(result: VerifyResult, chunk, max_problems: int) -> None:
         if parse_record(payload)[0] == INVALID and len(result.problems) < max_problems:
             record = None if chunk.first_record_number is None else chunk.first_record_number + i
             where = f"record {record}, " if record is not None else ""
-            result.problems.append(Problem(
-                "decode", offsets[i], record,
-                f"{result.path}, {where}byte offset {offsets[i]}: payload is neither an Example "
-                "nor a SequenceExample protobuf"))
+            result.problems.append(
+                Problem(
+                    "decode",
+                    offsets[i],
+                    record,
+                    f"{result.path}, {where}byte offset {offsets[i]}: payload is neither an Example "
+                    "nor a SequenceExample protobuf",
+                )
+            )
 
 
 class _Resumer:

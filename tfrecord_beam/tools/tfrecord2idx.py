@@ -20,12 +20,13 @@ import time
 from typing import Callable, List, Optional
 
 from .. import fs
-from ..errors import TFRecordError
 from .. import index as _index
+from ..errors import TFRecordError
 
 
-def create_index(tfrecord_file: str, index_file: Optional[str] = None, verify: bool = False,
-                 compression: Optional[str] = "auto") -> int:
+def create_index(
+    tfrecord_file: str, index_file: Optional[str] = None, verify: bool = False, compression: Optional[str] = "auto"
+) -> int:
     """Write the index of one file (beside it by default); returns its record count.
 
     The `tfrecord` package's name for `tfrecord_beam.index.create_index`; a corrupt file raises
@@ -34,8 +35,12 @@ def create_index(tfrecord_file: str, index_file: Optional[str] = None, verify: b
     return len(_index.create_index(tfrecord_file, index_file, compression, verify))
 
 
-def create_indices(tfrecord_dir: str, verify: bool = False, progress: Optional[Callable[[str], None]] = None,
-                   compression: Optional[str] = "auto") -> int:
+def create_indices(
+    tfrecord_dir: str,
+    verify: bool = False,
+    progress: Optional[Callable[[str], None]] = None,
+    compression: Optional[str] = "auto",
+) -> int:
     """Index every `*.tfrecord*` file (compressed too) of a directory or glob; returns files indexed."""
     files = fs.data_files(tfrecord_dir)
     for number, path in enumerate(files, start=1):
@@ -52,9 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="DATA [INDEX]: a TFRecord file, a directory or a glob, and optionally the index "
-                             "path of a single file; or three or more data files")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="DATA [INDEX]: a TFRecord file, a directory or a glob, and optionally the index "
+        "path of a single file; or three or more data files",
+    )
     parser.add_argument("--verify", action="store_true", help="check every payload CRC too")
     parser.add_argument("--compression", default="auto", help="none, gzip, zlib or auto (default)")
     return parser
@@ -94,8 +103,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if len(files) > 1:
             print(f"[{number}/{len(files)}] {path}: {count} records", file=sys.stderr)
     seconds = time.monotonic() - started
-    print(f"tfrecord2idx: {len(files) - failures} of {len(files)} files indexed, {records} records, "
-          f"{seconds:.2f} s", file=sys.stderr)
+    print(
+        f"tfrecord2idx: {len(files) - failures} of {len(files)} files indexed, {records} records, {seconds:.2f} s",
+        file=sys.stderr,
+    )
     return 1 if failures else 0
 
 

@@ -58,19 +58,25 @@ STEPS_SUFFIX = "_steps"
 Names = Optional[Dict[str, Optional[str]]]  # a normalized description; None = every feature
 
 
-def decode_record(item: Item, description: Optional[Dict[str, Optional[str]]],
-                  sequence_description: Optional[Dict[str, Optional[str]]], sequence: bool) -> Any:
+def decode_record(
+    item: Item,
+    description: Optional[Dict[str, Optional[str]]],
+    sequence_description: Optional[Dict[str, Optional[str]]],
+    sequence: bool,
+) -> Any:
     """One record as the `tfrecord` package yields it: a dict (a `Sample`), or (context, sequences)."""
     payload, path, offset, number = item
     if sequence:
-        context, lists = decode_sequence_example(payload, description, sequence_description, path=path,
-                                                 offset=offset, record_number=number)
+        context, lists = decode_sequence_example(
+            payload, description, sequence_description, path=path, offset=offset, record_number=number
+        )
         return Sample(context), Sample(lists)
     return Sample(decode_example(payload, description, path=path, offset=offset, record_number=number))
 
 
-def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names,
-                   sequence: bool) -> Iterator[Any]:
+def decode_records(
+    blocks: Sequence[AnyBlock], description: Names, sequence_description: Names, sequence: bool
+) -> Iterator[Any]:
     """The records of parts of blocks, each exactly as `decode_record` gives it, decoded together.
 
     When the descriptions give every kind, each part is decoded in one columnar call (straight
@@ -87,8 +93,12 @@ def decode_records(blocks: Sequence[AnyBlock], description: Names, sequence_desc
                     context, lists = decode_sequence_batch([block], description, sequence_description)
                     samples = ((Sample(c), Sample(s)) for c, s in columnar.to_sequence_records(context, lists))
                 elif isinstance(block, Block):  # straight from the reader buffer, bytes copied once
-                    samples = map(Sample, columnar.decode_example_records(
-                        block.buffer, description, offsets=block.payload_offsets, lengths=block.payload_lengths))
+                    samples = map(
+                        Sample,
+                        columnar.decode_example_records(
+                            block.buffer, description, offsets=block.payload_offsets, lengths=block.payload_lengths
+                        ),
+                    )
                 else:
                     samples = map(Sample, columnar.to_records(decode_batch([block], description)))
             except DecodeError:  # FeatureKindError too: decoded one by one below, named as always
@@ -111,8 +121,11 @@ def _feature_names(blocks: Sequence[AnyBlock], sequence: bool) -> Tuple[Dict[str
                 features.update(dict.fromkeys(message.context.feature))
                 lists.update(dict.fromkeys(message.feature_lists.feature_list))
             else:
-                features.update(dict.fromkeys(
-                    parse_example(payload, path=path, offset=offset, record_number=number).features.feature))
+                features.update(
+                    dict.fromkeys(
+                        parse_example(payload, path=path, offset=offset, record_number=number).features.feature
+                    )
+                )
     return features, lists
 
 
@@ -154,8 +167,9 @@ def decode_batch(blocks: Sequence[AnyBlock], description: Names) -> Dict[str, Co
     return _decode(blocks, columnar.decode_examples, wanted)
 
 
-def decode_sequence_batch(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names
-                          ) -> Tuple[Dict[str, Column], Dict[str, SequenceColumn]]:
+def decode_sequence_batch(
+    blocks: Sequence[AnyBlock], description: Names, sequence_description: Names
+) -> Tuple[Dict[str, Column], Dict[str, SequenceColumn]]:
     """Decode a batch of SequenceExamples into (context columns, feature-list columns); a
     description of None means every context feature / feature list seen in the batch."""
     context: Mapping[str, Optional[str]]
@@ -261,8 +275,10 @@ class Sample(Batch):
 def _check_clash(name: str, columns: Dict[str, Any], suffixes: Tuple[str, ...]) -> None:
     for suffix in suffixes:
         if name + suffix in columns:
-            raise ValueError(f"feature {name + suffix!r} clashes with the {suffix[1:]} of feature {name!r} in a batch; "
-                             "rename one of them or use a description without it")
+            raise ValueError(
+                f"feature {name + suffix!r} clashes with the {suffix[1:]} of feature {name!r} in a batch; "
+                "rename one of them or use a description without it"
+            )
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -283,8 +299,9 @@ def columns_to_batch(columns: Dict[str, Column]) -> Batch:
     return batch
 
 
-def padded_steps(values: np.ndarray, row_splits: np.ndarray, step_splits: np.ndarray
-                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def padded_steps(
+    values: np.ndarray, row_splits: np.ndarray, step_splits: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values as a zero-padded [B, T, L] array, steps [B], step lengths [B, T]) from values +
     row splits (record -> steps) + step splits (step -> values)."""
     rows, step_lengths = padded(values, step_splits)  # [all steps, L]
@@ -331,8 +348,9 @@ class SequenceBatch(NamedTuple):
     sequences: Batch
 
 
-def collate_batch(blocks: Sequence[AnyBlock], description: Names, sequence_description: Names,
-                  sequence: bool) -> Union[Batch, SequenceBatch]:
+def collate_batch(
+    blocks: Sequence[AnyBlock], description: Names, sequence_description: Names, sequence: bool
+) -> Union[Batch, SequenceBatch]:
     """A batch of records (parts of blocks) as tensors: a `Batch` of Examples, or a
     `SequenceBatch` of SequenceExamples when `sequence`."""
     if not sequence:
@@ -380,8 +398,11 @@ def _collate_samples(batch, *, collate_fn_map=None):
     (torch says only "stack expects each tensor to be equal size")."""
     from torch.utils.data._utils.collate import collate, collate_numpy_array_fn, collate_tensor_fn
 
-    fast = (collate_fn_map is not None and collate_fn_map.get(np.ndarray) is collate_numpy_array_fn
-            and collate_fn_map.get(torch.Tensor) is collate_tensor_fn)
+    fast = (
+        collate_fn_map is not None
+        and collate_fn_map.get(np.ndarray) is collate_numpy_array_fn
+        and collate_fn_map.get(torch.Tensor) is collate_tensor_fn
+    )
     out = Sample()
     try:
         for key in batch[0]:
@@ -399,7 +420,8 @@ def _collate_samples(batch, *, collate_fn_map=None):
                     f"feature {key!r} has {sorted(sizes)} values in different records of this batch, so torch's "
                     "default_collate cannot stack it: pass batch_size= to the dataset (ragged features come as "
                     "values plus lengths), give the feature a fixed size in a transform (pad or a default value), "
-                    "or pass your own collate_fn") from exc
+                    "or pass your own collate_fn"
+                ) from exc
         raise
 
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from .. import _index_check, blockgzip, fs
 from .. import index as _index
-from ..blockgzip import MemberTable
 from .. import manifest as _manifest
+from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
 from ..records import resolve_compression
 from ..skipping import SkippingReader
@@ -135,8 +135,14 @@ class FileSet:
     "auto"). Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
     """
 
-    def __init__(self, data_path: Paths, index_path: Optional[Paths] = None, compression: Optional[str] = "auto",
-                 skip_corrupt: bool = False, counter: Optional[CorruptCounter] = None) -> None:
+    def __init__(
+        self,
+        data_path: Paths,
+        index_path: Optional[Paths] = None,
+        compression: Optional[str] = "auto",
+        skip_corrupt: bool = False,
+        counter: Optional[CorruptCounter] = None,
+    ) -> None:
         data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
         self.skip_corrupt = skip_corrupt
         self.counter = counter if counter is not None else CorruptCounter()
@@ -183,8 +189,11 @@ class FileSet:
                 size = fs.file_size(path)
                 committed = self._committed_sizes.get(path)
                 if committed is not None and size != committed:  # the cheap check against the manifest
-                    raise _manifest.ManifestError(path, f"{size} bytes, but its output's manifest says {committed}: "
-                                                        "the shard changed after the job committed it")
+                    raise _manifest.ManifestError(
+                        path,
+                        f"{size} bytes, but its output's manifest says {committed}: "
+                        "the shard changed after the job committed it",
+                    )
                 seekable = self.compressions[i] is None or self.members(i) is not None  # block-gzip seeks
                 self._infos.append(FileInfo(not seekable, size, None if index is None else len(index)))
         return self._infos
@@ -197,8 +206,14 @@ class FileSet:
         starts = None
 
         def reader_of(**where: Any) -> SkippingReader:
-            return SkippingReader(path, compression, open_file=lambda: fs.open_input(path),
-                                  skip_corrupt=self.skip_corrupt, on_corrupt=self._corrupt, **where)
+            return SkippingReader(
+                path,
+                compression,
+                open_file=lambda: fs.open_input(path),
+                skip_corrupt=self.skip_corrupt,
+                on_corrupt=self._corrupt,
+                **where,
+            )
 
         if piece.kind == RECORDS:
             index = self.known_index(piece.file)
@@ -210,8 +225,13 @@ class FileSet:
                 size = fs.file_size(path)
                 with fs.open_input(path) as raw:
                     _index_check.check_entry(raw, starts, first, size, self.index_paths[piece.file], path)
-            reader = reader_of(start_offset=int(index[first, 0]), end_offset=end, first_record_number=first,
-                               boundaries=index[:, 0], members=self.members(piece.file) or False)
+            reader = reader_of(
+                start_offset=int(index[first, 0]),
+                end_offset=end,
+                first_record_number=first,
+                boundaries=index[:, 0],
+                members=self.members(piece.file) or False,
+            )
         elif piece.kind == BYTES:  # resync also checks the split point at the end
             reader = reader_of(start_offset=piece.start, end_offset=piece.stop, resync=True)
         else:
@@ -222,9 +242,13 @@ class FileSet:
             first_number = chunk.first_record_number
             if starts is not None:
                 assert first_number is not None  # an indexed read knows its record numbers
-                _index_check.check_records(starts, first_number, chunk.record_offsets, self.index_paths[piece.file], path)
+                _index_check.check_records(
+                    starts, first_number, chunk.record_offsets, self.index_paths[piece.file], path
+                )
             numbers = None if first_number is None else np.arange(first_number, first_number + n, dtype=np.int64)
-            block = Block(chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path)
+            block = Block(
+                chunk.buffer, chunk.payload_offsets, chunk.payload_lengths, chunk.record_offsets, numbers, path
+            )
             if piece.kind == STRIDE:
                 assert numbers is not None  # a stride read starts at the file's first record
                 block = block.part(numbers % _stop(piece) == piece.start)
@@ -233,7 +257,9 @@ class FileSet:
                 yield block
         if expected is not None and count + reader.skipped != expected:
             raise IndexMismatchError(
-                self.index_paths[piece.file], None, piece.start,
+                self.index_paths[piece.file],
+                None,
+                piece.start,
                 f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
             )
 

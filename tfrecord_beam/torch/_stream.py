@@ -25,8 +25,15 @@ class Block:
 
     __slots__ = ("buffer", "payload_offsets", "payload_lengths", "record_offsets", "numbers", "path")
 
-    def __init__(self, buffer: bytes, payload_offsets: np.ndarray, payload_lengths: np.ndarray,
-                 record_offsets: np.ndarray, numbers: Optional[np.ndarray], path: str) -> None:
+    def __init__(
+        self,
+        buffer: bytes,
+        payload_offsets: np.ndarray,
+        payload_lengths: np.ndarray,
+        record_offsets: np.ndarray,
+        numbers: Optional[np.ndarray],
+        path: str,
+    ) -> None:
         self.buffer = buffer
         self.payload_offsets = payload_offsets
         self.payload_lengths = payload_lengths
@@ -39,12 +46,18 @@ class Block:
 
     def part(self, which: Union[slice, np.ndarray]) -> "Block":
         """The records selected by a slice or a boolean mask."""
-        return Block(self.buffer, self.payload_offsets[which], self.payload_lengths[which],
-                     self.record_offsets[which], None if self.numbers is None else self.numbers[which], self.path)
+        return Block(
+            self.buffer,
+            self.payload_offsets[which],
+            self.payload_lengths[which],
+            self.record_offsets[which],
+            None if self.numbers is None else self.numbers[which],
+            self.path,
+        )
 
     def payloads(self) -> List[bytes]:
         buf = self.buffer
-        return [buf[o:o + n] for o, n in zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())]
+        return [buf[o : o + n] for o, n in zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())]
 
     def items(self) -> List[Item]:
         numbers = repeat(None) if self.numbers is None else self.numbers.tolist()
@@ -52,8 +65,12 @@ class Block:
 
     def item(self, i: int) -> Item:
         o, n = int(self.payload_offsets[i]), int(self.payload_lengths[i])
-        return (self.buffer[o:o + n], self.path, int(self.record_offsets[i]),
-                None if self.numbers is None else int(self.numbers[i]))
+        return (
+            self.buffer[o : o + n],
+            self.path,
+            int(self.record_offsets[i]),
+            None if self.numbers is None else int(self.numbers[i]),
+        )
 
     def where(self, i: int) -> Tuple[str, int, Optional[int]]:
         """(path, offset, record number) of record i, for error messages."""
@@ -122,9 +139,9 @@ class Cursor:
         self.pass_number, self.first = position[0], position[1]
 
     def _advance(self) -> bool:
-        for self.pass_number, self.first, self.block in self.blocks:
-            self.at = 0
-            if len(self.block):
+        for pass_number, first, block in self.blocks:
+            self.pass_number, self.first, self.block, self.at = pass_number, first, block, 0
+            if len(block):
                 return True
         return False
 
@@ -136,7 +153,9 @@ class Cursor:
             if self.at >= len(self.block) and not self._advance():
                 break
             stop = min(self.at + wanted, len(self.block))
-            out.append(self.block if self.at == 0 and stop == len(self.block) else self.block.part(slice(self.at, stop)))
+            out.append(
+                self.block if self.at == 0 and stop == len(self.block) else self.block.part(slice(self.at, stop))
+            )
             wanted -= stop - self.at
             self.at = stop
             self.position[0], self.position[1] = self.pass_number, self.first + self.at

@@ -86,8 +86,9 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         on the `tfrecord_beam.torch` logger."""
         return self.sources[0].counter.value
 
-    def _keep_arguments(self, description: Description, sequence_description: Description,
-                        compression_type: Optional[str]) -> None:
+    def _keep_arguments(
+        self, description: Description, sequence_description: Description, compression_type: Optional[str]
+    ) -> None:
         """The reading arguments as given, as public attributes (as `tfrecord`'s datasets have
         them); reading itself uses `self.options`, built from them once."""
         self.description = description
@@ -129,8 +130,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()` output at the next `iter()` (sets the epoch too)."""
         if state.get("version") != _STATE_VERSION or len(state.get("sources", ())) != len(self.sources):
-            raise ValueError(f"not a state of this dataset (version {state.get('version')!r}, "
-                             f"{len(state.get('sources', ()))} sources for {len(self.sources)})")
+            raise ValueError(
+                f"not a state of this dataset (version {state.get('version')!r}, "
+                f"{len(state.get('sources', ()))} sources for {len(self.sources)})"
+            )
         if int(state["seed"]) != self.seed:
             raise ValueError(f"state was saved with seed {state['seed']} but this dataset has seed {self.seed}")
         self._pending = copy.deepcopy(dict(state))
@@ -138,8 +141,14 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self.epoch = int(state["epoch"])
 
     def _fresh_state(self, topology: Optional[List[int]]) -> Dict[str, Any]:
-        return {"version": _STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "topology": topology,
-                "sources": [[0, 0] for _ in self.sources], "mixer": None}
+        return {
+            "version": _STATE_VERSION,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "topology": topology,
+            "sources": [[0, 0] for _ in self.sources],
+            "mixer": None,
+        }
 
     def _start(self, topology: List[int]) -> Dict[str, Any]:
         """The state this iteration starts from: a pending resume for this epoch, or a fresh one."""
@@ -176,8 +185,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
-        cursors = [Cursor(self._source_blocks(i, list(progress["sources"][i]), topology), progress["sources"][i])
-                   for i in range(len(self.sources))]
+        cursors = [
+            Cursor(self._source_blocks(i, list(progress["sources"][i]), topology), progress["sources"][i])
+            for i in range(len(self.sources))
+        ]
         if self.weights is None:
             self._mixer = None
             take: Callable[[int], List[AnyBlock]] = cursors[0].take
@@ -218,13 +229,19 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         if not files.paths:
             return
         try:
-            payloads = list(itertools.islice(iter(RecordReader(files.paths[0], files.compressions[0])),
-                                             self.SAMPLE_RECORDS))
+            payloads = list(
+                itertools.islice(iter(RecordReader(files.paths[0], files.compressions[0])), self.SAMPLE_RECORDS)
+            )
         except TFRecordError:
             return  # damaged data is reported when it is read, not here
-        _described.check_described(files.paths[0], payloads, options.description, options.sequence_description,
-                                   strict=options.strict,
-                                   records=f"its first {len(payloads)} records")
+        _described.check_described(
+            files.paths[0],
+            payloads,
+            options.description,
+            options.sequence_description,
+            strict=options.strict,
+            records=f"its first {len(payloads)} records",
+        )
 
     def _records(self, items: Iterator[Item]) -> Iterator[Any]:
         for item in items:
@@ -337,14 +354,24 @@ class TFRecordDataset(_ShardedIterable):
         skip_corrupt: bool = False,
         strict: bool = False,
     ) -> None:
-        options = ReadOptions.dropin(description, sequence_description, compression_type,
-                                     skip_corrupt=skip_corrupt, strict=strict)
+        options = ReadOptions.dropin(
+            description, sequence_description, compression_type, skip_corrupt=skip_corrupt, strict=strict
+        )
         self.data_path = data_path
         self.index_path = index_path
         self._keep_arguments(description, sequence_description, compression_type)
         files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
-        super().__init__([files], options, shuffle_queue_size=shuffle_queue_size, transform=transform, seed=seed,
-                         batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size)
+        super().__init__(
+            [files],
+            options,
+            shuffle_queue_size=shuffle_queue_size,
+            transform=transform,
+            seed=seed,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+        )
 
 
 class MultiTFRecordDataset(_ShardedIterable):
@@ -383,19 +410,36 @@ class MultiTFRecordDataset(_ShardedIterable):
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
-        options = ReadOptions.dropin(description, sequence_description, compression_type,
-                                     skip_corrupt=skip_corrupt, strict=strict)
+        options = ReadOptions.dropin(
+            description, sequence_description, compression_type, skip_corrupt=skip_corrupt, strict=strict
+        )
         self.data_pattern = data_pattern
         self.index_pattern = index_pattern
         self.splits = dict(splits)
         self._keep_arguments(description, sequence_description, compression_type)
         counter = CorruptCounter()
-        sources = [FileSet(data_pattern.format(split),
-                           None if index_pattern is None else index_pattern.format(split), options.compression,
-                           options.skip_corrupt, counter)
-                   for split in self.splits]
+        sources = [
+            FileSet(
+                data_pattern.format(split),
+                None if index_pattern is None else index_pattern.format(split),
+                options.compression,
+                options.skip_corrupt,
+                counter,
+            )
+            for split in self.splits
+        ]
         weights = [float(w) for w in self.splits.values()]
         sampling.WeightedMixer(weights, sampling.rng(0))  # validate the weights now, not in a worker
-        super().__init__(sources, options, weights=weights, infinite=bool(infinite),
-                         shuffle_queue_size=shuffle_queue_size, transform=transform, seed=seed,
-                         batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size)
+        super().__init__(
+            sources,
+            options,
+            weights=weights,
+            infinite=bool(infinite),
+            shuffle_queue_size=shuffle_queue_size,
+            transform=transform,
+            seed=seed,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+        )

@@ -18,8 +18,8 @@ import torch.utils.data
 from .. import _engine, _index_check, blockgzip, fs
 from .. import index as _index
 from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
-from ..errors import CorruptRecordError, TruncatedRecordError
 from .._read_options import ReadOptions
+from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description
 from ._collate import decode_record
 from ._files import FileSet, Paths
@@ -56,20 +56,25 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         verify: bool = True,
         skip_corrupt: bool = False,
     ) -> None:
-        self.options = options = ReadOptions.dropin(description, sequence_description, compression_type,
-                                                    verify=verify, skip_corrupt=skip_corrupt)
+        self.options = options = ReadOptions.dropin(
+            description, sequence_description, compression_type, verify=verify, skip_corrupt=skip_corrupt
+        )
         self.files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
         for i, (path, kind) in enumerate(zip(self.files.paths, self.files.compressions)):
             if kind is not None and (self.files.index_paths[i] is None or self.files.members(i) is None):
-                raise ValueError(f"{path}: IndexedTFRecordDataset needs uncompressed or block-gzip files (with "
-                                 f"their index) for random access, but this one is {kind} without a gzip member "
-                                 "table; rewrite it with RecordWriter(..., index_path=True) or use TFRecordDataset")
+                raise ValueError(
+                    f"{path}: IndexedTFRecordDataset needs uncompressed or block-gzip files (with "
+                    f"their index) for random access, but this one is {kind} without a gzip member "
+                    "table; rewrite it with RecordWriter(..., index_path=True) or use TFRecordDataset"
+                )
         self.description = description  # as given (reading uses `self.options`)
         self.sequence_description = sequence_description
         self.compression_type = compression_type
         self.transform = transform
-        self._indexes: List[np.ndarray] = [self.files.known_index(i) if self.files.index_paths[i] is not None
-                                           else self._scan(i) for i in range(len(self.files.paths))]
+        self._indexes: List[np.ndarray] = [
+            self.files.known_index(i) if self.files.index_paths[i] is not None else self._scan(i)
+            for i in range(len(self.files.paths))
+        ]
         self._starts = np.concatenate([[0], np.cumsum([len(ix) for ix in self._indexes])]).astype(np.int64)
         self._handles: Dict[int, Any] = {}
         self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
@@ -89,8 +94,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         """The index of file `i` by one scan (both CRCs checked; bad records left out with skip_corrupt)."""
         if not self.files.skip_corrupt:
             return _index.build_index(self.files.paths[i], None)
-        parts = [np.stack([b.record_offsets, b.payload_lengths + FRAME_OVERHEAD], axis=1)
-                 for b in self.files.read(Piece(i, WHOLE, 0, 0))]
+        parts = [
+            np.stack([b.record_offsets, b.payload_lengths + FRAME_OVERHEAD], axis=1)
+            for b in self.files.read(Piece(i, WHOLE, 0, 0))
+        ]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 2), np.int64)
 
     def __len__(self) -> int:
@@ -114,8 +121,9 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         frame = self._read(f, offset, length)
         payload = self._check(frame, f, offset, r, length)
         options = self.options
-        sample = decode_record((payload, path, offset, r), options.description, options.sequence_description,
-                               bool(options.sequence))
+        sample = decode_record(
+            (payload, path, offset, r), options.description, options.sequence_description, bool(options.sequence)
+        )
         return self.transform(sample) if self.transform is not None else sample
 
     def _read(self, f: int, offset: int, length: int) -> bytes:
@@ -133,20 +141,28 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if self._member[:2] != (f, m):
             self._member = (f, m, blockgzip.read_member(handle, table, m, self.files.paths[f]))
         start = offset - int(table.uncompressed[m])
-        return self._member[2][start:start + length]
+        return self._member[2][start : start + length]
 
     def _check(self, frame: bytes, f: int, offset: int, r: int, length: int) -> bytes:
         path = self.files.paths[f]
         if len(frame) < length or length < FRAME_OVERHEAD:
             self._blame_index(f, r)
-            raise TruncatedRecordError(path, offset, r, f"index says {length} bytes but only {len(frame)} "
-                                                        "are there (truncated file or stale index)")
+            raise TruncatedRecordError(
+                path,
+                offset,
+                r,
+                f"index says {length} bytes but only {len(frame)} are there (truncated file or stale index)",
+            )
         offsets, lengths, consumed, status = _engine.scan_frames(frame, self.options.verify, 1)
         if status != STATUS_OK or consumed != length:
             self._blame_index(f, r)
-            what = "CRC mismatch" if status not in (STATUS_OK,) else f"frame of {consumed} bytes where the index says {length}"
+            what = (
+                "CRC mismatch"
+                if status not in (STATUS_OK,)
+                else f"frame of {consumed} bytes where the index says {length}"
+            )
             raise CorruptRecordError(path, offset, r, f"{what} (corrupted record or stale index)")
-        return frame[HEADER_SIZE:HEADER_SIZE + int(lengths[0])]
+        return frame[HEADER_SIZE : HEADER_SIZE + int(lengths[0])]
 
     def _blame_index(self, f: int, r: int) -> None:
         """Record `r` is not where file `f`'s index file says: raise IndexMismatchError when the
@@ -155,8 +171,14 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if self.files.index_paths[f] is None or self.files.compressions[f] is not None:
             return  # an index built here from the data, or offsets of an inflated stream
         index = self._indexes[f]
-        _index_check.check_entry(self._handles[f], np.ascontiguousarray(index[:, 0]), r,
-                                 int(index[-1, 0]) + int(index[-1, 1]), self.files.index_paths[f], self.files.paths[f])
+        _index_check.check_entry(
+            self._handles[f],
+            np.ascontiguousarray(index[:, 0]),
+            r,
+            int(index[-1, 0]) + int(index[-1, 1]),
+            self.files.index_paths[f],
+            self.files.paths[f],
+        )
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)

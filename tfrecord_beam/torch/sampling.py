@@ -23,7 +23,7 @@ computes the same plan from the same file list, so no communication is needed):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -56,7 +56,9 @@ class Piece:
     stop: Optional[int] = None
 
 
-def _slices(sizes: Sequence[int], files: Sequence[int], num_shards: int, kind: str, open_end: bool) -> List[List[Piece]]:
+def _slices(
+    sizes: Sequence[int], files: Sequence[int], num_shards: int, kind: str, open_end: bool
+) -> List[List[Piece]]:
     """Cut files laid end to end (`sizes` units each) into `num_shards` equal contiguous slices."""
     plan: List[List[Piece]] = [[] for _ in range(num_shards)]
     bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
@@ -114,11 +116,17 @@ def plan_shards(infos: Sequence[FileInfo], num_shards: int, order: Optional[Sequ
     else:
         packed_indexed = [i for i in packed if infos[i].num_records is not None]
         plans.append(_slices([_records(infos[i]) for i in packed_indexed], packed_indexed, num_shards, RECORDS, False))
-        plans.append([[Piece(i, STRIDE, shard, num_shards) for i in packed if infos[i].num_records is None]
-                      for shard in range(num_shards)])
+        plans.append(
+            [
+                [Piece(i, STRIDE, shard, num_shards) for i in packed if infos[i].num_records is None]
+                for shard in range(num_shards)
+            ]
+        )
     rank_of = {f: p for p, f in enumerate(order)}
-    return [sorted((p for plan in plans for p in plan[s]), key=lambda p: (rank_of[p.file], p.start))
-            for s in range(num_shards)]
+    return [
+        sorted((p for plan in plans for p in plan[s]), key=lambda p: (rank_of[p.file], p.start))
+        for s in range(num_shards)
+    ]
 
 
 def _records(info: FileInfo) -> int:
@@ -174,4 +182,3 @@ def file_order(num_files: int, shuffle: bool, *keys: int) -> List[int]:
 def shard_of(rank: int, world_size: int, worker: int, num_workers: int) -> Tuple[int, int]:
     """(shard id, shard count) of a DataLoader worker on a DDP rank."""
     return rank * num_workers + worker, world_size * num_workers
-
