@@ -51,6 +51,15 @@ outputs:
 """
 
 
+TFRECORD_INPUT = "input file, glob or directory (its *.tfrecord* files); repeatable; local or remote"
+PARQUET_INPUT = "Parquet file, glob or directory (its *.parquet files); repeatable; local or remote"
+
+
+def add_input(parser: argparse.ArgumentParser, help_text: str = TFRECORD_INPUT) -> None:
+    """The --input flag every job takes (repeatable: several patterns are one input)."""
+    parser.add_argument("--input", action="append", required=True, help=help_text)
+
+
 def make_parser(prog: str, description: str, examples: str, outputs: bool = True) -> argparse.ArgumentParser:
     """A parser whose --help ends with usage examples and a note on Beam flags, with the flags
     every job shares: --skip_corrupt, --verbose and (jobs with an --output_prefix) --overwrite."""

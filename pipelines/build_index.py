@@ -48,12 +48,7 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("build_index", __doc__, EXAMPLES, outputs=False)
-    parser.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote",
-    )
+    _common.add_input(parser)
     parser.add_argument(
         "--output_dir", default=None, help="write indexes here (named after each file) instead of beside the data"
     )

@@ -35,12 +35,7 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="Parquet file, glob or directory (its *.parquet files; repeatable)",
-    )
+    _common.add_input(parser, _common.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--columns", default=None, help="comma-separated columns to convert (default all)")

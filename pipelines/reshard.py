@@ -48,12 +48,7 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("reshard", __doc__, EXAMPLES)
-    parser.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="input file, glob or directory (its *.tfrecord* files); repeatable; local or remote",
-    )
+    _common.add_input(parser)
     parser.add_argument(
         "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
     )

@@ -44,12 +44,7 @@ EXAMPLES = """\
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _common.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
-    parser.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="TFRecord file, glob or directory (its *.tfrecord* files; repeatable)",
-    )
+    _common.add_input(parser)
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
     parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")

@@ -174,14 +174,23 @@ class RunSpiller:
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
 
 
-def read_segment(segment: Segment, open_input: Callable[[str], BinaryIO]) -> Tuple[np.ndarray, memoryview]:
-    """(keys, frames) of one segment."""
+def read_segment(
+    segment: Segment, open_input: Callable[[str], BinaryIO], verify: int = VERIFY_ALL
+) -> Tuple[np.ndarray, memoryview, np.ndarray, np.ndarray]:
+    """(keys, frames, payload offsets, payload lengths) of one segment, its frames checked at
+    `verify` (a temporary file damaged on disk is an error naming it, never a silent loss)."""
     with open_input(segment.path) as handle:
         handle.seek(segment.offset)
         data = handle.read(8 * segment.records + segment.frame_bytes)
     if len(data) != 8 * segment.records + segment.frame_bytes:
         raise CorruptRecordError(segment.path, segment.offset, None, "spill file ends early (removed or truncated?)")
-    return np.frombuffer(data, dtype="<u8", count=segment.records), memoryview(data)[8 * segment.records :]
+    keys = np.frombuffer(data, dtype="<u8", count=segment.records)
+    frames = memoryview(data)[8 * segment.records :]
+    offsets, lengths, consumed, status = _engine.scan_frames(frames, verify)
+    if status != STATUS_OK or consumed != len(frames) or len(offsets) != segment.records:
+        where = segment.offset + 8 * segment.records + consumed
+        raise CorruptRecordError(segment.path, where, None, "spilled records fail their CRCs (temporary file damaged)")
+    return keys, frames, offsets, lengths
 
 
 def merge_bucket(
@@ -194,15 +203,7 @@ def merge_bucket(
     keys_l, frames_l, starts_l, sizes_l, footers_l, source_l = [], [], [], [], [], []
     groups: dict = {}
     for seg_no, seg in enumerate(segments):
-        keys, frames = read_segment(seg, open_input)
-        offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_ALL)
-        if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
-            raise CorruptRecordError(
-                seg.path,
-                seg.offset + 8 * seg.records + consumed,
-                None,
-                "spilled records fail their CRCs (temporary file damaged)",
-            )
+        keys, frames, offsets, lengths = read_segment(seg, open_input)
         keys_l.append(keys)
         frames_l.append(frames)
         starts_l.append(offsets - HEADER_SIZE)
@@ -269,15 +270,7 @@ def split_bucket(
     pieces: List[List[Segment]] = [[] for _ in outs]
     try:
         for seg in sorted(segments, key=lambda s: s.run):
-            seg_keys, frames = read_segment(seg, open_input)
-            offsets, lengths, consumed, status = _engine.scan_frames(frames, VERIFY_LENGTHS)
-            if status != STATUS_OK or consumed != len(frames) or len(offsets) != seg.records:
-                raise CorruptRecordError(
-                    seg.path,
-                    seg.offset + 8 * seg.records + consumed,
-                    None,
-                    "spilled records fail their CRCs (temporary file damaged)",
-                )
+            seg_keys, frames, offsets, lengths = read_segment(seg, open_input, VERIFY_LENGTHS)
             edges = [0, *np.searchsorted(seg_keys, bounds, side="left").tolist(), seg.records]
             ends = [0, *np.cumsum(lengths + FRAME_OVERHEAD).tolist()]
             for j, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
