@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pyarrow as pa
 
-from tfrecord_beam._engine import _encode as _encode_np
+from tfrecord_beam._engine import _encode
 from tfrecord_beam.arrow import ExampleEncoder
 from tfrecord_beam.columnar import _engine_columns
 from tfrecord_beam.example import encode_example
@@ -38,7 +38,7 @@ def test_long_and_mixed_rows_encode_as_upb():
     for lengths in ([16384] * 40, [0, 1, 300, 5, 70000, 12, 256, 257, 0, 900] * 7, [255, 256] * 30):
         batch = _batch(lengths)
         context, _ = ExampleEncoder(batch.schema).to_columns(batch, 0)
-        data, offsets = _encode_np.encode_examples(_engine_columns(context), batch.num_rows)
+        data, offsets = _encode.encode_examples(_engine_columns(context), batch.num_rows)
         got = [data[a:b].tobytes() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         assert got == _expected(batch)
 
@@ -48,7 +48,7 @@ def test_long_rows_need_no_index_arrays():
     context, _ = ExampleEncoder(batch.schema).to_columns(batch, 0)
     tracemalloc.start()
     try:
-        _encode_np.encode_examples(_engine_columns(context), batch.num_rows)
+        _encode.encode_examples(_engine_columns(context), batch.num_rows)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -143,7 +143,7 @@ class RecordReader:
         source: a path, `file://` or remote URI (pyarrow.fs), or an open binary file object.
         compression: None, "gzip", "zlib" or "auto" (from the file name).
         verify: check the masked CRC32C of lengths and payloads (default True); or a
-            scan level of `_framing_py` (VERIFY_LENGTHS: the length CRCs only).
+            scan level of `_engine._common` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
             unless `resync` is set).
         end_offset: stop before the first record whose header starts at or after it.
