@@ -34,7 +34,7 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import _bucketed, fs
-from tfrecord_beam._copy import IndexStream, piece_chunks
+from tfrecord_beam._copy import piece_chunks
 from tfrecord_beam._plan import FileSurvey, Piece
 from tfrecord_beam._walk import add_digests, frame_digest
 from tfrecord_beam.beam import _fs, _progress
@@ -350,18 +350,9 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
-    writer = _fs.record_writer(spec.path(name), spec.compression)
-    index = IndexStream(index_path, _fs.atomic_output) if index_path else None
-    try:
-        digest, groups = _bucketed.write_merged(tables, writer, index, _fs.open_input, counter.add)
-        writer.close()
-        if index is not None:
-            index.close()
-    except BaseException:
-        writer.abort()
-        if index is not None:
-            index.abort()
-        raise
+    # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
+    with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
+        digest, groups = _bucketed.write_merged(tables, writer, None, _fs.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,

@@ -308,7 +308,11 @@ def merge_bounded(
         return
     sub = scratch._replace(directory=f"{scratch.directory.rstrip('/')}/split-{uuid.uuid4().hex[:12]}")
     try:
-        for part in split_bucket(segments, max(2, math.ceil(total / (max_bytes / 2))), open_input, sub):
+        parts = split_bucket(segments, max(2, math.ceil(total / (max_bytes / 2))), open_input, sub)
+        if len(parts) == 1:  # no progress (e.g. every key equal): splitting again would only copy it
+            yield from merge_bucket(parts[0], open_input)
+            return
+        for part in parts:
             yield from merge_bounded(part, open_input, max_bytes, sub, depth + 1)
     finally:
         scratch.remove(sub.directory)

@@ -16,10 +16,8 @@ from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 import numpy as np
 
 from . import blockgzip
-from ._blockgzip_write import DEFAULT_BLOCK_BYTES
 from ._engine._common import FRAME_OVERHEAD
 from ._plan import Piece
-from ._tfindex import IndexStream  # noqa: F401 - the copies' index writer
 from ._walk import add_digests, chunk_footers, frame_digest
 from .errors import CorruptRecordError
 from .fs import AtomicOutput
@@ -53,33 +51,33 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
     """
     stop = piece.hi if piece.unit == "bytes" else piece.to_offset
     raw = None
-    reader: Union[RecordReader, SkippingReader]
-    if piece.skip_corrupt:
-        reader = SkippingReader(
-            piece.path,
-            piece.compression,
-            open_file=lambda: open_input(piece.path),
-            verify=True,
-            start_offset=piece.from_offset,
-            end_offset=stop,
-            first_record_number=piece.from_record,
-            skip_corrupt=True,
-            chunk_size=COPY_READ_BYTES,
-        )
-    else:
-        raw = open_input(piece.path)
-        reader = RecordReader(
-            raw,
-            piece.compression,
-            verify=True,
-            start_offset=piece.from_offset,
-            first_record_number=piece.from_record,
-            chunk_size=COPY_READ_BYTES,
-            end_offset=stop,
-            members=piece_members(piece, raw, open_input),
-        )
-        reader.path = piece.path
     try:
+        reader: Union[RecordReader, SkippingReader]
+        if piece.skip_corrupt:
+            reader = SkippingReader(
+                piece.path,
+                piece.compression,
+                open_file=lambda: open_input(piece.path),
+                verify=True,
+                start_offset=piece.from_offset,
+                end_offset=stop,
+                first_record_number=piece.from_record,
+                skip_corrupt=True,
+                chunk_size=COPY_READ_BYTES,
+            )
+        else:
+            raw = open_input(piece.path)
+            reader = RecordReader(
+                raw,
+                piece.compression,
+                verify=True,
+                start_offset=piece.from_offset,
+                first_record_number=piece.from_record,
+                chunk_size=COPY_READ_BYTES,
+                end_offset=stop,
+                members=piece_members(piece, raw, open_input),
+            )
+            reader.path = piece.path
         number = piece.from_record
         ended = piece.from_offset  # where the records read so far end (the stream's offset)
         for chunk in reader.chunks():
@@ -124,30 +122,22 @@ def copy_pieces(
     """Copy the pieces, in order, into one new file (and its index); returns its stats:
     records, bytes (payload bytes), checksum (see `_walk.frame_digest`), stream_bytes and
     groups (records per source group). Nothing is left behind on failure."""
-    # GZIP shards with an index are block-gzip (the index streams beside the writer, so say so)
-    blocks = DEFAULT_BLOCK_BYTES if compression == "gzip" and index_path else None
-    writer = RecordWriter(data_path, compression, block_bytes=blocks, atomic_output=atomic_output)
-    index = IndexStream(index_path, atomic_output) if index_path else None
+    # the writer streams its own index (GZIP shards with an index are block-gzip)
+    writer = RecordWriter(data_path, compression, index_path=index_path, atomic_output=atomic_output)
     digest = (0, 0, 0)
     groups: dict = {}
     try:
         for piece in pieces:
             for framed, sizes, footers in piece_chunks(piece, open_input):
                 writer.write_framed(framed, sizes)
-                if index is not None:
-                    index.add(sizes)
                 part = frame_digest(footers, sizes)
                 digest = add_digests(digest, part)
                 groups[piece.group] = groups.get(piece.group, 0) + part[0]
                 if progress is not None:
                     progress(part[0], len(framed))
         writer.close()
-        if index is not None:
-            index.close(writer.members)
     except BaseException:
         writer.abort()
-        if index is not None:
-            index.abort()
         raise
     width = max(groups) + 1 if groups else 0
     return {

@@ -179,6 +179,8 @@ def merge_parts(parts: Sequence[FileSurvey]) -> FileSurvey:
         return parts[0]
     parts = sorted(parts, key=lambda s: int(_member_rows(s)[0, 1]))
     tables = [_member_rows(part) for part in parts]
+    if int(tables[0][0, 1]) != 0:  # a lost first part would renumber every record after it
+        raise ValueError(f"{parts[0].path}: the first survey part starts at uncompressed offset {int(tables[0][0, 1])}")
     rows, base, digest = [], 0, (0, 0, 0)
     for k, (part, members) in enumerate(zip(parts, tables)):
         if k and int(members[0, 1]) != int(tables[k - 1][-1, 1]):

@@ -362,3 +362,14 @@ def open_stream(raw: BinaryIO, compression: Optional[str], path: Optional[str] =
     if compression is None:
         return raw
     return InflatingReader(raw, compression, path)
+
+
+def read_at(raw: BinaryIO, compression: Optional[str], offset: int, size: int) -> bytes:
+    """`size` bytes of the uncompressed stream at `offset` (a compressed file is inflated from
+    its start: it cannot be entered mid-way without a member table)."""
+    if compression is None:
+        raw.seek(offset)
+        return raw.read(size)
+    stream = open_stream(raw, compression)
+    stream.skip(offset)
+    return stream.read(size)

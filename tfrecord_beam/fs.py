@@ -359,6 +359,7 @@ class _Commit:
     def __init__(self, filesystem, temp: str, final: str, handle: BinaryIO) -> None:
         self.filesystem, self.temp, self.final, self.handle = filesystem, temp, final, handle
         self.done = False
+        self.pid = os.getpid()  # a forked child that exits must not remove its parent's file
 
     def finish(self) -> None:
         """Close the temporary file without moving it (the caller orders the moves)."""
@@ -377,6 +378,9 @@ class _Commit:
         self.done = True
 
     def abort(self) -> None:
+        if os.getpid() != self.pid:  # a forked child's copy: the file is its parent's to settle
+            self.done = True
+            return
         with contextlib.suppress(Exception):
             self.handle.close()
         with contextlib.suppress(Exception):

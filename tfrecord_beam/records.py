@@ -552,17 +552,23 @@ class RecordWriter:
         self._commit: fs.Commit
         self._file, self._commit = self._data_cm.__enter__()
         self._deflater = None
-        self._blocks = _blockgzip_write.compressor_for(
-            self._file, self.compression, bool(self.index_path), block_bytes, compression_level, self.path
-        )
-        if self.compression is not None and self._blocks is None:
-            import zlib
+        self._index: Optional[_tfindex.IndexStream] = None
+        try:
+            self._blocks = _blockgzip_write.compressor_for(
+                self._file, self.compression, bool(self.index_path), block_bytes, compression_level, self.path
+            )
+            if self.compression is not None and self._blocks is None:
+                import zlib
 
-            from ._streams import WBITS
+                from ._streams import WBITS
 
-            self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
-        # index lines go to a temporary file as frames are handed on: nothing per record is kept
-        self._index = _tfindex.IndexStream(self.index_path, self._atomic_output) if self.index_path else None
+                self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
+            # index lines go to a temporary file as frames are handed on: nothing per record is kept
+            if self.index_path:
+                self._index = _tfindex.IndexStream(self.index_path, self._atomic_output)
+        except BaseException:  # e.g. the index's folder is missing: leave no temporary data file
+            self._commit.abort()
+            raise
         self._offset = 0  # uncompressed bytes handed on (to the compressor or the file)
         self._records = 0  # records handed on
         self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
@@ -570,6 +576,7 @@ class RecordWriter:
         self.closed = False
         self.members: Optional[blockgzip.MemberTable] = None  # after close: the block-gzip member table written, if any
         self._commit_unclosed = commit_unclosed
+        self._pid = os.getpid()
         _open_writers.add(self)
 
     @property
@@ -761,7 +768,7 @@ class RecordWriter:
         """A writer dropped (or left open at exit) without `close()`: commit it when it was made
         with `commit_unclosed=True` and the interpreter is not ending on an uncaught exception,
         otherwise drop its data; either way warn, naming the file."""
-        if self.closed:
+        if self.closed or self._pid != os.getpid():  # a forked child's copy is its parent's to settle
             return
         failed = at_exit and (
             getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None

@@ -8,7 +8,8 @@ reason)` and reading goes on at the next record boundary:
 * with an index (`boundaries`: the sorted record offsets), the next indexed record;
 * else, when the bad record's length passes its CRC (only the payload is damaged), right
   after it; otherwise the next boundary a resync finds (both: `Resync.after_bad`);
-* a compressed stream cannot be re-entered: the rest of the file is reported lost;
+* in a GZIP / ZLIB file, right after a record whose payload alone is damaged; damage to the
+  stream itself or to a length loses the rest of the file (no resync inside a stream);
 * a truncated tail ends the file.
 
 `end` is where the reader's chain stopped (the end of its last record or skipped span), so a
@@ -22,9 +23,10 @@ from typing import BinaryIO, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ._engine._common import FRAME_OVERHEAD
-from ._resync import Resync
-from .errors import CorruptRecordError, TruncatedRecordError
+from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE
+from ._resync import Resync, header_length
+from ._streams import read_at
+from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError
 from .records import DEFAULT_CHUNK_SIZE, RecordChunk, RecordReader
 
 OnCorrupt = Callable[[str, int, str], None]
@@ -109,10 +111,7 @@ class SkippingReader:
         assert err.offset is not None  # RecordReader names the offset of all damage it raises
         offset = int(err.offset)
         if self.compression is not None:
-            self._report(
-                offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
-            )
-            return None, None
+            return self._skip_in_stream(err, offset)
         size = self.size if self.size is not None else self._file_size()
         if isinstance(err, TruncatedRecordError):
             self._report(offset, err.reason)
@@ -131,6 +130,27 @@ class SkippingReader:
         if nxt >= size or (self.end_offset is not None and nxt >= self.end_offset):
             return None, None
         return nxt, number
+
+    def _skip_in_stream(self, err: CorruptRecordError, offset: int):
+        """`_skip` in a GZIP / ZLIB file: a record whose payload alone is damaged (its length
+        passes its CRC, the stream inflates on) is stepped over like in a plain file; damage
+        to the stream or to a length loses the rest of the file (a compressed stream has no
+        resync), which is reported as one span."""
+        length = None
+        if not isinstance(err, (CorruptStreamError, TruncatedRecordError)):
+            with self._open() as raw:
+                length = header_length(read_at(raw, self.compression, offset, HEADER_SIZE))
+        if length is None:
+            self._report(
+                offset, f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
+            )
+            return None, None
+        self._report(offset, err.reason)
+        nxt = offset + FRAME_OVERHEAD + length
+        self.end = nxt
+        if self.end_offset is not None and nxt >= self.end_offset:
+            return None, None
+        return nxt, None if err.record_number is None else err.record_number + 1
 
     def _file_size(self) -> int:
         with self._open() as raw:

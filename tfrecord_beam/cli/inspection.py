@@ -32,6 +32,28 @@ from ..index import iter_frames
 from ..records import RecordReader, resolve_compression
 from ._images import image_info
 
+__all__ = [
+    "EXAMPLE",
+    "SEQUENCE_EXAMPLE",
+    "INVALID",
+    "parse_record",
+    "Progress",
+    "SchemaInferenceError",
+    "FeatureStats",
+    "IndexStatus",
+    "index_status",
+    "FileStats",
+    "DatasetStats",
+    "scan_file",
+    "collect_stats",
+    "count_records",
+    "InferredDescription",
+    "infer_description",
+    "arrow_type",
+    "infer_arrow_schema",
+    "infer_schema",
+]
+
 _SAMPLE_BYTES = 256  # how much of the first bytes value is kept as a sample
 
 Progress = Callable[[int, int, str, int, int], None]

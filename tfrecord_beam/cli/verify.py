@@ -20,10 +20,12 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import fs
-from .._streams import open_stream
+from .._streams import read_at
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length, resolve_compression
 from .inspection import INVALID, IndexStatus, index_status, parse_record
+
+__all__ = ["Problem", "VerifyResult", "verify_file"]
 
 
 @dataclass
@@ -66,17 +68,6 @@ class VerifyResult:
             "index": None if self.index is None else {"state": self.index.state, "detail": self.index.detail},
             "problems": [p.to_dict() for p in self.problems],
         }
-
-
-def _read_at(path: str, compression: Optional[str], offset: int, size: int) -> bytes:
-    """`size` bytes of the uncompressed stream at `offset` (inflating from the start if need be)."""
-    with fs.open_input(path) as raw:
-        if compression is None:
-            raw.seek(offset)
-            return raw.read(size)
-        stream = open_stream(raw, compression)
-        stream.skip(offset)
-        return stream.read(size)
 
 
 def verify_file(
@@ -224,6 +215,11 @@ def _check_payloads(result: VerifyResult, chunk, max_problems: int) -> None:
             )
 
 
+def _header_at(path: str, compression: Optional[str], offset: int) -> bytes:
+    with fs.open_input(path) as raw:
+        return read_at(raw, compression, offset, HEADER_SIZE)
+
+
 class _Resumer:
     """Where `verify` goes on after a corrupt record: `Resync.after_bad` over one open file
     (its search state kept across the file's problems), or for a compressed file, the next
@@ -245,7 +241,7 @@ class _Resumer:
         """(offset, record number or None) at which to go on, or None to stop; adds what was
         done to `problem.message`."""
         if self.kind is not None:
-            length = header_length(_read_at(self.path, self.kind, offset, HEADER_SIZE))
+            length = header_length(_header_at(self.path, self.kind, offset))
             if length is None:
                 problem.message += f"; framing lost in a {self.kind} file: the rest of it was not checked"
                 return None

@@ -1,13 +1,15 @@
 """`tfrecord_beam.verify`, kept as an import path: the module is `tfrecord_beam.cli.verify`.
 
-Every name is looked up there on use (PEP 562), so `from tfrecord_beam.verify import
-verify_file` keeps working and nothing is copied. A package rather than a module so that git
+Its public names are re-exported (`__all__`, so `import *` works); any other name is looked up
+there on use (PEP 562). A package rather than a module so that git
 sees the move of `verify.py` into `cli/` as a rename.
 """
 
 from typing import Any, List
 
 from ..cli import verify as _module
+from ..cli.verify import *  # noqa: F403 - the public names, for `import *` and help()
+from ..cli.verify import __all__  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
