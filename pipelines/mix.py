@@ -352,7 +352,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = _bucketed.write_merged(tables, writer, None, _fs.open_input, counter.add)
+        digest, groups = _bucketed.write_merged(tables, writer, _fs.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,

@@ -127,7 +127,7 @@ def _merged(tables, max_bytes, work_dir):
             out.append(bytes(framed))
 
     digest, _ = _bucketed.write_merged(
-        tables, Writer(), None, lambda p: open(p, "rb"), max_bytes=max_bytes, scratch=sh.scratch(work_dir)
+        tables, Writer(), lambda p: open(p, "rb"), max_bytes=max_bytes, scratch=sh.scratch(work_dir)
     )
     return b"".join(out), digest, len(out)
 

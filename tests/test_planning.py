@@ -222,9 +222,7 @@ def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
-        digest, groups = _bucketed.write_merged(
-            [t for t in tables if t.shard == shard], writer, None, core_fs.open_input
-        )
+        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, core_fs.open_input)
         writer.close()
         mine = np.flatnonzero(shards == shard)
         expected = [payloads[i] for i in mine[np.argsort(keys[mine])]]

@@ -321,7 +321,6 @@ def merge_bounded(
 def write_merged(
     tables: Sequence[SegmentTable],
     writer,
-    index,
     open_input,
     progress: Optional[Callable[[int, int], None]] = None,
     max_bytes: Optional[int] = None,
@@ -340,8 +339,6 @@ def write_merged(
     for bucket in sorted(by_bucket):
         for framed, sizes, footers, counts in merge_bounded(by_bucket[bucket], open_input, max_bytes, scratch):
             writer.write_framed(framed, sizes)
-            if index is not None:
-                index.add(sizes)
             part = frame_digest(footers, sizes)
             digest = add_digests(digest, part)
             groups = [

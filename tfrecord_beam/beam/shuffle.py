@@ -184,7 +184,7 @@ def write_shuffled_shard(
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
         written, _ = _bucketed.write_merged(
-            list(tables), writer, None, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
+            list(tables), writer, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
         )
     result = {
         "shard": shard,
