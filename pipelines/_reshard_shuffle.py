@@ -1,7 +1,8 @@
 """`reshard --shuffle`: the external shuffle of `tfrecord_beam.beam.shuffle` as a job step.
 
 Kept apart from reshard.py's unshuffled path (which plans from headers and copies ranges):
-this module owns the shuffle's options, its Beam graph and its summary lines.
+this module owns the shuffle's options, its Beam graph and its summary line (reshard builds
+the summary of both paths).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from tfrecord_beam.beam import shuffle as _shuffle
 from tfrecord_beam.beam import stages as _stages
 
 from . import _common
-from ._common import JobError, Summary
+from ._common import JobError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
-    """Shuffle `files` into `num_shards` shards under args.output_prefix; the job's Summary."""
+def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int):
+    """Shuffle `files` into `num_shards` shards under args.output_prefix; (results, check,
+    finals, corrupt) as `_common.finish` gives them, and the shuffle's summary line."""
     if args.balance != "records":
         raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")
     if args.shuffle_buffer_bytes < 1 << 16:
@@ -53,19 +55,5 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
     if _fs.exists(work_dir):
         _fs.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
-    sizes = [r["records"] for r in results]
-    extra = {
-        "output_shards": num_shards,
-        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
-        "input_files": len(files),
-        "input_bytes": total_bytes,
-        "shuffle": f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes",
-        "verified": "no (--no_verify)"
-        if check is None
-        else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
-        **corrupt,
-    }
-    return Summary(
-        "reshard", files=len(results), records=sum(sizes), bytes=sum(r["file_bytes"] for r in results), extra=extra
-    )
+    note = f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes"
+    return results, check, finals, corrupt, note

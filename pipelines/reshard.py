@@ -110,7 +110,10 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
     return _summary(results, check, finals, num_shards, files, total_bytes, corrupt)
 
 
-def _summary(results, check, finals, num_shards: int, files, total_bytes: int, corrupt: dict) -> Summary:
+def _summary(
+    results, check, finals, num_shards: int, files, total_bytes: int, corrupt: dict, shuffle: Optional[str] = None
+) -> Summary:
+    """The job's summary, shuffled (`shuffle`: its seed, buckets and buffer) or not."""
     records = sum(r["records"] for r in results)
     sizes = [r["records"] for r in results]
     extra = {
@@ -118,6 +121,7 @@ def _summary(results, check, finals, num_shards: int, files, total_bytes: int, c
         "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
         "input_files": len(files),
         "input_bytes": total_bytes,
+        **({"shuffle": shuffle} if shuffle is not None else {}),
         "verified": "no (--no_verify)"
         if check is None
         else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
@@ -139,7 +143,10 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     if args.shuffle:  # an external shuffle through bounded temporary buckets
-        return _reshard_shuffle.run(args, options, staged, files, total_bytes, num_shards)
+        results, check, finals, corrupt, note = _reshard_shuffle.run(
+            args, options, staged, files, total_bytes, num_shards
+        )
+        return _summary(results, check, finals, num_shards, files, total_bytes, corrupt, shuffle=note)
     return _run_planned(args, options, staged, files, total_bytes, num_shards)
 
 
