@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers.rss import MiB, PeakRSS
+from helpers.rss import MiB, peak_growth
 
 from tfrecord_beam._tfindex import IndexStream, frame_index
 from tfrecord_beam.index import build_index, load_index
@@ -25,11 +25,9 @@ def _write(path, records: int) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_writer_with_index_keeps_nothing_per_record(tmp_path):
-    with PeakRSS() as small:
-        _write(tmp_path / "s.tfrecord", 200_000)
-    with PeakRSS() as big:
-        _write(tmp_path / "b.tfrecord", 3_000_000)
-    growth = big.largest - small.largest
+    growth = peak_growth(
+        lambda: _write(tmp_path / "s.tfrecord", 200_000), lambda: _write(tmp_path / "b.tfrecord", 3_000_000)
+    )
     # holding frame sizes and formatting the index at close costs > 100 MiB on 3 M records
     assert growth < 24 * MiB, f"writing 3 M records with an index grew the peak by {growth / MiB:.0f} MiB"
     index = load_index(str(tmp_path / "b.tfindex"))

@@ -12,7 +12,7 @@ from typing import List
 import numpy as np
 import pytest
 from helpers.jobs import FAST, MULTI, entries, run_job, summary_json
-from helpers.rss import MiB, PeakRSS
+from helpers.rss import MiB, peak_growth
 
 from pipelines import build_index, mix, reshard
 from tfrecord_beam.index import build_index as index_of
@@ -52,22 +52,14 @@ def inputs(tmp_path_factory):
     return big, small
 
 
-def _stream_hash(paths) -> str:
+def _stream_hash(paths, payloads_of=lambda p: RecordReader(str(p))) -> str:
     """A hash of the records of `paths` in order (streamed: constant memory)."""
     h = hashlib.blake2b()
     for p in paths:
-        for payload in RecordReader(str(p)):
+        for payload in payloads_of(p):
             h.update(len(payload).to_bytes(8, "little"))
             h.update(payload)
     return h.hexdigest()
-
-
-def _peak_growth(run_small, run_big) -> int:
-    with PeakRSS() as small:
-        run_small()
-    with PeakRSS() as big:
-        run_big()
-    return big.largest - small.largest  # per process: see tests/helpers/rss.py
 
 
 @RUNNERS
@@ -91,7 +83,7 @@ def test_reshard_streams_in_bounded_memory_and_keeps_order(inputs, tmp_path, cap
         assert code == 0, err
         return summary_json(out)
 
-    growth = _peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
+    growth = peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
     assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
     shards = sorted((tmp_path / "b").glob("r-*-of-00004.tfrecord"))
     assert len(shards) == 4
@@ -123,13 +115,11 @@ def _skipping_hash(paths) -> str:
     """`_stream_hash` of what a streaming reader with skipping reads."""
     from tfrecord_beam.skipping import SkippingReader
 
-    h = hashlib.blake2b()
-    for p in paths:
-        for chunk in SkippingReader(str(p), None, open_file=lambda p=p: open(p, "rb"), skip_corrupt=True).chunks():
-            for payload in chunk.payloads():
-                h.update(len(payload).to_bytes(8, "little"))
-                h.update(payload)
-    return h.hexdigest()
+    def payloads_of(p):
+        reader = SkippingReader(str(p), None, open_file=lambda: open(p, "rb"), skip_corrupt=True)
+        return (payload for chunk in reader.chunks() for payload in chunk.payloads())
+
+    return _stream_hash(paths, payloads_of)
 
 
 def test_reshard_skip_corrupt_in_bounded_memory(inputs, tmp_path, capsys):
@@ -155,7 +145,7 @@ def test_reshard_skip_corrupt_in_bounded_memory(inputs, tmp_path, capsys):
         assert summary_json(out)["corrupt_records"] == 2
         return summary_json(out)
 
-    growth = _peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
+    growth = peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
     assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
     shards = sorted((tmp_path / "b").glob("r-*-of-00002.tfrecord"))
     assert _stream_hash(shards) == _skipping_hash(big)  # the intact records, exactly once, in input order
@@ -173,7 +163,7 @@ def test_build_index_in_bounded_memory(inputs, tmp_path, capsys, runner):
         )
         assert code == 0, err
 
-    growth = _peak_growth(lambda: job(small, tmp_path / "s"), lambda: job(big, tmp_path / "b"))
+    growth = peak_growth(lambda: job(small, tmp_path / "s"), lambda: job(big, tmp_path / "b"))
     assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
     for f in big:
         assert np.array_equal(
@@ -210,7 +200,7 @@ def test_mix_in_bounded_memory(inputs, tmp_path, capsys, runner):
 
     n_big = sum(len(index_of(str(f))) for f in big)
     n_small = sum(len(index_of(str(f))) for f in small)
-    growth = _peak_growth(lambda: job(small, "s", n_small), lambda: job(big, "b", n_big))
+    growth = peak_growth(lambda: job(small, "s", n_small), lambda: job(big, "b", n_big))
     assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
     out = sorted((tmp_path / "b").glob("m-*.tfrecord"))
     assert sum(len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in out) == n_big

@@ -276,7 +276,7 @@ def test_build_index_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, t
 def test_reshard_of_block_gzip_streams_in_bounded_memory(tmp_path, capsys):
     """Largest-process peak RSS of a reshard of 5x the budget exceeds that of 1x by less than
     the budget (tests/test_pipelines_bounded.py's rule), and the output is the input in order."""
-    from helpers.rss import MiB, PeakRSS
+    from helpers.rss import MiB, peak_growth
 
     budget = 32 * MiB
 
@@ -313,11 +313,7 @@ def test_reshard_of_block_gzip_streams_in_bounded_memory(tmp_path, capsys):
         )
         assert code == 0, err
 
-    with PeakRSS() as low:
-        job(small, "s")
-    with PeakRSS() as high:
-        job(big, "b")
-    growth = high.largest - low.largest
+    growth = peak_growth(lambda: job(small, "s"), lambda: job(big, "b"))
     assert growth < budget, f"peak RSS grew by {growth / MiB:.0f} MiB on a {5 * budget / MiB:.0f} MiB input"
     shards = sorted((tmp_path / "b").glob("r-*-of-00004.tfrecord"))
     got = (p for s in shards for p in read_records(str(s)))

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Dict, Iterable, NamedTuple, Optional, Sequence, Set
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Sequence, Set
 
 from .fixtures import REPO
 
@@ -130,6 +130,16 @@ class PeakRSS(TreePeaks):
         self._stop.set()
         self._thread.join()
         self._sample()
+
+
+def peak_growth(run_small: Callable[[], object], run_big: Callable[[], object]) -> int:
+    """How much higher the largest process of this process tree peaks while `run_big` runs
+    than while `run_small` runs (bytes): the memory that grows with the data."""
+    with PeakRSS() as small:
+        run_small()
+    with PeakRSS() as big:
+        run_big()
+    return big.largest - small.largest
 
 
 class Measured(NamedTuple):
