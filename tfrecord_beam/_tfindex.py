@@ -227,7 +227,7 @@ AtomicOutput = fs.AtomicOutput
 
 class IndexStream:
     """Writes `.tfindex` lines for frames as they are written, under a temporary name beside
-    the index (nothing held in memory); `finish` + `move` (or `close`) put it in place."""
+    the index (nothing held in memory); `finish`, then the commit's `move`, puts it in place."""
 
     def __init__(self, path: str, atomic_output: Optional[AtomicOutput] = None) -> None:
         self._cm = (atomic_output or fs.atomic_output)(path)
@@ -250,11 +250,6 @@ class IndexStream:
             self._handle.write(members.format())
         self._commit.finish()
         return self._commit
-
-    def close(self, members: Optional[MemberTable] = None) -> None:
-        """Finish the index and move it in."""
-        self.finish(members).move()
-        self._cm.__exit__(None, None, None)
 
     def abort(self) -> None:
         """Drop the temporary index."""
