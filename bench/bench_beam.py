@@ -66,8 +66,8 @@ def make_d2(path: str, n: int) -> None:
 
 def _options(workers: int) -> PipelineOptions:
     if workers == 1:
-        return PipelineOptions(direct_num_workers=1, direct_running_mode="in_memory")
-    return PipelineOptions(direct_num_workers=workers, direct_running_mode="multi_processing")
+        return PipelineOptions([], direct_num_workers=1, direct_running_mode="in_memory")
+    return PipelineOptions([], direct_num_workers=workers, direct_running_mode="multi_processing")
 
 
 IMPLS = ("beam.io.tfrecordio", "tfrecord_beam", "tfrecord_beam batched")

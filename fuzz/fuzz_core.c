@@ -302,17 +302,20 @@ static void fuzz_encoder(const uint8_t *data, size_t size) {
 
 static void fuzz_index_text(const uint8_t *data, size_t size, uint8_t mode) {
     size_t cap = tfr_index_max_pairs(data, size);
-    int64_t *all = (int64_t *)malloc(cap * 16), few[8];
+    int64_t *all = (int64_t *)malloc(cap * 8), few[8];
     if (!all) abort();
     tfr_index_error err, err2;
-    size_t n = tfr_parse_index(data, size, all, cap, &err);
+    tfr_index_chain chain, chain2;
+    size_t n = tfr_parse_index(data, size, all, cap, &err, &chain);
     if (n > cap || err.code == TFR_INDEX_FULL || (err.code && (err.line < 1 || err.line_start > size))) abort();
     size_t small = (size_t)(mode % 5);
-    size_t m = tfr_parse_index(data, size, few, small, &err2);
-    if (m > small || m > n || memcmp(few, all, m * 16) != 0) abort();
+    size_t m = tfr_parse_index(data, size, few, small, &err2, &chain2);
+    if (m > small || m > n || memcmp(few, all, m * 8) != 0) abort();
     if (m < n && err2.code != TFR_INDEX_FULL) abort();
     if (m == n && err2.code != err.code && err2.code != TFR_INDEX_FULL) abort();
-    for (size_t i = 0; i < 2 * n; i++) if (all[i] < 0) abort();
+    for (size_t i = 0; i < n; i++) if (all[i] < 0) abort();
+    if (chain.gap.found && (chain.gap.entry == 0 || chain.gap.entry >= n)) abort();
+    if (chain.overflow.found && chain.overflow.entry >= n) abort();
     free(all);
 }
 

@@ -213,6 +213,23 @@ def test_index_lookup_in_place_and_malformed_fallback(tmp_path):
         source_test_utils.read_from_source(_TFRecordSource(path))
 
 
+def test_index_cache_keeps_offsets_only_within_its_byte_budget(tmp_path, monkeypatch):
+    from tfrecord_beam.beam import _index_cache
+
+    monkeypatch.setattr(_index_cache, "_cache", type(_index_cache._cache)())
+    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 40 * 8 * 2)  # two files' offsets
+    paths = [write_file(tmp_path / f"d{i}.tfrecord", plain_payloads(40), index=True) for i in range(3)]
+    sizes = [os.path.getsize(p) for p in paths]
+    first = _index_cache.record_offsets(paths[0], sizes[0])
+    assert first.nbytes == 40 * 8  # the offsets alone, int64: no (n, 2) table is kept
+    assert _index_cache.record_offsets(paths[0], sizes[0]) is first  # cached
+    _index_cache.record_offsets(paths[1], sizes[1])
+    _index_cache.record_offsets(paths[2], sizes[2])
+    assert len(_index_cache._cache) == 2 and _index_cache.record_offsets(paths[0], sizes[0]) is not first
+    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 1)  # the newest stays even over the budget
+    assert _index_cache.record_offsets(paths[1], sizes[1]) is not None and len(_index_cache._cache) == 1
+
+
 def test_truncated_gzip_with_skip_corrupt_keeps_the_good_prefix(tmp_path):
     path = _corrupt_copy(tmp_path, "truncated.tfrecord.gz")
     good = []

@@ -109,3 +109,19 @@ def test_query_strings_survive_globs_and_index_names(monkeypatch, tmp_path):
     assert fs.data_files(f"gs://b/*{q}") == [f"gs://b/x-0.tfrecord{q}", f"gs://b/x-1.tfrecord{q}"]
     assert default_index_path(f"gs://b/x-0.tfrecord{q}") == f"gs://b/x-0.tfindex{q}"
     assert fs.join(f"gs://b/{q}", "n") == f"gs://b/n{q}" and fs.dirname(f"gs://b/d/n{q}") == f"gs://b/d{q}"
+
+
+def test_mapped_input_maps_a_local_file_and_reads_a_remote_one(bucket, tmp_path):
+    import mmap
+
+    text = b"0 12\n12 5\n"
+    (bucket / "x.tfindex").write_bytes(text)
+    (tmp_path / "empty.tfindex").write_bytes(b"")
+    with fs.mapped_input(bucket / "x.tfindex") as local:
+        assert isinstance(local, mmap.mmap) and local[:] == text  # the page cache's pages, no copy
+    assert local.closed  # unmapped on leaving
+    with fs.mapped_input(tmp_path / "empty.tfindex") as empty:  # mmap refuses an empty file
+        assert empty == b""
+    with fs.mapped_input("gs://bucket/x.tfindex") as remote:
+        assert remote == text
+    assert index.load_index("gs://bucket/x.tfindex").tolist() == [[0, 12], [12, 5]]

@@ -1,6 +1,7 @@
-"""`.tfindex` text parsing: the compiled `parse_index` and its numpy twin agree (pairs and
-errors) on any text, the twin's vectorised fast path agrees with its line-by-line parser, and
-`load_index` names the file, the line and what is wrong, on both engines."""
+"""`.tfindex` text parsing: the compiled `index_starts` and its numpy twin agree (offsets, end,
+errors and chain faults) on any text, the twin's vectorised fast path agrees with its
+line-by-line parser, and `load_index` names the file, the line and what is wrong, on both
+engines."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from tfrecord_beam._engine import _index_text as _index_text_py
 from tfrecord_beam.errors import IndexMismatchError
 
 FUZZ_CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
-PARSERS = [pytest.param(_index_text_py.parse_index, id="pure")]
+PARSERS = [pytest.param(_index_text_py.index_starts, id="pure")]
 if NATIVE is not None:
-    PARSERS.append(pytest.param(NATIVE.parse_index, id="native"))
+    PARSERS.append(pytest.param(NATIVE.index_starts, id="native"))
 
 FRAGMENTS = [
     "0",
@@ -61,10 +62,9 @@ def _text(parts) -> bytes:
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40))
 def test_engines_and_paths_agree_on_any_text(parts):
     data = _text(parts)
-    expected = _index_text_py._by_line(data)
-    assert same(_index_text_py.parse_index(data), expected)
+    assert same(_index_text_py.parse_index(data), _index_text_py._by_line(data))
     if NATIVE is not None:
-        got = NATIVE.parse_index(data)
+        got, expected = NATIVE.index_starts(data), _index_text_py.index_starts(data)
         assert same(got, expected), f"{data!r}: native {got!r} != pure {expected!r}"
 
 
@@ -72,7 +72,7 @@ def test_engines_and_paths_agree_on_any_text(parts):
 def test_engines_agree_on_the_fuzz_corpus():
     for path in sorted(FUZZ_CORPUS.iterdir()):
         data = path.read_bytes()
-        assert same(NATIVE.parse_index(data), _index_text_py.parse_index(data)), path.name
+        assert same(NATIVE.index_starts(data), _index_text_py.index_starts(data)), path.name
 
 
 @pytest.mark.parametrize("parse", PARSERS)
@@ -95,9 +95,28 @@ def test_engines_agree_on_the_fuzz_corpus():
     ],
 )
 def test_grammar(parse, text, pairs, error):
-    got_pairs, got_error = parse(text)
-    assert got_pairs.dtype == np.int64 and got_pairs.tolist() == pairs
+    got_starts, _, got_error, _ = parse(text)
+    assert got_starts.dtype == np.int64 and got_starts.tolist() == pairs[0::2]
     assert got_error == error
+
+
+@pytest.mark.parametrize("parse", PARSERS)
+@pytest.mark.parametrize(
+    "text, end, fault",
+    [
+        (b"", 0, None),
+        (b"0 12\n12 5\n", 17, None),
+        (b"3 12\n15 5\n", 20, (_index_text_py.CHAIN_NOT_AT_ZERO, 0, 3, 12, 0)),
+        (b"0 12\n13 5\n20 1\n", 21, (_index_text_py.CHAIN_GAP, 1, 13, 5, 12)),
+        # the first overflow comes before a gap or a start other than 0, wherever it is
+        (b"1 2\n7 1\n8 9223372036854775807\n", -(2**63) + 7, (_index_text_py.CHAIN_OVERFLOW, 2, 8, 2**63 - 1, 0)),
+        # a malformed line ends the entries; the chain fault is that of the entries before it
+        (b"0 12\n14 5\nx\n", 19, (_index_text_py.CHAIN_GAP, 1, 14, 5, 12)),
+    ],
+)
+def test_chain(parse, text, end, fault):
+    _, got_end, _, got_fault = parse(text)
+    assert (got_end, got_fault) == (end, fault)
 
 
 def test_a_big_index_parses_on_the_fast_path_and_in_c():
@@ -110,20 +129,20 @@ def test_a_big_index_parses_on_the_fast_path_and_in_c():
     slow, error = _index_text_py._by_line(text)
     assert error is None and np.array_equal(slow, fast)
     if NATIVE is not None:
-        pairs, error = NATIVE.parse_index(text)
-        assert error is None and np.array_equal(pairs.reshape(-1, 2), table)
+        starts, end, error, fault = NATIVE.index_starts(text)
+        assert error is None and fault is None and np.array_equal(starts, table[:, 0]) and end == table[-1].sum()
 
 
 @needs_native
-def test_native_parse_needs_no_more_memory_than_its_pairs():
-    pairs, _ = NATIVE.parse_index(b"0 1\n" * 1000 + b"#\n" * 100_000)
-    assert pairs.base is not None and pairs.nbytes == 16 * 1000 and len(pairs) == 2000
+def test_native_parse_needs_no_more_memory_than_its_offsets():
+    starts, *_ = NATIVE.index_starts(b"0 1\n" * 1000 + b"#\n" * 100_000)
+    assert starts.base is not None and starts.nbytes == 8 * 1000 and len(starts) == 1000
 
 
 @pytest.fixture(params=PARSERS)
 def engine(request, monkeypatch):
     """load_index with each engine's parser."""
-    monkeypatch.setattr(_engine, "parse_index", request.param)
+    monkeypatch.setattr(_engine, "index_starts", request.param)
     return request.param
 
 

@@ -41,7 +41,7 @@ __all__ = [
     "append_frame",
     "walk_headers",
     "slice_payloads",
-    "parse_index",
+    "index_starts",
     "decode_examples",
     "decode_sequence_examples",
     "encode_examples",
@@ -80,7 +80,7 @@ if _native is not None:
     append_frame = _native.append_frame
     walk_headers = _native.walk_headers
     slice_payloads = _native.slice_payloads
-    parse_index = _native.parse_index
+    index_starts = _native.index_starts
     decode_examples = _native.decode_examples
     decode_sequence_examples = _native.decode_sequence_examples
     encode_examples = _native.encode_examples
@@ -101,7 +101,7 @@ else:
     append_frame = _framing.append_frame
     walk_headers = _framing.walk_headers
     slice_payloads = _framing.slice_payloads
-    parse_index = _index_text.parse_index  # `.tfindex` text
+    index_starts = _index_text.index_starts  # `.tfindex` text
     decode_examples = _decode.decode_examples
     decode_sequence_examples = _decode.decode_sequence_examples
     encode_examples = _encode.encode_examples

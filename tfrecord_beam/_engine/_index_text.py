@@ -1,6 +1,7 @@
 """Pure-Python twin of the compiled `.tfindex` text parser (`_native/tfr_index.c`).
 
-`parse_index(buf) -> (pairs, error)`, the same in both engines:
+`index_starts(buf) -> (starts, end, error, fault)` is the engines' function (its docstring);
+its grammar is that of `parse_index(buf) -> (pairs, error)`:
 
 * lines end at `\\n` (the last one may lack it); space, tab, `\\r`, `\\v` and `\\f` are blanks;
 * a line of blanks only, or whose first non-blank byte is `#` (a block-gzip member table,
@@ -11,8 +12,8 @@
 `pairs` is a flat int64 array (offset, length, offset, length, ...) of the lines before the
 first malformed one; `error` is None, or `(code, line, line_start)`: ERROR_NOT_PAIR (the line
 is not two numbers) or ERROR_TOO_BIG (it is, but one does not fit in int64), its 1-based
-line number and the byte offset where it starts. `index.load_index` turns errors into
-IndexMismatchError and checks what the numbers mean.
+line number and the byte offset where it starts. `_tfindex.load_index` turns errors and
+chain faults into IndexMismatchError.
 
 The common case (every line exactly "digits space digits", numbers of at most 18 digits) is
 checked and converted with numpy in a few passes; anything else is parsed line by line.
@@ -24,10 +25,22 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["parse_index", "entry_line", "ERROR_NOT_PAIR", "ERROR_TOO_BIG"]
+__all__ = [
+    "index_starts",
+    "parse_index",
+    "entry_line",
+    "ERROR_NOT_PAIR",
+    "ERROR_TOO_BIG",
+    "CHAIN_OVERFLOW",
+    "CHAIN_NOT_AT_ZERO",
+    "CHAIN_GAP",
+]
 
 ERROR_NOT_PAIR = 1
 ERROR_TOO_BIG = 2
+CHAIN_OVERFLOW = 3  # an entry's offset + length passes 2**63 - 1
+CHAIN_NOT_AT_ZERO = 4  # the first entry does not start at offset 0
+CHAIN_GAP = 5  # an entry does not start where the one before ends
 
 _BLANKS = b" \t\r\v\f"
 _DIGITS = frozenset(b"0123456789")
@@ -36,6 +49,39 @@ _FAST_DIGITS = 18  # below 10**18 < 2**63: no overflow check needed
 _SPACE, _NEWLINE = ord(" "), ord("\n")
 
 ParseError = Tuple[int, int, int]
+ChainFault = Tuple[int, int, int, int, int]
+
+
+def index_starts(buf) -> Tuple[np.ndarray, int, Optional[ParseError], Optional[ChainFault]]:
+    """`.tfindex` text as `(starts, end, error, fault)`, the same in both engines: each entry's
+    offset (int64; the lengths follow from the chain), where the last entry ends (0 for none),
+    `parse_index`'s first malformed line (the entries before it are returned) and the first
+    fault of the chain of those entries: `(code, entry, offset, length, previous end)` of the
+    first CHAIN_OVERFLOW anywhere, else CHAIN_NOT_AT_ZERO, else the first CHAIN_GAP, or None.
+    Sums wrap as int64 (so the C twin needs no wider type)."""
+    pairs, error = parse_index(buf)
+    index = pairs.reshape(-1, 2)
+    starts = np.ascontiguousarray(index[:, 0])
+    if not len(index):
+        return starts, 0, error, None
+    with np.errstate(over="ignore"):
+        ends = index[:, 0] + index[:, 1]  # wraps below zero where the sum passes 2**63 - 1
+    return starts, int(ends[-1]), error, _chain_fault(index, ends)
+
+
+def _chain_fault(index: np.ndarray, ends: np.ndarray) -> Optional[ChainFault]:
+    """The fault of `index_starts` (its docstring) of parsed entries and their ends."""
+    overflow = np.flatnonzero(ends < 0)
+    if len(overflow):
+        bad = int(overflow[0])
+        return CHAIN_OVERFLOW, bad, int(index[bad, 0]), int(index[bad, 1]), 0
+    if index[0, 0] != 0:
+        return CHAIN_NOT_AT_ZERO, 0, int(index[0, 0]), int(index[0, 1]), 0
+    gaps = np.flatnonzero(index[1:, 0] != ends[:-1])
+    if len(gaps):
+        bad = int(gaps[0]) + 1
+        return CHAIN_GAP, bad, int(index[bad, 0]), int(index[bad, 1]), int(ends[bad - 1])
+    return None
 
 
 def parse_index(buf) -> Tuple[np.ndarray, Optional[ParseError]]:

@@ -269,22 +269,35 @@ static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
 }
 
-/* parse_index(buf) -> (pairs int64 (2n,), error): `.tfindex` text; error None, or (code, line,
- * line start) of the first malformed line (the pairs before it are returned). */
-static PyObject *py_parse_index(PyObject *self, PyObject *arg) {
+/* The winning chain fault as (code, entry, offset, length, previous end), or None. */
+static PyObject *chain_fault(const tfr_index_chain *c) {
+    const tfr_chain_fault *f = c->overflow.found ? &c->overflow : c->not_at_zero.found ? &c->not_at_zero : c->gap.found ? &c->gap : NULL;
+    if (!f) Py_RETURN_NONE;
+    int code = f == &c->overflow ? 3 : f == &c->not_at_zero ? 4 : 5; /* _index_text.CHAIN_* */
+    return Py_BuildValue("(inLLL)", code, (Py_ssize_t)f->entry, (long long)f->offset, (long long)f->length,
+                         (long long)f->previous_end);
+}
+
+/* index_starts(buf) -> (starts int64 (n,), end, None | (code, line, line start), None | chain
+ * fault): `.tfindex` text; the entries' offsets (the lengths follow from the chain), where the
+ * last ends, the first malformed line (the entries before it are returned) and the first
+ * fault of the chain (_index_text.index_starts). */
+static PyObject *py_index_starts(PyObject *self, PyObject *arg) {
     Py_buffer v;
     if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *buf = (const uint8_t *)v.buf;
     size_t size = (size_t)v.len, n = 0, cap;
     tfr_index_error err;
+    tfr_index_chain chain;
+    memset(&chain, 0, sizeof(chain));
     tfr_buf out = {0};
     int nomem = 0;
     Py_BEGIN_ALLOW_THREADS
     cap = tfr_index_max_pairs(buf, size);
-    if (tfr_buf_reserve(&out, cap * 16)) nomem = 1;
+    if (tfr_buf_reserve(&out, cap * 8)) nomem = 1;
     else {
-        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err);
-        out.len = n * 16;
+        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err, &chain);
+        out.len = n * 8;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
@@ -293,10 +306,13 @@ static PyObject *py_parse_index(PyObject *self, PyObject *arg) {
         uint8_t *smaller = (uint8_t *)realloc(out.data, out.len);
         if (smaller) { out.data = smaller; out.cap = out.len; }
     }
-    PyObject *pairs = buf_to_array(&out, NPY_INT64, 8);
-    if (!pairs) { tfr_buf_free(&out); return NULL; }
-    if (err.code == TFR_INDEX_OK) return Py_BuildValue("(NO)", pairs, Py_None);
-    return Py_BuildValue("(N(inn))", pairs, err.code, (Py_ssize_t)err.line, (Py_ssize_t)err.line_start);
+    PyObject *starts = buf_to_array(&out, NPY_INT64, 8);
+    if (!starts) { tfr_buf_free(&out); return NULL; }
+    PyObject *fault = chain_fault(&chain);
+    if (!fault) { Py_DECREF(starts); return NULL; }
+    if (err.code == TFR_INDEX_OK) return Py_BuildValue("(NLON)", starts, (long long)chain.end, Py_None, fault);
+    return Py_BuildValue("(NL(inn)N)", starts, (long long)chain.end, err.code, (Py_ssize_t)err.line,
+                         (Py_ssize_t)err.line_start, fault);
 }
 
 /* ---- record input: (buffer, offsets, lengths) or a sequence of bytes-likes --------------- */
@@ -666,8 +682,9 @@ static PyMethodDef methods[] = {
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
     {"walk_headers", py_walk_headers, METH_VARARGS,
      "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
-    {"parse_index", py_parse_index, METH_O,
-     "parse_index(buf) -> (int64 pairs (2n,), None | (code, line, line start)): `.tfindex` text."},
+    {"index_starts", py_index_starts, METH_O,
+     "index_starts(buf) -> (int64 starts (n,), end, None | (code, line, line start), None | (code, entry, "
+     "offset, length, previous end)): `.tfindex` text."},
     {"slice_payloads", py_slice_payloads, METH_VARARGS,
      "slice_payloads(buffer, offsets, lengths) -> list of bytes: each payload of a chunk."},
     {"frame_records", py_frame_records, METH_O, "Frame many payloads into one bytes object."},

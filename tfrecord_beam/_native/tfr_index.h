@@ -21,9 +21,26 @@ typedef struct {
 /* An upper bound of the pairs buf[0..size) can hold (its lines), for sizing `out`. */
 size_t tfr_index_max_pairs(const uint8_t *buf, size_t size);
 
-/* Parse buf[0..size) into out[2*i], out[2*i+1] (offset, length) for at most `cap` pairs.
- * Returns the number of pairs; on a malformed line stops there with err->code != 0 (the
- * pairs before it are written). Passing cap >= tfr_index_max_pairs() never runs out. */
-size_t tfr_parse_index(const uint8_t *buf, size_t size, int64_t *out, size_t cap, tfr_index_error *err);
+/* A fault of the chain of entries (each must start where the one before ends, the first at 0). */
+typedef struct {
+    int found;
+    size_t entry;          /* 0-based entry number */
+    int64_t offset, length;
+    int64_t previous_end;  /* (gaps) where the entry before ends */
+} tfr_chain_fault;
+
+typedef struct {
+    tfr_chain_fault overflow;    /* the first entry whose offset + length passes 2**63 - 1 */
+    tfr_chain_fault not_at_zero; /* the first entry, when its offset is not 0 */
+    tfr_chain_fault gap;         /* the first entry not starting where the one before ends */
+    int64_t end;                 /* where the last entry ends (0 for none) */
+} tfr_index_chain;
+
+/* Parse buf[0..size) into starts[i] (each entry's offset) for at most `cap` entries and follow
+ * the chain of entries into `chain`. Returns the number of entries; on a malformed line stops
+ * there with err->code != 0 (the entries before it are written). Passing cap >=
+ * tfr_index_max_pairs() never runs out. */
+size_t tfr_parse_index(const uint8_t *buf, size_t size, int64_t *starts, size_t cap, tfr_index_error *err,
+                       tfr_index_chain *chain);
 
 #endif

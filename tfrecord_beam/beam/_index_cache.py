@@ -1,9 +1,10 @@
 """Record offsets from the `.tfindex` beside a data file, for starting split reads.
 
 A split reader needs one answer from the index: the first record at or after a byte offset
-(and its number). The index is loaded with `index.load_index` (vectorised; it checks that
-entries start at 0 and follow each other) and `index.check_index` (it must end where the data
-does), and cached per process. An index of the right size can still be stale: readers check
+(and its number). The index is loaded with `_tfindex.load_index_starts` (one compiled pass
+over the memory-mapped text; it checks that entries start at 0 and follow each other; only
+the offsets are kept, 8 bytes a record) and `check_end` (it must end where the data does),
+and cached per process. An index of the right size can still be stale: readers check
 what they read against it (`Offsets.check_*`, over `tfrecord_beam._index_check`).
 """
 
@@ -17,9 +18,10 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .. import _index_check, fs
-from ..index import check_index, default_index_path, load_index
+from .._tfindex import check_end, default_index_path, load_index_starts
 
-_CACHE_SIZE = 16
+_CACHE_SIZE = 16  # indexes kept per process
+_CACHE_BYTES = 256 << 20  # and at most this much of their offsets (8 bytes a record), the newest always
 _cache: "OrderedDict[Tuple[str, int, int, Optional[int]], Offsets]" = OrderedDict()
 _lock = threading.Lock()
 
@@ -34,6 +36,11 @@ class Offsets:
 
     def __len__(self) -> int:
         return len(self._table)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory the offsets hold."""
+        return int(self._table.nbytes)
 
     def first_at_or_after(self, offset: int, total: int) -> Tuple[int, int]:
         """(record number, header offset) of the first record starting at or after `offset`
@@ -69,6 +76,10 @@ class Offsets:
         self.check_entry(raw, number, total)
 
 
+def _cached_bytes() -> int:
+    return sum(offsets.nbytes for offsets in _cache.values())
+
+
 def _mtime(path: str) -> Optional[int]:
     """Modification time (ns) of a local index, so a rewritten one is not served from cache."""
     if fs.is_remote(path):
@@ -90,11 +101,11 @@ def record_offsets(data_path: str, data_size: int) -> Optional[Offsets]:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    index = check_index(load_index(index_path), data_size, index_path, data_path)
-    table = np.ascontiguousarray(index[:, 0])
+    table, end = load_index_starts(index_path)
+    check_end(end, data_size, index_path, data_path)
     offsets = Offsets(table, index_path, data_path)
     with _lock:
         _cache[key] = offsets
-        while len(_cache) > _CACHE_SIZE:
+        while len(_cache) > _CACHE_SIZE or (len(_cache) > 1 and _cached_bytes() > _CACHE_BYTES):
             _cache.popitem(last=False)
     return offsets
