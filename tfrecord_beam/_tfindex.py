@@ -112,9 +112,12 @@ def load_index(index_path) -> np.ndarray:
     `check_index` also compares the end with the data file's size.
     """
     starts, end = load_index_starts(index_path)
-    return (
-        np.stack([starts, np.diff(starts, append=np.int64(end))], axis=1) if len(starts) else np.zeros((0, 2), np.int64)
-    )
+    index = np.empty((len(starts), 2), dtype=np.int64)
+    index[:, 0] = starts
+    if len(starts):  # the chain holds, so each length is where the next entry starts, less its own start
+        np.subtract(starts[1:], starts[:-1], out=index[:-1, 1])
+        index[-1, 1] = end - int(starts[-1])
+    return index
 
 
 def load_index_starts(index_path) -> Tuple[np.ndarray, int]:
