@@ -138,7 +138,8 @@ def open_input(path: PathLike) -> BinaryIO:
 def mapped_input(path: PathLike) -> Iterator[Union[bytes, "mmap.mmap"]]:
     """The whole content of a path or URI as one read-only buffer: a local file is memory-mapped
     (its page-cache pages, no copy into a fresh buffer: a 300 MB index costs no page faults of
-    its own), a remote one is read whole."""
+    its own), a remote one is read whole. Hold it briefly: as with any mapping, a file truncated
+    in place while mapped faults the reader (our writers replace files by rename, which is safe)."""
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is not None:
         with filesystem.open_input_file(inner) as handle:
