@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 Source = Union[str, "os.PathLike[str]", BinaryIO]
+BadPayload = Callable[[int, Optional[int], str, int], None]  # (offset, record number, reason, frame end)
 
 DEFAULT_CHUNK_SIZE = 1 << 20
 # Protobuf refuses messages of 2 GiB or more, so no Example or SequenceExample is longer.
@@ -158,6 +159,11 @@ class RecordReader:
         members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
             from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
+        on_bad_payload: called as `(header offset, record number, reason, frame end)` for a
+            record of the range whose payload alone fails its CRC (its length passes its own),
+            and reading goes on right after that record in the same stream, instead of raising
+            (default None: raise). A compressed stream then never has to be inflated again from
+            its start to get past payload damage.
         max_record_size: the longest payload accepted (default 2 GiB - 1, protobuf's own limit).
             A length field above it is a `CorruptRecordError` before anything is allocated, as
             is one longer than the data that can still follow (the rest of an uncompressed
@@ -183,6 +189,7 @@ class RecordReader:
         resync: bool = False,
         members: Union[None, bool, "blockgzip.MemberTable"] = None,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+        on_bad_payload: Optional[BadPayload] = None,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -198,6 +205,7 @@ class RecordReader:
         self.resync = resync
         self.members = members
         self.max_record_size = int(max_record_size)
+        self.on_bad_payload = on_bad_payload
         if self.max_record_size < 0:
             raise ValueError(f"max_record_size must be >= 0, not {max_record_size!r}")
         if resync and self.compression is not None:
@@ -303,10 +311,28 @@ class RecordReader:
                     number += len(offsets)
             here = pos + consumed
             keep = len(buf) - consumed
+            if status == STATUS_BAD_DATA_CRC and self._step_over(buf, consumed, here, number):
+                frame = FRAME_OVERHEAD + _U64.unpack_from(buf, consumed)[0]  # whole in buf: its CRC was checked
+                pos, keep = here + frame, keep - frame
+                number = None if number is None else number + 1
+                if eof:  # no chunk follows: scan what is left of this one
+                    buf = buf[len(buf) - keep :]
+                need = 0
+                continue
             need = self._after_chunk(raw, stream, total, buf, consumed, status, here, number, eof)
             if need is None:
                 return
             pos = here
+
+    def _step_over(self, buf, consumed: int, here: int, number: Optional[int]) -> bool:
+        """Whether to go on past the record at `here` (stream offset; `buf[consumed:]`) whose
+        payload failed its CRC: reported to `on_bad_payload` when there is one and the record
+        is this range's (a record past `end_offset` is the next range's to report)."""
+        if self.on_bad_payload is None or (self.end_offset is not None and here >= self.end_offset):
+            return False
+        (length,) = _U64.unpack_from(buf, consumed)
+        self.on_bad_payload(here, number, "payload CRC mismatch (corrupted record)", here + FRAME_OVERHEAD + length)
+        return True
 
     def _scan_buffer(self, buf) -> Tuple[np.ndarray, np.ndarray, int, int]:
         """(payload offsets, payload lengths, bytes consumed, status) of the whole frames at the

@@ -8,8 +8,9 @@ reason)` and reading goes on at the next record boundary:
 * with an index (`boundaries`: the sorted record offsets), the next indexed record;
 * else, when the bad record's length passes its CRC (only the payload is damaged), right
   after it; otherwise the next boundary a resync finds (both: `Resync.after_bad`);
-* in a GZIP / ZLIB file, right after a record whose payload alone is damaged; damage to the
-  stream itself or to a length loses the rest of the file (no resync inside a stream);
+* in a GZIP / ZLIB file, right after a record whose payload alone is damaged, in the same
+  stream (`RecordReader`'s `on_bad_payload`: nothing is inflated twice); damage to the stream
+  itself or to a length loses the rest of the file (no resync inside a stream);
 * a truncated tail ends the file.
 
 `end` is where the reader's chain stopped (the end of its last record or skipped span), so a
@@ -79,6 +80,7 @@ class SkippingReader:
                 resync=resync,
                 members=self.members,
                 chunk_size=self.chunk_size,
+                on_bad_payload=self._stepped_over if self.skip_corrupt and self.compression is not None else None,
             )
             try:
                 for chunk in reader.chunks():
@@ -106,6 +108,11 @@ class SkippingReader:
         if self.on_corrupt is not None:
             self.on_corrupt(self.path, offset, reason)
 
+    def _stepped_over(self, offset: int, number: Optional[int], reason: str, frame_end: int) -> None:
+        """The reader went on past a record whose payload alone is damaged: report it."""
+        self._report(offset, reason)
+        self.end = frame_end
+
     def _skip(self, err: CorruptRecordError):
         """Report `err`; (next boundary, its record number) to go on from, or (None, None)."""
         assert err.offset is not None  # RecordReader names the offset of all damage it raises
@@ -132,10 +139,10 @@ class SkippingReader:
         return nxt, number
 
     def _skip_in_stream(self, err: CorruptRecordError, offset: int):
-        """`_skip` in a GZIP / ZLIB file: a record whose payload alone is damaged (its length
-        passes its CRC, the stream inflates on) is stepped over like in a plain file; damage
-        to the stream or to a length loses the rest of the file (a compressed stream has no
-        resync), which is reported as one span."""
+        """`_skip` in a GZIP / ZLIB file (payload damage never comes here: the reader steps over
+        it, `_stepped_over`): a record too long to accept, whose length passes its CRC, is
+        stepped over; damage to the stream or to a length loses the rest of the file (a
+        compressed stream has no resync), which is reported as one span."""
         length = None
         if not isinstance(err, (CorruptStreamError, TruncatedRecordError)):
             with self._open() as raw:

@@ -13,7 +13,8 @@ runs come out as lists of payloads; the source decodes them and makes Beam's ele
   its end must land where its records continue (`Resync.check_split`), or SplitPointError: a
   payload embeds record-like frames and the file needs an index to be split. Exactly once, or
   a loud failure.
-* Compressed files are one unsplittable range, read whole.
+* Compressed files are one unsplittable range, read whole; a record whose payload alone is
+  damaged is stepped over in the stream (the rest of the file after stream damage is lost).
 
 With `skip_corrupt`, damage yields a `CorruptRecord` (counted) and reading goes on after it;
 after damage the reader reads small, growing windows, so densely damaged data costs time in
@@ -273,21 +274,48 @@ class _RangeRead:
 
     # -- compressed: one unsplittable range ----------------------------------------------
     def _compressed(self, tracker) -> Iterator:
-        """A compressed stream cannot be re-entered after damage: report it and stop."""
-        reader = RecordReader(self.raw, self.compression, verify=self.options.verify, first_record_number=0)
+        """A compressed stream is read whole, as one range. A record whose payload alone is
+        damaged is a dead letter and the stream inflates on past it (`RecordReader`'s
+        `on_bad_payload`); damage to the stream or to a length cannot be re-entered: report
+        it and stop."""
+        stepped: List[Tuple[int, str]] = []  # payload damage the reader went on past, not yet claimed
+        reader = RecordReader(
+            self.raw,
+            self.compression,
+            verify=self.options.verify,
+            first_record_number=0,
+            on_bad_payload=(lambda offset, _n, reason, _end: stepped.append((offset, reason)))
+            if self.options.skip_corrupt
+            else None,
+        )
         reader.path = self.file_name
         try:
             for chunk in reader.chunks():
+                if not (yield from self._claim_stepped(tracker, stepped)):
+                    return
                 claimed = yield from self._emit(tracker, chunk, chunk.record_offsets)
                 if claimed < len(chunk):
                     return
+            yield from self._claim_stepped(tracker, stepped)
         except CorruptRecordError as err:
             if not self.options.skip_corrupt or err.offset is None:
                 raise
+            if not (yield from self._claim_stepped(tracker, stepped)):
+                return
             offset = int(err.offset)
             tracker.try_claim(offset)
             reason = f"{err.reason}; the rest of this {self.compression} file is unreadable and was skipped"
             yield self._report(offset, reason)
+
+    def _claim_stepped(self, tracker, stepped: List[Tuple[int, str]]) -> Generator[CorruptRecord, None, bool]:
+        """Claim and yield the dead letters of `stepped` (in offset order, before the records
+        after them); False when a claim is refused (the range ends there)."""
+        for offset, reason in stepped:
+            if not tracker.try_claim(offset):
+                return False
+            yield self._report(offset, reason)
+        stepped.clear()
+        return True
 
 
 def report(file_name: str, offset: int, reason: str) -> CorruptRecord:
