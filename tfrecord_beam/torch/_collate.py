@@ -50,6 +50,7 @@ from ..example import (
     parse_example,
     parse_sequence_example,
 )
+from . import _ring
 from ._stream import AnyBlock, Block, Item
 
 LENGTHS_SUFFIX = "_lengths"
@@ -236,19 +237,31 @@ class Batch(dict):
     Sent from a DataLoader worker, each tensor would go through its own shared-memory segment
     and file-descriptor handshake (about half a millisecond each here, more than decoding the
     batch); a `Batch` travels as numpy arrays in the pickle stream instead and becomes
-    tensors again, without a copy, on arrival.
+    tensors again, without a copy, on arrival, and its `bytes` go through the dataset's
+    shared-memory ring when the worker was forked (`_ring`).
     """
 
     def __copy__(self) -> "Batch":  # the DataLoader's default_convert copies batches: stay cheap
         return Batch(self)
 
     def __reduce__(self):
-        tensors = {k: v.numpy() for k, v in self.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
-        others = {k: v for k, v in self.items() if k not in tensors}
-        return (_rebuild_batch, (tensors, others, list(self)))
+        return _reduce_batch(self, Batch)
 
 
-def _rebuild_batch(tensors: Dict[str, np.ndarray], others: Dict[str, Any], order: List[str], cls=None) -> Batch:
+def _reduce_batch(batch: "Batch", cls) -> tuple:
+    """How a `Batch` or `Sample` pickles: tensors as numpy arrays, and in a forked DataLoader
+    worker its `bytes` through the dataset's shared-memory ring (`_ring`), when one is free."""
+    tensors = {k: v.numpy() for k, v in batch.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
+    others = {k: v for k, v in batch.items() if k not in tensors}
+    packed = _ring.pack(others)
+    return (_rebuild_batch, (tensors, others, list(batch), cls, packed))
+
+
+def _rebuild_batch(
+    tensors: Dict[str, np.ndarray], others: Dict[str, Any], order: List[str], cls=None, packed=None
+) -> Batch:
+    if packed is not None:
+        others = {**others, **_ring.unpack(packed)}
     return (cls or Batch)((k, torch.from_numpy(tensors[k]) if k in tensors else others[k]) for k in order)
 
 
@@ -267,9 +280,7 @@ class Sample(Batch):
         return Sample(self)
 
     def __reduce__(self):
-        tensors = {k: v.numpy() for k, v in self.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
-        others = {k: v for k, v in self.items() if k not in tensors}
-        return (_rebuild_batch, (tensors, others, list(self), Sample))
+        return _reduce_batch(self, Sample)
 
 
 def _check_clash(name: str, columns: Dict[str, Any], suffixes: Tuple[str, ...]) -> None:

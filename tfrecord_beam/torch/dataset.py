@@ -20,7 +20,7 @@ import torch.utils.data
 from .._read_options import ReadOptions
 from ..example import Description
 from ..iterator_utils import shuffle_iterator
-from . import sampling
+from . import _ring, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
@@ -78,6 +78,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._pending: Optional[Dict[str, Any]] = None  # a loaded state, applied by the next __iter__
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
         self._mixer: Optional[sampling.WeightedMixer] = None
+        self._ring = _ring.make()  # made here, in the process that will read the batches
 
     @property
     def corrupt_records(self) -> int:
@@ -170,6 +171,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         if info is None:
             return self.iter_worker(0, 1)
         settle_worker()  # before reading: the collector stops walking the parent's heap (`_worker`)
+        _ring.serve(self._ring)  # batches' bytes go home through shared memory (`_ring`)
         return self.iter_worker(info.id, info.num_workers)
 
     def iter_worker(self, worker: int, num_workers: int) -> Iterator[Any]:

@@ -21,6 +21,7 @@ from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
 from .._read_options import ReadOptions
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description
+from . import _ring
 from ._collate import decode_record
 from ._files import FileSet, Paths
 from ._worker import settle_worker
@@ -79,6 +80,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         self._handles: Dict[int, Any] = {}
         self._member: Tuple[int, int, bytes] = (-1, -1, b"")  # (file, member, its bytes): the last inflated
         self._pid = os.getpid()
+        self._ring = _ring.make()  # made here, in the process that will read the batches
 
     @property
     def verify(self) -> bool:
@@ -130,6 +132,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         if self._pid != os.getpid():  # forked: do not share file positions with the parent
             self._handles, self._pid = {}, os.getpid()
             settle_worker()  # a DataLoader worker: the collector stops walking the parent's heap
+            _ring.serve(self._ring)  # batches' bytes go home through shared memory (`_ring`)
         handle = self._handles.get(f)
         if handle is None:
             handle = self._handles[f] = fs.open_input(self.files.paths[f])
