@@ -9,6 +9,7 @@ included) and reports records per second (median of R runs):
   * ours, batched:    tfrecord_beam.torch.TFRecordDataset(batch_size=B) + DataLoader(batch_size=None)
   * floor (--floor):  the per-record path's collated batches, prebuilt, yielded by a dataset that
                       reads nothing: the cost of the workers and of carrying the batches home
+                      (through the pipe, and through our shared-memory ring: `torch._ring`)
 Both are given the index file (without one, the `tfrecord` package repeats records across workers).
 D1: 6,000 Examples with a 16 KiB image; D2: 300,000 small Examples (`--scale` shrinks both).
 Each round runs every contender once, in turn (medians of R rounds, wall clock), and CPU
@@ -45,18 +46,22 @@ class _Prebuilt:
     def __init__(self, path: str, index: str, batch: int, description) -> None:
         from torch.utils.data import DataLoader
 
-        from tfrecord_beam.torch import TFRecordDataset
+        from tfrecord_beam.torch import TFRecordDataset, _ring
 
         self.batches = list(DataLoader(TFRecordDataset(path, index, description), batch_size=batch))
+        self.ring = _ring.make()
 
-    def dataset(self):
+    def dataset(self, ring: bool):
         import torch.utils.data
 
-        batches = self.batches
+        from tfrecord_beam.torch import _ring
+
+        batches, shared = self.batches, self.ring if ring else None
 
         class Yield(torch.utils.data.IterableDataset):
             def __iter__(self):
                 info = torch.utils.data.get_worker_info()
+                _ring.serve(shared)  # None: the batches' bytes go through the pipe
                 worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
                 for b in batches[worker::workers]:
                     yield type(b)((k, list(v) if isinstance(v, list) else v.clone()) for k, v in b.items())
@@ -86,10 +91,12 @@ def _loaders(path: str, index: str, batch: int, workers: int, description, floor
     )
     out.append(("ours, batched", lambda: _count(batched)))
     if floor:
-        prebuilt = DataLoader(
-            _Prebuilt(path, index, batch, description).dataset(), batch_size=None, num_workers=workers
-        )
-        out.append(("floor: prebuilt batches", lambda: _count(prebuilt)))
+        built = _Prebuilt(path, index, batch, description)
+        piped = DataLoader(built.dataset(ring=False), batch_size=None, num_workers=workers)
+        out.append(("floor: prebuilt batches, pipe", lambda: _count(piped)))
+        if workers:  # without workers nothing is carried: one floor row says it
+            ringed = DataLoader(built.dataset(ring=True), batch_size=None, num_workers=workers)
+            out.append(("floor: prebuilt batches, ring", lambda: _count(ringed)))
     return out
 
 

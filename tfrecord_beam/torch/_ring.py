@@ -73,15 +73,11 @@ class BytesRing:
         if claimed is None:
             return None
         slot, generation = claimed
-        view = memoryview(self._map)
-        try:
-            at = _HEADER_BYTES + slot * self.slot_bytes
-            for seq in values:
-                for b in seq:
-                    view[at : at + len(b)] = b
-                    at += len(b)
-        finally:
-            view.release()
+        ring, at = self._map, _HEADER_BYTES + slot * self.slot_bytes
+        for seq in values:
+            for b in seq:
+                ring[at : at + len(b)] = b
+                at += len(b)
         return slot, generation
 
     def _claim(self) -> Optional[Tuple[int, int]]:
@@ -107,18 +103,14 @@ class BytesRing:
         header = slot * _SLOT_HEADER.size
         if self._generation(header) != generation:
             raise RuntimeError(f"tfrecord_beam: shared-memory slot {slot} was reused before its batch was read")
-        view = memoryview(self._map)
-        try:
-            at = _HEADER_BYTES + slot * self.slot_bytes
-            out = []
-            for seq in lengths:
-                part = []
-                for n in seq:
-                    part.append(bytes(view[at : at + n]))
-                    at += n
-                out.append(part)
-        finally:
-            view.release()
+        ring, at = self._map, _HEADER_BYTES + slot * self.slot_bytes
+        out = []
+        for seq in lengths:
+            part = []
+            for n in seq:
+                part.append(ring[at : at + n])  # one copy, straight into a new bytes
+                at += n
+            out.append(part)
         if self._generation(header) != generation:  # taken back (its worker died) while we copied
             raise RuntimeError(f"tfrecord_beam: shared-memory slot {slot} was reused while its batch was read")
         self._map[header] = _FREE
