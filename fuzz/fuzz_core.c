@@ -306,10 +306,10 @@ static void fuzz_index_text(const uint8_t *data, size_t size, uint8_t mode) {
     if (!all) abort();
     tfr_index_error err, err2;
     tfr_index_chain chain, chain2;
-    size_t n = tfr_parse_index(data, size, all, cap, &err, &chain);
+    size_t n = tfr_parse_index(data, size, all, cap, &err, &chain, 0);
     if (n > cap || err.code == TFR_INDEX_FULL || (err.code && (err.line < 1 || err.line_start > size))) abort();
     size_t small = (size_t)(mode % 5);
-    size_t m = tfr_parse_index(data, size, few, small, &err2, &chain2);
+    size_t m = tfr_parse_index(data, size, few, small, &err2, &chain2, (int64_t)(mode & 3));
     if (m > small || m > n || memcmp(few, all, m * 8) != 0) abort();
     if (m < n && err2.code != TFR_INDEX_FULL) abort();
     if (m == n && err2.code != err.code && err2.code != TFR_INDEX_FULL) abort();

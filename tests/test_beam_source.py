@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 pytest.importorskip("apache_beam")
@@ -197,37 +198,94 @@ def test_index_lookup_in_place_and_malformed_fallback(tmp_path):
     path = write_file(tmp_path / "data.tfrecord", plain_payloads(40), index=True)
     index = build_index(path)
     total = int(index[-1].sum())
-    lookup = _index_cache.record_offsets(path, total)
+    lookup = _index_cache.index_text(path, total).window(0, total)
     for offset in list(range(0, total + 1, 7)) + index[:, 0].tolist():
         number = int((index[:, 0] < offset).sum())
         expected = int(index[number, 0]) if number < len(index) else total
-        assert lookup.first_at_or_after(offset, total) == (number, expected)
+        assert lookup.first_at_or_after(offset) == (number, expected)
     # a hand-edited index with CRLF line ends goes through the full parser, same answers
     crlf = tmp_path / "data.tfindex"
     crlf.write_bytes(crlf.read_bytes().replace(b"\n", b"\r\n"))
-    other = _index_cache.record_offsets(path, total)
+    other = _index_cache.index_text(path, total).window(0, total)
     assert other is not lookup
-    assert all(other.first_at_or_after(o, total) == lookup.first_at_or_after(o, total) for o in range(0, total, 11))
+    assert all(other.first_at_or_after(o) == lookup.first_at_or_after(o) for o in range(0, total, 11))
     crlf.write_bytes(b"0 10\nxx yy\n" + b"\n".join(f"{o} {n}".encode() for o, n in index[2:].tolist()) + b"\n")
     with pytest.raises(IndexMismatchError):
         source_test_utils.read_from_source(_TFRecordSource(path))
 
 
-def test_index_cache_keeps_offsets_only_within_its_byte_budget(tmp_path, monkeypatch):
+def _window_cases(tmp_path, n=5000):
     from tfrecord_beam.beam import _index_cache
 
-    monkeypatch.setattr(_index_cache, "_cache", type(_index_cache._cache)())
-    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 40 * 8 * 2)  # two files' offsets
-    paths = [write_file(tmp_path / f"d{i}.tfrecord", plain_payloads(40), index=True) for i in range(3)]
-    sizes = [os.path.getsize(p) for p in paths]
-    first = _index_cache.record_offsets(paths[0], sizes[0])
-    assert first.nbytes == 40 * 8  # the offsets alone, int64: no (n, 2) table is kept
-    assert _index_cache.record_offsets(paths[0], sizes[0]) is first  # cached
-    _index_cache.record_offsets(paths[1], sizes[1])
-    _index_cache.record_offsets(paths[2], sizes[2])
-    assert len(_index_cache._cache) == 2 and _index_cache.record_offsets(paths[0], sizes[0]) is not first
-    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 1)  # the newest stays even over the budget
-    assert _index_cache.record_offsets(paths[1], sizes[1]) is not None and len(_index_cache._cache) == 1
+    path = write_file(tmp_path / "w.tfrecord", plain_payloads(n), index=True)
+    index = build_index(path)
+    total = int(index[-1].sum())
+    return _index_cache.index_text(path, total), index, total
+
+
+def test_a_range_parses_only_the_index_entries_around_it(tmp_path):
+    """A range's window holds its own entries and a margin, not the whole index; its numbers
+    count from its first entry, and `number` gives the file's (counted only when asked)."""
+    from tfrecord_beam.beam import _index_cache
+
+    text, index, total = _window_cases(tmp_path)
+    rng = np.random.default_rng(3)
+    for start, stop in [(0, total), (0, 1), (total - 1, total), (total, total)] + [
+        tuple(sorted(rng.integers(0, total, 2).tolist())) for _ in range(40)
+    ]:
+        window = text.window(start, stop)
+        first = int(np.searchsorted(index[:, 0], start))  # the range's first record
+        last = int(np.searchsorted(index[:, 0], stop)) if stop < total else len(index)
+        assert len(window) <= last - first + 2 * _index_cache._MARGIN + 1
+        i, position = window.first_at_or_after(start)
+        assert position == (int(index[first, 0]) if first < len(index) else total)
+        if first < len(index):
+            assert window.number(i) == first
+            rows = window.starts[i : i + (last - first)]
+            assert rows.tolist() == index[first:last, 0].tolist()
+        j, _ = window.first_at_or_after(stop)  # where the next range starts: in the window too
+        assert window.number(j) == last or (last == len(index) and j == len(window))
+
+
+def test_window_errors_give_the_files_line_and_record_numbers(tmp_path):
+    text, index, total = _window_cases(tmp_path)
+    lines = (tmp_path / "w.tfindex").read_bytes().split(b"\n")
+    bad = 3000
+    lines[bad] = b"%d %d" % (index[bad, 0] + 1, index[bad, 1])  # a gap at record 3000 (line 3001)
+    (tmp_path / "w.tfindex").write_bytes(b"\n".join(lines))
+    from tfrecord_beam.beam import _index_cache
+
+    fresh = _index_cache.index_text(str(tmp_path / "w.tfrecord"), total)
+    fresh.window(0, int(index[100, 0]))  # far from the damage: this range does not read it
+    with pytest.raises(IndexMismatchError) as info:
+        fresh.window(int(index[bad - 2, 0]), int(index[bad + 2, 0]))
+    assert info.value.record_number == bad and "index line 3001:" in info.value.reason
+    lines[bad] = b"not an entry"
+    (tmp_path / "w.tfindex").write_bytes(b"\n".join(lines))
+    fresh = _index_cache.index_text(str(tmp_path / "w.tfrecord"), total)
+    with pytest.raises(IndexMismatchError) as info:
+        fresh.window(int(index[bad - 2, 0]), int(index[bad + 2, 0]))
+    assert info.value.record_number == bad and "index line 3001 is not 'offset length'" in info.value.reason
+
+
+def test_reader_errors_in_a_window_give_the_files_record_number(tmp_path):
+    """A corrupt record met by a range in the middle of an indexed file is named by its number
+    in the file, though the range counted from its window."""
+    payloads = plain_payloads(3000)
+    path = write_file(tmp_path / "c.tfrecord", payloads, index=True)
+    index = build_index(path)
+    data = bytearray(open(path, "rb").read())
+    data[int(index[2500, 0]) + 14] ^= 0xFF  # record 2500's payload
+    open(path, "wb").write(bytes(data))
+    errors = []
+    for split in _TFRecordSource(path).split(desired_bundle_size=len(data) // 8):
+        try:
+            source_test_utils.read_from_source(split.source, split.start_position, split.stop_position)
+        except CorruptRecordError as err:
+            errors.append((split.start_position, err))
+    assert len(errors) == 1 and errors[0][0] > 0  # a range that starts mid-file
+    err = errors[0][1]
+    assert err.record_number == 2500 and err.offset == int(index[2500, 0]) and "record 2500," in str(err)
 
 
 def test_truncated_gzip_with_skip_corrupt_keeps_the_good_prefix(tmp_path):

@@ -64,8 +64,9 @@ def test_engines_and_paths_agree_on_any_text(parts):
     data = _text(parts)
     assert same(_index_text_py.parse_index(data), _index_text_py._by_line(data))
     if NATIVE is not None:
-        got, expected = NATIVE.index_starts(data), _index_text_py.index_starts(data)
-        assert same(got, expected), f"{data!r}: native {got!r} != pure {expected!r}"
+        for start in (0, 12):  # a whole index, and a stretch of one whose chain begins at 12
+            got, expected = NATIVE.index_starts(data, start), _index_text_py.index_starts(data, start)
+            assert same(got, expected), f"{data!r} from {start}: native {got!r} != pure {expected!r}"
 
 
 @needs_native
@@ -98,6 +99,13 @@ def test_grammar(parse, text, pairs, error):
     got_starts, _, got_error, _ = parse(text)
     assert got_starts.dtype == np.int64 and got_starts.tolist() == pairs[0::2]
     assert got_error == error
+
+
+@pytest.mark.parametrize("parse", PARSERS)
+def test_a_stretch_of_an_index_chains_from_where_it_begins(parse):
+    assert parse(b"5 3\n8 2\n", 5)[3] is None
+    assert parse(b"5 3\n9 2\n", 5)[3] == (_index_text_py.CHAIN_GAP, 1, 9, 2, 8)
+    assert parse(b"6 3\n", 5)[3] == (_index_text_py.CHAIN_NOT_AT_ZERO, 0, 6, 3, 0)
 
 
 @pytest.mark.parametrize("parse", PARSERS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -81,11 +82,18 @@ def test_an_abandoned_epoch_leaves_no_slot_lost(files):
     paths, indexes, ids = files
     ds = TFRecordDataset(paths, indexes, DESCRIPTION)
     loader = DataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=8)
+
+    def taken() -> int:
+        states = [_ring._SLOT_HEADER.unpack_from(ds._ring._map, s * _ring._SLOT_HEADER.size)[0] for s in range(16)]
+        return states.count(_ring._TAKEN)
+
     it = iter(loader)
     next(it)
+    deadline = time.monotonic() + 30
+    while taken() == 0 and time.monotonic() < deadline:  # the workers fill slots ahead of the reader
+        time.sleep(0.01)
+    assert taken() >= 1
     del it  # the workers are shut down with batches still in flight
-    taken = [_ring._SLOT_HEADER.unpack_from(ds._ring._map, s * _ring._SLOT_HEADER.size)[0] for s in range(16)]
-    assert taken.count(_ring._TAKEN) >= 1
     assert len(_rows(loader)) == len(ids)
 
 

@@ -21,7 +21,7 @@ index is never reported as corrupt data and never makes a reader skip records.
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import numpy as np
 
@@ -30,6 +30,12 @@ from ._resync import header_length
 from .errors import IndexMismatchError
 
 _NEIGHBOURS = 8  # entries looked at on each side of a damaged header before giving up
+
+Numbered = Callable[[int], int]  # entry of `starts` -> the file's record number (for errors)
+
+
+def _same(i: int) -> int:
+    return i
 
 
 def frame_size(starts: np.ndarray, number: int, total: int) -> int:
@@ -43,7 +49,15 @@ def _header_at(raw: BinaryIO, offset: int) -> Optional[int]:
     return header_length(raw.read(HEADER_SIZE))
 
 
-def check_entry(raw: BinaryIO, starts: np.ndarray, number: int, total: int, index_path=None, data_path=None) -> None:
+def check_entry(
+    raw: BinaryIO,
+    starts: np.ndarray,
+    number: int,
+    total: int,
+    index_path=None,
+    data_path=None,
+    numbered: Numbered = _same,
+) -> None:
     """Raise IndexMismatchError unless the data around indexed record `number` agrees with
     the index (module docstring). Returns quietly for a damaged header the index agrees with
     around it, so that the reader reports that damage as corrupt data."""
@@ -51,35 +65,40 @@ def check_entry(raw: BinaryIO, starts: np.ndarray, number: int, total: int, inde
         return
     length = _header_at(raw, int(starts[number]))
     if length is not None:
-        _agrees(starts, number, length, total, index_path, data_path)
+        _agrees(starts, number, length, total, index_path, data_path, numbered)
         return
     for step in range(1, _NEIGHBOURS + 1):
         for other in (number - step, number + step):
             if 0 <= other < len(starts):
                 length = _header_at(raw, int(starts[other]))
                 if length is not None:
-                    _agrees(starts, other, length, total, index_path, data_path, damaged=number)
+                    _agrees(starts, other, length, total, index_path, data_path, numbered, damaged=number)
                     return
 
 
-def _agrees(starts, number: int, length: int, total: int, index_path, data_path, damaged=None) -> None:
+def _agrees(starts, number: int, length: int, total: int, index_path, data_path, numbered, damaged=None) -> None:
     expected = frame_size(starts, number, total)
     if FRAME_OVERHEAD + length == expected:
         return
     offset = int(starts[number])
-    why = "" if damaged is None else f" (checked because record {damaged}'s header is unreadable)"
+    why = "" if damaged is None else f" (checked because record {numbered(damaged)}'s header is unreadable)"
     raise IndexMismatchError(
         None if index_path is None else os.fspath(index_path),
         offset,
-        number,
-        f"the index says record {number} at byte offset {offset} is {expected} bytes long, but the "
+        numbered(number),
+        f"the index says record {numbered(number)} at byte offset {offset} is {expected} bytes long, but the "
         f"header there in {data_path} says {FRAME_OVERHEAD + length}{why}: the index does not "
         "describe this data (stale index; rebuild it)",
     )
 
 
 def check_records(
-    starts: np.ndarray, first_number: int, record_offsets: np.ndarray, index_path=None, data_path=None
+    starts: np.ndarray,
+    first_number: int,
+    record_offsets: np.ndarray,
+    index_path=None,
+    data_path=None,
+    numbered: Numbered = _same,
 ) -> None:
     """Raise IndexMismatchError unless `record_offsets` (records read in a row from record
     `first_number` on) are the index's offsets for those records."""
@@ -92,13 +111,21 @@ def check_records(
     raise IndexMismatchError(
         None if index_path is None else os.fspath(index_path),
         int(record_offsets[bad]),
-        first_number + bad,
-        f"{data_path} has record {first_number + bad} at byte offset {int(record_offsets[bad])} but the "
+        numbered(first_number + bad),
+        f"{data_path} has record {numbered(first_number + bad)} at byte offset {int(record_offsets[bad])} but the "
         f"index puts it {said}: the index does not describe this data (stale index; rebuild it)",
     )
 
 
-def check_next(starts: np.ndarray, number: int, next_start: int, total: int, index_path=None, data_path=None) -> None:
+def check_next(
+    starts: np.ndarray,
+    number: int,
+    next_start: int,
+    total: int,
+    index_path=None,
+    data_path=None,
+    numbered: Numbered = _same,
+) -> None:
     """Raise IndexMismatchError unless the records read continue where the index's record
     `number` starts (`total` when `number` is past the last)."""
     expected = int(starts[number]) if number < len(starts) else int(total)
@@ -107,8 +134,8 @@ def check_next(starts: np.ndarray, number: int, next_start: int, total: int, ind
     raise IndexMismatchError(
         None if index_path is None else os.fspath(index_path),
         expected,
-        number,
-        f"the index puts record {number} at byte offset {expected}, but the records of {data_path} "
+        numbered(number),
+        f"the index puts record {numbered(number)} at byte offset {expected}, but the records of {data_path} "
         f"read up to it continue at {next_start}: the index does not describe this data (stale "
         "index; rebuild it)",
     )

@@ -134,10 +134,14 @@ def load_index_starts(index_path) -> Tuple[np.ndarray, int]:
     return starts, end
 
 
-def _raise_chain_fault(path: str, data, fault: Tuple[int, int, int, int, int]) -> None:
-    """IndexMismatchError for `index_starts`'s chain fault `(code, entry, offset, length, previous end)`."""
+def _raise_chain_fault(
+    path: str, data, fault: Tuple[int, int, int, int, int], lines_before: int = 0, entries_before: int = 0
+) -> None:
+    """IndexMismatchError for `index_starts`'s chain fault `(code, entry, offset, length, previous end)`
+    in `data`, a stretch of the index text after `lines_before` lines and `entries_before` entries."""
     code, bad, offset, length, previous_end = fault
-    line = _index_text.entry_line(data, bad)
+    line = _index_text.entry_line(data, bad) + lines_before
+    bad += entries_before
     if code == _index_text.CHAIN_OVERFLOW:
         raise IndexMismatchError(
             path,

@@ -52,12 +52,13 @@ ParseError = Tuple[int, int, int]
 ChainFault = Tuple[int, int, int, int, int]
 
 
-def index_starts(buf) -> Tuple[np.ndarray, int, Optional[ParseError], Optional[ChainFault]]:
+def index_starts(buf, start: int = 0) -> Tuple[np.ndarray, int, Optional[ParseError], Optional[ChainFault]]:
     """`.tfindex` text as `(starts, end, error, fault)`, the same in both engines: each entry's
     offset (int64; the lengths follow from the chain), where the last entry ends (0 for none),
     `parse_index`'s first malformed line (the entries before it are returned) and the first
     fault of the chain of those entries: `(code, entry, offset, length, previous end)` of the
-    first CHAIN_OVERFLOW anywhere, else CHAIN_NOT_AT_ZERO, else the first CHAIN_GAP, or None.
+    first CHAIN_OVERFLOW anywhere, else CHAIN_NOT_AT_ZERO (the first entry is not at `start`:
+    0 for a whole index, where a stretch of one begins), else the first CHAIN_GAP, or None.
     Sums wrap as int64 (so the C twin needs no wider type)."""
     pairs, error = parse_index(buf)
     index = pairs.reshape(-1, 2)
@@ -66,16 +67,16 @@ def index_starts(buf) -> Tuple[np.ndarray, int, Optional[ParseError], Optional[C
         return starts, 0, error, None
     with np.errstate(over="ignore"):
         ends = index[:, 0] + index[:, 1]  # wraps below zero where the sum passes 2**63 - 1
-    return starts, int(ends[-1]), error, _chain_fault(index, ends)
+    return starts, int(ends[-1]), error, _chain_fault(index, ends, start)
 
 
-def _chain_fault(index: np.ndarray, ends: np.ndarray) -> Optional[ChainFault]:
+def _chain_fault(index: np.ndarray, ends: np.ndarray, start: int) -> Optional[ChainFault]:
     """The fault of `index_starts` (its docstring) of parsed entries and their ends."""
     overflow = np.flatnonzero(ends < 0)
     if len(overflow):
         bad = int(overflow[0])
         return CHAIN_OVERFLOW, bad, int(index[bad, 0]), int(index[bad, 1]), 0
-    if index[0, 0] != 0:
+    if index[0, 0] != start:
         return CHAIN_NOT_AT_ZERO, 0, int(index[0, 0]), int(index[0, 1]), 0
     gaps = np.flatnonzero(index[1:, 0] != ends[:-1])
     if len(gaps):

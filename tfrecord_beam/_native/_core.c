@@ -278,13 +278,14 @@ static PyObject *chain_fault(const tfr_index_chain *c) {
                          (long long)f->previous_end);
 }
 
-/* index_starts(buf) -> (starts int64 (n,), end, None | (code, line, line start), None | chain
- * fault): `.tfindex` text; the entries' offsets (the lengths follow from the chain), where the
- * last ends, the first malformed line (the entries before it are returned) and the first
- * fault of the chain (_index_text.index_starts). */
-static PyObject *py_index_starts(PyObject *self, PyObject *arg) {
+/* index_starts(buf, start=0) -> (starts int64 (n,), end, None | (code, line, line start), None |
+ * chain fault): `.tfindex` text; the entries' offsets (the lengths follow from the chain), where
+ * the last ends, the first malformed line (the entries before it are returned) and the first
+ * fault of the chain, which must begin at `start` (_index_text.index_starts). */
+static PyObject *py_index_starts(PyObject *self, PyObject *args) {
     Py_buffer v;
-    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    long long first_offset = 0;
+    if (!PyArg_ParseTuple(args, "y*|L", &v, &first_offset)) return NULL;
     const uint8_t *buf = (const uint8_t *)v.buf;
     size_t size = (size_t)v.len, n = 0, cap;
     tfr_index_error err;
@@ -296,7 +297,7 @@ static PyObject *py_index_starts(PyObject *self, PyObject *arg) {
     cap = tfr_index_max_pairs(buf, size);
     if (tfr_buf_reserve(&out, cap * 8)) nomem = 1;
     else {
-        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err, &chain);
+        n = tfr_parse_index(buf, size, (int64_t *)(void *)out.data, cap, &err, &chain, (int64_t)first_offset);
         out.len = n * 8;
     }
     Py_END_ALLOW_THREADS
@@ -682,8 +683,8 @@ static PyMethodDef methods[] = {
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
     {"walk_headers", py_walk_headers, METH_VARARGS,
      "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
-    {"index_starts", py_index_starts, METH_O,
-     "index_starts(buf) -> (int64 starts (n,), end, None | (code, line, line start), None | (code, entry, "
+    {"index_starts", py_index_starts, METH_VARARGS,
+     "index_starts(buf, start=0) -> (int64 starts (n,), end, None | (code, line, line start), None | (code, entry, "
      "offset, length, previous end)): `.tfindex` text."},
     {"slice_payloads", py_slice_payloads, METH_VARARGS,
      "slice_payloads(buffer, offsets, lengths) -> list of bytes: each payload of a chunk."},

@@ -42,18 +42,19 @@ static inline void chain_add(tfr_index_chain *c, size_t n, int64_t offset, int64
     if (end < 0 && !c->overflow.found) {
         c->overflow = (tfr_chain_fault){1, n, offset, length, 0};
     }
-    if (n == 0 && offset != 0) c->not_at_zero = (tfr_chain_fault){1, 0, offset, length, 0};
+    if (n == 0 && offset != c->first_offset) c->not_at_zero = (tfr_chain_fault){1, 0, offset, length, 0};
     if (n > 0 && offset != c->end && !c->gap.found) c->gap = (tfr_chain_fault){1, n, offset, length, c->end};
     c->end = end;
 }
 
 size_t tfr_parse_index(const uint8_t *buf, size_t size, int64_t *starts, size_t cap, tfr_index_error *err,
-                       tfr_index_chain *chain) {
+                       tfr_index_chain *chain, int64_t first_offset) {
     size_t pos = 0, n = 0, line = 0;
     err->code = TFR_INDEX_OK;
     err->line = 0;
     err->line_start = 0;
     memset(chain, 0, sizeof(*chain));
+    chain->first_offset = first_offset;
     while (pos < size) {
         size_t start = pos;
         line++;

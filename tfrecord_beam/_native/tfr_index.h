@@ -31,16 +31,17 @@ typedef struct {
 
 typedef struct {
     tfr_chain_fault overflow;    /* the first entry whose offset + length passes 2**63 - 1 */
-    tfr_chain_fault not_at_zero; /* the first entry, when its offset is not 0 */
+    tfr_chain_fault not_at_zero; /* the first entry, when its offset is not `first_offset` */
     tfr_chain_fault gap;         /* the first entry not starting where the one before ends */
     int64_t end;                 /* where the last entry ends (0 for none) */
+    int64_t first_offset;        /* where the first entry must start (0 for a whole index) */
 } tfr_index_chain;
 
 /* Parse buf[0..size) into starts[i] (each entry's offset) for at most `cap` entries and follow
- * the chain of entries into `chain`. Returns the number of entries; on a malformed line stops
+ * the chain of entries, the first due at `first_offset` (0 for a whole index), into `chain`. Returns the number of entries; on a malformed line stops
  * there with err->code != 0 (the entries before it are written). Passing cap >=
  * tfr_index_max_pairs() never runs out. */
 size_t tfr_parse_index(const uint8_t *buf, size_t size, int64_t *starts, size_t cap, tfr_index_error *err,
-                       tfr_index_chain *chain);
+                       tfr_index_chain *chain, int64_t first_offset);
 
 #endif

@@ -50,9 +50,9 @@ def read_range(
 ) -> Iterator[Union[List[bytes], CorruptRecord]]:
     """The records of `tracker`'s range of `file_name` (module docstring)."""
     total = None if compression is not None else _fs.file_size(file_name)
-    offsets = _index_cache.record_offsets(file_name, total) if options.use_index and total is not None else None
+    text = _index_cache.index_text(file_name, total) if options.use_index and total is not None else None
     with _fs.open_input(file_name) as raw:
-        yield from _RangeRead(file_name, raw, compression, total, offsets, options).records(tracker)
+        yield from _RangeRead(file_name, raw, compression, total, text, options).records(tracker)
 
 
 class _RangeRead:
@@ -64,14 +64,17 @@ class _RangeRead:
         raw,
         compression: Optional[str],
         total: Optional[int],
-        offsets: Optional[_index_cache.Offsets],
+        index: Optional[_index_cache.IndexText],
         options: Options,
     ) -> None:
         self.file_name = file_name
         self.raw = raw
         self.compression = compression
         self._total = total  # None: compressed (its uncompressed size is unknown)
-        self.offsets = offsets
+        self.index = index
+        # With an index: its entries around the range (record numbers count from the window's
+        # first entry; errors give the file's numbers, `_numbered`).
+        self.offsets: Optional[_index_cache.Window] = None
         self.options = options
         self._resync: Optional[Resync] = None
         self._records_read = _metrics.counter(_metrics.RECORDS_READ)
@@ -100,10 +103,11 @@ class _RangeRead:
             return
         start = tracker.start_position()
         number: Optional[int]
-        if self.offsets is not None:
-            number, position = self.offsets.first_at_or_after(start, self.total)
+        if self.index is not None:
+            self.offsets = self.index.window(start, tracker.stop_position())
+            number, position = self.offsets.first_at_or_after(start)
             if position < self.total:
-                self.offsets.check_entry(self.raw, number, self.total)
+                self.offsets.check_entry(self.raw, number)
         else:
             number = 0 if start == 0 else None
             position = self.resync.find(start) if start > 0 else 0
@@ -190,12 +194,12 @@ class _RangeRead:
         letter and return the boundary after it, read next in a small window; None when the
         damage lies past the range (then the range ends before it)."""
         if err.offset is None:  # RecordReader's errors carry their offset; without one, no going on
-            raise err
+            raise self._numbered(err)
         offset = int(err.offset)
         if self.offsets is not None:
-            self.offsets.check_damage(self.raw, err.record_number, offset, self.total)
+            self.offsets.check_damage(self.raw, err.record_number, offset)
         if not self.options.skip_corrupt:
-            raise err
+            raise self._numbered(err)
         if not (offset < tracker.stop_position() and tracker.try_claim(offset)):
             yield from self._range_end(tracker.stop_position(), offset)
             return None
@@ -236,7 +240,7 @@ class _RangeRead:
         if stop >= self.total:
             return
         if self.offsets is not None:
-            self.offsets.check_next(stop, next_start, self.total)
+            self.offsets.check_next(stop, next_start)
         else:
             self.resync.check_split(stop, next_start)
 
@@ -247,7 +251,7 @@ class _RangeRead:
         length field passes its CRC (only the payload is damaged), else a resync.
         """
         if self.offsets is not None:
-            number, position = self.offsets.first_after(offset, self.total)
+            number, position = self.offsets.first_after(offset)
             return position, number
         position, _, _ = self.resync.after_bad(offset)
         return position, None
@@ -268,6 +272,13 @@ class _RangeRead:
             self._records_read.inc(claimed)
             self._bytes_read.inc(int(chunk.payload_lengths[:claimed].sum()))
         return claimed
+
+    def _numbered(self, err: CorruptRecordError) -> CorruptRecordError:
+        """`err` of a reader that counted records from the index window's first entry, with the
+        file's record number (counted only now, for the message)."""
+        if self.offsets is None or err.record_number is None:
+            return err
+        return type(err)(err.path, err.offset, self.offsets.number(err.record_number), err.reason)
 
     def _report(self, offset: int, reason: str) -> CorruptRecord:
         return report(self.file_name, offset, reason)
