@@ -377,3 +377,24 @@ def test_trackers_without_set_current_position_claim_every_record(tmp_path):
     cut = build_index(path)[30, 0]
     tracker = _NoPositionTracker(0, int(cut))
     assert list(_single_file_source(path).read(tracker)) == payloads[:30]
+
+
+def test_windows_step_over_blank_and_comment_lines(tmp_path):
+    """The grammar allows blank and `#` lines anywhere: the binary search skips them and the
+    file's record numbers do not count them (CRLF line ends too)."""
+    text, index, total = _window_cases(tmp_path, n=400)
+    lines = (tmp_path / "w.tfindex").read_bytes().split(b"\n")
+    for at in (350, 200, 120, 5, 0):
+        lines[at:at] = [b"", b"# a note", b"  \t"]
+    (tmp_path / "w.tfindex").write_bytes(b"\r\n".join(lines))
+    from tfrecord_beam.beam import _index_cache
+
+    fresh = _index_cache.index_text(str(tmp_path / "w.tfrecord"), total)
+    for first in (0, 3, 119, 120, 121, 199, 201, 349, 351, 399):
+        window = fresh.window(int(index[first, 0]), total)
+        i, position = window.first_at_or_after(int(index[first, 0]))
+        assert position == int(index[first, 0]) and window.number(i) == first
+    assert fresh.window(int(index[399, 0]) + 1, total).first_at_or_after(int(index[399, 0]) + 1) == (
+        len(fresh.window(int(index[399, 0]) + 1, total)),
+        total,
+    )
