@@ -7,7 +7,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import struct
 import time
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import pytest
@@ -33,6 +35,12 @@ def _rows(batches) -> list:
         assert all(type(v) is bytes for v in list(b["name"]) + list(b["pad"]))
         out += list(zip(ids, list(b["name"]), list(b["pad"])))
     return out
+
+
+@pytest.fixture(autouse=True)
+def small_batches_use_the_ring(monkeypatch):
+    """These tests' batches are small: let them through the ring (forked workers inherit this)."""
+    monkeypatch.setattr(_ring, "MIN_BYTES", 0)
 
 
 @pytest.fixture
@@ -90,11 +98,18 @@ def test_an_abandoned_epoch_leaves_no_slot_lost(files):
     it = iter(loader)
     next(it)
     deadline = time.monotonic() + 30
-    while taken() == 0 and time.monotonic() < deadline:  # the workers fill slots ahead of the reader
+    while taken() < 12 and time.monotonic() < deadline:  # the workers fill slots ahead of the reader
         time.sleep(0.01)
-    assert taken() >= 1
+    assert taken() >= 12
     del it  # the workers are shut down with batches still in flight
+    owners = {_ring._SLOT_HEADER.unpack_from(ds._ring._map, s * _ring._SLOT_HEADER.size)[1] for s in range(16)}
+    while any(_ring._alive(pid) for pid in owners - {0}) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the old workers are gone (reaped)
+    before = sum(_generations(ds._ring))
     assert len(_rows(loader)) == len(ids)
+    assert sum(_generations(ds._ring)) > before  # the leaked slots were taken back and used
+    owners = [_ring._SLOT_HEADER.unpack_from(ds._ring._map, s * _ring._SLOT_HEADER.size)[:2] for s in range(16)]
+    assert all(state == _ring._FREE or not _ring._alive(owner) for state, owner in owners)
 
 
 def _take_every_slot(ring, done) -> None:
@@ -115,14 +130,63 @@ def test_slots_of_a_dead_worker_are_taken_back_with_a_new_generation():
     assert generation == 2 and _generations(ring)[slot] == 2
 
 
-def test_a_reused_slot_is_an_error_not_another_batch():
+def test_a_reused_or_freed_slot_is_an_error_not_another_batch():
     ring = _ring.BytesRing(slots=1, slot_bytes=64)
     slot, generation = ring.put([[b"abc", b"de"]])
     assert ring.take(slot, generation, [[3, 2]]) == [[b"abc", b"de"]]
+    with pytest.raises(RuntimeError, match="reused before its batch was read"):
+        ring.take(slot, generation, [[3, 2]])  # the same pickle loaded twice: the slot is free now
     slot2, generation2 = ring.put([[b"xyz"]])
     assert slot2 == slot and generation2 == generation + 1
     with pytest.raises(RuntimeError, match="reused before its batch was read"):
         ring.take(slot, generation, [[3]])
+    assert ring.take(slot2, generation2, [[3]]) == [[b"xyz"]]
+
+
+def _hold_the_lock_and_die(ring) -> None:
+    assert ring._acquire()
+    os._exit(0)  # killed while holding it, as a worker's feeder thread can be
+
+
+def test_a_worker_that_dies_holding_the_lock_does_not_stall_the_others(monkeypatch):
+    ring = _ring.BytesRing(slots=2, slot_bytes=64)
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_hold_the_lock_and_die, args=(ring,))
+    child.start()
+    child.join()
+    monkeypatch.setattr(_ring, "_LOCK_WAIT", 5.0)
+    start = time.monotonic()
+    assert ring.put([[b"abc"]]) is not None and time.monotonic() - start < 1.0  # the kernel dropped it
+
+
+def _claim_write_check(ring, rounds, conflicts) -> None:
+    me = struct.pack("<q", os.getpid())
+    for _ in range(rounds):
+        claimed = ring._claim()
+        if claimed is None:
+            continue
+        slot, generation = claimed
+        at = _ring._HEADER_BYTES + slot * ring.slot_bytes
+        ring._map[at : at + 8] = me
+        time.sleep(0.0005)
+        if ring._map[at : at + 8] != me:
+            with conflicts.get_lock():
+                conflicts.value += 1
+        ring._free(slot, generation)
+
+
+def test_claims_are_exclusive_across_processes():
+    """Three processes claiming, writing and freeing the same two slots never share one."""
+    ring = _ring.BytesRing(slots=2, slot_bytes=64)
+    ctx = multiprocessing.get_context("fork")
+    conflicts = ctx.Value("i", 0)
+    children = [ctx.Process(target=_claim_write_check, args=(ring, 300, conflicts)) for _ in range(3)]
+    for c in children:
+        c.start()
+    for c in children:
+        c.join()
+    assert all(c.exitcode == 0 for c in children) and conflicts.value == 0
+    assert sum(_generations(ring)) > 300  # the slots did change hands
 
 
 def test_full_or_too_small_rings_and_other_processes_send_through_the_pipe(monkeypatch):
@@ -140,9 +204,16 @@ def test_full_or_too_small_rings_and_other_processes_send_through_the_pipe(monke
     _ring.unpack(held)
     assert _ring.pack({"a": [b"123456789"]}) is None  # more than a slot holds
     assert _ring.pack({"a": [b"1", 2]}) is None and _ring.pack({"a": []}) is None  # not only bytes
-    batch = Sample(id=torch.arange(2), a=[b"p", b"q"])
-    again = pickle.loads(pickle.dumps(batch))
-    assert type(again) is Sample and again["a"] == [b"p", b"q"] and torch.equal(again["id"], torch.arange(2))
+    monkeypatch.setattr(_ring, "_served", _ring.BytesRing(slots=1, slot_bytes=256))
+    batch = Sample(id=torch.arange(2), a=[b"p" * 100, b"q"])
+    whole = pickle.dumps(batch)  # pickle, torch.save, deepcopy: the whole batch, never the ring
+    assert len(whole) > 100 and pickle.loads(whole)["a"] == [b"p" * 100, b"q"]
+    queued = ForkingPickler.dumps(batch)  # a DataLoader queue's pickle: the slot, not the bytes
+    assert len(queued) < len(whole) and b"p" * 100 not in bytes(queued)
+    again = pickle.loads(queued)
+    assert type(again) is Sample and again["a"] == [b"p" * 100, b"q"] and torch.equal(again["id"], torch.arange(2))
+    monkeypatch.setattr(_ring, "MIN_BYTES", 1000)  # below it, the bytes stay in the pickle
+    assert b"p" * 100 in bytes(ForkingPickler.dumps(batch))
 
 
 def test_it_does_not_pickle_so_spawned_workers_use_the_pipe(files):
@@ -168,13 +239,27 @@ def test_object_arrays_come_back_as_object_arrays():
     assert type(back) is np.ndarray and back.dtype == object and back.tolist() == [b"ab", b"cd"]
 
 
-def test_a_lock_left_taken_sends_batches_through_the_pipe(monkeypatch):
-    """A worker killed while it held the slot lock must not stall the others."""
+def _hold_the_lock(ring, held, release) -> None:
+    assert ring._acquire()
+    held.set()
+    release.wait(30)
+    ring._release()
+
+
+def test_a_lock_held_elsewhere_sends_batches_through_the_pipe(monkeypatch):
+    """While another process holds the slot lock, a batch waits at most `_LOCK_WAIT`, then
+    goes through the pipe; once it is free, through the ring again."""
     ring = _ring.BytesRing(slots=2, slot_bytes=64)
-    monkeypatch.setattr(_ring, "_LOCK_WAIT", 0.01)
-    assert ring._lock.acquire()
+    monkeypatch.setattr(_ring, "_LOCK_WAIT", 0.05)
+    ctx = multiprocessing.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_the_lock, args=(ring, held, release))
+    child.start()
     try:
-        assert ring.put([[b"abc"]]) is None
+        assert held.wait(30)
+        start = time.monotonic()
+        assert ring.put([[b"abc"]]) is None and time.monotonic() - start < 1.0
     finally:
-        ring._lock.release()
+        release.set()
+        child.join()
     assert ring.put([[b"abc"]]) is not None

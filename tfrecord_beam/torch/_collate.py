@@ -248,12 +248,14 @@ class Batch(dict):
         return _reduce_batch(self, Batch)
 
 
-def _reduce_batch(batch: "Batch", cls) -> tuple:
-    """How a `Batch` or `Sample` pickles: tensors as numpy arrays, and in a forked DataLoader
-    worker its `bytes` through the dataset's shared-memory ring (`_ring`), when one is free."""
+def _reduce_batch(batch: "Batch", cls, queue: bool = False) -> tuple:
+    """How a `Batch` or `Sample` pickles: tensors as numpy arrays; pickled for a DataLoader's
+    queue (`queue`: multiprocessing's ForkingPickler) in a forked worker, its `bytes` through
+    the dataset's shared-memory ring (`_ring`) when one is free. Any other pickle (`pickle`,
+    `torch.save`, `deepcopy`) holds the whole batch."""
     tensors = {k: v.numpy() for k, v in batch.items() if isinstance(v, torch.Tensor) and not v.requires_grad}
     others = {k: v for k, v in batch.items() if k not in tensors}
-    packed = _ring.pack(others)
+    packed = _ring.pack(others) if queue else None
     return (_rebuild_batch, (tensors, others, list(batch), cls, packed))
 
 
@@ -436,6 +438,15 @@ def _collate_samples(batch, *, collate_fn_map=None):
         raise
 
 
+def _register_queue_pickling() -> None:
+    """Batches pickled by multiprocessing for its queues (a DataLoader worker's results) may
+    send their `bytes` through shared memory (`_reduce_batch`)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(Batch, lambda batch: _reduce_batch(batch, Batch, queue=True))
+    ForkingPickler.register(Sample, lambda batch: _reduce_batch(batch, Sample, queue=True))
+
+
 def _register_collate() -> None:
     """Let torch's default_collate use `_collate_samples` for our per-record samples."""
     try:
@@ -446,3 +457,4 @@ def _register_collate() -> None:
 
 
 _register_collate()
+_register_queue_pickling()
