@@ -38,6 +38,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import fs
+
 __all__ = ["BytesRing", "make", "serve", "pack", "unpack"]
 
 SLOTS = 16
@@ -194,15 +196,7 @@ def _no_ring() -> None:
 
 def _alive(pid: int) -> bool:
     """Whether process `pid` still exists (this process always does)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or fs.pid_alive(pid)
 
 
 def serve(ring: Optional[BytesRing]) -> None:
