@@ -247,7 +247,12 @@ def test_a_range_parses_only_the_index_entries_around_it(tmp_path):
         assert window.number(j) == last or (last == len(index) and j == len(window))
 
 
-def test_window_errors_give_the_files_line_and_record_numbers(tmp_path):
+@pytest.mark.parametrize("piece", [None, 997])  # counted in one piece, or in many of 997 bytes
+def test_window_errors_give_the_files_line_and_record_numbers(tmp_path, monkeypatch, piece):
+    from tfrecord_beam.beam import _index_cache
+
+    if piece is not None:
+        monkeypatch.setattr(_index_cache, "_PIECE", piece)
     text, index, total = _window_cases(tmp_path)
     lines = (tmp_path / "w.tfindex").read_bytes().split(b"\n")
     bad = 3000

@@ -32,6 +32,7 @@ from .._tfindex import _raise_chain_fault, _raise_parse_error, check_end, defaul
 
 _CACHE_SIZE = 16  # index texts kept open per process
 _MARGIN = 9  # entries parsed beyond a range on each side: `_index_check`'s neighbours, and the next one
+_PIECE = 16 << 20  # bytes of index text counted at a time for error messages
 _cache: "OrderedDict[Tuple[str, int, int, Optional[int]], IndexText]" = OrderedDict()
 _lock = threading.Lock()
 
@@ -124,13 +125,30 @@ class IndexText:
         b = self._lines(last, _MARGIN, forward=True)
         return Window(self, a, b)
 
+    def _pieces(self, pos: int):
+        """The text before line start `pos`, in line-aligned pieces of about `_PIECE` bytes."""
+        start = 0
+        while start < pos:
+            stop = min(pos, self._line_start(start + _PIECE))
+            yield self.text[start:stop]
+            start = stop
+
     def entries_before(self, pos: int) -> int:
-        """How many entries the text holds before position `pos` (for error messages only)."""
-        head = bytes(self.text[:pos])
-        return sum(1 for line in head.split(b"\n") if (s := line.strip(b" \t\r\v\f")) and not s.startswith(b"#"))
+        """How many entries the text holds before line start `pos` (for error messages only:
+        counted piece by piece, in bounded memory)."""
+        count = 0
+        for piece in self._pieces(pos):
+            starts, _, error, _ = _engine.index_starts(piece)
+            if error is None:
+                count += len(starts)
+            else:  # a malformed line: count entry-like lines the way the grammar skips lines
+                blanks = b" \t\r\v\f"
+                count += sum(1 for line in piece.split(b"\n") if (t := line.strip(blanks)) and not t.startswith(b"#"))
+        return count
 
     def lines_before(self, pos: int) -> int:
-        return bytes(self.text[:pos]).count(b"\n")
+        """How many lines end before line start `pos` (for error messages only)."""
+        return sum(piece.count(b"\n") for piece in self._pieces(pos))
 
 
 class Window:
