@@ -403,3 +403,97 @@ def test_windows_step_over_blank_and_comment_lines(tmp_path):
         len(fresh.window(int(index[399, 0]) + 1, total)),
         total,
     )
+
+
+def _padded_index(tmp_path, lines_before_first=10, drop_first=False, n=60):
+    """An index with `lines_before_first` comment lines on top (and record 0's line dropped)."""
+    path = write_file(tmp_path / "p.tfrecord", plain_payloads(n), index=True)
+    index_file = tmp_path / "p.tfindex"
+    lines = index_file.read_bytes().split(b"\n")
+    if drop_first:
+        lines = lines[1:]
+    index_file.write_bytes(b"# note\n" * lines_before_first + b"\n".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("padding", [0, 9, 10, 40])
+def test_a_missing_first_entry_is_found_however_many_lines_come_first(tmp_path, padding):
+    """The window that starts the index checks that it starts at 0, even when comment lines
+    push its first entry past the margin (it used to pass silently, dropping record 0)."""
+    path = _padded_index(tmp_path, padding, drop_first=True)
+    for bundle in (None, 1):
+        with pytest.raises(IndexMismatchError, match="does not start at offset 0"):
+            if bundle is None:
+                source_test_utils.read_from_source(_TFRecordSource(path))
+            else:
+                for split in _TFRecordSource(path).split(desired_bundle_size=bundle):
+                    source_test_utils.read_from_source(split.source, split.start_position, split.stop_position)
+
+
+def test_the_margin_counts_entries_not_lines(tmp_path):
+    """Blank lines between entries do not shrink a window's margin: it always holds the 9
+    entries on each side of its range (what `_index_check` looks at around damage)."""
+    from tfrecord_beam.beam import _index_cache
+
+    path = write_file(tmp_path / "m.tfrecord", plain_payloads(200), index=True)
+    index = build_index(path)
+    total = int(index[-1].sum())
+    index_file = tmp_path / "m.tfindex"
+    index_file.write_bytes(index_file.read_bytes().replace(b"\n", b"\n\n \n#x\n"))
+    text = _index_cache.index_text(path, total)
+    for first in (0, 5, 9, 10, 100, 180, 199):
+        last = min(first + 7, 199)
+        window = text.window(int(index[first, 0]), int(index[last, 0]))
+        assert window.number(0) == max(0, first - _index_cache._MARGIN)  # pins the search, too
+        assert window.number(len(window) - 1) == min(199, last + _index_cache._MARGIN)
+
+
+def test_numbers_the_grammar_accepts_or_refuses_in_the_search(tmp_path):
+    """Leading zeros (5,000 of them) are a valid entry; a number of 2**63 or more is an
+    IndexMismatchError, as in `load_index`, not an OverflowError or ValueError."""
+    from tfrecord_beam.beam import _index_cache
+
+    path = write_file(tmp_path / "z.tfrecord", plain_payloads(30), index=True)
+    index = build_index(path)
+    index_file = tmp_path / "z.tfindex"
+    lines = index_file.read_bytes().split(b"\n")
+    lines[29] = b"0" * 5000 + lines[29]  # the last line, which the end check reads
+    index_file.write_bytes(b"\n".join(lines))
+    assert source_test_utils.read_from_source(_TFRecordSource(path)) == plain_payloads(30)
+    lines[15] = b"99999999999999999999 5"
+    index_file.write_bytes(b"\n".join(lines))
+    total = int(index[-1].sum())
+    for first in range(10, 20):
+        with pytest.raises(IndexMismatchError, match="does not fit in 64 bits"):
+            _index_cache.index_text(path, total).window(int(index[first, 0]), total)
+
+
+def test_an_index_rewritten_in_place_is_an_error_not_a_crash(tmp_path):
+    """The text is mapped; a file truncated under the mapping would kill the reader (SIGBUS),
+    so a changed size is an IndexMismatchError instead."""
+    from tfrecord_beam.beam import _index_cache
+
+    path = write_file(tmp_path / "t.tfrecord", plain_payloads(30), index=True)
+    index = build_index(path)
+    total = int(index[-1].sum())
+    text = _index_cache.index_text(path, total)
+    text.window(0, total)
+    with open(tmp_path / "t.tfindex", "r+b") as handle:
+        handle.truncate(10)
+    with pytest.raises(IndexMismatchError, match="rewritten in place"):
+        text.window(0, total)
+
+
+def test_remote_index_texts_are_cached_within_a_byte_budget(tmp_path, monkeypatch):
+    from tfrecord_beam.beam import _index_cache
+
+    paths = [write_file(tmp_path / f"r{i}.tfrecord", plain_payloads(40), index=True) for i in range(3)]
+    monkeypatch.setattr(_index_cache, "_cache", type(_index_cache._cache)())
+    monkeypatch.setattr(_index_cache, "_open_text", lambda p: (open(p, "rb").read(), None))  # as if remote
+    size = (tmp_path / "r0.tfindex").stat().st_size
+    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 2 * size)
+    texts = [_index_cache.index_text(p, os.path.getsize(p)) for p in paths]
+    assert all(t.resident_bytes == size for t in texts) and len(_index_cache._cache) == 2
+    monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 1)  # the newest stays, even over the budget
+    _index_cache.index_text(paths[0], os.path.getsize(paths[0]))
+    assert len(_index_cache._cache) == 1

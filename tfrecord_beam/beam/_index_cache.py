@@ -22,15 +22,18 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import weakref
 from collections import OrderedDict
-from typing import Optional, Tuple, Union
+from typing import BinaryIO, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _engine, _index_check, fs
 from .._tfindex import _raise_chain_fault, _raise_parse_error, check_end, default_index_path
+from ..errors import IndexMismatchError
 
 _CACHE_SIZE = 16  # index texts kept open per process
+_CACHE_BYTES = 256 << 20  # and at most this much of remote ones' text, read whole (the newest always)
 _MARGIN = 9  # entries parsed beyond a range on each side: `_index_check`'s neighbours, and the next one
 _PIECE = 16 << 20  # bytes of index text counted at a time for error messages
 _cache: "OrderedDict[Tuple[str, int, int, Optional[int]], IndexText]" = OrderedDict()
@@ -38,44 +41,77 @@ _lock = threading.Lock()
 
 Text = Union[bytes, mmap.mmap]
 _UNPARSED = (1 << 63) - 1  # the offset a line that is not an entry counts as (sorts last)
+_BLANKS = b" \t\r\v\f"
 
 
 class IndexText:
     """The text of one data file's index, mapped (or, remote, read) once per process."""
 
-    def __init__(self, text: Text, index_path: str, data_path: str, data_size: int) -> None:
+    def __init__(
+        self, text: Text, index_path: str, data_path: str, data_size: int, handle: Optional[BinaryIO] = None
+    ) -> None:
         self.text, self.index_path, self.data_path, self.data_size = text, index_path, data_path, data_size
         self.size = len(text)
+        self._handle = handle  # a mapped file's, to see it truncated under the mapping
+        if handle is not None:
+            weakref.finalize(self, handle.close)  # evicted, collected or at exit: closed
+        first = self._entry_at(0)
+        self.first_entry = self.size if first is None else first[0]  # a window from here checks the start at 0
         end = self._last_end()
         if end is not None:  # (a last line that does not parse: the last range's window reports it)
             check_end(end, data_size, index_path, data_path)
 
+    @property
+    def resident_bytes(self) -> int:
+        """The memory the text holds of its own (a mapped file's pages are the page cache's)."""
+        return self.size if isinstance(self.text, bytes) else 0
+
+    def check_unchanged(self) -> None:
+        """A mapped index rewritten in place (not replaced by rename) must not be read through
+        the old mapping: reading past a truncated end would kill the process (SIGBUS)."""
+        if self._handle is not None and os.fstat(self._handle.fileno()).st_size != self.size:
+            raise IndexMismatchError(
+                self.index_path, None, None, "the index was rewritten in place while it was read (rebuild it; rerun)"
+            )
+
     def _last_end(self) -> Optional[int]:
         """Where the last entry ends (0 without entries), from the last entry line; None when
-        that line is not an entry."""
+        that line is not an entry. Each line is looked at once."""
         pos = self.size
         while pos > 0:
             start = self.text.rfind(b"\n", 0, pos - 1) + 1 if pos > 1 else 0
-            entry = self._entry_at(start)
-            if entry is not None and entry[0] == start:
-                return None if entry[1] == _UNPARSED else entry[1] + entry[2]
+            entry = self._line_entry(start)
+            if entry is not None:
+                return None if entry[0] == _UNPARSED else entry[0] + entry[1]
             pos = start
         return 0
 
+    def _line_entry(self, pos: int) -> Optional[Tuple[int, int]]:
+        """(offset, length) of the line at line start `pos`; None for a blank or `#` line. A
+        line that is not two numbers below 2**63 counts as an entry at offset 2**63 - 1, so
+        searches stop at it and the window holding it reports it (as the grammar does)."""
+        stop = self.text.find(b"\n", pos)
+        line = self.text[pos : self.size if stop < 0 else stop].strip(_BLANKS)
+        if not line or line.startswith(b"#"):
+            return None
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return _UNPARSED, 0
+        numbers = [p.lstrip(b"0") or b"0" for p in parts]
+        if any(len(n) > 19 for n in numbers):  # (int() also refuses 4,300 digits and more)
+            return _UNPARSED, 0
+        offset, length = int(numbers[0]), int(numbers[1])
+        return (offset, length) if offset < _UNPARSED and length <= _UNPARSED else (_UNPARSED, 0)
+
     def _entry_at(self, pos: int) -> Optional[Tuple[int, int, int]]:
-        """(line start, offset, length) of the first entry line starting at or after text
-        position `pos` (a line start), or None when none does. A line that does not parse
-        counts as an entry at offset 2**63 - 1, so searches stop there and its window reports it."""
+        """(line start, offset, length) of the first entry line starting at or after line
+        start `pos`, or None when none does (`_line_entry`)."""
         while pos < self.size:
+            entry = self._line_entry(pos)
+            if entry is not None:
+                return (pos,) + entry
             stop = self.text.find(b"\n", pos)
-            stop = self.size if stop < 0 else stop
-            line = self.text[pos:stop].strip(b" \t\r\v\f")
-            if line and not line.startswith(b"#"):
-                parts = line.split()
-                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                    return pos, int(parts[0]), int(parts[1])
-                return pos, _UNPARSED, 0
-            pos = stop + 1
+            pos = self.size if stop < 0 else stop + 1
         return None
 
     def _line_start(self, pos: int) -> int:
@@ -103,30 +139,40 @@ class IndexText:
         entry = self._entry_at(self._line_start(lo))
         return self.size if entry is None else entry[0]
 
-    def _lines(self, pos: int, count: int, forward: bool) -> int:
-        """The line start `count` lines after (or before) the line start `pos`."""
+    def _entries(self, pos: int, count: int, forward: bool) -> int:
+        """The line start of the entry `count` entries after (or before) the entry line at
+        `pos` (blank and `#` lines do not count); the text's end (or start) past the last (first)."""
         for _ in range(count):
             if forward:
                 if pos >= self.size:
                     return self.size
                 nxt = self.text.find(b"\n", pos)
-                pos = self.size if nxt < 0 else nxt + 1
+                entry = self._entry_at(self.size if nxt < 0 else nxt + 1)
+                pos = self.size if entry is None else entry[0]
             else:
-                if pos <= 0:
-                    return 0
-                pos = self.text.rfind(b"\n", 0, pos - 1) + 1
+                while True:
+                    if pos <= 0:
+                        return 0
+                    pos = self.text.rfind(b"\n", 0, pos - 1) + 1
+                    if self._line_entry(pos) is not None:
+                        break
         return pos
 
     def window(self, start: int, stop: int) -> "Window":
         """The entries describing data bytes [start, stop), with `_MARGIN` entries on each side."""
+        self.check_unchanged()
         first = self._first_line_at_or_after(start)
         last = self._first_line_at_or_after(stop) if stop < self.data_size else self.size
-        a = self._lines(first, _MARGIN, forward=False)
-        b = self._lines(last, _MARGIN, forward=True)
+        a = self._entries(first, _MARGIN, forward=False)
+        b = self._entries(last, _MARGIN, forward=True)
+        if b < self.size:  # end after the margin's last entry line
+            nxt = self.text.find(b"\n", b)
+            b = self.size if nxt < 0 else nxt + 1
         return Window(self, a, b)
 
     def _pieces(self, pos: int):
         """The text before line start `pos`, in line-aligned pieces of about `_PIECE` bytes."""
+        self.check_unchanged()
         start = 0
         while start < pos:
             stop = min(pos, self._line_start(start + _PIECE))
@@ -142,8 +188,7 @@ class IndexText:
             if error is None:
                 count += len(starts)
             else:  # a malformed line: count entry-like lines the way the grammar skips lines
-                blanks = b" \t\r\v\f"
-                count += sum(1 for line in piece.split(b"\n") if (t := line.strip(blanks)) and not t.startswith(b"#"))
+                count += sum(1 for line in piece.split(b"\n") if (t := line.strip(_BLANKS)) and not t.startswith(b"#"))
         return count
 
     def lines_before(self, pos: int) -> int:
@@ -159,7 +204,7 @@ class Window:
     def __init__(self, text: IndexText, a: int, b: int) -> None:
         self._text, self._a = text, a
         self.index_path, self.data_path = text.index_path, text.data_path
-        first = text._entry_at(a) if a > 0 else None  # a stretch from mid-file: its chain starts there
+        first = text._entry_at(a) if a > text.first_entry else None  # from mid-file: its chain starts there
         view = memoryview(text.text)[a:b]  # parsed in place: no copy of the text
         try:
             starts, end, error, fault = _engine.index_starts(view, 0 if first is None else first[1])
@@ -225,15 +270,21 @@ def _mtime(path: str) -> Optional[int]:
     return os.stat(path[len("file://") :] if path.startswith("file://") else path).st_mtime_ns
 
 
-def _open_text(index_path: str) -> Text:
-    """The index text, mapped (local; kept open while cached) or read (remote)."""
+def _open_text(index_path: str) -> Tuple[Text, Optional[BinaryIO]]:
+    """The index text, mapped (local; the file stays open while cached, to see it change) or
+    read (remote), and the open file of a mapped one."""
     if fs.is_remote(index_path):
-        with fs.open_input(index_path) as handle:
-            return handle.read()
-    with open(index_path[len("file://") :] if index_path.startswith("file://") else index_path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        with fs.open_input(index_path) as remote:
+            return remote.read(), None
+    handle = open(index_path[len("file://") :] if index_path.startswith("file://") else index_path, "rb")
+    if os.fstat(handle.fileno()).st_size == 0:
+        handle.close()
+        return b"", None
+    try:
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), handle
+    except BaseException:
+        handle.close()
+        raise
 
 
 def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
@@ -250,9 +301,20 @@ def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    text = IndexText(_open_text(index_path), index_path, data_path, int(data_size))
+    raw, handle = _open_text(index_path)
+    try:
+        text = IndexText(raw, index_path, data_path, int(data_size), handle)
+    except BaseException:  # a stale index: nothing stays open
+        if handle is not None:
+            handle.close()
+        raise
     with _lock:
         _cache[key] = text
-        while len(_cache) > _CACHE_SIZE:
+        while len(_cache) > _CACHE_SIZE or (len(_cache) > 1 and _resident() > _CACHE_BYTES):
             _cache.popitem(last=False)
     return text
+
+
+def _resident() -> int:
+    """The memory the cached texts hold of their own (remote ones, read whole)."""
+    return sum(text.resident_bytes for text in _cache.values())
