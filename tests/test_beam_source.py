@@ -489,7 +489,7 @@ def test_remote_index_texts_are_cached_within_a_byte_budget(tmp_path, monkeypatc
 
     paths = [write_file(tmp_path / f"r{i}.tfrecord", plain_payloads(40), index=True) for i in range(3)]
     monkeypatch.setattr(_index_cache, "_cache", type(_index_cache._cache)())
-    monkeypatch.setattr(_index_cache, "_open_text", lambda p: (open(p, "rb").read(), None))  # as if remote
+    monkeypatch.setattr(_index_cache.fs, "map_input", lambda p: (open(p, "rb").read(), None))  # as if remote
     size = (tmp_path / "r0.tfindex").stat().st_size
     monkeypatch.setattr(_index_cache, "_CACHE_BYTES", 2 * size)
     texts = [_index_cache.index_text(p, os.path.getsize(p)) for p in paths]

@@ -22,7 +22,7 @@ import mmap
 import os
 import socket
 import uuid
-from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Protocol, Tuple, Union
+from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
 
 __all__ = [
     "PathLike",
@@ -134,23 +134,38 @@ def open_input(path: PathLike) -> BinaryIO:
     return filesystem.open_input_file(inner)
 
 
-@contextlib.contextmanager
-def mapped_input(path: PathLike) -> Iterator[Union[bytes, "mmap.mmap"]]:
-    """The whole content of a path or URI as one read-only buffer: a local file is memory-mapped
-    (its page-cache pages, no copy into a fresh buffer: a 300 MB index costs no page faults of
-    its own), a remote one is read whole. Hold it briefly: as with any mapping, a file truncated
-    in place while mapped faults the reader (our writers replace files by rename, which is safe)."""
+def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[BinaryIO]]:
+    """The whole content of a path or URI as one read-only buffer, and the open file behind a
+    mapping: a local file is memory-mapped (its page-cache pages, no copy into a fresh buffer:
+    a 300 MB index costs no page faults of its own), a remote one is read whole (no file). As
+    with any mapping, a file truncated in place while mapped faults the reader (our writers
+    replace files by rename, which is safe): hold it briefly, or watch the file's size."""
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is not None:
-        with filesystem.open_input_file(inner) as handle:
-            yield handle.read()
-        return
-    with io.open(inner, "rb") as handle:
+        with filesystem.open_input_file(inner) as remote:
+            return remote.read(), None
+    handle = io.open(inner, "rb")
+    try:
         if os.fstat(handle.fileno()).st_size == 0:  # mmap refuses an empty file
-            yield b""
-            return
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            yield mapped
+            handle.close()
+            return b"", None
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), handle
+    except BaseException:
+        handle.close()
+        raise
+
+
+@contextlib.contextmanager
+def mapped_input(path: PathLike) -> Iterator[Union[bytes, "mmap.mmap"]]:
+    """`map_input`'s buffer for the `with` block, unmapped and closed after it."""
+    data, handle = map_input(path)
+    try:
+        yield data
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+        if handle is not None:
+            handle.close()
 
 
 def file_size(path: PathLike) -> int:

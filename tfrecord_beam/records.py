@@ -311,8 +311,8 @@ class RecordReader:
                     number += len(offsets)
             here = pos + consumed
             keep = len(buf) - consumed
-            if status == STATUS_BAD_DATA_CRC and self._step_over(buf, consumed, here, number):
-                frame = FRAME_OVERHEAD + _U64.unpack_from(buf, consumed)[0]  # whole in buf: its CRC was checked
+            frame = self._step_over(buf, consumed, here, number) if status == STATUS_BAD_DATA_CRC else None
+            if frame is not None:  # (the frame is whole in buf: its CRC was checked)
                 pos, keep = here + frame, keep - frame
                 number = None if number is None else number + 1
                 if eof:  # no chunk follows: scan what is left of this one
@@ -324,15 +324,16 @@ class RecordReader:
                 return
             pos = here
 
-    def _step_over(self, buf, consumed: int, here: int, number: Optional[int]) -> bool:
-        """Whether to go on past the record at `here` (stream offset; `buf[consumed:]`) whose
-        payload failed its CRC: reported to `on_bad_payload` when there is one and the record
-        is this range's (a record past `end_offset` is the next range's to report)."""
+    def _step_over(self, buf, consumed: int, here: int, number: Optional[int]) -> Optional[int]:
+        """The size of the frame to go on past, at `here` (stream offset; `buf[consumed:]`),
+        whose payload failed its CRC: reported to `on_bad_payload` when there is one and the
+        record is this range's (a record past `end_offset` is the next range's to report);
+        None: raise as usual."""
         if self.on_bad_payload is None or (self.end_offset is not None and here >= self.end_offset):
-            return False
-        (length,) = _U64.unpack_from(buf, consumed)
-        self.on_bad_payload(here, number, "payload CRC mismatch (corrupted record)", here + FRAME_OVERHEAD + length)
-        return True
+            return None
+        frame = FRAME_OVERHEAD + _U64.unpack_from(buf, consumed)[0]
+        self.on_bad_payload(here, number, "payload CRC mismatch (corrupted record)", here + frame)
+        return frame
 
     def _scan_buffer(self, buf) -> Tuple[np.ndarray, np.ndarray, int, int]:
         """(payload offsets, payload lengths, bytes consumed, status) of the whole frames at the

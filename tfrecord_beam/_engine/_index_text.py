@@ -112,13 +112,26 @@ def _canonical(data: bytes) -> Optional[np.ndarray]:
     return np.fromstring(body, dtype=np.int64, sep=" ")  # text mode: one C pass
 
 
+def entry_text(line: bytes) -> Optional[bytes]:
+    """A line's text without its blanks when it is an entry line, None for a blank or `#` line
+    (which the grammar skips)."""
+    stripped = line.strip(_BLANKS)
+    return stripped if stripped and not stripped.startswith(b"#") else None
+
+
+def line_pair(stripped: bytes) -> Optional[Tuple[int, int]]:
+    """The (offset, length) of an entry line's text (`entry_text`), or None when it is not one."""
+    values: List[int] = []
+    return None if _pair(stripped, values) else (values[0], values[1])
+
+
 def _by_line(data: bytes) -> Tuple[np.ndarray, Optional[ParseError]]:
     """The exact grammar, a line at a time (comments, blanks, errors)."""
     values: List[int] = []
     start = 0
     for number, line in enumerate(data.split(b"\n"), 1):
-        stripped = line.strip(_BLANKS)
-        if stripped and not stripped.startswith(b"#"):
+        stripped = entry_text(line)
+        if stripped is not None:
             error = _pair(stripped, values)
             if error:
                 return np.array(values, dtype=np.int64), (error, number, start)
@@ -148,8 +161,7 @@ def entry_line(buf, entry: int) -> int:
     (for error messages about what the numbers mean: blank and `#` lines count as lines)."""
     seen = 0
     for number, line in enumerate(bytes(buf).split(b"\n"), 1):
-        stripped = line.strip(_BLANKS)
-        if stripped and not stripped.startswith(b"#"):
+        if entry_text(line) is not None:
             if seen == entry:
                 return number
             seen += 1

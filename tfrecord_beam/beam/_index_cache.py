@@ -29,6 +29,7 @@ from typing import BinaryIO, Optional, Tuple, Union
 import numpy as np
 
 from .. import _engine, _index_check, fs
+from .._engine import _index_text
 from .._tfindex import _raise_chain_fault, _raise_parse_error, check_end, default_index_path
 from ..errors import IndexMismatchError
 
@@ -41,7 +42,6 @@ _lock = threading.Lock()
 
 Text = Union[bytes, mmap.mmap]
 _UNPARSED = (1 << 63) - 1  # the offset a line that is not an entry counts as (sorts last)
-_BLANKS = b" \t\r\v\f"
 
 
 class IndexText:
@@ -91,17 +91,11 @@ class IndexText:
         line that is not two numbers below 2**63 counts as an entry at offset 2**63 - 1, so
         searches stop at it and the window holding it reports it (as the grammar does)."""
         stop = self.text.find(b"\n", pos)
-        line = self.text[pos : self.size if stop < 0 else stop].strip(_BLANKS)
-        if not line or line.startswith(b"#"):
+        line = _index_text.entry_text(self.text[pos : self.size if stop < 0 else stop])
+        if line is None:
             return None
-        parts = line.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            return _UNPARSED, 0
-        numbers = [p.lstrip(b"0") or b"0" for p in parts]
-        if any(len(n) > 19 for n in numbers):  # (int() also refuses 4,300 digits and more)
-            return _UNPARSED, 0
-        offset, length = int(numbers[0]), int(numbers[1])
-        return (offset, length) if offset < _UNPARSED and length <= _UNPARSED else (_UNPARSED, 0)
+        pair = _index_text.line_pair(line)
+        return pair if pair is not None and pair[0] < _UNPARSED else (_UNPARSED, 0)
 
     def _entry_at(self, pos: int) -> Optional[Tuple[int, int, int]]:
         """(line start, offset, length) of the first entry line starting at or after line
@@ -188,7 +182,7 @@ class IndexText:
             if error is None:
                 count += len(starts)
             else:  # a malformed line: count entry-like lines the way the grammar skips lines
-                count += sum(1 for line in piece.split(b"\n") if (t := line.strip(_BLANKS)) and not t.startswith(b"#"))
+                count += sum(1 for line in piece.split(b"\n") if _index_text.entry_text(line) is not None)
         return count
 
     def lines_before(self, pos: int) -> int:
@@ -270,23 +264,6 @@ def _mtime(path: str) -> Optional[int]:
     return os.stat(path[len("file://") :] if path.startswith("file://") else path).st_mtime_ns
 
 
-def _open_text(index_path: str) -> Tuple[Text, Optional[BinaryIO]]:
-    """The index text, mapped (local; the file stays open while cached, to see it change) or
-    read (remote), and the open file of a mapped one."""
-    if fs.is_remote(index_path):
-        with fs.open_input(index_path) as remote:
-            return remote.read(), None
-    handle = open(index_path[len("file://") :] if index_path.startswith("file://") else index_path, "rb")
-    if os.fstat(handle.fileno()).st_size == 0:
-        handle.close()
-        return b"", None
-    try:
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), handle
-    except BaseException:
-        handle.close()
-        raise
-
-
 def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
     """The index text of `data_path` (cached per process), or None without one.
 
@@ -301,7 +278,7 @@ def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    raw, handle = _open_text(index_path)
+    raw, handle = fs.map_input(index_path)  # kept open while cached: the size is watched
     try:
         text = IndexText(raw, index_path, data_path, int(data_size), handle)
     except BaseException:  # a stale index: nothing stays open
