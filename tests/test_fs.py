@@ -125,3 +125,27 @@ def test_mapped_input_maps_a_local_file_and_reads_a_remote_one(bucket, tmp_path)
     with fs.mapped_input("gs://bucket/x.tfindex") as remote:
         assert remote == text
     assert index.load_index("gs://bucket/x.tfindex").tolist() == [[0, 12], [12, 5]]
+
+
+def test_a_zombie_is_not_alive_and_its_staging_is_a_dead_runs():
+    """A killed job's process stays a zombie until it is reaped (for good under a container
+    init that does not reap): its staging must read as dead, so the next run can clean it."""
+    import time
+
+    from tfrecord_beam.beam.commit import Owner
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while fs._proc_state(pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fs._proc_state(pid) == "Z"
+        assert not fs.pid_alive(pid) and fs.pid_alive(os.getpid())
+        owner = dict(Owner.mine("out", "reshard").record, pid=pid, proc_start=None)
+        assert Owner(owner).state() == "dead"
+        assert Owner(dict(owner, pid=os.getpid())).state() == "alive"
+    finally:
+        os.waitpid(pid, 0)
+    assert not fs.pid_alive(pid)

@@ -340,14 +340,25 @@ def _temp_name(inner: str) -> str:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
+    """Whether a process with this id exists on this host and has not exited. A zombie (exited,
+    not yet reaped) is not alive: a killed job's process is one for as long as its parent lets
+    it be, and an orphan stays one under a container's init that does not reap."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return _proc_state(pid) not in ("Z", "X")
+
+
+def _proc_state(pid: int) -> Optional[str]:
+    """The state letter of process `pid` from /proc (None where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def stale_temp_files(directory: PathLike) -> List[str]:

@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import apache_beam as beam
 
+from .. import fs as core_fs
 from .. import manifest as _manifest
 from ..manifest import Manifest, ShardEntry
 from . import _fs
@@ -139,12 +140,8 @@ class Owner:
         pid = r.get("pid")
         if not isinstance(pid, int):
             return "unknown"
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not core_fs.pid_alive(pid):
             return "dead"
-        except PermissionError:
-            return "alive"
         started = r.get("proc_start")
         if started is not None and _proc_start(pid) not in (None, started):
             return "dead"  # the pid was reused by another process
