@@ -1,7 +1,8 @@
 """What every pipeline CLI shares: argument parsing, Beam options, the output, the summary.
 
 Each job is `python -m pipelines.NAME [job flags] [Beam flags]`: arguments the job does not
-know go to Beam's PipelineOptions (`--runner` defaults to DirectRunner). Output is staged
+know go to Beam's PipelineOptions (`--runner` defaults to the in-process FnApiRunner, see
+`_runner`; the summary says which runner ran). Output is staged
 under the output location and committed with a manifest written last, by
 `tfrecord_beam.beam.commit.Output` (`open_output`); a failed run leaves nothing partial
 there. Every failure is one line on stderr (`--verbose` for Beam's logs and the traceback),
@@ -30,6 +31,8 @@ from tfrecord_beam.beam.commit import OutputError
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import resolve_compression
+
+from . import _runner
 
 TEMP_PREFIX = _commit.TEMP_PREFIX
 
@@ -68,11 +71,15 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
         + examples.rstrip()
         + "\n\n"
         + (OUTPUTS_HELP + "\n" if outputs else "")
-        + "Any other --flag goes to Beam's PipelineOptions (default --runner=DirectRunner), e.g.\n"
-        "  --direct_running_mode=multi_processing --direct_num_workers=4\n"
+        + "Any other --flag goes to Beam's PipelineOptions, e.g.\n"
+        "  --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=4\n"
+        "  --runner=PrismRunner --prism_location=PATH_TO_PRISM (runners/prism.sh build makes one)\n"
         "  --runner=DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py\n"
         "  --runner=FlinkRunner --flink_master=HOST:8081\n"
         "  --s3_endpoint_url=http://HOST:9000 --s3_access_key_id=K --s3_secret_access_key=S (s3://, with [aws])\n"
+        "Without --runner a job runs on the in-process FnApiRunner, online or not: Beam's DirectRunner\n"
+        "would run it on Prism when it can download Prism from GitHub and on the FnApiRunner when it\n"
+        "cannot. The summary's runner: line says which runner ran.\n"
         "\nexit status: 0 ok, 1 failure (one line on stderr), 2 bad data reported (build_index), 130 interrupted\n"
     )
     parser = argparse.ArgumentParser(
@@ -102,19 +109,17 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
 
 
 def pipeline_options(beam_args: Sequence[str]):
-    """Beam PipelineOptions from the leftover arguments; DirectRunner unless --runner is given.
+    """Beam PipelineOptions from the leftover arguments; FnApiRunner unless --runner is given.
 
     An argument neither the job nor Beam knows is an error (JobError), not silently dropped.
     """
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     options = PipelineOptions(list(beam_args))
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(options.get_all_options()))
     if unknown:  # a typo would otherwise be dropped with only a log line
         raise JobError("unknown argument(s), neither this job's nor Beam's: " + ", ".join("--" + u for u in unknown))
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = "DirectRunner"
+    _runner.set_default(options)
     _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 
@@ -262,9 +267,12 @@ def run_job(
     hook = threading.excepthook
     if not verbose:  # runner threads dying after a failure or Ctrl-C: the one line below says it
         threading.excepthook = lambda args: None
+    _ran.clear()
     try:
         options = pipeline_options(beam_args)
         summary = job(args, options)
+        for key, value in _runner.describe(options, _ran[-1] if _ran else None).items():
+            summary.extra.setdefault(key, value)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes one line
         _abort_outputs()
         if isinstance(exc, SystemExit):
@@ -362,19 +370,23 @@ def run_pipeline(build: Callable[[Any], None], options) -> Any:
 
     Unless --verbose, worker processes (DirectRunner multi_processing, a local job service)
     write their logs to a discarded file instead of this job's stderr: a failure is the one
-    line `run_job` prints, not each worker's traceback.
+    line `run_job` prints, not each worker's traceback. A launch that may download Prism
+    (DirectRunner, PrismRunner) cannot stall on it (`_runner.bounded_downloads`).
     """
     import apache_beam as beam
 
     with _workers_quiet(not _verbose[0]):
         p = beam.Pipeline(options=options)
         build(p)
-        result = p.run()
+        with _runner.bounded_downloads(options):
+            result = p.run()
         result.wait_until_finish()
+    _ran.append(result)
     return result
 
 
 _verbose = [False]
+_ran: List[Any] = []  # results of the pipelines this job ran (the summary names the runner of the last)
 
 
 @contextlib.contextmanager

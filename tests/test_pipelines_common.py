@@ -22,11 +22,11 @@ def test_help_shows_examples_and_beam_flags(job, capsys):
         assert "--overwrite" in out and "_MANIFEST.NAME.json" in out and "To clean by hand" in out
 
 
-def test_unknown_arguments_go_to_beam_and_runner_defaults_to_direct():
+def test_unknown_arguments_go_to_beam_and_runner_defaults_to_fnapi():
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
     options = _common.pipeline_options(["--direct_num_workers=3"])
-    assert options.view_as(StandardOptions).runner == "DirectRunner"
+    assert options.view_as(StandardOptions).runner == "FnApiRunner"
     assert options.view_as(DirectOptions).direct_num_workers == 3
     assert _common.pipeline_options(["--runner=FnApiRunner"]).view_as(StandardOptions).runner == "FnApiRunner"
 

@@ -252,6 +252,11 @@ def test_remote_runners_get_one_line_saying_where_to_watch():
 
     assert _progress.is_local(PipelineOptions(["--runner=DirectRunner"]))
     assert _progress.is_local(PipelineOptions([]))
+    # Prism's default LOOPBACK workers run in the launching process; EXTERNAL/DOCKER ones do not
+    assert _progress.is_local(PipelineOptions(["--runner=PrismRunner"]))
+    assert _progress.is_local(PipelineOptions(["--runner=PrismRunner", "--environment_type=LOOPBACK"]))
+    assert not _progress.is_local(PipelineOptions(["--runner=PrismRunner", "--environment_type=EXTERNAL"]))
+    assert not _progress.is_local(PipelineOptions(["--runner=PortableRunner"]))
     lines = []
     with _progress.reporter("job", PipelineOptions(["--runner=DataflowRunner"]), lines.append) as rep:
         assert rep.directory is None

@@ -8,7 +8,8 @@ a `ProgressReporter` thread that sums the files and prints a line every few seco
 planned, rate, ETA.
 
 That works when the workers share the launcher's machine (DirectRunner / FnApiRunner, in
-process or multi_processing). On other runners `progress_dir` returns None, workers only
+process or multi_processing; PrismRunner with its default LOOPBACK workers, which run in the
+launching process). On other runners `progress_dir` returns None, workers only
 count metrics, and the job prints one line saying where to watch them.
 """
 
@@ -34,11 +35,13 @@ INTERVAL_S = 5.0  # seconds between progress lines
 
 def is_local(options) -> bool:
     """Whether the runner's workers run on this machine (and can write our progress files)."""
-    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
 
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1] in LOCAL_RUNNERS
+    name = (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
+    if name == "PrismRunner":  # its SDK workers are LOOPBACK (in this process) unless told otherwise
+        return options.view_as(PortableOptions).environment_type in (None, "LOOPBACK")
+    return name in LOCAL_RUNNERS
 
 
 def _write_json(path: str, value: dict) -> None:

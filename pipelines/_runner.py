@@ -1,0 +1,104 @@
+"""Which Beam runner a job runs on: the default, a bound on Prism's download, and what actually ran.
+
+The default is the in-process FnApiRunner, named explicitly. Beam's own default, DirectRunner,
+is not one runner: Beam 2.77 first tries Prism (downloading a binary from GitHub when none is
+cached) and falls back to the FnApiRunner when that fails, so the same command would run on
+Prism online and on the FnApiRunner offline, or stall where a firewall drops packets.
+`--runner=DirectRunner` keeps Beam's meaning; while Beam may download Prism, socket operations
+that set no timeout of their own (Beam's download does not) give up after
+DOWNLOAD_TIMEOUT_S, so a blackholed address costs that long, then Beam falls back.
+The summary says which runner ran (`runner:`) and, when it differs, what was asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Any, Iterator, Optional
+
+DEFAULT_RUNNER = "FnApiRunner"
+#: seconds a socket operation of Beam's Prism download may wait (env TFRECORD_BEAM_DOWNLOAD_TIMEOUT)
+DOWNLOAD_TIMEOUT_S = 30.0
+#: runners whose launch may download Prism (DirectRunner tries it first)
+_PRISM_LAUNCHERS = ("DirectRunner", "SwitchingDirectRunner", "PrismRunner")
+
+
+def runner_name(options) -> str:
+    """The short class name of the runner the options ask for (e.g. 'DirectRunner')."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return name.rsplit(".", 1)[-1]
+
+
+def set_default(options) -> None:
+    """--runner=FnApiRunner unless a runner was given."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = DEFAULT_RUNNER
+
+
+def _may_download_prism(options) -> bool:
+    from apache_beam.options.pipeline_options import PortableOptions, PrismRunnerOptions
+
+    if runner_name(options) not in _PRISM_LAUNCHERS:
+        return False
+    if options.view_as(PortableOptions).job_endpoint:  # an existing job service: nothing to fetch
+        return False
+    location = options.view_as(PrismRunnerOptions).prism_location
+    return not (location and os.path.exists(location))
+
+
+def download_timeout() -> float:
+    """DOWNLOAD_TIMEOUT_S, or TFRECORD_BEAM_DOWNLOAD_TIMEOUT seconds when set."""
+    value = os.environ.get("TFRECORD_BEAM_DOWNLOAD_TIMEOUT")
+    try:
+        return float(value) if value else DOWNLOAD_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"TFRECORD_BEAM_DOWNLOAD_TIMEOUT={value!r} is not a number of seconds") from None
+
+
+@contextlib.contextmanager
+def bounded_downloads(options) -> Iterator[None]:
+    """While a pipeline is launched on a runner that may download Prism, socket operations
+    without a timeout of their own time out after `download_timeout()` seconds; otherwise a
+    no-op. (Python's default socket timeout is process-wide; it is restored on the way out.)"""
+    if not _may_download_prism(options):
+        yield
+        return
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(download_timeout())
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def ran_on(options, result: Any) -> str:
+    """The runner that actually ran the pipeline, from the type of its result: DirectRunner's
+    choice (PrismRunner, or FnApiRunner / BundleBasedDirectRunner after falling back) is told
+    apart; other runners are named as asked."""
+    asked = runner_name(options)
+    module = type(result).__module__
+    kind = type(result).__name__
+    if module.endswith("fn_api_runner.fn_runner") and kind == "RunnerResult":
+        return "FnApiRunner"
+    if kind == "DirectPipelineResult":
+        return "BundleBasedDirectRunner"
+    if module.endswith("portability.portable_runner") and asked in _PRISM_LAUNCHERS:
+        return "PrismRunner"
+    return asked
+
+
+def describe(options, result: Optional[Any]) -> dict:
+    """Summary fields: `runner` (what ran) and, when Beam chose another, `runner_requested`."""
+    asked = runner_name(options)
+    actual = ran_on(options, result) if result is not None else asked
+    out = {"runner": actual}
+    if actual != asked:
+        out["runner_requested"] = asked
+    return out

@@ -1,0 +1,141 @@
+# Shared helpers of the runner scripts (runners/NAME.sh build|start|stop|flags). Source it.
+#
+# Cache (binaries, jars, wheels, venvs), shared by every checkout on the machine:
+#   ${TFRB_CACHE:-$HOME/.cache/tfrecord_beam}
+# Per-checkout state and logs (git-ignored), at the repository root:
+#   .runners/state/NAME.env   KEY=VALUE lines: FLAGS="..." (job flags), PYTHON=... (the interpreter
+#                             that launches jobs for that runner), optional S3_* for the job's data
+#   .runners/state/NAME.pid*  pids of what the script started
+#   .runners/logs/NAME*.log   their output
+set -euo pipefail
+
+TFRB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TFRB_CACHE=${TFRB_CACHE:-$HOME/.cache/tfrecord_beam}
+TFRB_STATE=$TFRB_ROOT/.runners/state
+TFRB_LOGS=$TFRB_ROOT/.runners/logs
+mkdir -p "$TFRB_CACHE" "$TFRB_STATE" "$TFRB_LOGS"
+
+# The interpreter that runs jobs: $TFRB_PYTHON, else the checkout's .venv, else python3.
+tfrb_python() {
+    if [[ -n ${TFRB_PYTHON:-} ]]; then
+        echo "$TFRB_PYTHON"
+    elif [[ -x $TFRB_ROOT/.venv/bin/python ]]; then
+        echo "$TFRB_ROOT/.venv/bin/python"
+    else
+        command -v python3
+    fi
+}
+
+# The apache-beam version of an interpreter (default: tfrb_python).
+beam_version() {
+    "${1:-$(tfrb_python)}" -c 'import apache_beam, sys; sys.stdout.write(apache_beam.__version__)' 2>/dev/null
+}
+
+say() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+# log_tail FILE [N]: the last N lines of a log, indented, on stderr (after a failure).
+log_tail() {
+    local file=$1 lines=${2:-40}
+    if [[ -s $file ]]; then
+        echo "---- last $lines lines of $file ----" >&2
+        tail -n "$lines" "$file" | sed 's/^/  /' >&2
+        echo "----" >&2
+    else
+        echo "($file is empty or missing)" >&2
+    fi
+}
+
+# port_open HOST PORT: whether something accepts TCP connections there.
+port_open() {
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# pid_alive PID
+pid_alive() {
+    [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null
+}
+
+# start_bg NAME LOG CMD...: start CMD in its own session in the background, output to LOG,
+# pid to .runners/state/NAME.pid. Fails if NAME is already running.
+start_bg() {
+    local name=$1 log=$2
+    shift 2
+    local pidfile=$TFRB_STATE/$name.pid
+    if pid_alive "$(cat "$pidfile" 2>/dev/null || true)"; then
+        die "$name is already running (pid $(cat "$pidfile")); run its stop first"
+    fi
+    : >"$log"
+    setsid "$@" >>"$log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+}
+
+# wait_for_port NAME HOST PORT [TIMEOUT_S] [LOG]: until HOST:PORT accepts connections. Fails
+# (with the log's tail) when NAME's process dies or after TIMEOUT_S seconds.
+wait_for_port() {
+    local name=$1 host=$2 port=$3 timeout=${4:-60} log=${5:-}
+    local pid deadline=$((SECONDS + timeout))
+    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
+    until port_open "$host" "$port"; do
+        if [[ -n $pid ]] && ! pid_alive "$pid"; then
+            say "$name (pid $pid) exited before $host:$port accepted connections"
+            [[ -n $log ]] && log_tail "$log"
+            return 1
+        fi
+        if ((SECONDS >= deadline)); then
+            say "$name: $host:$port not ready after ${timeout}s"
+            [[ -n $log ]] && log_tail "$log"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# stop_pid NAME [TIMEOUT_S]: SIGTERM the process group started by start_bg as NAME (then
+# SIGKILL after TIMEOUT_S), remove its pid file. Quiet when it is not running.
+stop_pid() {
+    local name=$1 timeout=${2:-15}
+    local pidfile=$TFRB_STATE/$name.pid pid
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    if pid_alive "$pid"; then
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+        local deadline=$((SECONDS + timeout))
+        while pid_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
+        if pid_alive "$pid"; then
+            say "$name (pid $pid) ignored SIGTERM for ${timeout}s: SIGKILL"
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+        fi
+        say "$name stopped (pid $pid)"
+    fi
+    rm -f "$pidfile"
+}
+
+# port_free_or_die NAME HOST PORT: starting NAME needs HOST:PORT free.
+port_free_or_die() {
+    if port_open "$2" "$3"; then
+        die "$1: $2:$3 is already in use (another service, or a $1 started elsewhere); stop it or set another port"
+    fi
+}
+
+# write_state NAME KEY=VALUE...: .runners/state/NAME.env, one shell-quoted KEY=VALUE a line.
+write_state() {
+    local name=$1 kv
+    shift
+    local file=$TFRB_STATE/$name.env tmp
+    tmp=$(mktemp "$file.XXXXXX")
+    for kv in "$@"; do
+        printf '%s=%q\n' "${kv%%=*}" "${kv#*=}" >>"$tmp"
+    done
+    mv "$tmp" "$file"
+}
+
+# state_flags NAME: the FLAGS of NAME's state file (empty when absent).
+state_flags() {
+    local file=$TFRB_STATE/$1.env
+    [[ -f $file ]] || return 1
+    (
+        # shellcheck disable=SC1090
+        source "$file"
+        echo "${FLAGS:-}"
+    )
+}
