@@ -8,7 +8,8 @@
 #   runners/prism.sh stop
 #   runners/prism.sh flags   the job flags of each column, one line each
 #
-# Two columns of the runner matrix come from here:
+# runners: prism direct-prism
+# Two columns of the runner matrix come from here (the line above declares them to tests/runners):
 #   prism         --runner=PrismRunner --job_endpoint=localhost:8073 (the job service started here;
 #                 SDK workers LOOPBACK, in the launching process)
 #   direct-prism  --runner=DirectRunner --prism_location=BIN (what a user online gets from
