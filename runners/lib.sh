@@ -28,7 +28,7 @@ tfrb_python() {
 
 # The apache-beam version of an interpreter (default: tfrb_python).
 beam_version() {
-    "${1:-$(tfrb_python)}" -c 'import apache_beam, sys; sys.stdout.write(apache_beam.__version__)' 2>/dev/null
+    "${1:-$(tfrb_python)}" -c 'import importlib.metadata as m, sys; sys.stdout.write(m.version("apache-beam"))' 2>/dev/null
 }
 
 say() { echo "[$(date +%H:%M:%S)] $*" >&2; }
