@@ -86,6 +86,7 @@ def _reshard_env(tmp_path: Path, proxy_port: int, timeout_s: str = "3") -> dict:
         https_proxy=proxy,
         HTTPS_PROXY=proxy,
         http_proxy=proxy,
+        no_proxy="localhost,127.0.0.1",  # as a user's proxy settings would be (gRPC honours them too)
         PYTHONPATH=str(ROOT),
         TFRECORD_BEAM_DOWNLOAD_TIMEOUT=timeout_s,
     )
