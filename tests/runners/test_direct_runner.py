@@ -40,8 +40,8 @@ def test_direct_runner_runs_on_prism_found_in_beams_cache(tmp_path):
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    # the proxy serves downloads only: gRPC to the local Prism honours it too unless told not to
-    env.update(HOME=str(home), https_proxy=closed, http_proxy=closed, no_proxy="localhost,127.0.0.1")
+    # no no_proxy: the job itself keeps gRPC to the local Prism off the proxy
+    env.update(HOME=str(home), https_proxy=closed, http_proxy=closed)
     env.update(PYTHONPATH=str(rm.ROOT))
     data = write_files(tmp_path / "in", "a", [120, 80])
     cmd = [sys.executable, "-m", "pipelines.reshard", "--input", str(tmp_path / "in"), "--num_shards", "2"]
