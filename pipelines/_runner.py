@@ -81,9 +81,11 @@ def download_timeout() -> float:
 
 @contextlib.contextmanager
 def bounded_downloads(options) -> Iterator[None]:
-    """While a pipeline is launched on a runner that may download Prism, socket operations
-    without a timeout of their own time out after `download_timeout()` seconds; otherwise a
-    no-op. (Python's default socket timeout is process-wide; it is restored on the way out.)"""
+    """While a pipeline is launched (`p.run()`) on a runner that may download Prism, socket
+    operations without a timeout of their own time out after `download_timeout()` seconds;
+    otherwise a no-op. Python's default socket timeout is process-wide; it is restored on the
+    way out. (When DirectRunner falls back, `run()` is the whole in-process run: the bound is
+    per operation, so only a socket waiting that long without a byte is cut.)"""
     if not _may_download_prism(options):
         yield
         return
