@@ -147,15 +147,18 @@ class RecordReader:
             scan level of `_engine._common` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
             unless `resync` is set).
-        end_offset: stop before the first record whose header starts at or after it.
+        end_offset: stop before the first record whose header starts at or after it. When it
+            is not where the records read continue (an uncompressed file cut between record
+            boundaries), the resync from it must land there too, with or without `resync`
+            (else SplitPointError), so that the next range's resync neither repeats nor drops a record.
         first_record_number: the number of the record at `start_offset`, for error messages.
         allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
             data ends inside the last record (a file still being written, say).
         resync: [start_offset, end_offset) is a byte range that need not fall on record
             boundaries: skip from `start_offset` to the next record boundary
-            (`find_record_start`), and at the end check that the resync from `end_offset` lands
-            where the records read continue (else SplitPointError: the file needs an index to
-            be split). Uncompressed only.
+            (`find_record_start`), and at the end always check that the resync from `end_offset`
+            lands where the records read continue (else SplitPointError: the file needs an index
+            to be split). Uncompressed only.
         members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
             from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
@@ -354,6 +357,10 @@ class RecordReader:
         if past_end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
             self._check_split(raw, total, here)
             return None  # the next range's record (its header is sound): that range reports it
+        if past_end and status == STATUS_BAD_LENGTH_CRC and not self.resync and here == self.end_offset:
+            # A range that ends on a record boundary (an index split): the next range starts
+            # right here and reports the damaged header itself (a resync could not see it).
+            return None
         if status == STATUS_BAD_LENGTH_CRC:
             raise CorruptRecordError(
                 self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed : consumed + 16])
@@ -437,10 +444,14 @@ class RecordReader:
         return CorruptStreamError(self.path, err.offset, number, reason)
 
     def _check_split(self, raw: BinaryIO, total: Optional[int], next_start: int) -> None:
-        """With `resync`, the records read continue at `next_start`: the resync from
-        `end_offset` must land there too (`Resync.check_split`), or the next range's reader
-        would duplicate or drop records."""
-        if self.resync and self.end_offset is not None and total is not None:
+        """A range with an `end_offset` knows that its records continue at `next_start`: the
+        resync from `end_offset` must land there too (`Resync.check_split`), or the next range's
+        reader, when it resyncs, would duplicate or drop records. Whatever this reader's own
+        `resync` flag: the next range's decides. A range without `resync` that ends on a record
+        boundary (an index split) needs no search: the next range starts there."""
+        if self.end_offset is None or total is None:
+            return
+        if self.resync or next_start != self.end_offset:
             Resync(raw, total, self.path).check_split(self.end_offset, next_start)
 
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
