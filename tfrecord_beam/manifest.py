@@ -55,10 +55,12 @@ DEAD_LETTER_PREFIX, DEAD_LETTER_SUFFIX = "_CORRUPT.", ".jsonl"
 class ManifestError(TFRecordError):
     """A manifest that cannot be read or does not hold what a manifest must."""
 
-    def __init__(self, path: Optional[str], reason: str) -> None:
-        super().__init__(path, None, None, reason)
+    def __init__(self, path: Optional[str], reason: Optional[str] = None) -> None:
+        super().__init__(path, None, None, reason)  # reason None: one message (TFRecordError)
 
     def __reduce__(self):
+        if self._text is not None:
+            return (type(self), (self._text,))
         return (type(self), (self.path, self.reason))
 
 

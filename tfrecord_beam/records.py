@@ -150,7 +150,9 @@ class RecordReader:
         end_offset: stop before the first record whose header starts at or after it. When it
             is not where the records read continue (an uncompressed file cut between record
             boundaries), the resync from it must land there too, with or without `resync`
-            (else SplitPointError), so that the next range's resync neither repeats nor drops a record.
+            (else SplitPointError), so that the next range's resync neither repeats nor drops a
+            record; `check_end=False` leaves that out when the caller knows the next range starts
+            where this one's records continue (it follows the chain, or an index), not by a resync.
         first_record_number: the number of the record at `start_offset`, for error messages.
         allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
             data ends inside the last record (a file still being written, say).
@@ -193,6 +195,7 @@ class RecordReader:
         members: Union[None, bool, "blockgzip.MemberTable"] = None,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         on_bad_payload: Optional[BadPayload] = None,
+        check_end: bool = True,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -209,6 +212,7 @@ class RecordReader:
         self.members = members
         self.max_record_size = int(max_record_size)
         self.on_bad_payload = on_bad_payload
+        self.check_end = check_end
         if self.max_record_size < 0:
             raise ValueError(f"max_record_size must be >= 0, not {max_record_size!r}")
         if resync and self.compression is not None:
@@ -357,10 +361,6 @@ class RecordReader:
         if past_end and status in (STATUS_BAD_DATA_CRC, _TOO_LARGE):
             self._check_split(raw, total, here)
             return None  # the next range's record (its header is sound): that range reports it
-        if past_end and status == STATUS_BAD_LENGTH_CRC and not self.resync and here == self.end_offset:
-            # A range that ends on a record boundary (an index split): the next range starts
-            # right here and reports the damaged header itself (a resync could not see it).
-            return None
         if status == STATUS_BAD_LENGTH_CRC:
             raise CorruptRecordError(
                 self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed : consumed + 16])
@@ -448,10 +448,11 @@ class RecordReader:
         resync from `end_offset` must land there too (`Resync.check_split`), or the next range's
         reader, when it resyncs, would duplicate or drop records. Whatever this reader's own
         `resync` flag: the next range's decides. A range without `resync` that ends on a record
-        boundary (an index split) needs no search: the next range starts there."""
+        boundary (an index split), or whose caller says the next one follows the chain
+        (`check_end=False`), needs no search."""
         if self.end_offset is None or total is None:
             return
-        if self.resync or next_start != self.end_offset:
+        if self.resync or (self.check_end and next_start != self.end_offset):
             Resync(raw, total, self.path).check_split(self.end_offset, next_start)
 
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
