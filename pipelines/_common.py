@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import fs
+from tfrecord_beam import manifest as _manifest
 from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
@@ -166,6 +167,10 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     for pattern in patterns:
+        try:  # a half-committed output reads as neither the old nor the new one
+            _manifest.check_no_commit_pending(pattern, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+        except _manifest.CommitInProgressError as exc:
+            raise JobError(f"{what} {exc}") from None
         if _fs.is_dir(pattern):
             pattern = pattern.rstrip("/") + "/" + dir_glob
         found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not fs.is_sidecar(f)]

@@ -24,7 +24,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from . import fs
 from .errors import TFRecordError
@@ -50,6 +50,8 @@ __all__ = [
 FORMAT = "tfrecord_beam.manifest/1"
 MANIFEST_PREFIX, MANIFEST_SUFFIX = "_MANIFEST.", ".json"
 DEAD_LETTER_PREFIX, DEAD_LETTER_SUFFIX = "_CORRUPT.", ".jsonl"
+STAGING_PREFIX = ".tfrecord_beam-tmp-"  # a job's staging directory beside its output (beam.commit)
+JOURNAL_NAME = "_JOURNAL.json"  # in a staging directory: a commit has begun (beam.commit)
 
 
 class ManifestError(TFRecordError):
@@ -62,6 +64,12 @@ class ManifestError(TFRecordError):
         if self._text is not None:
             return (type(self), (self._text,))
         return (type(self), (self.path, self.reason))
+
+
+class CommitInProgressError(ManifestError):
+    """A job's commit into this location has begun and not finished: its files are a mix of
+    the old output and the new one (read it once the commit is done, or run the job again
+    if it was killed: that finishes the commit)."""
 
 
 @dataclass
@@ -258,3 +266,61 @@ def owned_by_prefix(name_prefix: str, names: List[str]) -> List[str]:
     pattern = re.compile(re.escape(name_prefix) + _SHARD_NAME + r"($|\.)")
     own = {manifest_name(name_prefix), dead_letter_name(name_prefix)}
     return [n for n in names if n in own or pattern.match(n)]
+
+
+def check_no_commit_pending(
+    target: str,
+    *,
+    glob: Callable[[str], Sequence[str]] = fs.expand,
+    read_bytes: Optional[Callable[[str], bytes]] = None,
+    is_dir: Callable[[str], bool] = fs.is_dir,
+) -> None:
+    """CommitInProgressError when `target` (a directory, output prefix, manifest, file or
+    glob a reader is about to read) is touched by a commit that has begun and not finished:
+    a `STAGING_PREFIX*/_JOURNAL.json` beside it names the files it moves or removes and the
+    manifest it writes. A directory is touched by any such commit in it.
+
+    Between the journal and the manifest the old manifest is gone and the directory holds
+    old and new shards at once, so a reader that went on would read a mix. The filesystem
+    calls default to the core's (pyarrow.fs); Beam code passes its own (`beam._fs`).
+    """
+    target = os.fspath(target)
+    base, query = fs.split_query(target)
+    whole = not fs.is_glob(base) and is_dir(target)
+    if whole:
+        directory, pattern = base.rstrip("/") or "/", None
+    else:
+        directory, _, pattern = base.rpartition("/")
+        directory = directory or "."
+        if fs.is_glob(directory):
+            return  # globs over directories: each matched directory is not an output's
+    for journal_path in glob(fs.with_query(fs.join(directory, STAGING_PREFIX + "*/" + JOURNAL_NAME), query)):
+        try:
+            journal = json.loads((read_bytes or _read_bytes)(journal_path).decode("utf-8"))
+            touched: Set[str] = {journal["manifest"], *journal["moves"], *journal["remove"]}
+        except Exception:  # noqa: BLE001 - finished meanwhile (gone), or being written
+            continue
+        if whole or (pattern is not None and _touches(pattern, touched, glob, directory, query)):
+            raise CommitInProgressError(
+                target,
+                f"a job's commit into {directory} has begun and not finished ({journal_path}): "
+                "its files are a mix of the old and the new output; read it when the commit is done "
+                "(if that job was killed, running it again finishes the commit)",
+            )
+
+
+def _touches(pattern: str, touched: Set[str], glob, directory: str, query: str) -> bool:
+    """Whether the file, glob, output prefix or manifest named `pattern` meets `touched`."""
+    if pattern in touched or manifest_name(pattern) in touched:  # one of its files, its manifest, its prefix
+        return True
+    if fs.is_glob(pattern):
+        names = {
+            fs.split_query(p)[0].rsplit("/", 1)[-1] for p in glob(fs.with_query(fs.join(directory, pattern), query))
+        }
+        return bool(names & touched)
+    return False
+
+
+def _read_bytes(path: str) -> bytes:
+    with fs.open_input(path) as handle:
+        return handle.read()

@@ -71,6 +71,7 @@ def _expand(patterns: List[str]) -> List[str]:
     files: List[str] = []
     for pattern in patterns:
         try:
+            _manifest.check_no_commit_pending(pattern)  # a half-committed output reads as neither
             found = _manifest.find_manifest(pattern)
             manifest = _manifest.read_manifest(found) if found else None
         except _manifest.ManifestError as exc:
