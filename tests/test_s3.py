@@ -195,7 +195,9 @@ def test_empty_shards_on_s3(s3, capsys):
 def test_the_commit_lock_on_s3_has_one_winner(s3):
     """Issue 22 item 2 on an object store: create-if-absent (If-None-Match) is the claim; of
     processes racing for one claim exactly one wins, and a lock leaves nothing behind."""
-    import multiprocessing
+    import subprocess
+    import sys
+    import time
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -208,19 +210,22 @@ def test_the_commit_lock_on_s3_has_one_winner(s3):
     assert _lock.create_exclusive(path, b"second") is False
     assert client.get_object(Bucket=BUCKET, Key="lock/claim.json")["Body"].read() == b"first"
 
-    barrier = multiprocessing.get_context("fork").Barrier(4)
-    pids = []
-    for _ in range(4):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the children
-            code = 3
-            try:
-                barrier.wait()
-                code = 0 if _lock.create_exclusive(f"s3://{BUCKET}/lock/race.json", b"x") else 1
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    assert sorted(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids) == [0, 1, 1, 1]
+    # fresh interpreters (forked children would share this process's pooled S3 connections),
+    # all released at one moment
+    start = time.time() + 8
+    script = (
+        "import sys, time\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "from tfrecord_beam.beam import _fs, _lock\n"
+        "_fs.set_options(PipelineOptions(sys.argv[3:]))\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "sys.exit(0 if _lock.create_exclusive(sys.argv[1], b'x') else 1)\n"
+    )
+    racers = [
+        subprocess.Popen([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(start)] + beam)
+        for _ in range(4)
+    ]
+    assert sorted(r.wait(timeout=120) for r in racers) == [0, 1, 1, 1]
 
     notes = []
     lock = _lock.CommitLock(

@@ -20,6 +20,10 @@ FileSystems (`_fs`), so it works the same on local disks, gs:// and s3://.
    moved into place, and the staging directory is deleted. Every step can be redone, so a
    crash at any point leaves either the old output, or a journal the next run completes.
    SIGINT is held back while the commit runs (it then exits 130 with the output complete).
+3. **One owner**: a commit, and the completion of an interrupted one (step 1), run under the
+   output's commit lock (`_lock.CommitLock`: create-if-absent claims, works on object
+   stores), so two runs never apply a journal at once; under it a journal found is finished
+   whoever wrote it (its writer would hold the lock if it were still committing).
 
 `TFRECORD_BEAM_COMMIT_STOP_AFTER=N` (tests only) kills the process after N commit steps
 (`TFRECORD_BEAM_COMMIT_STOP_SIGNAL=INT` interrupts it instead).
@@ -318,12 +322,11 @@ class Output:
     ) -> List[str]:
         """Move the staged shards (and `extra_files`, names in staging) into place as one
         commit with the manifest last; returns the final paths of the data files."""
-        with _hold_sigint():
-            try:
-                with self.lock() as lock:
-                    return self._commit(lock, shards, extra_files, corrupt_records, dead_letters, details)
-            except LockError as exc:
-                raise OutputError(f"{exc}; this run's output was not committed") from None
+        try:
+            with self.lock() as lock, _hold_sigint():  # Ctrl-C still works while waiting for the lock
+                return self._commit(lock, shards, extra_files, corrupt_records, dead_letters, details)
+        except LockError as exc:
+            raise OutputError(f"{exc}; this run's output was not committed") from None
 
     def _commit(
         self,
