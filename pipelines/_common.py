@@ -166,11 +166,11 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     file:// URIs as plain paths; our own sidecars (`.tfindex`, dot-files, `_MANIFEST...`-style
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
+    try:  # a half-committed output reads as neither the old nor the new one
+        _manifest.check_no_commit_pending(patterns, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+    except _manifest.CommitInProgressError as exc:
+        raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
-        try:  # a half-committed output reads as neither the old nor the new one
-            _manifest.check_no_commit_pending(pattern, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
-        except _manifest.CommitInProgressError as exc:
-            raise JobError(f"{what} {exc}") from None
         if _fs.is_dir(pattern):
             pattern = pattern.rstrip("/") + "/" + dir_glob
         found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not fs.is_sidecar(f)]

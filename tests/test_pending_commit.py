@@ -86,3 +86,17 @@ def test_after_the_next_run_finishes_the_commit_readers_see_the_new_output(half_
     capsys.readouterr()
     assert cli.main(["count", "--json", str(half_committed / "x")]) == 0
     assert '"total": 40' in capsys.readouterr().out
+
+
+def test_many_files_of_one_directory_are_checked_with_one_search(half_committed):
+    calls = []
+
+    def glob(pattern):
+        calls.append(pattern)
+        return mf.fs.expand(pattern)
+
+    others = [str(half_committed / f"y-{i}.tfrecord") for i in range(500)]  # (names only: not read)
+    mf.check_no_commit_pending(others, glob=glob)
+    assert len(calls) == 1
+    with pytest.raises(mf.CommitInProgressError):
+        mf.check_no_commit_pending(others + [str(half_committed / "x-00002-of-00003.tfrecord")], glob=glob)

@@ -24,7 +24,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fs
 from .errors import TFRecordError
@@ -269,44 +269,57 @@ def owned_by_prefix(name_prefix: str, names: List[str]) -> List[str]:
 
 
 def check_no_commit_pending(
-    target: str,
+    targets: Union[str, Sequence[str]],
     *,
     glob: Callable[[str], Sequence[str]] = fs.expand,
     read_bytes: Optional[Callable[[str], bytes]] = None,
     is_dir: Callable[[str], bool] = fs.is_dir,
 ) -> None:
-    """CommitInProgressError when `target` (a directory, output prefix, manifest, file or
+    """CommitInProgressError when a target (a directory, output prefix, manifest, file or
     glob a reader is about to read) is touched by a commit that has begun and not finished:
     a `STAGING_PREFIX*/_JOURNAL.json` beside it names the files it moves or removes and the
     manifest it writes. A directory is touched by any such commit in it.
 
     Between the journal and the manifest the old manifest is gone and the directory holds
-    old and new shards at once, so a reader that went on would read a mix. The filesystem
-    calls default to the core's (pyarrow.fs); Beam code passes its own (`beam._fs`).
+    old and new shards at once, so a reader that went on would read a mix. Each directory is
+    searched once however many targets lie in it. The filesystem calls default to the
+    core's (pyarrow.fs); Beam code passes its own (`beam._fs`).
     """
-    target = os.fspath(target)
-    base, query = fs.split_query(target)
-    whole = not fs.is_glob(base) and is_dir(target)
-    if whole:
-        directory, pattern = base.rstrip("/") or "/", None
-    else:
-        directory, _, pattern = base.rpartition("/")
-        directory = directory or "."
-        if fs.is_glob(directory):
-            return  # globs over directories: each matched directory is not an output's
+    journals: Dict[Tuple[str, str], List[Tuple[str, Set[str]]]] = {}
+    for target in [targets] if isinstance(targets, (str, os.PathLike)) else targets:
+        target = os.fspath(target)
+        base, query = fs.split_query(target)
+        whole = not fs.is_glob(base) and is_dir(target)
+        if whole:
+            directory, pattern = base.rstrip("/") or "/", ""
+        else:
+            directory, _, pattern = base.rpartition("/")
+            directory = directory or "."
+            if fs.is_glob(directory):
+                continue  # globs over directories: each matched directory is not an output's
+        key = (directory, query)
+        if key not in journals:
+            journals[key] = _pending_journals(directory, query, glob, read_bytes or _read_bytes)
+        for journal_path, touched in journals[key]:
+            if whole or _touches(pattern, touched, glob, directory, query):
+                raise CommitInProgressError(
+                    target,
+                    f"a job's commit into {directory} has begun and not finished ({journal_path}): "
+                    "its files are a mix of the old and the new output; read it when the commit is done "
+                    "(if that job was killed, running it again finishes the commit)",
+                )
+
+
+def _pending_journals(directory: str, query: str, glob, read_bytes) -> List[Tuple[str, Set[str]]]:
+    """(journal path, the names it touches) of each begun commit in `directory`."""
+    found = []
     for journal_path in glob(fs.with_query(fs.join(directory, STAGING_PREFIX + "*/" + JOURNAL_NAME), query)):
         try:
-            journal = json.loads((read_bytes or _read_bytes)(journal_path).decode("utf-8"))
-            touched: Set[str] = {journal["manifest"], *journal["moves"], *journal["remove"]}
+            journal = json.loads(read_bytes(journal_path).decode("utf-8"))
+            found.append((journal_path, {journal["manifest"], *journal["moves"], *journal["remove"]}))
         except Exception:  # noqa: BLE001 - finished meanwhile (gone), or being written
             continue
-        if whole or (pattern is not None and _touches(pattern, touched, glob, directory, query)):
-            raise CommitInProgressError(
-                target,
-                f"a job's commit into {directory} has begun and not finished ({journal_path}): "
-                "its files are a mix of the old and the new output; read it when the commit is done "
-                "(if that job was killed, running it again finishes the commit)",
-            )
+    return found
 
 
 def _touches(pattern: str, touched: Set[str], glob, directory: str, query: str) -> bool:

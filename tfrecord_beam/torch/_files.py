@@ -85,8 +85,9 @@ def output_paths(data_path: Paths, index_path: Optional[Paths]):
     only the committed shards are read and their indexes come with them. Any path touched by
     a commit that has begun and not finished raises `CommitInProgressError`.
     """
-    for target in [data_path] if isinstance(data_path, (str, os.PathLike)) else data_path:
-        _manifest.check_no_commit_pending(os.fspath(target))  # a half-committed output: neither old nor new
+    _manifest.check_no_commit_pending(  # a half-committed output reads as neither old nor new
+        [os.fspath(data_path)] if isinstance(data_path, (str, os.PathLike)) else [os.fspath(p) for p in data_path]
+    )
     if isinstance(data_path, (str, os.PathLike)):
         found = _manifest.find_manifest(os.fspath(data_path))
         if found is not None:
