@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import fs
+from tfrecord_beam import manifest as _manifest
 from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
@@ -171,6 +172,10 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     file:// URIs as plain paths; our own sidecars (`.tfindex`, dot-files, `_MANIFEST...`-style
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
+    try:  # a half-committed output reads as neither the old nor the new one
+        _manifest.check_no_commit_pending(patterns, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+    except _manifest.CommitInProgressError as exc:
+        raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
         if _fs.is_dir(pattern):
             pattern = pattern.rstrip("/") + "/" + dir_glob

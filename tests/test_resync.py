@@ -322,3 +322,25 @@ def test_after_bad_skips_a_frame_whose_length_is_sound_and_resyncs_otherwise():
     assert resync.after_bad(offsets[1]) == (offsets[2], None, True)
     assert resync.after_bad(offsets[3], 3) == (offsets[4], None, False)  # found by the search: number unknown
     assert resync.after_bad(offsets[5] + 1) == (len(data), None, False)  # nothing after: the end
+
+
+def test_a_range_without_resync_checks_where_the_next_range_resyncs(phantom):
+    """Issue 22 item 9: [0, cut) read without `resync`, then [cut, ..) with it, returned one
+    record too many (the phantom): the end check must run whatever the first range's flag."""
+    path, payloads = phantom
+    size = len(open(path, "rb").read())
+    cut = size // 2
+    with pytest.raises(SplitPointError, match="needs an index to be split") as info:
+        list(records.RecordReader(path, start_offset=0, end_offset=cut))
+    assert info.value.path == path and info.value.offset == cut
+    # a range ending on a record boundary (an index split) needs no search and reads as before
+    boundaries = build_index(path)[:, 0].tolist()
+    for i in (1, len(boundaries) // 2, len(boundaries) - 1):
+        first = list(records.RecordReader(path, start_offset=0, end_offset=boundaries[i]))
+        second = list(records.RecordReader(path, start_offset=boundaries[i]))
+        assert first + second == payloads
+    # unambiguous cuts between boundaries still partition the records, mixing the flags
+    for cut in (boundaries[2] + 5, boundaries[4] + 3):
+        first = list(records.RecordReader(path, start_offset=0, end_offset=cut))
+        second = list(records.RecordReader(path, start_offset=cut, resync=True))
+        assert first + second == payloads

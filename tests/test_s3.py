@@ -190,3 +190,58 @@ def test_empty_shards_on_s3(s3, capsys):
     assert code == 0, err  # Beam's S3 uploader cannot finish an upload of no bytes: made by one PutObject
     sizes = {o["Key"]: o["Size"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="two/")["Contents"]}
     assert sorted(v for k, v in sizes.items() if k.endswith(".tfrecord")) == [0, 20]
+
+
+def test_the_commit_lock_on_s3_has_one_winner(s3):
+    """Issue 22 item 2 on an object store: create-if-absent (If-None-Match) is the claim; of
+    processes racing for one claim exactly one wins, and a lock leaves nothing behind."""
+    import subprocess
+    import sys
+    import time
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_beam.beam import _fs, _lock
+
+    endpoint, query, beam, client = s3
+    _fs.set_options(PipelineOptions(beam))
+    path = f"s3://{BUCKET}/lock/claim.json"
+    assert _lock.create_exclusive(path, b"first") is True
+    assert _lock.create_exclusive(path, b"second") is False
+    assert client.get_object(Bucket=BUCKET, Key="lock/claim.json")["Body"].read() == b"first"
+
+    # fresh interpreters (forked children would share this process's pooled S3 connections),
+    # all released at one moment
+    start = time.time() + 8
+    script = (
+        "import sys, time\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "from tfrecord_beam.beam import _fs, _lock\n"
+        "_fs.set_options(PipelineOptions(sys.argv[3:]))\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "sys.exit(0 if _lock.create_exclusive(sys.argv[1], b'x') else 1)\n"
+    )
+    racers = [
+        subprocess.Popen([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(start)] + beam)
+        for _ in range(4)
+    ]
+    assert sorted(r.wait(timeout=120) for r in racers) == [0, 1, 1, 1]
+
+    notes = []
+    lock = _lock.CommitLock(
+        f"s3://{BUCKET}/lock", "out", {"host": "h"}, state=lambda r: "alive", describe=str, say=notes.append
+    )
+    with lock:
+        assert lock.generations() == [1]
+        other = _lock.CommitLock(
+            f"s3://{BUCKET}/lock",
+            "out",
+            {"host": "h"},
+            state=lambda r: "alive",
+            describe=str,
+            say=notes.append,
+            wait=0.3,
+        )
+        with pytest.raises(_lock.LockError, match="holds the commit lock"):
+            other.acquire()
+    assert not [k for k in keys(client, "lock/") if k.startswith(_lock.LOCK_PREFIX)]

@@ -147,3 +147,80 @@ def test_corrupt_counter_sums_and_pickles_as_a_snapshot():
     assert copy.value == 5
     copy.add()
     assert (copy.value, counter.value) == (6, 5)
+
+
+# -- issue 22 item 7: damage at the split point between two workers' pieces --------------------
+def _damaged_copies(tmp_path, n: int = 40):
+    """A clean file of `n` numbered records and every copy with one byte flipped from the start
+    of record n/2 - 1 to 8 bytes into record n/2 + 1: (clean path, record offsets, [(damaged
+    path, number of the damaged record, flipped byte relative to the split)])."""
+    from tfrecord_beam.records import RecordReader
+
+    payloads = [i.to_bytes(4, "little") * 4 for i in range(n)]
+    clean = str(tmp_path / "clean.tfrecord")
+    write_records(clean, payloads)
+    offsets = [o for o, _ in RecordReader(clean).records_with_offsets()]
+    data = open(clean, "rb").read()
+    split = n // 2
+    copies = []
+    for k in range(offsets[split - 1], offsets[split + 1] + 8):
+        path = str(tmp_path / f"damaged-{k}.tfrecord")
+        flipped = bytearray(data)
+        flipped[k] ^= 0xFF
+        open(path, "wb").write(flipped)
+        copies.append((path, max(i for i in range(n) if offsets[i] <= k), k - offsets[split]))
+    return clean, offsets, copies
+
+
+def _numbers_read(files: FileSet, pieces):
+    return [int.from_bytes(bytes(p)[:4], "little") for piece in pieces for b in files.read(piece) for p in b.payloads()]
+
+
+def test_damage_at_a_split_is_skipped_once_and_every_intact_record_arrives_once(tmp_path):
+    """Indexed pieces [0, s) and [s, n) (the two workers' shares) with one damaged byte at
+    every position around s: the first piece stopped at the damaged header of the second's
+    first record, reported it too and then called its index stale."""
+    n = 40
+    clean, offsets, copies = _damaged_copies(tmp_path, n)
+    index = str(tmp_path / "clean.tfrecord.tfindex")
+    create_index(clean, index)
+    for path, bad, where in copies:
+        files = FileSet(path, index, None, skip_corrupt=True)
+        got = _numbers_read(files, [Piece(0, RECORDS, 0, n // 2), Piece(0, RECORDS, n // 2, n)])
+        assert sorted(got) == [i for i in range(n) if i != bad], where
+        assert files.counter.value == 1, where
+
+
+def test_damage_near_a_byte_range_split_is_skipped_once(tmp_path):
+    """The same damage without an index: byte-range pieces cut at every byte around it."""
+    n = 40
+    _, offsets, copies = _damaged_copies(tmp_path, n)
+    split = n // 2
+    for path, bad, where in copies[::3]:
+        for cut in range(offsets[split - 1] - 2, offsets[split + 1] + 14):
+            files = FileSet(path, None, None, skip_corrupt=True)
+            got = _numbers_read(files, [Piece(0, BYTES, 0, cut), Piece(0, BYTES, cut, None)])
+            assert sorted(got) == [i for i in range(n) if i != bad], (where, cut)
+            assert files.counter.value == 1, (where, cut)
+
+
+def test_damaged_length_at_the_workers_split_with_two_dataloader_workers(tmp_path):
+    """The issue's run: 2,000 indexed records, the length of record 1,000 damaged, two workers."""
+    from torch.utils.data import DataLoader
+
+    from tfrecord_beam.example import encode_example
+    from tfrecord_beam.records import RecordReader
+    from tfrecord_beam.torch import TFRecordDataset
+
+    n = 2000
+    path, index = str(tmp_path / "f.tfrecord"), str(tmp_path / "f.tfrecord.tfindex")
+    write_records(path, [encode_example({"id": i}) for i in range(n)])
+    create_index(path, index)
+    offset = [o for o, _ in RecordReader(path).records_with_offsets()][n // 2]
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(b"\xff")
+    dataset = TFRecordDataset(path, index, {"id": "int"}, skip_corrupt=True)
+    ids = [int(r["id"][0]) for r in DataLoader(dataset, batch_size=None, num_workers=2)]
+    assert sorted(ids) == [i for i in range(n) if i != n // 2]
+    assert dataset.corrupt_records == 1

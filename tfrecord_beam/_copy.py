@@ -64,6 +64,7 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
                 first_record_number=piece.from_record,
                 skip_corrupt=True,
                 chunk_size=COPY_READ_BYTES,
+                check_end=False,  # the next piece follows the chain from a checkpoint
             )
         else:
             raw = open_input(piece.path)
@@ -74,6 +75,7 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
                 start_offset=piece.from_offset,
                 first_record_number=piece.from_record,
                 chunk_size=COPY_READ_BYTES,
+                check_end=False,  # the next piece follows the chain from a checkpoint
                 end_offset=stop,
                 members=piece_members(piece, raw, open_input),
             )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Optional, Tuple
 
 __all__ = [
     "TFRecordError",
@@ -19,20 +20,33 @@ __all__ = [
 
 
 class TFRecordError(Exception):
-    """Base of every tfrecord_beam error that concerns a file's contents."""
+    """Base of every tfrecord_beam error that concerns a file's contents.
+
+    Built as `Error(path, offset, record_number, reason)`, or from one message alone (how
+    torch's DataLoader rebuilds a worker's error in the main process: `exc_type(msg)`, msg
+    holding the worker's traceback): the error keeps that message whole, and reads its path,
+    record number, offset and reason back from it (`_fields_from_message`), so that
+    `except CorruptRecordError` and `err.path` work across processes. Pickling keeps the
+    fields as they are.
+    """
 
     def __init__(
         self,
         path: Optional[str],
-        offset: Optional[int],
-        record_number: Optional[int],
-        reason: str,
+        offset: Optional[int] = None,
+        record_number: Optional[int] = None,
+        reason: Optional[str] = None,
     ) -> None:
+        text: Optional[str] = None
+        if reason is None and offset is None and record_number is None and isinstance(path, str):
+            text = path  # one message: an error rebuilt from its text
+            path, record_number, offset, reason = _fields_from_message(type(self), text)
         self.path = path
         self.offset = offset
         self.record_number = record_number
-        self.reason = reason
-        super().__init__(self._message())
+        self.reason = "" if reason is None else reason
+        self._text = text
+        super().__init__(self._message() if text is None else text)
 
     def _message(self) -> str:
         where = []
@@ -46,7 +60,43 @@ class TFRecordError(Exception):
         return f"{prefix}: {self.reason}" if prefix else self.reason
 
     def __reduce__(self):  # keep errors picklable across processes (DataLoader, Beam)
+        if self._text is not None:
+            return (type(self), (self._text,))
         return (type(self), (self.path, self.offset, self.record_number, self.reason))
+
+
+_NO_PATH = re.compile(
+    r"(?:record (?P<record>\d+))?(?:(?<=\d), )?(?:byte offset (?P<offset>\d+))?: (?P<reason>.*)", re.S
+)
+_WITH_PATH = re.compile(
+    r"(?P<path>.+?)(?:, record (?P<record>\d+))?(?:, byte offset (?P<offset>\d+))?: (?P<reason>.*)", re.S
+)
+
+
+def _fields_from_message(cls: type, text: str) -> Tuple[Optional[str], Optional[int], Optional[int], Optional[str]]:
+    """(path, record number, offset, reason) read back from an error's message, or from the
+    last line of a traceback that names `cls` (torch's "Caught ... Original Traceback: ...").
+
+    The message is `[path][, record N][, byte offset M]: reason` (see `_message`); an error
+    that had no path but a ": " in its reason reads back with the part before it as its path.
+    """
+    marker = f"{cls.__module__}.{cls.__qualname__}: "
+    at = text.rfind("\n" + marker)
+    if at >= 0:
+        text = text[at + 1 + len(marker) :]
+    elif text.startswith(marker):
+        text = text[len(marker) :]
+    text = text.rstrip("\n")
+    found = _NO_PATH.fullmatch(text)
+    if found is not None and (found["record"] or found["offset"]):
+        path = None
+    else:
+        found = _WITH_PATH.fullmatch(text)
+        if found is None:
+            return None, None, None, text
+        path = found["path"]
+    record, offset = found["record"], found["offset"]
+    return path, None if record is None else int(record), None if offset is None else int(offset), found["reason"]
 
 
 class CorruptRecordError(TFRecordError):

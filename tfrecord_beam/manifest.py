@@ -24,7 +24,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import fs
 from .errors import TFRecordError
@@ -50,16 +50,26 @@ __all__ = [
 FORMAT = "tfrecord_beam.manifest/1"
 MANIFEST_PREFIX, MANIFEST_SUFFIX = "_MANIFEST.", ".json"
 DEAD_LETTER_PREFIX, DEAD_LETTER_SUFFIX = "_CORRUPT.", ".jsonl"
+STAGING_PREFIX = ".tfrecord_beam-tmp-"  # a job's staging directory beside its output (beam.commit)
+JOURNAL_NAME = "_JOURNAL.json"  # in a staging directory: a commit has begun (beam.commit)
 
 
 class ManifestError(TFRecordError):
     """A manifest that cannot be read or does not hold what a manifest must."""
 
-    def __init__(self, path: Optional[str], reason: str) -> None:
-        super().__init__(path, None, None, reason)
+    def __init__(self, path: Optional[str], reason: Optional[str] = None) -> None:
+        super().__init__(path, None, None, reason)  # reason None: one message (TFRecordError)
 
     def __reduce__(self):
+        if self._text is not None:
+            return (type(self), (self._text,))
         return (type(self), (self.path, self.reason))
+
+
+class CommitInProgressError(ManifestError):
+    """A job's commit into this location has begun and not finished: its files are a mix of
+    the old output and the new one (read it once the commit is done, or run the job again
+    if it was killed: that finishes the commit)."""
 
 
 @dataclass
@@ -256,3 +266,74 @@ def owned_by_prefix(name_prefix: str, names: List[str]) -> List[str]:
     pattern = re.compile(re.escape(name_prefix) + _SHARD_NAME + r"($|\.)")
     own = {manifest_name(name_prefix), dead_letter_name(name_prefix)}
     return [n for n in names if n in own or pattern.match(n)]
+
+
+def check_no_commit_pending(
+    targets: Union[str, Sequence[str]],
+    *,
+    glob: Callable[[str], Sequence[str]] = fs.expand,
+    read_bytes: Optional[Callable[[str], bytes]] = None,
+    is_dir: Callable[[str], bool] = fs.is_dir,
+) -> None:
+    """CommitInProgressError when a target (a directory, output prefix, manifest, file or
+    glob a reader is about to read) is touched by a commit that has begun and not finished:
+    a `STAGING_PREFIX*/_JOURNAL.json` beside it names the files it moves or removes and the
+    manifest it writes. A directory is touched by any such commit in it.
+
+    Between the journal and the manifest the old manifest is gone and the directory holds
+    old and new shards at once, so a reader that went on would read a mix. Each directory is
+    searched once however many targets lie in it. The filesystem calls default to the
+    core's (pyarrow.fs); Beam code passes its own (`beam._fs`).
+    """
+    journals: Dict[Tuple[str, str], List[Tuple[str, Set[str]]]] = {}
+    for target in [targets] if isinstance(targets, (str, os.PathLike)) else targets:
+        target = os.fspath(target)
+        base, query = fs.split_query(target)
+        whole = not fs.is_glob(base) and is_dir(target)
+        if whole:
+            directory, pattern = base.rstrip("/") or "/", ""
+        else:
+            directory, _, pattern = base.rpartition("/")
+            directory = directory or "."
+            if fs.is_glob(directory):
+                continue  # globs over directories: each matched directory is not an output's
+        key = (directory, query)
+        if key not in journals:
+            journals[key] = _pending_journals(directory, query, glob, read_bytes or _read_bytes)
+        for journal_path, touched in journals[key]:
+            if whole or _touches(pattern, touched, glob, directory, query):
+                raise CommitInProgressError(
+                    target,
+                    f"a job's commit into {directory} has begun and not finished ({journal_path}): "
+                    "its files are a mix of the old and the new output; read it when the commit is done "
+                    "(if that job was killed, running it again finishes the commit)",
+                )
+
+
+def _pending_journals(directory: str, query: str, glob, read_bytes) -> List[Tuple[str, Set[str]]]:
+    """(journal path, the names it touches) of each begun commit in `directory`."""
+    found = []
+    for journal_path in glob(fs.with_query(fs.join(directory, STAGING_PREFIX + "*/" + JOURNAL_NAME), query)):
+        try:
+            journal = json.loads(read_bytes(journal_path).decode("utf-8"))
+            found.append((journal_path, {journal["manifest"], *journal["moves"], *journal["remove"]}))
+        except Exception:  # noqa: BLE001 - finished meanwhile (gone), or being written
+            continue
+    return found
+
+
+def _touches(pattern: str, touched: Set[str], glob, directory: str, query: str) -> bool:
+    """Whether the file, glob, output prefix or manifest named `pattern` meets `touched`."""
+    if pattern in touched or manifest_name(pattern) in touched:  # one of its files, its manifest, its prefix
+        return True
+    if fs.is_glob(pattern):
+        names = {
+            fs.split_query(p)[0].rsplit("/", 1)[-1] for p in glob(fs.with_query(fs.join(directory, pattern), query))
+        }
+        return bool(names & touched)
+    return False
+
+
+def _read_bytes(path: str) -> bytes:
+    with fs.open_input(path) as handle:
+        return handle.read()

@@ -147,15 +147,20 @@ class RecordReader:
             scan level of `_engine._common` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
             unless `resync` is set).
-        end_offset: stop before the first record whose header starts at or after it.
+        end_offset: stop before the first record whose header starts at or after it. When it
+            is not where the records read continue (an uncompressed file cut between record
+            boundaries), the resync from it must land there too, with or without `resync`
+            (else SplitPointError), so that the next range's resync neither repeats nor drops a
+            record; `check_end=False` leaves that out when the caller knows the next range starts
+            where this one's records continue (it follows the chain, or an index), not by a resync.
         first_record_number: the number of the record at `start_offset`, for error messages.
         allow_truncated_tail: end quietly, instead of raising TruncatedRecordError, when the
             data ends inside the last record (a file still being written, say).
         resync: [start_offset, end_offset) is a byte range that need not fall on record
             boundaries: skip from `start_offset` to the next record boundary
-            (`find_record_start`), and at the end check that the resync from `end_offset` lands
-            where the records read continue (else SplitPointError: the file needs an index to
-            be split). Uncompressed only.
+            (`find_record_start`), and at the end always check that the resync from `end_offset`
+            lands where the records read continue (else SplitPointError: the file needs an index
+            to be split). Uncompressed only.
         members: a block-gzip file's `blockgzip.MemberTable`, so that a range read inflates
             from the member holding `start_offset` up to the one holding `end_offset` only.
             None: looked up in the index beside a GZIP file named by path; False: never.
@@ -190,6 +195,7 @@ class RecordReader:
         members: Union[None, bool, "blockgzip.MemberTable"] = None,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         on_bad_payload: Optional[BadPayload] = None,
+        check_end: bool = True,
     ) -> None:
         self.source = source
         self.path = _source_name(source)
@@ -206,6 +212,7 @@ class RecordReader:
         self.members = members
         self.max_record_size = int(max_record_size)
         self.on_bad_payload = on_bad_payload
+        self.check_end = check_end
         if self.max_record_size < 0:
             raise ValueError(f"max_record_size must be >= 0, not {max_record_size!r}")
         if resync and self.compression is not None:
@@ -437,10 +444,15 @@ class RecordReader:
         return CorruptStreamError(self.path, err.offset, number, reason)
 
     def _check_split(self, raw: BinaryIO, total: Optional[int], next_start: int) -> None:
-        """With `resync`, the records read continue at `next_start`: the resync from
-        `end_offset` must land there too (`Resync.check_split`), or the next range's reader
-        would duplicate or drop records."""
-        if self.resync and self.end_offset is not None and total is not None:
+        """A range with an `end_offset` knows that its records continue at `next_start`: the
+        resync from `end_offset` must land there too (`Resync.check_split`), or the next range's
+        reader, when it resyncs, would duplicate or drop records. Whatever this reader's own
+        `resync` flag: the next range's decides. A range without `resync` that ends on a record
+        boundary (an index split), or whose caller says the next one follows the chain
+        (`check_end=False`), needs no search."""
+        if self.end_offset is None or total is None:
+            return
+        if self.resync or (self.check_end and next_start != self.end_offset):
             Resync(raw, total, self.path).check_split(self.end_offset, next_start)
 
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:

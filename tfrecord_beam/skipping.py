@@ -11,7 +11,9 @@ reason)` and reading goes on at the next record boundary:
 * in a GZIP / ZLIB file, right after a record whose payload alone is damaged, in the same
   stream (`RecordReader`'s `on_bad_payload`: nothing is inflated twice); damage to the stream
   itself or to a length loses the rest of the file (no resync inside a stream);
-* a truncated tail ends the file.
+* a truncated tail ends the file;
+* with an index, damage met at or past `end_offset` (the reader looks at the next header to
+  end its range) is the next range's, which starts there and reports it: this range just ends.
 
 `end` is where the reader's chain stopped (the end of its last record or skipped span), so a
 caller that checks that ranges tile a file counts skipped spans as covered. Without
@@ -53,6 +55,7 @@ class SkippingReader:
         size: Optional[int] = None,
         members=None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        check_end: bool = True,
     ) -> None:
         self.path, self.compression, self._open = path, compression, open_file
         self.verify, self.start_offset, self.end_offset = verify, int(start_offset), end_offset
@@ -62,6 +65,7 @@ class SkippingReader:
         self.size = size
         self.members = members  # a block-gzip member table to seek by (RecordReader's `members`)
         self.chunk_size = chunk_size
+        self.check_end = check_end  # RecordReader's: check the resync from end_offset
         self.end: Optional[int] = None  # set as reading goes
         self.skipped = 0
 
@@ -80,6 +84,7 @@ class SkippingReader:
                 resync=resync,
                 members=self.members,
                 chunk_size=self.chunk_size,
+                check_end=self.check_end,
                 on_bad_payload=self._stepped_over if self.skip_corrupt and self.compression is not None else None,
             )
             try:
@@ -94,6 +99,8 @@ class SkippingReader:
             except CorruptRecordError as err:
                 if first:
                     self.start_offset, first = reader.start_offset, False
+                if self._next_pieces(err):
+                    return
                 if not self.skip_corrupt:
                     raise
                 position, number = self._skip(err)
@@ -102,6 +109,18 @@ class SkippingReader:
                 resync = False
             finally:
                 raw.close()
+
+    def _next_pieces(self, err: CorruptRecordError) -> bool:
+        """Whether `err` is about the record at or after `end_offset` of an indexed range: the
+        reader looked at the next record's header to end its range (`RecordReader`), but with
+        an index the next range starts exactly there and reports it itself (reporting it here
+        too counted one damaged record twice, and the range then called its index stale)."""
+        return (
+            self.boundaries is not None
+            and self.end_offset is not None
+            and err.offset is not None
+            and int(err.offset) >= self.end_offset
+        )
 
     def _report(self, offset: int, reason: str) -> None:
         self.skipped += 1

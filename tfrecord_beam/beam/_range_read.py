@@ -131,6 +131,7 @@ class _RangeRead:
             end_offset=end,
             first_record_number=number,
             chunk_size=chunk,
+            check_end=False,  # a read window: the chain goes on from it, and `_check_split` checks the range's end
         )
         reader.path = self.file_name
         return reader

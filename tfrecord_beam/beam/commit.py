@@ -20,6 +20,10 @@ FileSystems (`_fs`), so it works the same on local disks, gs:// and s3://.
    moved into place, and the staging directory is deleted. Every step can be redone, so a
    crash at any point leaves either the old output, or a journal the next run completes.
    SIGINT is held back while the commit runs (it then exits 130 with the output complete).
+3. **One owner**: a commit, and the completion of an interrupted one (step 1), run under the
+   output's commit lock (`_lock.CommitLock`: create-if-absent claims, works on object
+   stores), so two runs never apply a journal at once; under it a journal found is finished
+   whoever wrote it (its writer would hold the lock if it were still committing).
 
 `TFRECORD_BEAM_COMMIT_STOP_AFTER=N` (tests only) kills the process after N commit steps
 (`TFRECORD_BEAM_COMMIT_STOP_SIGNAL=INT` interrupts it instead).
@@ -44,10 +48,11 @@ from .. import fs as core_fs
 from .. import manifest as _manifest
 from ..manifest import Manifest, ShardEntry
 from . import _fs
+from ._lock import CommitLock, LockError
 
-TEMP_PREFIX = ".tfrecord_beam-tmp-"
+TEMP_PREFIX = _manifest.STAGING_PREFIX
 OWNER = "_OWNER.json"
-JOURNAL = "_JOURNAL.json"
+JOURNAL = _manifest.JOURNAL_NAME  # readers check for it (`manifest.check_no_commit_pending`)
 STAGED_MANIFEST = "_MANIFEST.json"
 DEAD_LETTER_DIR = "_corrupt"
 _STOP_ENV = "TFRECORD_BEAM_COMMIT_STOP_AFTER"
@@ -205,9 +210,38 @@ class Output:
                 out.append((directory, Owner(record)))
         return out
 
+    def lock(self) -> CommitLock:
+        """The output's commit lock (`_lock`): held while a commit, or its recovery, runs."""
+        return CommitLock(
+            self.directory,
+            self.name,
+            self.owner.record,
+            state=lambda record: Owner(record).state(),
+            describe=lambda record: Owner(record).describe(),
+            say=self._say,
+        )
+
     def recover(self) -> None:
-        """Finish or remove what dead runs of this output left; refuse when a live run writes it."""
+        """Finish or remove what dead runs of this output left; refuse when a live run writes it.
+
+        Under the commit lock: a commit (journal) found then has no live committer (a
+        committer holds the lock until it is done), so it is finished whoever its owner was,
+        by this run alone, after any other run that finished it first (the staging is then gone).
+        """
+        try:
+            with self.lock() as lock:
+                self._recover(lock)
+        except LockError as exc:
+            raise OutputError(str(exc)) from None
+
+    def _recover(self, lock: CommitLock) -> None:
         for directory, owner in self._stagings():
+            journal = _read_journal(directory)
+            if journal is not None:
+                who = "a dead " + owner.describe() if owner is not None else "a run without owner record"
+                self._say(f"completing the interrupted commit of {who} ({directory})")
+                _apply_journal(self.directory, directory, journal, lock.check)
+                continue
             if owner is None:
                 self._say(f"note: {directory} has no owner record; left alone (remove it by hand if no run uses it)")
                 continue
@@ -222,13 +256,9 @@ class Output:
                     f"{owner.describe()} {how}; its staging is {directory} "
                     "(if that run is dead, remove the directory by hand and run again)"
                 )
-            journal = _read_journal(directory)
-            if journal is not None:
-                self._say(f"completing the interrupted commit of a dead {owner.describe()} ({directory})")
-                _apply_journal(self.directory, directory, journal)
-            else:
-                self._say(f"removing staging of a dead {owner.describe()} ({directory})")
-                _fs.delete_dir(directory)
+            self._say(f"removing staging of a dead {owner.describe()} ({directory})")
+            lock.check()
+            _fs.delete_dir(directory)
 
     def existing(self) -> List[str]:
         """Names in the output directory that belong to an output under this prefix."""
@@ -292,33 +322,47 @@ class Output:
     ) -> List[str]:
         """Move the staged shards (and `extra_files`, names in staging) into place as one
         commit with the manifest last; returns the final paths of the data files."""
-        with _hold_sigint():
-            self._check_rivals()
-            if not self.overwrite:
-                self._check_existing()  # another run may have committed while this one worked
-            old = set(self.existing())
-            run = dict(self.owner.record, committed_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            manifest = Manifest(
-                job=self.job,
-                output_prefix=self.name,
-                shards=list(shards),
-                arguments=self.arguments,
-                corrupt_records=int(corrupt_records),
-                dead_letters=dead_letters,
-                run=run,
-                details=dict(details or {}),
-            )
-            new = manifest.files() + [n for n in extra_files if n not in manifest.files()]
-            _fs.write_bytes(self.temp_path(STAGED_MANIFEST), manifest.to_json().encode("utf-8"))
-            journal = {
-                "moves": new,
-                "remove": sorted(old - set(new) - {self.manifest_name}),
-                "manifest": self.manifest_name,
-            }
-            _fs.write_bytes(self.temp_path(JOURNAL), json.dumps(journal, indent=1).encode("utf-8"))
-            _step()  # the commit point: from here on a later run finishes it
-            _apply_journal(self.directory, self.temp_dir, journal)
-            self.committed = True
+        try:
+            with self.lock() as lock, _hold_sigint():  # Ctrl-C still works while waiting for the lock
+                return self._commit(lock, shards, extra_files, corrupt_records, dead_letters, details)
+        except LockError as exc:
+            raise OutputError(f"{exc}; this run's output was not committed") from None
+
+    def _commit(
+        self,
+        lock: CommitLock,
+        shards: List[ShardEntry],
+        extra_files: Iterable[str],
+        corrupt_records: int,
+        dead_letters: Optional[str],
+        details: Optional[Dict[str, Any]],
+    ) -> List[str]:
+        self._check_rivals()
+        if not self.overwrite:
+            self._check_existing()  # another run may have committed while this one worked
+        old = set(self.existing())
+        run = dict(self.owner.record, committed_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        manifest = Manifest(
+            job=self.job,
+            output_prefix=self.name,
+            shards=list(shards),
+            arguments=self.arguments,
+            corrupt_records=int(corrupt_records),
+            dead_letters=dead_letters,
+            run=run,
+            details=dict(details or {}),
+        )
+        new = manifest.files() + [n for n in extra_files if n not in manifest.files()]
+        _fs.write_bytes(self.temp_path(STAGED_MANIFEST), manifest.to_json().encode("utf-8"))
+        journal = {
+            "moves": new,
+            "remove": sorted(old - set(new) - {self.manifest_name}),
+            "manifest": self.manifest_name,
+        }
+        _fs.write_bytes(self.temp_path(JOURNAL), json.dumps(journal, indent=1).encode("utf-8"))
+        _step()  # the commit point: from here on a later run finishes it
+        _apply_journal(self.directory, self.temp_dir, journal, lock.check)
+        self.committed = True
         return [self.final_path(s.name) for s in shards]
 
     def _check_rivals(self) -> None:
@@ -337,10 +381,12 @@ class Output:
         """Remove the staging directory, unless a commit has begun (the next run finishes it)."""
         if self.committed or not self.temp_dir:
             return
-        journal = _read_journal(self.temp_dir)  # read once: the commit may finish meanwhile
-        if journal is not None:
+        if _read_journal(self.temp_dir) is not None:
             try:
-                _apply_journal(self.directory, self.temp_dir, journal)
+                with self.lock() as lock:
+                    journal = _read_journal(self.temp_dir)  # again, under the lock: another run may have finished it
+                    if journal is not None:
+                        _apply_journal(self.directory, self.temp_dir, journal, lock.check)
             except Exception:  # noqa: BLE001
                 self._say(f"the commit in {self.temp_dir} was interrupted; the next run of this output completes it")
             return
@@ -389,29 +435,66 @@ def _read_journal(staging: str) -> Optional[Dict[str, Any]]:
     return json.loads(_fs.read_bytes(path).decode("utf-8"))
 
 
-def _apply_journal(directory: str, staging: str, journal: Dict[str, Any]) -> None:
-    """Carry out (or finish) a commit; every step can be repeated after a crash."""
+def _apply_journal(
+    directory: str, staging: str, journal: Dict[str, Any], check: Callable[[], None] = lambda: None
+) -> None:
+    """Carry out (or finish) a commit; every step can be repeated after a crash, and none
+    undoes what another process applying the same journal did (each file only ever moves
+    from staging to its final name, replacing what is there in one step; the old manifest is
+    deleted only while it is not the new one). `check` runs before every step (the lock's)."""
     final_manifest = _fs.join(directory, journal["manifest"])
     staged_manifest = _fs.join(staging, STAGED_MANIFEST)
-    if _fs.exists(staged_manifest) and _fs.exists(final_manifest):
-        _fs.delete([final_manifest])  # the output reads as incomplete from here on
+    if _fs.exists(staged_manifest) and _fs.exists(final_manifest) and not _same_bytes(staged_manifest, final_manifest):
+        check()
+        _delete_if_there(final_manifest)  # the output reads as incomplete from here on
         _step()
     for name in journal["moves"]:
         staged, final = _fs.join(staging, name), _fs.join(directory, name)
         if _fs.exists(staged):
-            if not _remote(directory) and _fs.exists(final):  # an object store's copy replaces it
-                _fs.delete([final])
-            _fs.rename(staged, final)
+            check()
+            _move_in(staged, final)
             _step()
     for name in journal["remove"]:
         final = _fs.join(directory, name)
         if _fs.exists(final):
-            _fs.delete([final])
+            check()
+            _delete_if_there(final)
             _step()
     if _fs.exists(staged_manifest):
-        _fs.rename(staged_manifest, final_manifest)
+        check()
+        _move_in(staged_manifest, final_manifest)
         _step()
+    check()
     _fs.delete_dir(staging)
+
+
+def _move_in(staged: str, final: str) -> None:
+    """Move a staged file to its final name, replacing what is there in one step (never a
+    delete first: another process that already moved it must not lose it to this one). A
+    staged file already gone was moved by another process applying the same journal."""
+    try:
+        if _remote(final):
+            _fs.rename(staged, final)  # an object store's copy replaces the object
+        else:
+            os.replace(_fs.plain(staged), _fs.plain(final))
+    except Exception:
+        if _fs.exists(staged) or not _fs.exists(final):
+            raise
+
+
+def _delete_if_there(path: str) -> None:
+    try:
+        _fs.delete([path])
+    except Exception:
+        if _fs.exists(path):
+            raise
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    try:
+        return _fs.read_bytes(a) == _fs.read_bytes(b)
+    except Exception:  # noqa: BLE001 - one is gone: not the same
+        return False
 
 
 def _remote(path: str) -> bool:

@@ -69,6 +69,10 @@ def _expand(patterns: List[str]) -> List[str]:
     """Files named by paths, globs, directories (index files and dot-files left out) and job
     outputs (the shards their manifest lists)."""
     files: List[str] = []
+    try:
+        _manifest.check_no_commit_pending(patterns)  # a half-committed output reads as neither old nor new
+    except _manifest.ManifestError as exc:
+        raise UsageError(str(exc)) from None
     for pattern in patterns:
         try:
             found = _manifest.find_manifest(pattern)

@@ -82,8 +82,12 @@ def output_paths(data_path: Paths, index_path: Optional[Paths]):
     sizes by path); anything else -> (data_path, index_path, {}).
 
     An output (`out/train`, or `out/` holding one) is read through its `_MANIFEST.*.json`, so
-    only the committed shards are read and their indexes come with them.
+    only the committed shards are read and their indexes come with them. Any path touched by
+    a commit that has begun and not finished raises `CommitInProgressError`.
     """
+    _manifest.check_no_commit_pending(  # a half-committed output reads as neither old nor new
+        [os.fspath(data_path)] if isinstance(data_path, (str, os.PathLike)) else [os.fspath(p) for p in data_path]
+    )
     if isinstance(data_path, (str, os.PathLike)):
         found = _manifest.find_manifest(os.fspath(data_path))
         if found is not None:
