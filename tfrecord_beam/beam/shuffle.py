@@ -33,12 +33,12 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import _bucketed
+from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
 from tfrecord_beam.beam import _frames, _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 
-DEFAULT_BUFFER_BYTES = 64 << 20
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 DIGEST = "digest"
