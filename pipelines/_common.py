@@ -115,6 +115,10 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
             fs.refuse_special(pattern)  # stdin, a pipe, a FIFO: refused without being opened
         except fs.SpecialFileError as exc:
             raise JobError(f"{what} {exc}") from None
+        shards = _output_shards(pattern, parquet=dir_glob.endswith(".parquet"), what=what)
+        if shards is not None:  # an output's prefix, or a directory holding one output: that output
+            files.extend(shards)
+            continue
         if _fs.is_dir(pattern):
             pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
         elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
@@ -129,6 +133,28 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
     return list(dict.fromkeys(files))  # each file once, in first-seen order
+
+
+def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[str]]:
+    """The shards of the output named by its prefix, or of the one committed output a directory
+    holds (the rule of `manifest.directory_output`, read through Beam's filesystems); None when
+    `directory` names no output."""
+    from tfrecord_beam import manifest as _manifest
+
+    try:
+        found: Optional[str] = None
+        if _fs.is_dir(directory):
+            found = _manifest.directory_output(directory, parquet, names=_fs.list_names(directory), read=_fs.read_bytes)
+        elif not fs.is_pattern(directory) and not _fs.exists(directory):
+            prefix_manifest = _manifest.manifest_path(directory)
+            found = prefix_manifest if _fs.exists(prefix_manifest) else None
+        if found is None:
+            return None
+        manifest = _manifest.Manifest.from_json(_fs.read_bytes(found).decode("utf-8"), found)
+    except _manifest.ManifestError as exc:
+        raise JobError(f"{what} {exc}") from None
+    paths = _manifest.shard_paths(manifest, found)
+    return [beam_path(p) for p, e in zip(paths, manifest.shards) if (e.compression == "parquet") == parquet]
 
 
 def _glob_escape(path: str) -> str:

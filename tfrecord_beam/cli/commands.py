@@ -86,6 +86,8 @@ def _expand(patterns: List[str]) -> List[str]:
         if manifest is not None:
             assert found is not None  # a manifest was read from it
             paths = _manifest.shard_paths(manifest, found)
+            if all(e.compression == "parquet" for e in manifest.shards) and manifest.shards:
+                raise UsageError(f"{pattern} is a Parquet output ({found}): it holds no TFRecord shards")
             _LISTED.update({p: e for p, e in zip(paths, manifest.shards) if e.compression != "parquet"})
             files.extend(p for p, e in zip(paths, manifest.shards) if e.compression != "parquet")
             if manifest.corrupt_records:
@@ -96,6 +98,9 @@ def _expand(patterns: List[str]) -> List[str]:
                 )
             continue
         _note_unfinished(pattern)
+        incomplete = _manifest.incomplete_output(pattern)
+        if incomplete:
+            raise UsageError(incomplete)
         matched = fs.data_files(pattern)
         if not matched:
             raise UsageError(f"no TFRecord files match {pattern!r}")
