@@ -438,9 +438,24 @@ def collect(staged: _commit.Output, spec: _stages.ShardSpec, job: str, verify: b
     check = [r for r in read_json_results(staged, "_results") if "expected" in r]
     results += _stages.write_empty_shards(spec, [r["shard"] for r in results])
     results.sort(key=lambda r: r["shard"])
+    warn_empty_shards(job, [r["records"] for r in results])
     if verify and not check:
         raise JobError(f"{job}: the pipeline finished without its checksum proof")
     return results, (check[0] if check else None)
+
+
+def warn_empty_shards(job: str, records_per_shard: Sequence[int]) -> int:
+    """Say on stderr how many shards came out empty (more shards asked than records, or a
+    shuffle's luck); returns that count. A warning, not an error: empty shards are valid
+    TFRecord files and the output is complete."""
+    empty = sum(1 for n in records_per_shard if n == 0)
+    if empty:
+        total = sum(records_per_shard)
+        progress(
+            f"{job}: warning: {empty} of {len(records_per_shard)} shards are empty ({total:,} records); "
+            "more shards than records only adds empty files"
+        )
+    return empty
 
 
 def shard_entries(spec: _stages.ShardSpec, results: List[Dict[str, Any]]) -> List[ShardEntry]:

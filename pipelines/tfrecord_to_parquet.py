@@ -176,6 +176,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     rows = sum(counts)
     if rows != read:
         raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+    _common.warn_empty_shards("tfrecord_to_parquet", counts)
     sizes = [_fs.file_size(staged.temp_path(n)) for n in names]
     size = sum(sizes)
     entries = [

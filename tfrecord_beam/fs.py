@@ -96,7 +96,7 @@ def _from_uri(uri: str):
         return pafs.FileSystem.from_uri(uri)
     except (ValueError, TypeError, OSError) as exc:
         if "Unrecognized filesystem type" not in str(exc) and "not supported" not in str(exc).lower():
-            raise
+            raise ValueError(f"{uri}: not a URI pyarrow.fs can open: {exc}") from None
         try:
             import fsspec
         except ImportError:

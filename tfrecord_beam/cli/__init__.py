@@ -184,6 +184,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return _usage.EXIT_FAILURE
+    except (OSError, ValueError) as exc:  # naming the inputs failed (a bad URI, an unreachable store)
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return _usage.EXIT_FAILURE
 
 
 if __name__ == "__main__":
