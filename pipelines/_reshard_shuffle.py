@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int):
     """Shuffle `files` into `num_shards` shards under args.output_prefix; (results, check,
     finals, corrupt) as `_common.finish` gives them, and the shuffle's summary line."""
-    from tfrecord_beam.beam import _fs
+    from tfrecord_beam.beam import _fs, _progress
     from tfrecord_beam.beam import shuffle as _shuffle
     from tfrecord_beam.beam import stages as _stages
 
@@ -51,10 +51,25 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
     verify = not args.no_verify
     dead_letters = _common.dead_letters(args, staged)  # --skip_corrupt: listed, not fatal
 
-    def build(p):
-        _shuffle.shuffle_to_shards(p, ranges, spec, args.seed, plan, work_dir, verify, dead_letters=dead_letters)
+    estimate = _shuffle.estimated_bytes(ranges)
+    with _progress.reporter("reshard --shuffle", options, _common.progress) as reporter:
+        _progress.write_plan(reporter.directory, "bucket", None, estimate, "reading into buckets")
 
-    _common.run_pipeline(build, options)
+        def build(p):
+            _progress.write_plan(reporter.directory, "write", None, estimate, f"writing {num_shards} shards")
+            _shuffle.shuffle_to_shards(
+                p,
+                ranges,
+                spec,
+                args.seed,
+                plan,
+                work_dir,
+                verify,
+                dead_letters=dead_letters,
+                progress_dir=reporter.directory,
+            )
+
+        _common.run_pipeline(build, options)
     if _fs.exists(work_dir):
         _fs.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)

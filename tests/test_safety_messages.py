@@ -34,3 +34,20 @@ def test_more_shards_than_records_warns_and_counts_the_empty_ones(tmp_path, caps
     assert code == 0, err
     assert summary_json(out)["records"] == 3
     assert "warning: 2 of 5 shards are empty (3 records)" in err
+
+
+def test_reshard_shuffle_reports_progress_with_two_workers(tmp_path, capsys, monkeypatch):
+    import re
+
+    from pipelines import reshard
+    from tfrecord_beam.beam import _progress
+
+    monkeypatch.setattr(_progress, "INTERVAL_S", 0.1)
+    write_files(tmp_path / "in", "a", [400, 400])
+    argv = ["--input", str(tmp_path / "in"), "--output_prefix", str(tmp_path / "o" / "t"), "--num_shards", "2"]
+    argv += ["--shuffle", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    code, out, err = run_job(reshard.main, argv, capsys)
+    assert code == 0, err
+    assert summary_json(out)["records"] == 800
+    done = re.findall(r"reshard --shuffle: (?:reading into buckets|writing 2 shards): ([\d.,]+ \w?B) of", err)
+    assert done and any(size != "0 B" for size in done), err
