@@ -31,9 +31,11 @@ inputs:
   --input takes one or more values and may be repeated: --input a.tfrecord b.tfrecord and
   --input a.tfrecord --input b.tfrecord are the same, so a glob the shell expanded is read whole.
   Quote globs to let the job expand them (remote ones must be quoted). Any word no flag takes is
-  an error naming it, never dropped. A directory means its committed output when it holds exactly
-  one _MANIFEST.*.json and no other data files, else its data files (see the README, "Directory
-  arguments").
+  an error naming it, never dropped. A local name that exists is taken literally, even with
+  [ ] * ?; stdin, pipes and FIFOs are refused (in a directory: left out, never opened).
+  A directory means its data files, or the one committed output it holds (no other data files
+  beside it); two outputs, or an output beside loose files, are refused. An output's prefix
+  (out/train) means that output. (README: "Arguments, paths and exit status".)
 """
 
 TFRECORD_INPUT = "input files, globs or directories (their *.tfrecord* files); one or more, repeatable"
