@@ -84,7 +84,7 @@ def test_input_takes_several_values_so_a_shell_expanded_glob_is_read_whole(tmp_p
     [
         (["stray.tfrecord"], "stray.tfrecord"),  # the rest of an unquoted glob, after another flag
         (["--runner", "DirectRunner", "b.tfrecord"], "b.tfrecord"),
-        (["--num_shard", "2"], "--num_shard"),  # an abbreviation of --num_shards
+        (["--num_shard", "2"], "unknown flag --num_shard (did you mean --num_shards?)"),  # an abbreviation
         (["-v"], "-v"),  # not reported as --v
         (["--verif"], "--verif"),
         (["--runner", "DirectRunner", "--runner", "DirectRunner"], "--runner given more than once"),
@@ -105,6 +105,15 @@ def test_stray_unknown_abbreviated_or_repeated_arguments_are_usage_errors(tmp_pa
     assert len(err.strip().splitlines()) == 1  # one line, not a usage dump
     assert "--v " not in err and "--v)" not in err
     assert entries(tmp_path / "o") == []
+
+
+def test_an_abbreviation_of_a_required_flag_is_named(capsys):
+    from pipelines import reshard
+
+    with pytest.raises(SystemExit) as info:
+        reshard.build_parser().parse_known_args(["--input", "x", "--output_prefix", "o", "--num_shard", "1"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--num_shard is not --num_shards (no abbreviations)" in err
 
 
 @pytest.mark.parametrize("module", ["build_index", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet"])

@@ -39,13 +39,26 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)
+        self._argv = argv
         repeated = repeated_flags(self, argv)
         if repeated:
             self.error(f"{repeated[0]} given more than once (it takes one value)")
         return super().parse_known_args(argv, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._misspelled()} (see {self.prog} --help)\n")
+
+    def _misspelled(self) -> str:
+        """A note naming a typed flag that is close to one of ours (`--num_shard`): argparse
+        reports the flag it misses first, which would hide the typo."""
+        own = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        for arg in getattr(self, "_argv", []):
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and name not in own:
+                near = difflib.get_close_matches(name, own, n=1, cutoff=0.8)
+                if near:
+                    return f"; {name} is not {near[0]} (no abbreviations)"
+        return ""
 
 
 class _Version(argparse.Action):
