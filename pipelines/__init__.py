@@ -7,5 +7,3 @@ only: `tfrecord_beam.beam.stages` (range reading, shard routing and writing, che
 result files), `.planned` (survey, plan, streamed copies), `.shuffle` (the external shuffle,
 driven by `_reshard_shuffle`) and `.parquet`.
 """
-
-import tfrecord_beam.beam  # noqa: E402,F401 - first, so Beam is imported without its log noise

@@ -2,11 +2,13 @@
 
 Each job is `python -m pipelines.NAME [job flags] [Beam flags]`: arguments the job does not
 know go to Beam's PipelineOptions (`--runner` defaults to the in-process FnApiRunner, see
-`_runner`; the summary says which runner ran). Output is staged
+`_runner`; the summary says which runner ran); one neither knows, or a stray word, is a
+usage error (`_args`). Output is staged
 under the output location and committed with a manifest written last, by
 `tfrecord_beam.beam.commit.Output` (`open_output`); a failed run leaves nothing partial
 there. Every failure is one line on stderr (`--verbose` for Beam's logs and the traceback),
-exit 1; SIGINT is exit 130 with one line.
+exit 1; a usage error exit 2, bad data reported exit 3 (`tfrecord_beam._usage`); SIGINT is
+exit 130 with one line.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tfrecord_beam import fs
+from tfrecord_beam import _usage, fs
 from tfrecord_beam import manifest as _manifest
-from tfrecord_beam._engine_info import describe as describe_engine
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam import stages as _stages
@@ -33,7 +34,7 @@ from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import resolve_compression
 
-from . import _runner
+from . import _args, _runner
 
 TEMP_PREFIX = _commit.TEMP_PREFIX
 
@@ -42,71 +43,9 @@ class JobError(OutputError):
     """A failure the job reports in one clear line (bad input, failed check, unwritable output)."""
 
 
-OUTPUTS_HELP = """\
-outputs:
-  Shards are staged in OUTPUT_DIR/.tfrecord_beam-tmp-* and committed with OUTPUT_DIR/_MANIFEST.NAME.json
-  written last: without the manifest an output is incomplete. Existing output under the prefix
-  is an error unless --overwrite (which replaces it as one commit). A run killed mid-commit is
-  completed by the next run; staging left by dead runs on this host is removed by the next run
-  (and reported). To clean by hand: make sure no run writes there, then delete
-  OUTPUT_DIR/.tfrecord_beam-tmp-* (each holds _OWNER.json: host, pid, start time; one holding
-  _JOURNAL.json is a begun commit, which running the job again completes) and hidden .*.tmp-*
-  files. --skip_corrupt lists skipped records in OUTPUT_DIR/_CORRUPT.NAME.jsonl.
-"""
-
-
-TFRECORD_INPUT = "input file, glob or directory (its *.tfrecord* files); repeatable; local or remote"
-PARQUET_INPUT = "Parquet file, glob or directory (its *.parquet files); repeatable; local or remote"
-
-
-def add_input(parser: argparse.ArgumentParser, help_text: str = TFRECORD_INPUT) -> None:
-    """The --input flag every job takes (repeatable: several patterns are one input)."""
-    parser.add_argument("--input", action="append", required=True, help=help_text)
-
-
-def make_parser(prog: str, description: str, examples: str, outputs: bool = True) -> argparse.ArgumentParser:
-    """A parser whose --help ends with usage examples and a note on Beam flags, with the flags
-    every job shares: --skip_corrupt, --verbose and (jobs with an --output_prefix) --overwrite."""
-    epilog = (
-        "examples:\n"
-        + examples.rstrip()
-        + "\n\n"
-        + (OUTPUTS_HELP + "\n" if outputs else "")
-        + "Any other --flag goes to Beam's PipelineOptions, e.g.\n"
-        "  --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=4\n"
-        "  --runner=PrismRunner --prism_location=PATH_TO_PRISM (runners/prism.sh build makes one)\n"
-        "  --runner=DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file ./setup.py\n"
-        "  --runner=FlinkRunner --flink_master=HOST:8081\n"
-        "  --s3_endpoint_url=http://HOST:9000 --s3_access_key_id=K --s3_secret_access_key=S (s3://, with [aws])\n"
-        "Without --runner a job runs on the in-process FnApiRunner, online or not: Beam's DirectRunner\n"
-        "would run it on Prism when it can download Prism from GitHub and on the FnApiRunner when it\n"
-        "cannot. The summary's runner: line says which runner ran.\n"
-        "\nexit status: 0 ok, 1 failure (one line on stderr), 2 bad data reported (build_index), 130 interrupted\n"
-    )
-    parser = argparse.ArgumentParser(
-        prog=f"python -m pipelines.{prog}",
-        description=description,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=describe_engine(),
-        help="print the version and the engine in use, then exit",
-    )
-    if outputs:
-        parser.add_argument(
-            "--overwrite", action="store_true", help="replace an existing output under the prefix (as one commit)"
-        )
-    parser.add_argument(
-        "--skip_corrupt",
-        action="store_true",
-        help="skip corrupt records instead of failing: counted, listed (file, offset, reason) in a "
-        "dead-letter file beside the output (OUTPUT_DIR/_CORRUPT.NAME.jsonl), in the summary and manifest",
-    )
-    parser.add_argument("--verbose", action="store_true", help="show Beam's log lines and the traceback of a failure")
-    return parser
+# the parser, built before Beam is imported (see _args); re-exported for the jobs
+OUTPUTS_HELP, TFRECORD_INPUT, PARQUET_INPUT = _args.OUTPUTS_HELP, _args.TFRECORD_INPUT, _args.PARQUET_INPUT
+make_parser, add_input, split_list = _args.make_parser, _args.add_input, _args.split_list
 
 
 def pipeline_options(beam_args: Sequence[str]):
@@ -177,13 +116,57 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     except _manifest.CommitInProgressError as exc:
         raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
+        try:
+            fs.refuse_special(pattern)  # stdin, a pipe, a FIFO: refused without being opened
+        except fs.SpecialFileError as exc:
+            raise JobError(f"{what} {exc}") from None
+        shards = _output_shards(pattern, parquet=dir_glob.endswith(".parquet"), what=what)
+        if shards is not None:  # an output's prefix, or a directory holding one output: that output
+            files.extend(shards)
+            continue
         if _fs.is_dir(pattern):
-            pattern = pattern.rstrip("/") + "/" + dir_glob
-        found = [beam_path(f) for f in _fs.expand(pattern) if _fs.exists(f) and not fs.is_sidecar(f)]
+            pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
+        elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
+            pattern = _glob_escape(pattern)  # a local file named with [ ] * ?: itself, literally
+        # FIFOs and devices a glob or directory matched are left out, by stat (never opened)
+        found = [
+            beam_path(f)
+            for f in _fs.expand(pattern)
+            if _fs.exists(f) and not fs.is_sidecar(f) and not fs.is_special(beam_path(f))
+        ]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
     return list(dict.fromkeys(files))  # each file once, in first-seen order
+
+
+def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[str]]:
+    """The shards of the output named by its prefix, or of the one committed output a directory
+    holds (the rule of `manifest.directory_output`, read through Beam's filesystems); None when
+    `directory` names no output."""
+    from tfrecord_beam import manifest as _manifest
+
+    try:
+        found: Optional[str] = None
+        if _fs.is_dir(directory):
+            found = _manifest.directory_output(directory, parquet, names=_fs.list_names(directory), read=_fs.read_bytes)
+        elif not fs.is_pattern(directory) and not _fs.exists(directory):
+            prefix_manifest = _manifest.manifest_path(directory)
+            found = prefix_manifest if _fs.exists(prefix_manifest) else None
+        if found is None:
+            return None
+        manifest = _manifest.Manifest.from_json(_fs.read_bytes(found).decode("utf-8"), found)
+    except _manifest.ManifestError as exc:
+        raise JobError(f"{what} {exc}") from None
+    paths = _manifest.shard_paths(manifest, found)
+    return [beam_path(p) for p, e in zip(paths, manifest.shards) if (e.compression == "parquet") == parquet]
+
+
+def _glob_escape(path: str) -> str:
+    """A local path as a glob matching only itself (remote ones are kept as they are)."""
+    import glob
+
+    return path if fs.is_remote(path) else glob.escape(path)
 
 
 def beam_path(path: str) -> str:
@@ -259,9 +242,15 @@ def run_job(
     argv: Optional[Sequence[str]] = None,
 ) -> int:
     """Parse, run `job(args, options)`, print its summary; 0 on success, 1 on failure (one clear
-    line on stderr), 130 on SIGINT (one line). Outputs the job opened and did not commit are
-    aborted (their staging removed) on every way out."""
+    line on stderr), 2 on a usage error, 130 on SIGINT (one line); the job's summary may ask for
+    3 (bad data reported). Outputs the job opened and did not commit are aborted (their staging
+    removed) on every way out."""
     args, beam_args = parser.parse_known_args(argv)
+    try:
+        _args.check_leftovers(parser.prog, parser, beam_args)
+    except _usage.UsageError as exc:
+        sys.stderr.write(_usage.usage_error(parser.prog, str(exc)) + "\n")
+        return _usage.EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False)) or bool(os.environ.get("TFRECORD_BEAM_DEBUG"))
     _verbose[0] = verbose
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
@@ -286,13 +275,13 @@ def run_job(
         if interrupted or _is_interrupt(exc):
             done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
             sys.stderr.write(f"{name}: interrupted {done}\n".replace(" ;", ";"))
-            return 130
+            return _usage.EXIT_INTERRUPTED
         if verbose:
             import traceback
 
             traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.write(f"{name}: error: {_error_line(exc)}\n")
-        return 1
+        return _usage.EXIT_FAILURE
     finally:
         _restore_sigint(previous)
         threading.excepthook = hook
@@ -461,9 +450,24 @@ def collect(staged: _commit.Output, spec: _stages.ShardSpec, job: str, verify: b
     check = [r for r in read_json_results(staged, "_results") if "expected" in r]
     results += _stages.write_empty_shards(spec, [r["shard"] for r in results])
     results.sort(key=lambda r: r["shard"])
+    warn_empty_shards(job, [r["records"] for r in results])
     if verify and not check:
         raise JobError(f"{job}: the pipeline finished without its checksum proof")
     return results, (check[0] if check else None)
+
+
+def warn_empty_shards(job: str, records_per_shard: Sequence[int]) -> int:
+    """Say on stderr how many shards came out empty (more shards asked than records, or a
+    shuffle's luck); returns that count. A warning, not an error: empty shards are valid
+    TFRecord files and the output is complete."""
+    empty = sum(1 for n in records_per_shard if n == 0)
+    if empty:
+        total = sum(records_per_shard)
+        progress(
+            f"{job}: warning: {empty} of {len(records_per_shard)} shards are empty ({total:,} records); "
+            "more shards than records only adds empty files"
+        )
+    return empty
 
 
 def shard_entries(spec: _stages.ShardSpec, results: List[Dict[str, Any]]) -> List[ShardEntry]:

@@ -6,7 +6,7 @@ records) unless --verify, which checks every payload CRC too. The index is strea
 temporary name and renamed when the walk reached the end of the file, so memory does not grow
 with the file and no partial index is ever left. A corrupt or truncated file gets no index:
 it is listed in the summary with the file, record and offset at fault, counted, and the job
-exits with status 2.
+exits with status 3 (bad data reported).
 """
 
 from __future__ import annotations
@@ -17,24 +17,7 @@ import posixpath
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import apache_beam as beam
-import numpy as np
-from apache_beam.metrics import Metrics
-from apache_beam.metrics.metric import MetricsFilter
-
-from tfrecord_beam import blockgzip, fs
-from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
-from tfrecord_beam._walk import walk_frames
-from tfrecord_beam.beam import _fs, _progress
-from tfrecord_beam.beam import commit as _commit
-from tfrecord_beam.beam._corrupt import CorruptRecord
-from tfrecord_beam.beam.commit import corrupt_line
-from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.records import resolve_compression
-
-from . import _common
-from ._common import Summary
+from . import _args
 
 EXAMPLES = """\
   python -m pipelines.build_index --input 'data/*.tfrecord'
@@ -47,8 +30,8 @@ NAMESPACE = "tfrecord_beam.build_index"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("build_index", __doc__, EXAMPLES, outputs=False)
-    _common.add_input(parser)
+    parser = _args.make_parser("build_index", __doc__, EXAMPLES, outputs=False)
+    _args.add_input(parser)
     parser.add_argument(
         "--output_dir", default=None, help="write indexes here (named after each file) instead of beside the data"
     )
@@ -60,6 +43,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
     parser.add_argument("--compression", default="auto", help="auto (from file names), none, gzip, zlib")
     return parser
+
+
+# `python -m pipelines.build_index --help` answers here, before Beam is imported
+_args.parse_then_load(__name__, build_parser)
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+
+from tfrecord_beam import _usage, blockgzip, fs
+from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
+from tfrecord_beam._walk import walk_frames
+from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import commit as _commit
+from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.beam.commit import corrupt_line
+from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.index import default_index_path, format_index
+from tfrecord_beam.records import resolve_compression
+
+from . import _common
+from ._common import Summary
 
 
 def index_target(data_path: str, output_dir: Optional[str]) -> str:
@@ -200,7 +206,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         where = args.output_dir or _fs.split(files[0])[0]
         extra.update(_write_dead_letters(where, sorted(_metric(result, "dead_letters", "string_sets"))))
     elif corrupt:
-        extra["exit_code"] = 2
+        extra["exit_code"] = _usage.EXIT_BAD_DATA
     return Summary(
         "build_index",
         files=extra["indexed_files"],

@@ -13,20 +13,19 @@ Each step prints its summary; any failure stops the demo with exit status 1.
 
 from __future__ import annotations
 
-import argparse
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
-from . import build_index, mix, parquet_to_tfrecord, reshard
+from tfrecord_beam import _usage
 
 
 def make_parquet(path: str, rows: int, source: int, seed: int) -> None:
     """A Parquet file with the benchmark's column mix, plus a `source` tag column."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -47,7 +46,8 @@ def make_parquet(path: str, rows: int, source: int, seed: int) -> None:
 
 
 def _step(title: str, job, argv: List[str]) -> None:
-    print(f"\n#### {title}\n$ python -m pipelines.{job.__name__.rsplit('.', 1)[-1]} {' '.join(argv)}", flush=True)
+    command = " ".join(shlex.quote(arg) for arg in argv)  # a glob is shown quoted, as it must be typed
+    print(f"\n#### {title}\n$ python -m pipelines.{job.__name__.rsplit('.', 1)[-1]} {command}", flush=True)
     code = job.main(argv)
     if code not in (0,):
         raise SystemExit(f"demo: step '{title}' failed (exit status {code})")
@@ -92,15 +92,21 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _usage.ArgumentParser(
         prog="python -m pipelines.demo",
         description=__doc__.splitlines()[0],
-        epilog=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__ + "\n" + _usage.EXIT_HELP,
     )
     parser.add_argument("--workdir", default=None, help="where to put everything (default: a new temp dir, kept)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the 'web' dataset ('books' has a quarter)")
     args, beam_args = parser.parse_known_args(argv)
+    from . import _args, build_index, mix, parquet_to_tfrecord, reshard  # Beam loads here, after --help
+
+    try:
+        _args.check_leftovers(parser.prog, parser, beam_args)
+    except _usage.UsageError as exc:
+        sys.stderr.write(_usage.usage_error(parser.prog, str(exc)) + "\n")
+        return _usage.EXIT_USAGE
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord_beam_demo_")
     if os.path.exists(work):
         shutil.rmtree(work)

@@ -30,19 +30,7 @@ import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-import apache_beam as beam
-import numpy as np
-
-from tfrecord_beam import _bucketed, fs
-from tfrecord_beam._copy import piece_chunks
-from tfrecord_beam._plan import FileSurvey, Piece
-from tfrecord_beam._walk import add_digests, frame_digest
-from tfrecord_beam.beam import _fs, _progress
-from tfrecord_beam.beam import planned as _planned
-from tfrecord_beam.beam import stages as _stages
-
-from . import _common
-from ._common import JobError, Summary
+from . import _args
 
 EXAMPLES = """\
   python -m pipelines.mix --source 'web/*.tfrecord=0.7' --source 'books/*.tfrecord=0.3' \\
@@ -54,7 +42,7 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("mix", __doc__, EXAMPLES)
+    parser = _args.make_parser("mix", __doc__, EXAMPLES)
     parser.add_argument(
         "--source",
         action="append",
@@ -77,6 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
+
+
+# `python -m pipelines.mix --help` answers here, before Beam is imported
+_args.parse_then_load(__name__, build_parser)
+
+import apache_beam as beam
+import numpy as np
+
+from tfrecord_beam import _bucketed, fs
+from tfrecord_beam._copy import piece_chunks
+from tfrecord_beam._plan import FileSurvey, Piece
+from tfrecord_beam._walk import add_digests, frame_digest
+from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import planned as _planned
+from tfrecord_beam.beam import stages as _stages
+
+from . import _common
+from ._common import JobError, Summary
 
 
 def parse_sources(items: Sequence[str]) -> List[Tuple[str, float]]:

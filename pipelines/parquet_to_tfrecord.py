@@ -17,13 +17,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-import pyarrow as pa
-
-from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
-from tfrecord_beam.beam import parquet as _parquet
-
-from . import _common
-from ._common import JobError, Summary
+from . import _args
 
 EXAMPLES = """\
   python -m pipelines.parquet_to_tfrecord --input 'data/*.parquet' --output_prefix out/train --num_shards 8
@@ -34,11 +28,18 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
-    _common.add_input(parser, _common.PARQUET_INPUT)
+    parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
+    _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
-    parser.add_argument("--columns", default=None, help="comma-separated columns to convert (default all)")
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="COLUMN",
+        help="columns to convert, as 'a,b' or 'a b' (default all)",
+    )
     parser.add_argument(
         "--rename",
         action="append",
@@ -48,8 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--sequence_columns",
-        default="",
-        help="comma-separated list<list<...>> columns to write as SequenceExample feature lists",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="COLUMN",
+        help="list<list<...>> columns to write as SequenceExample feature lists, as 'a,b' or 'a b'",
     )
     parser.add_argument("--flatten_structs", action="store_true", help="struct columns become 'parent.child' features")
     parser.add_argument(
@@ -63,8 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split(text: Optional[str]):
-    return [c.strip() for c in text.split(",") if c.strip()] if text else []
+# `python -m pipelines.parquet_to_tfrecord --help` answers here, before Beam is imported
+_args.parse_then_load(__name__, build_parser)
+
+import pyarrow as pa
+
+from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
+from tfrecord_beam.beam import parquet as _parquet
+
+from . import _common
+from ._common import JobError, Summary
 
 
 def read_schema(path: str) -> pa.Schema:
@@ -92,9 +104,9 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--num_shards must be at least 1")
     schema = read_schema(files[0])
     encoder_options = dict(
-        columns=_split(args.columns) or None,
+        columns=_args.split_list(args.columns) or None,
         rename=dict(_common.parse_kv(args.rename, "--rename", "COLUMN=FEATURE")),
-        sequence_columns=_split(args.sequence_columns),
+        sequence_columns=_args.split_list(args.sequence_columns),
         flatten_structs=args.flatten_structs,
         decimal_as=args.decimal_as,
     )

@@ -27,15 +27,9 @@ import math
 import sys
 from typing import Optional, Sequence
 
-import apache_beam as beam
+from tfrecord_beam import _sizes
 
-from tfrecord_beam._plan import plan_contiguous
-from tfrecord_beam.beam import _fs, _progress
-from tfrecord_beam.beam import planned as _planned
-from tfrecord_beam.beam import stages as _stages
-
-from . import _common, _reshard_shuffle
-from ._common import JobError, Summary
+from . import _args, _reshard_shuffle
 
 EXAMPLES = """\
   python -m pipelines.reshard --input 'data/train-*.tfrecord' --output_prefix out/train --num_shards 16
@@ -47,8 +41,8 @@ EXAMPLES = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("reshard", __doc__, EXAMPLES)
-    _common.add_input(parser)
+    parser = _args.make_parser("reshard", __doc__, EXAMPLES)
+    _args.add_input(parser)
     parser.add_argument(
         "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
     )
@@ -75,10 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--split_bytes",
         type=int,
-        default=_stages.DEFAULT_SPLIT_BYTES,
+        default=_sizes.DEFAULT_SPLIT_BYTES,
         help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel",
     )
     return parser
+
+
+# `python -m pipelines.reshard --help` answers here, before Beam is imported
+_args.parse_then_load(__name__, build_parser)
+
+import apache_beam as beam
+
+from tfrecord_beam._plan import plan_contiguous
+from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import planned as _planned
+
+from . import _common
+from ._common import JobError, Summary
 
 
 def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:

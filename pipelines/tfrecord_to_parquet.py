@@ -21,6 +21,51 @@ import itertools
 import sys
 from typing import Optional, Sequence
 
+from tfrecord_beam import _sizes
+
+from . import _args
+
+EXAMPLES = """\
+  python -m pipelines.tfrecord_to_parquet --input 'out/train-*.tfrecord' --output_prefix pq/train --num_shards 4
+  python -m pipelines.tfrecord_to_parquet --input 'seq/*.tfrecord' --output_prefix pq/seq --sequence
+  python -m pipelines.tfrecord_to_parquet --input 'x/*.tfrecord' --output_prefix pq/x --features id:int,text:byte,score:float
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
+    _args.add_input(parser)
+    parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
+    parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
+    parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
+    parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
+    parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
+    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    parser.add_argument(
+        "--split_bytes",
+        type=int,
+        default=_sizes.DEFAULT_SPLIT_BYTES,
+        help="read uncompressed inputs in byte ranges of this size",
+    )
+    parser.add_argument(
+        "--row_group_rows",
+        type=int,
+        default=_sizes.DEFAULT_ROW_GROUP_ROWS,
+        help=f"rows per Parquet row group at most (default {_sizes.DEFAULT_ROW_GROUP_ROWS})",
+    )
+    parser.add_argument(
+        "--row_group_bytes",
+        type=int,
+        default=_sizes.DEFAULT_ROW_GROUP_BYTES,
+        help="payload bytes per row group at most: bounds the memory a writer holds "
+        f"(default {_sizes.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
+    )
+    return parser
+
+
+# `python -m pipelines.tfrecord_to_parquet --help` answers here, before Beam is imported
+_args.parse_then_load(__name__, build_parser)
+
 import pyarrow as pa
 
 from tfrecord_beam import _described
@@ -34,43 +79,6 @@ from tfrecord_beam.skipping import SkippingReader
 
 from . import _common
 from ._common import JobError, Summary
-
-EXAMPLES = """\
-  python -m pipelines.tfrecord_to_parquet --input 'out/train-*.tfrecord' --output_prefix pq/train --num_shards 4
-  python -m pipelines.tfrecord_to_parquet --input 'seq/*.tfrecord' --output_prefix pq/seq --sequence
-  python -m pipelines.tfrecord_to_parquet --input 'x/*.tfrecord' --output_prefix pq/x --features id:int,text:byte,score:float
-"""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _common.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
-    _common.add_input(parser)
-    parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
-    parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
-    parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
-    parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
-    parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument(
-        "--split_bytes",
-        type=int,
-        default=_stages.DEFAULT_SPLIT_BYTES,
-        help="read uncompressed inputs in byte ranges of this size",
-    )
-    parser.add_argument(
-        "--row_group_rows",
-        type=int,
-        default=_parquet.DEFAULT_ROW_GROUP_ROWS,
-        help=f"rows per Parquet row group at most (default {_parquet.DEFAULT_ROW_GROUP_ROWS})",
-    )
-    parser.add_argument(
-        "--row_group_bytes",
-        type=int,
-        default=_parquet.DEFAULT_ROW_GROUP_BYTES,
-        help="payload bytes per row group at most: bounds the memory a writer holds "
-        f"(default {_parquet.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
-    )
-    return parser
 
 
 def parse_features(text: Optional[str]):
@@ -168,6 +176,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     rows = sum(counts)
     if rows != read:
         raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
+    _common.warn_empty_shards("tfrecord_to_parquet", counts)
     sizes = [_fs.file_size(staged.temp_path(n)) for n in names]
     size = sum(sizes)
     entries = [

@@ -138,7 +138,7 @@ def test_inspect_table_output(capsys):
 @pytest.mark.parametrize("name", CORRUPT + TRUNCATED_PLAIN)
 def test_inspect_corrupt_reports_and_fails(capsys, name):
     code, stats, err = run_json(capsys, "inspect", fixture(name))
-    assert code == 1
+    assert code == 3
     m = meta(name)
     assert stats["records"] == m["intact_records_before"]
     offset = meta("examples.tfrecord")["records"][m["corruption"]["record"]]["offset"]
@@ -175,7 +175,7 @@ def test_inspect_unreadable_input(capsys, tmp_path):
     bad = tmp_path / "bad.tfrecord.gz"
     bad.write_bytes(b"this is not gzip data at all")
     code, _, err = run(capsys, "inspect", bad)
-    assert code == 1 and "bad.tfrecord.gz" in err
+    assert code == 3 and "bad.tfrecord.gz" in err  # read, and found bad
 
 
 def _png(width, height):
@@ -237,7 +237,7 @@ def test_head_shortens_long_bytes(capsys):
 
 def test_head_truncated_prints_intact_records_then_fails(capsys):
     code, out, err = run(capsys, "head", fixture("truncated_mid_payload.tfrecord"), "-n", "100")
-    assert code == 1
+    assert code == 3
     intact = meta("truncated_mid_payload.tfrecord")["intact_records_before"]
     assert out.count("\nrecord ") + out.startswith("record ") == intact
     assert "truncated" in err
@@ -270,7 +270,7 @@ def test_count_stale_index_is_not_trusted(capsys, tmp_path):
 @pytest.mark.parametrize("name", TRUNCATED_PLAIN + ["truncated.tfrecord.gz"])
 def test_count_truncated_fails(capsys, name):
     code, out, err = run(capsys, "count", fixture(name))
-    assert code == 1 and name in err and "truncated" in err
+    assert code == 3 and name in err and "truncated" in err
 
 
 # -- verify ------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ def test_verify_clean_files(capsys):
 @pytest.mark.parametrize("name", CORRUPT)
 def test_verify_corrupt_reports_offset_and_record_and_goes_on(capsys, name):
     code, result, _ = run_json(capsys, "verify", fixture(name))
-    assert code == 1 and result["ok"] is False
+    assert code == 3 and result["ok"] is False
     m = meta(name)
     bad = m["corruption"]["record"]
     (problem,) = result["files"][0]["problems"]
@@ -298,7 +298,7 @@ def test_verify_corrupt_reports_offset_and_record_and_goes_on(capsys, name):
 @pytest.mark.parametrize("name", TRUNCATED_PLAIN + ["truncated.tfrecord.gz"])
 def test_verify_truncated(capsys, name):
     code, result, _ = run_json(capsys, "verify", fixture(name))
-    assert code == 1
+    assert code == 3
     (problem,) = result["files"][0]["problems"]
     assert problem["kind"] == "truncated"
     intact = meta("examples.tfrecord")["records"][:4]
@@ -325,7 +325,7 @@ def test_verify_finds_several_payload_problems_with_exact_numbers(capsys, tmp_pa
     _flip(data, offsets[5] + 14)
     path.write_bytes(bytes(data))
     code, result, _ = run_json(capsys, "verify", path)
-    assert code == 1
+    assert code == 3
     problems = result["files"][0]["problems"]
     assert [(p["record"], p["offset"]) for p in problems] == [(1, offsets[1]), (5, offsets[5])]
     assert result["files"][0]["records"] == len(offsets) - 2
@@ -338,7 +338,7 @@ def test_verify_resyncs_after_lost_framing(capsys, tmp_path):
     _flip(data, offsets[6] + 14)  # a later payload
     path.write_bytes(bytes(data))
     code, result, _ = run_json(capsys, "verify", path)
-    assert code == 1
+    assert code == 3
     first, second = result["files"][0]["problems"]
     assert (first["record"], first["offset"]) == (2, offsets[2]) and "resynced" in first["message"]
     assert second["offset"] == offsets[6]
@@ -350,11 +350,11 @@ def test_verify_compressed_payload_problem_goes_on(capsys, tmp_path):
     path = tmp_path / "bad.tfrecord.gz"
     path.write_bytes(gzip.compress((FIXTURES / "corrupt_data_crc.tfrecord").read_bytes()))
     code, result, _ = run_json(capsys, "verify", path)
-    assert code == 1
+    assert code == 3
     assert result["files"][0]["records"] == meta("corrupt_data_crc.tfrecord")["records_in_source"] - 1
     path.write_bytes(gzip.compress((FIXTURES / "corrupt_length_bitflip.tfrecord").read_bytes()))
     code, result, _ = run_json(capsys, "verify", path)
-    assert code == 1 and "framing lost" in result["files"][0]["problems"][0]["message"]
+    assert code == 3 and "framing lost" in result["files"][0]["problems"][0]["message"]
     assert result["files"][0]["complete"] is False
 
 
@@ -366,12 +366,12 @@ def test_verify_stale_index_and_parse(capsys, tmp_path):
     write_records(str(path), [encode_example({"i": (1, "int")})] * 2)  # rewritten (old index dropped) ...
     Path(default_index_path(str(path))).write_bytes(old_index)  # ... and put back: now stale
     code, result, _ = run_json(capsys, "verify", path)
-    assert code == 1 and result["files"][0]["problems"][0]["kind"] == "index"
+    assert code == 3 and result["files"][0]["problems"][0]["kind"] == "index"
     junk = tmp_path / "junk.tfrecord"
     write_records(str(junk), [encode_example({"i": (1, "int")}), b"\xff\xff\xff"])
     assert run(capsys, "verify", junk)[0] == 0  # framing is fine
     code, result, _ = run_json(capsys, "verify", "--parse", junk)
-    assert code == 1
+    assert code == 3
     (problem,) = result["files"][0]["problems"]
     assert problem["kind"] == "decode" and problem["record"] == 1
 
@@ -426,7 +426,7 @@ def test_schema_json_and_strings(capsys):
 
 def test_schema_mixed_kinds_fails_clearly(capsys):
     code, out, err = run(capsys, "schema", fixture("hand_encoded.tfrecord"))
-    assert code == 1
+    assert code == 3
     assert "mixed kinds" in err and "'ints'" in err
 
 

@@ -211,10 +211,10 @@ def test_tfrecord2idx_single_file_and_directory(tmp_path, capsys):
     assert tfrecord2idx.main([str(tmp_path / "*.tfrecord*"), "--verify"]) == 0
 
 
-def test_tfrecord2idx_corrupt_file_exits_1_without_partial_index(tmp_path, capsys):
+def test_tfrecord2idx_corrupt_file_exits_3_without_partial_index(tmp_path, capsys):
     path = _write_examples(tmp_path / "a.tfrecord", n=4)
     path.write_bytes(path.read_bytes()[:-7])
-    assert tfrecord2idx.main([str(path)]) == 1
+    assert tfrecord2idx.main([str(path)]) == 3  # bad data reported
     err = capsys.readouterr().err
     assert "a.tfrecord, record 3" in err and "truncated" in err and "no index written" in err
     assert not (tmp_path / "a.tfindex").exists()

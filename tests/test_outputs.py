@@ -501,6 +501,9 @@ def test_cli_and_torch_read_an_output_through_its_manifest(tmp_path, capsys):
     pytest.importorskip("torch")
     from tfrecord_beam.torch import TFRecordDataset
 
+    with pytest.raises(mf.ManifestError, match="stray-0.tfrecord"):  # the directory rule: not a silent pick
+        TFRecordDataset(str(out), None, {"i": "int"})
+    os.remove(out / "stray-0.tfrecord")
     ds = TFRecordDataset(str(out), None, {"i": "int"})
     assert sorted(int(r["i"][0]) for r in ds) == list(range(400))
     assert ds.sources[0].index_paths[0].endswith(".tfindex")  # indexes come from the manifest
@@ -511,7 +514,7 @@ def test_cli_and_torch_read_an_output_through_its_manifest(tmp_path, capsys):
     records = list(read_records(str(shard)))
     records[5] = records[5][:-1] + bytes([records[5][-1] ^ 1])  # same size, valid CRCs, other data
     write_records(str(shard), records, index_path=str(out / "x-00001-of-00002.tfindex"))
-    assert cli.main(["verify", str(out / "x")]) == 1
+    assert cli.main(["verify", str(out / "x")]) == 3
     assert "checksum" in capsys.readouterr().out
 
 

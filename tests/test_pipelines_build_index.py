@@ -46,7 +46,7 @@ def test_corrupt_files_are_listed_counted_and_get_no_index(tmp_path, capsys):
     trunc = tmp_path / "a-2.tfrecord"
     trunc.write_bytes((tmp_path / "a-0.tfrecord").read_bytes()[:-3])
     code, out, err = run_job(job.main, ["--input", str(tmp_path / "*.tfrecord"), "--verify"] + FAST, capsys)
-    assert code == 2
+    assert code == 3
     summary = summary_json(out)
     assert summary["corrupt_files"] == 2 and summary["indexed_files"] == 1
     assert any("a-1.tfrecord" in line and "CRC" in line for line in summary["corrupt"])
@@ -68,7 +68,7 @@ def test_a_flipped_length_is_never_indexed(tmp_path, capsys, runner):
     raw[int(good[victim, 0]) : int(good[victim, 0]) + 8] = length.to_bytes(8, "little")
     path.write_bytes(bytes(raw))
     code, out, err = run_job(job.main, ["--input", str(path)] + runner, capsys)
-    assert code == 2
+    assert code == 3
     summary = summary_json(out)
     assert summary["corrupt_files"] == 1 and summary["indexed_files"] == 0
     [line] = summary["corrupt"]

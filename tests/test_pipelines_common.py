@@ -46,7 +46,7 @@ def test_unknown_arguments_are_errors(tmp_path, capsys):
         ],
         capsys,
     )
-    assert code == 1 and "--shufle" in err
+    assert code == 2 and "--shufle" in err and "did you mean --shuffle" in err
     assert entries(tmp_path / "o") == []
 
 

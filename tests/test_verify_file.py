@@ -186,10 +186,10 @@ def test_command_summary_and_exit_status(tmp_path, capsys):
     assert cli_main(["verify", str(good)]) == 0
     out = capsys.readouterr().out
     assert f"OK    {good}: {N} records" in out
-    assert cli_main(["verify", str(good), str(bad)]) == 1
+    assert cli_main(["verify", str(good), str(bad)]) == 3
     out = capsys.readouterr().out
     assert f"FAIL  {bad}: 1 problem(s), {N - 1} intact records" in out
-    assert cli_main(["verify", "--json", str(good), str(bad)]) == 1
+    assert cli_main(["verify", "--json", str(good), str(bad)]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and [f["ok"] for f in report["files"]] == [True, False]
     assert report["files"][1]["problems"][0]["record"] == 4

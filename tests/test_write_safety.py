@@ -216,7 +216,7 @@ def test_verify_goes_on_past_a_damaged_compressed_file(tmp_path, capsys, damage)
         compressed = bytes(buf)
     bad = tmp_path / "bad.tfrecord.gz"
     bad.write_bytes(compressed)
-    assert cli_main(["verify", str(bad), str(good)]) == 1
+    assert cli_main(["verify", str(bad), str(good)]) == 3
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
     assert f"FAIL  {bad}" in out.out and f"OK    {good}: 10 records" in out.out

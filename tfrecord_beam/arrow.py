@@ -144,6 +144,12 @@ def _plan_field(name: str, t: pa.DataType, sequence: bool, decimal_as: Optional[
             f"column {name!r}: list<list<...>> columns must be named in sequence_columns (they become "
             "SequenceExample feature lists)"
         )
+    if depth and pa.types.is_struct(t):  # flatten_structs or not: only top-level structs flatten
+        raise ArrowConversionError(
+            f"column {name!r}: a list of structs ({'list<' * depth}struct>) has no Example mapping; "
+            "flatten_structs flattens top-level struct columns only. Leave the column out, or turn it "
+            "into one list column per field before converting"
+        )
     return _leaf_kind(name, t, decimal_as), depth
 
 

@@ -21,6 +21,7 @@ import io
 import mmap
 import os
 import socket
+import stat
 import uuid
 from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
 
@@ -95,7 +96,7 @@ def _from_uri(uri: str):
         return pafs.FileSystem.from_uri(uri)
     except (ValueError, TypeError, OSError) as exc:
         if "Unrecognized filesystem type" not in str(exc) and "not supported" not in str(exc).lower():
-            raise
+            raise ValueError(f"{uri}: not a URI pyarrow.fs can open: {exc}") from None
         try:
             import fsspec
         except ImportError:
@@ -194,6 +195,46 @@ def is_glob(pattern: PathLike) -> bool:
     return any(ch in os.fspath(pattern) for ch in GLOB_CHARS)
 
 
+def is_pattern(path: PathLike) -> bool:
+    """Whether a path is to be expanded as a glob: it has glob characters and is not a local
+    path that exists as written (`data[1].tfrecord` names that file when it exists)."""
+    path = os.fspath(path)
+    if not is_glob(split_query(path)[0]):
+        return False
+    return is_remote(path) or not os.path.lexists(_local(path))
+
+
+class SpecialFileError(OSError):
+    """A path names a pipe, FIFO, device or socket: it cannot be seeked, and opening a FIFO
+    that has no writer blocks forever, so it is refused without being opened."""
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def is_special(path: PathLike) -> bool:
+    """True for a local path that exists and is neither a regular file nor a directory (a FIFO,
+    a pipe such as /dev/stdin, a device, a socket). Decided by stat: never opened."""
+    path = os.fspath(path)
+    if is_remote(path):
+        return False
+    try:
+        mode = os.stat(_local(path)).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def refuse_special(path: PathLike) -> None:
+    """SpecialFileError (one line) when `path` is a pipe, FIFO, device or socket."""
+    if is_special(path):
+        raise SpecialFileError(
+            f"{os.fspath(path)}: not a regular file (a pipe, FIFO or device): TFRecord tools read files "
+            "they can seek and never open a FIFO; save the stream to a file first"
+        )
+
+
 def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     """Expand a path, glob or list of them into a sorted list of files (remote globs too)."""
     if isinstance(patterns, (str, os.PathLike)):
@@ -201,7 +242,7 @@ def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     out: List[str] = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
-        if not is_glob(pattern):
+        if not is_pattern(pattern):
             out.append(pattern)
             continue
         filesystem, inner = _split_uri(pattern)
@@ -260,14 +301,18 @@ def is_dir(path: PathLike) -> bool:
 
 def data_files(target: PathLike) -> List[str]:
     """TFRecord files named by a directory (its `*.tfrecord*`, local or remote), a path or a
-    glob; indexes and dot-files excluded."""
+    glob; indexes and dot-files excluded. A pipe or FIFO named itself is refused
+    (SpecialFileError); one inside a directory or matched by a glob is left out. Neither is
+    ever opened (stat only), so a FIFO with no writer cannot hang the listing."""
     target = os.fspath(target)
-    if not is_glob(split_query(target)[0]) and is_dir(target):
+    if not is_pattern(target) and is_dir(target):
         if "://" in target:
             candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
         else:
-            candidates = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
+            found = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
+            candidates = [p for p in found if os.path.isfile(p)]  # stat: FIFOs, sockets left out
     else:
+        refuse_special(target)
         candidates = expand(target)
     return [p for p in candidates if not is_sidecar(split_query(p)[0])]
 

@@ -20,6 +20,7 @@ Readers (`tfrecord-beam inspect/verify/count`, the torch datasets) find it with
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -187,12 +188,12 @@ def write_manifest(manifest: Manifest, path: str) -> None:
         commit()
 
 
-def find_manifest(target: str) -> Optional[str]:
+def find_manifest(target: str, parquet: bool = False) -> Optional[str]:
     """The manifest of an output named by `target`, or None when there is none.
 
-    `target` may be the manifest itself, an output prefix (`out/train`), or a directory
-    holding exactly one manifest (several: ManifestError, name the prefix instead). Globs
-    name files, not outputs: None.
+    `target` may be the manifest itself, an output prefix (`out/train`), or a directory; what a
+    directory means is `directory_output`'s rule. Globs name files, not outputs: None.
+    `parquet` says which outputs the caller reads (Parquet or TFRecord shards).
     """
     target = os.fspath(target)
     base, query = fs.split_query(target)
@@ -204,12 +205,77 @@ def find_manifest(target: str) -> Optional[str]:
     if fs.exists(candidate):
         return candidate
     if fs.is_dir(target):
-        found = [n for n in fs.list_dir(target) if is_manifest_name(n)]
-        if len(found) > 1:
-            raise ManifestError(target, f"holds {len(found)} outputs ({', '.join(found)}): name one by its prefix")
-        if found:
-            return fs.join(target, found[0])
+        return directory_output(target, parquet)
     return None
+
+
+def directory_output(
+    directory: str,
+    parquet: bool = False,
+    names: Optional[List[str]] = None,
+    read: Optional[Callable[[str], bytes]] = None,
+) -> Optional[str]:
+    """What a directory argument means, the same in every command, job and dataset:
+
+    - it holds no committed output of the kind read (TFRecord shards, or Parquet with
+      `parquet`): its data files (None: the caller lists them; another kind's manifest, e.g.
+      tfrecord_to_parquet's output written beside its TFRecord input, changes nothing);
+    - exactly one such output and no other data files of that kind: that output (its manifest);
+    - anything else (two outputs, or an output beside data files no manifest lists): a
+      ManifestError naming both, never a silent merge: name the output by its prefix
+      (DIR/NAME) or the files by a quoted glob.
+
+    `names` (the directory's file names) and `read` (a file's bytes) let a Beam job look
+    through Beam's filesystems with its pipeline options instead of this package's.
+    """
+    names = fs.list_dir(directory) if names is None else names
+    outputs, listed = [], set()
+    for name in sorted(n for n in names if is_manifest_name(n)):
+        path = fs.join(directory, name)
+        manifest = read_manifest(path) if read is None else Manifest.from_json(read(path).decode("utf-8"), path)
+        shards = [e.name for e in manifest.shards]
+        listed.update(shards)
+        if any((e.compression == "parquet") == parquet for e in manifest.shards):
+            outputs.append(name)
+    if not outputs:
+        return None
+    pattern = "*.parquet" if parquet else "*.tfrecord*"
+    others = [
+        n
+        for n in names
+        if fnmatch.fnmatchcase(n, pattern) and n not in listed and not fs.is_sidecar(n) and not n.endswith(".tfindex")
+    ]
+    if len(outputs) == 1 and not others:
+        return fs.join(directory, outputs[0])
+    what = f"{len(outputs)} outputs ({', '.join(outputs)})"
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        what += f" and {len(others)} data files no manifest lists ({shown})"
+    raise ManifestError(
+        directory,
+        f"holds {what}: name one output by its prefix (DIR/NAME) or the files by a quoted glob ('DIR/{pattern}')",
+    )
+
+
+def incomplete_output(target: str) -> Optional[str]:
+    """Why `target` reads as nothing when it is an output prefix whose shards are there without
+    their manifest (its job still running, killed or failed); None otherwise."""
+    base = fs.split_query(os.fspath(target))[0]
+    if fs.is_glob(base) or fs.is_dir(target) or fs.exists(target):
+        return None
+    prefix = base.rstrip("/").rsplit("/", 1)[-1]
+    try:
+        names = fs.list_dir(fs.dirname(target))
+    except OSError:
+        return None
+    shards = [n for n in names if n.startswith(prefix + "-") and "-of-" in n and not fs.is_sidecar(n)]
+    if not shards:
+        return None
+    return (
+        f"{target}: incomplete output: {len(shards)} shard file(s) ({shards[0]}, ...) but no "
+        f"{manifest_name(prefix)}: its job did not commit it (still running, killed or failed); run the "
+        "job again, or name the files by a quoted glob"
+    )
 
 
 def shard_paths(manifest: Manifest, manifest_file: str) -> List[str]:

@@ -179,8 +179,13 @@ def list_names(directory: str, pattern: str = "*") -> List[str]:
 
 
 def file_size(path: str) -> int:
-    """Size in bytes of one file."""
-    return FileSystems.match([plain(path)], [1])[0].metadata_list[0].size_in_bytes
+    """Size in bytes of one file (a local name holding [ ] * ? is that file, not a glob)."""
+    path = plain(path)
+    if "://" not in path and _core_fs.is_glob(path):
+        import glob
+
+        path = glob.escape(path)
+    return FileSystems.match([path], [1])[0].metadata_list[0].size_in_bytes
 
 
 def exists(path: str) -> bool:

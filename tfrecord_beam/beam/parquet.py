@@ -20,6 +20,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
+from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
@@ -31,8 +32,6 @@ BATCH_ROWS = 65536  # rows per record batch at most
 BATCH_BYTES = 4 << 20  # ... and about this many (uncompressed) bytes
 READ_BUFFER = 1 << 20  # Parquet pages are streamed through a buffer of this size
 WRITE_BUFFER = 1 << 20  # Parquet output reaches Beam's file object in pieces of this size
-DEFAULT_ROW_GROUP_ROWS = 131072
-DEFAULT_ROW_GROUP_BYTES = 64 << 20
 
 
 # ---------------------------------------------------------------------------------------------

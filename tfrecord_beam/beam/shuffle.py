@@ -33,12 +33,12 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import _bucketed
-from tfrecord_beam.beam import _frames, _fs
+from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
+from tfrecord_beam.beam import _frames, _fs, _progress
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 
-DEFAULT_BUFFER_BYTES = 64 << 20
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 DIGEST = "digest"
@@ -106,12 +106,14 @@ def bucket_runs(
     coverage: Optional[list] = None,
     digests: Optional[list] = None,
     on_corrupt: Optional[OnCorrupt] = None,
+    progress: Optional[_progress.ProgressFile] = None,
 ) -> Iterator[Tuple[int, _bucketed.SegmentTable]]:
     """Read one range (CRCs checked) into one spill file of runs of at most about
     `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
     range's `Coverage` and `Digest` to the lists given. With `on_corrupt(file, offset, reason)`
     (--skip_corrupt) corrupt records are reported to it and stepped over
-    (`skipping.SkippingReader`) instead of failing the read."""
+    (`skipping.SkippingReader`) instead of failing the read. `progress` counts the records
+    and frame bytes read, chunk by chunk."""
     reader = SkippingReader(
         rng.path,
         rng.compression,
@@ -142,6 +144,8 @@ def bucket_runs(
             sizes = frames.sizes
             spiller.add(chunk.buffer, frames.starts, sizes, plan.shards_of(keys), keys)
             total = _frames.add(total, _frames.digest(frames.crcs(), frames.lengths))
+            if progress is not None:
+                progress.add(len(sizes), int(sizes.sum()))
         tables = spiller.close()
     except BaseException:
         spiller.abort()
@@ -177,9 +181,15 @@ def scratch(work_dir: str) -> _bucketed.Scratch:
 
 
 def write_shuffled_shard(
-    spec: _stages.ShardSpec, plan: Plan, shard: int, tables: Iterable[_bucketed.SegmentTable], work_dir: str
+    spec: _stages.ShardSpec,
+    plan: Plan,
+    shard: int,
+    tables: Iterable[_bucketed.SegmentTable],
+    work_dir: str,
+    progress_dir: Optional[str] = None,
 ) -> dict:
-    """Write one shard from the segment tables of its buckets (in key order); returns its stats."""
+    """Write one shard from the segment tables of its buckets (in key order); returns its stats
+    (and counts them in the "write" progress phase)."""
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
@@ -196,6 +206,9 @@ def write_shuffled_shard(
         "groups": [written[0]],
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
+    counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
+    counter.add(written[0], written[1])
+    counter.flush()
     return result
 
 
@@ -206,8 +219,11 @@ def write_shuffled_shard(
 class _BucketRuns(beam.DoFn):
     """(range number, FileRange) -> (shard, SegmentTable) pairs; COVERAGE and DIGEST side outputs."""
 
-    def __init__(self, seed: int, plan: Plan, run_dir: str, skip_corrupt: bool = False) -> None:
+    def __init__(
+        self, seed: int, plan: Plan, run_dir: str, skip_corrupt: bool = False, progress_dir: Optional[str] = None
+    ) -> None:
         self.seed, self.plan, self.run_dir, self.skip_corrupt = seed, plan, run_dir, skip_corrupt
+        self.progress_dir = progress_dir
 
     def process(self, element):
         number, rng = element
@@ -215,11 +231,14 @@ class _BucketRuns(beam.DoFn):
         digests: list = []
         bad: List[CorruptRecord] = []
         report = (lambda f, o, r: bad.append(CorruptRecord(f, o, r))) if self.skip_corrupt else None
-        for part in bucket_runs(rng, number, self.seed, self.plan, self.run_dir, coverage, digests, report):
+        counter = _progress.ProgressFile(self.progress_dir, "bucket", f"{number:06d}")
+        parts = bucket_runs(rng, number, self.seed, self.plan, self.run_dir, coverage, digests, report, counter)
+        for part in parts:
             yield part
             yield from (beam.pvalue.TaggedOutput(_stages.CORRUPT, record) for record in bad)
             bad.clear()
         yield from (beam.pvalue.TaggedOutput(_stages.CORRUPT, record) for record in bad)
+        counter.flush()
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
         for d in digests:
@@ -236,18 +255,21 @@ def shuffle_to_shards(
     verify: bool = True,
     label: str = "Shuffle",
     dead_letters=None,
+    progress_dir: Optional[str] = None,
 ):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
     dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records.
     With `dead_letters` (a `commit.DeadLetters`: --skip_corrupt) corrupt records and spans no
-    range read are written there instead of failing the pipeline; the rest is shuffled."""
+    range read are written there instead of failing the pipeline; the rest is shuffled.
+    `progress_dir` (a `_progress` reporter's directory): readers count into phase "bucket",
+    shard writers into "write"."""
     run_dir = _fs.join(work_dir, "runs")
     skip = dead_letters is not None
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))  # Create spreads its elements
         | f"{label}Runs"
-        >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip)).with_outputs(
+        >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip, progress_dir)).with_outputs(
             _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts"
         )
     )
@@ -259,7 +281,7 @@ def shuffle_to_shards(
         outs.parts
         | f"{label}GroupByShard" >> beam.GroupByKey()
         | f"{label}WriteShards"
-        >> beam.MapTuple(lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir))
+        >> beam.MapTuple(lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir, progress_dir))
     )
     if verify:
         _stages.verify_digests(p, outs[DIGEST], results, spec, "reshard --shuffle", label=f"{label}Verify")

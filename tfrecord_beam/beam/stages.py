@@ -19,13 +19,13 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import digest as _digest
+from tfrecord_beam._sizes import DEFAULT_SPLIT_BYTES
 from tfrecord_beam.index import default_index_path
 from tfrecord_beam.records import resolve_compression
 
 from . import _fs
 from ._corrupt import CorruptRecord
 
-DEFAULT_SPLIT_BYTES = 64 << 20
 _MASK64 = (1 << 64) - 1
 
 

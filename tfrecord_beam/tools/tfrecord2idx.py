@@ -8,7 +8,12 @@
 
 Two paths mean DATA INDEX, as in the `tfrecord` package; an INDEX that exists and is not an
 index file (an unquoted glob that matched two data files) is refused, so no data file is ever
-overwritten.
+overwritten. A path that exists is taken literally, even with [ ] * ? in its name. A pipe,
+FIFO or /dev/stdin is refused in one line without being opened (an index records offsets in a
+file, which a stream has not); inside a directory such files are left out.
+
+exit status: 0 ok, 1 failure (one line on stderr), 2 usage error, 3 bad data found and reported
+(a corrupt or truncated file: no index written for it), 130 interrupted
 """
 
 from __future__ import annotations
@@ -19,9 +24,7 @@ import sys
 import time
 from typing import Callable, List, Optional
 
-from .. import fs
-from .. import index as _index
-from ..errors import TFRecordError
+from .. import _usage
 
 
 def create_index(
@@ -32,6 +35,8 @@ def create_index(
     The `tfrecord` package's name for `tfrecord_beam.index.create_index`; a corrupt file raises
     before anything is written, so no partial index is left.
     """
+    from .. import index as _index
+
     return len(_index.create_index(tfrecord_file, index_file, compression, verify))
 
 
@@ -42,6 +47,8 @@ def create_indices(
     compression: Optional[str] = "auto",
 ) -> int:
     """Index every `*.tfrecord*` file (compressed too) of a directory or glob; returns files indexed."""
+    from .. import fs
+
     files = fs.data_files(tfrecord_dir)
     for number, path in enumerate(files, start=1):
         count = create_index(path, verify=verify, compression=compression)
@@ -51,11 +58,10 @@ def create_indices(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _usage.ArgumentParser(
         prog="tfrecord2idx",
         description="Write .tfindex files (one 'offset length' line per record).",
         epilog=__doc__.split("\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "paths",
@@ -70,33 +76,53 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Console entry point; returns the exit status (1 on any corrupt or unreadable file)."""
+    """Console entry point; returns the exit status (see the module doc). Arguments are parsed
+    before the package's readers load, so --help answers at once."""
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("tfrecord2idx: interrupted", file=sys.stderr)
+        return _usage.EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .. import fs
+    from .. import index as _index
+    from ..errors import TFRecordError
+
     started = time.monotonic()
     index_path = None
-    if len(args.paths) == 2:
-        target, index_path = args.paths
-        try:
-            _index.check_index_target(index_path, target)
-        except TFRecordError as exc:
-            print(f"tfrecord2idx: {exc} (nothing written)", file=sys.stderr)
-            return 2
-        files = [target]
-    elif len(args.paths) > 2:
-        files = list(args.paths)
-    else:
-        target = args.paths[0]
-        single = not os.path.isdir(target) and not fs.is_glob(target)
-        files = [target] if single else fs.data_files(target)
+    try:
+        for path in args.paths:
+            fs.refuse_special(path)  # stdin, a pipe, a FIFO: refused unopened, no empty index
+        if len(args.paths) == 2:
+            target, index_path = args.paths
+            try:
+                _index.check_index_target(index_path, target)
+            except TFRecordError as exc:
+                print(_usage.usage_error("tfrecord2idx", f"{exc} (nothing written)"), file=sys.stderr)
+                return _usage.EXIT_USAGE
+            files = [target]
+        elif len(args.paths) > 2:
+            files = list(args.paths)
+        else:
+            target = args.paths[0]
+            single = not os.path.isdir(target) and not fs.is_pattern(target)
+            files = [target] if single else fs.data_files(target)
+    except fs.SpecialFileError as exc:
+        print(_usage.usage_error("tfrecord2idx", str(exc)), file=sys.stderr)
+        return _usage.EXIT_USAGE
     if not files:
         print(f"tfrecord2idx: no TFRecord files match {args.paths[0]}", file=sys.stderr)
-        return 1
-    failures = records = 0
+        return _usage.EXIT_FAILURE
+    failures: List[BaseException] = []
+    records = 0
     for number, path in enumerate(files, start=1):
         try:
             count = create_index(path, index_path, args.verify, args.compression)
         except (TFRecordError, OSError, ValueError) as exc:
-            failures += 1
+            failures.append(exc)
             print(f"tfrecord2idx: {exc} (no index written)", file=sys.stderr)
             continue
         records += count
@@ -104,10 +130,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"[{number}/{len(files)}] {path}: {count} records", file=sys.stderr)
     seconds = time.monotonic() - started
     print(
-        f"tfrecord2idx: {len(files) - failures} of {len(files)} files indexed, {records} records, {seconds:.2f} s",
+        f"tfrecord2idx: {len(files) - len(failures)} of {len(files)} files indexed, {records} records, {seconds:.2f} s",
         file=sys.stderr,
     )
-    return 1 if failures else 0
+    if not failures:
+        return _usage.EXIT_OK
+    unreadable = any(isinstance(e, OSError) and not isinstance(e, TFRecordError) for e in failures)
+    return _usage.EXIT_FAILURE if unreadable else _usage.EXIT_BAD_DATA
 
 
 if __name__ == "__main__":

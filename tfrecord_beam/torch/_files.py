@@ -92,6 +92,8 @@ def output_paths(data_path: Paths, index_path: Optional[Paths]):
         found = _manifest.find_manifest(os.fspath(data_path))
         if found is not None:
             manifest = _manifest.read_manifest(found)
+            if manifest.shards and all(e.compression == "parquet" for e in manifest.shards):
+                raise _manifest.ManifestError(found, "a Parquet output: it holds no TFRecord shards")
             indexes = _manifest.index_paths(manifest, found) if index_path is None else index_path
             paths = _manifest.shard_paths(manifest, found)
             return paths, indexes, {p: e.file_bytes for p, e in zip(paths, manifest.shards)}
@@ -99,8 +101,16 @@ def output_paths(data_path: Paths, index_path: Optional[Paths]):
 
 
 def expand_data_paths(data_path: Paths) -> List[str]:
-    """A path, glob or list of them as a sorted-per-pattern list of files; raises when none match."""
-    paths = fs.expand(data_path)
+    """A path, glob, directory (its data files, as `fs.data_files` lists them) or list of them
+    as a sorted-per-pattern list of files; raises when none match."""
+    patterns = [data_path] if isinstance(data_path, (str, os.PathLike)) else list(data_path)
+    paths: List[str] = []
+    for pattern in (os.fspath(p) for p in patterns):
+        incomplete = _manifest.incomplete_output(pattern)
+        if incomplete:
+            raise FileNotFoundError(incomplete)
+        directory = not fs.is_pattern(pattern) and fs.is_dir(pattern)
+        paths.extend(fs.data_files(pattern) if directory else fs.expand(pattern))
     if not paths:
         raise FileNotFoundError(f"no TFRecord files match {data_path!r}")
     return paths
