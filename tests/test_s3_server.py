@@ -299,3 +299,24 @@ def test_reshard_skip_corrupt_on_s3(bucket, capsys, tmp_path, shuffle):
     assert [(d["file"], d["offset"]) for d in letters] == [
         (bucket.uri("bad/a.tfrecord"), offsets[k]) for k in (50, 150)
     ]
+
+
+def test_read_from_tfrecord_splits_block_gzip_on_s3(bucket, tmp_path):
+    """A block-gzip file and its index on S3: ReadFromTFRecord splits it by its gzip members,
+    and every member is opened through Beam's FileSystems (the trap sees nothing)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from tfrecord_beam import blockgzip
+    from tfrecord_beam.beam import ReadFromTFRecord
+
+    data = [b"rec-%04d-" % i + b"z" * (i * 13 % 200) for i in range(400)]
+    local = tmp_path / "a.tfrecord.gz"
+    with RecordWriter(str(local), index_path=True, block_bytes=1500) as writer:
+        writer.write_many(data)
+    assert len(blockgzip.member_table_for(str(local))) > 10
+    bucket.put("bg/a.tfrecord.gz", local.read_bytes())
+    bucket.put("bg/a.tfrecord.gz.tfindex", (tmp_path / "a.tfrecord.gz.tfindex").read_bytes())
+    with beam.Pipeline(options=PipelineOptions(bucket.flags)) as p:
+        assert_that(p | ReadFromTFRecord(bucket.uri("bg/a.tfrecord.gz"), min_bundle_size=1000), equal_to(data))
