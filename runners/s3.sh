@@ -64,6 +64,14 @@ answers() {
     curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$HOST:$PORT/" | grep -qv '^000$'
 }
 
+accepts_keys() {
+    # A SigV4-signed ListBuckets with our keys (curl >= 7.75): 200 means our kind of server.
+    local empty_sha=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+    curl -s -o /dev/null -m 5 -w '%{http_code}' --aws-sigv4 "aws:amz:$REGION:s3" \
+        --user "$ACCESS_KEY:$SECRET_KEY" -H "x-amz-content-sha256: $empty_sha" \
+        "http://$HOST:$PORT/" | grep -q '^200$'
+}
+
 flags_line() {
     echo "--s3_endpoint_url=http://$HOST:$PORT --s3_access_key_id=$ACCESS_KEY" \
         "--s3_secret_access_key=$SECRET_KEY --s3_region_name=$REGION"
@@ -93,6 +101,13 @@ start() {
         return 0
     fi
     if answers; then
+        # Another checkout's server (same port and keys, on a shared machine) serves as well:
+        # use it, and leave it running on `stop` (it is not ours).
+        if accepts_keys; then
+            log "a server of another checkout answers on $HOST:$PORT with these keys: using it"
+            write_state
+            return 0
+        fi
         log "port $PORT is taken by another process; set TFRB_S3_PORT"
         exit 1
     fi

@@ -66,10 +66,13 @@ def s3_server(tmp_path_factory):
 
 @pytest.fixture
 def s3_bucket(s3_server):
-    """A fresh, empty bucket on `s3_server` (its name)."""
+    """A fresh, empty bucket on `s3_server` (its name), removed with its objects afterwards."""
     from helpers import s3server
 
-    return s3server.new_bucket(s3_server)
+    client = s3_server.client()
+    name = s3server.new_bucket(s3_server, client)
+    yield name
+    s3server.remove_bucket(client, name)
 
 
 @pytest.fixture

@@ -250,22 +250,29 @@ def test_cli_and_torch_on_a_gzip_output_with_a_query_string(bucket, capsys):
     assert got == list(range(80))
 
 
-def test_beam_transforms_write_and_read_by_index_on_s3(bucket):
-    """WriteToTFRecord writes shards and their indexes to S3; ReadFromTFRecord splits them by
-    those indexes (the index is read through Beam's FileSystems with the pipeline's options)."""
+@pytest.mark.parametrize("suffix", ["", ".tfrecord.gz"], ids=["plain", "block-gzip"])
+def test_beam_transforms_write_and_read_by_index_on_s3(bucket, suffix):
+    """WriteToTFRecord writes shards and their indexes to S3 (block-gzip with member tables
+    for .gz); ReadFromTFRecord, ReadFromTFRecordBatched and ReadAllFromTFRecord split them by
+    those indexes (read through Beam's FileSystems with the pipeline's options)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.testing.util import assert_that, equal_to
 
-    from tfrecord_beam.beam import ReadFromTFRecord, WriteToTFRecord
+    from tfrecord_beam.beam import ReadAllFromTFRecord, ReadFromTFRecord, ReadFromTFRecordBatched, WriteToTFRecord
+    from tfrecord_beam.index import default_index_path
 
     data = payloads(300)
     with beam.Pipeline(options=PipelineOptions(bucket.flags)) as p:
-        _ = p | beam.Create(data) | WriteToTFRecord(bucket.uri("w/t"), num_shards=2)
-    assert bucket.keys("w/") == [f"t-0000{k}-of-00002{ext}" for k in range(2) for ext in ("", ".tfindex")]
+        _ = p | beam.Create(data) | WriteToTFRecord(bucket.uri("w/t"), file_name_suffix=suffix, num_shards=2)
+    shards = [f"t-0000{k}-of-00002{suffix}" for k in range(2)]
+    assert bucket.keys("w/") == sorted(shards + [default_index_path(n) for n in shards])  # nothing else
     with beam.Pipeline(options=PipelineOptions(bucket.flags)) as p:
-        records = p | ReadFromTFRecord(bucket.uri("w/t-*"), min_bundle_size=256)
-        assert_that(records, equal_to(data))
+        assert_that(p | "Read" >> ReadFromTFRecord(bucket.uri("w/t-*"), min_bundle_size=256), equal_to(data))
+        batched = p | "Batched" >> ReadFromTFRecordBatched(bucket.uri("w/t-*"), min_bundle_size=256)
+        assert_that(batched | beam.FlatMap(lambda batch: batch), equal_to(data), label="BatchedRecords")
+        every = p | beam.Create([bucket.uri(f"w/{n}") for n in shards]) | ReadAllFromTFRecord(min_bundle_size=256)
+        assert_that(every, equal_to(data), label="AllRecords")
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["contiguous", "shuffle"])

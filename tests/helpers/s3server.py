@@ -169,6 +169,15 @@ def new_bucket(server: S3Server, client=None) -> str:
     return name
 
 
+def remove_bucket(client, bucket: str) -> None:
+    """Delete a bucket and every object in it (test buckets do not pile up on the server)."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        found = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if found:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": found})
+    client.delete_bucket(Bucket=bucket)
+
+
 def keys(client, bucket: str, prefix: str = "") -> List[str]:
     """Every object key under `prefix` (relative to it), sorted; directory markers too."""
     out: List[str] = []
