@@ -327,3 +327,31 @@ def test_read_from_tfrecord_splits_block_gzip_on_s3(bucket, tmp_path):
     bucket.put("bg/a.tfrecord.gz.tfindex", (tmp_path / "a.tfrecord.gz.tfindex").read_bytes())
     with beam.Pipeline(options=PipelineOptions(bucket.flags)) as p:
         assert_that(p | ReadFromTFRecord(bucket.uri("bg/a.tfrecord.gz"), min_bundle_size=1000), equal_to(data))
+
+
+def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, s3_bucket, monkeypatch, tmp_path):
+    """The trap is a real detector: pyarrow (the core's layer) and a boto3 client built from
+    the environment both go to AWS_ENDPOINT_URL, and are counted there."""
+    import boto3
+    import botocore.exceptions
+    from botocore.config import Config
+    from helpers.s3server import TrapEndpoint, trap_environment
+
+    from tfrecord_beam import fs
+
+    trap = TrapEndpoint()
+    try:
+        for key, value in trap_environment(trap, tmp_path).items():
+            monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+        for key, value in s3_server.reader_environment().items():
+            monkeypatch.setenv(key, value)  # keys, so that only the endpoint is wrong
+        with pytest.raises(OSError):
+            fs.file_size(f"s3://{s3_bucket}/x.tfrecord")
+        core = trap.connections
+        assert core > 0
+        client = boto3.client("s3", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+        with pytest.raises(botocore.exceptions.BotoCoreError):
+            client.head_object(Bucket=s3_bucket, Key="x.tfrecord")
+        assert trap.connections > core
+    finally:
+        trap.close()
