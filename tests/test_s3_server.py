@@ -355,3 +355,18 @@ def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, 
         assert trap.connections > core
     finally:
         trap.close()
+
+
+def test_core_globs_keep_the_keys_of_a_uri(s3_server, s3_bucket, s3_trap):
+    """`s3://KEY:SECRET@bucket/...` (pyarrow takes keys there, not in the query string): the
+    files a glob finds keep them, so each opens with no AWS_* keys in the environment."""
+    from tfrecord_beam import fs
+    from tfrecord_beam.records import read_records
+
+    client = s3_server.client()
+    for k in range(2):
+        client.put_object(Bucket=s3_bucket, Key=f"k/d-{k}.tfrecord", Body=framed(payloads(5, start=5 * k)))
+    keys_at = f"s3://{s3_server.access_key}:{s3_server.secret_key}@{s3_bucket}/k/"
+    found = fs.expand(keys_at + "d-*.tfrecord" + s3_server.query)
+    assert found == [keys_at + f"d-{k}.tfrecord" + s3_server.query for k in range(2)]
+    assert [p for f in found for p in read_records(f)] == payloads(10)
