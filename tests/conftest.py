@@ -8,9 +8,15 @@ import shutil
 import pytest
 from helpers.fixtures import FIXTURES
 from helpers.parity import NATIVE
+from hypothesis import settings
 
 from tfrecord_beam import _engine, _streams
 from tfrecord_beam._engine import _decode, _framing
+
+# Hypothesis' per-example deadline times the machine, not the code: on a 2-core machine shared
+# with a Flink cluster and a parallel test run, a 200 ms deadline fails correct code.
+settings.register_profile("tfrecord_beam", deadline=None)
+settings.load_profile("tfrecord_beam")
 
 
 @pytest.fixture
