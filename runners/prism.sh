@@ -52,8 +52,7 @@ write_states() {
 start() {
     build
     local pid
-    pid=$(cat "$TFRB_STATE/prism.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$JOB_PORT"; then
+    if pid=$(running_pid prism) && port_open 127.0.0.1 "$JOB_PORT"; then
         say "prism: already running (pid $pid) on 127.0.0.1:$JOB_PORT"
         write_states
         return
