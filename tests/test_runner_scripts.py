@@ -97,6 +97,27 @@ def test_stop_stops_what_start_bg_started_and_its_group(checkout):
     assert not any(_alive(p) for p in pids)
 
 
+def test_prism_stop_needs_no_beam(checkout):
+    """`make runners-stop` must stop Prism even where the job interpreter is gone (a removed or
+    half-installed venv): stop needs no apache_beam version."""
+    started = _bash(checkout, 'start_bg prism "$TFRB_LOGS/prism.log" sleep 120; cat "$TFRB_STATE/prism.pid"')
+    pid = int(started.stdout)
+    try:
+        stopped = subprocess.run(
+            [str(checkout / "runners" / "prism.sh"), "stop"],
+            env=_env(checkout, TFRB_PYTHON=str(checkout / "no-such-python")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        time.sleep(0.3)
+        assert not _alive(pid)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_prism_start_refuses_a_port_taken_by_someone_else(checkout):
     import socket
 
