@@ -121,3 +121,19 @@ def describe(options, result: Optional[Any]) -> dict:
     if actual != asked:
         out["runner_requested"] = asked
     return out
+
+
+def rpc_error_line(exc: BaseException) -> Optional[str]:
+    """One line for a gRPC error in `exc`'s chain (a job service that died or cannot be reached
+    mid-job: Prism, a Flink job server), whose own text is a multi-line dump ending in '>'."""
+    import grpc
+
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, grpc.RpcError) and callable(getattr(seen, "code", None)):
+            code = seen.code()
+            details = seen.details() if callable(getattr(seen, "details", None)) else ""
+            name = getattr(code, "name", str(code))
+            return f"the job service stopped answering (gRPC {name}: {details}); is it still running?"
+        seen = seen.__cause__ or seen.__context__
+    return None

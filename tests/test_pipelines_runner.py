@@ -167,3 +167,35 @@ def test_direct_runner_does_not_stall_on_a_blackholed_prism_download(tmp_path):
     _assert_fell_back(tmp_path, data, proc)
     assert "timed out" in proc.stderr
     assert seconds < 120, seconds
+
+
+def _rpc_error_from_a_dead_service():
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{_closed_port()}") as channel:
+        call = channel.unary_unary("/org.apache.beam.model.job_management.v1.JobService/GetState")
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=5)
+    return info.value
+
+
+def test_a_job_service_that_dies_is_one_readable_line():
+    """Killing Prism mid-job raised gRPC's multi-line dump, and the job printed `error: >`."""
+    from pipelines import _common
+
+    exc = _rpc_error_from_a_dead_service()
+    assert str(exc).strip().splitlines()[-1] == ">"  # what the last line of its text is
+    for raised in (exc, _wrapped(exc)):
+        line = _common._error_line(raised)
+        assert line.startswith("the job service stopped answering (gRPC UNAVAILABLE: "), line
+        assert "\n" not in line and line.endswith("is it still running?")
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    try:
+        try:
+            raise exc
+        except Exception as inner:
+            raise RuntimeError("Pipeline failed") from inner
+    except RuntimeError as outer:
+        return outer
