@@ -232,6 +232,9 @@ def _error_line(exc: BaseException) -> str:
         if marker in text:
             tail = text.rsplit(marker, 1)[1]
             return tail.split(" [while running")[0].strip().splitlines()[0]
+    rpc = _runner.rpc_error_line(exc)
+    if rpc:
+        return rpc
     return text.splitlines()[-1] if text else type(exc).__name__
 
 

@@ -4,9 +4,9 @@ The default is the in-process FnApiRunner, named explicitly. Beam's own default,
 is not one runner: Beam 2.77 first tries Prism (downloading a binary from GitHub when none is
 cached) and falls back to the FnApiRunner when that fails, so the same command would run on
 Prism online and on the FnApiRunner offline, or stall where a firewall drops packets.
-`--runner=DirectRunner` keeps Beam's meaning; while Beam may download Prism, socket operations
-that set no timeout of their own (Beam's download does not) give up after
-DOWNLOAD_TIMEOUT_S, so a blackholed address costs that long, then Beam falls back.
+`--runner=DirectRunner` keeps Beam's meaning; Beam's download of Prism (which sets no timeout)
+gives up after DOWNLOAD_TIMEOUT_S without a byte, so a blackholed address costs that long,
+then Beam falls back.
 The summary says which runner ran (`runner:`) and, when it differs, what was asked for.
 A proxy set in the environment (http_proxy, ...) is for downloads: gRPC honours it too, and a
 job talking to a local job service (Prism, a Flink job server on loopback) through a proxy that
@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from typing import Any, Iterator, Optional
 
 DEFAULT_RUNNER = "FnApiRunner"
-#: seconds a socket operation of Beam's Prism download may wait (env TFRECORD_BEAM_DOWNLOAD_TIMEOUT)
+#: seconds each socket operation of Beam's Prism download may wait (env TFRECORD_BEAM_DOWNLOAD_TIMEOUT)
 DOWNLOAD_TIMEOUT_S = 30.0
 #: runners whose launch may download Prism (DirectRunner tries it first)
 _PRISM_LAUNCHERS = ("DirectRunner", "SwitchingDirectRunner", "PrismRunner")
@@ -81,20 +80,30 @@ def download_timeout() -> float:
 
 @contextlib.contextmanager
 def bounded_downloads(options) -> Iterator[None]:
-    """While a pipeline is launched (`p.run()`) on a runner that may download Prism, socket
-    operations without a timeout of their own time out after `download_timeout()` seconds;
-    otherwise a no-op. Python's default socket timeout is process-wide; it is restored on the
-    way out. (When DirectRunner falls back, `run()` is the whole in-process run: the bound is
-    per operation, so only a socket waiting that long without a byte is cut.)"""
+    """While a pipeline is launched (`p.run()`) on a runner that may download Prism, Beam's
+    download of Prism (`urlopen` in Beam's prism_runner module, which passes no timeout) gives
+    up after `download_timeout()` seconds without a byte; otherwise a no-op. Only that download
+    is bounded: when DirectRunner falls back, `run()` is the whole in-process run, and a
+    process-wide default socket timeout would also cut the job's own sockets (a DoFn's, a
+    thread's) that legitimately wait longer."""
     if not _may_download_prism(options):
         yield
         return
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(download_timeout())
+    from apache_beam.runners.portability import prism_runner
+
+    unbounded = prism_runner.urlopen
+    timeout = download_timeout()
+
+    def urlopen(url, *args, **kwargs):
+        if len(args) < 2:  # urlopen(url, data=None, timeout=...): no timeout given
+            kwargs.setdefault("timeout", timeout)
+        return unbounded(url, *args, **kwargs)
+
+    prism_runner.urlopen = urlopen
     try:
         yield
     finally:
-        socket.setdefaulttimeout(previous)
+        prism_runner.urlopen = unbounded
 
 
 def ran_on(options, result: Any) -> str:
@@ -121,3 +130,19 @@ def describe(options, result: Optional[Any]) -> dict:
     if actual != asked:
         out["runner_requested"] = asked
     return out
+
+
+def rpc_error_line(exc: BaseException) -> Optional[str]:
+    """One line for a gRPC error in `exc`'s chain (a job service that died or cannot be reached
+    mid-job: Prism, a Flink job server), whose own text is a multi-line dump ending in '>'."""
+    import grpc
+
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, grpc.RpcError) and callable(getattr(seen, "code", None)):
+            code = seen.code()
+            details = seen.details() if callable(getattr(seen, "details", None)) else ""
+            name = getattr(code, "name", str(code))
+            return f"the job service stopped answering (gRPC {name}: {details}); is it still running?"
+        seen = seen.__cause__ or seen.__context__
+    return None

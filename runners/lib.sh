@@ -5,7 +5,8 @@
 # Per-checkout state and logs (git-ignored), at the repository root:
 #   .runners/state/NAME.env   KEY=VALUE lines: FLAGS="..." (job flags), PYTHON=... (the interpreter
 #                             that launches jobs for that runner), optional S3_* for the job's data
-#   .runners/state/NAME.pid*  pids of what the script started
+#   .runners/state/NAME.pid*  pids of what the script started (NAME.starttime: when, to tell a
+#                             stale pid file from a live one)
 #   .runners/logs/NAME*.log   their output
 #
 # Plugging a runner into the matrix (tests/runners, `make test-runners`): its script declares
@@ -63,18 +64,47 @@ pid_alive() {
     [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null
 }
 
+# proc_starttime PID: when PID started (clock ticks after boot, field 22 of /proc/PID/stat);
+# fails when there is no such process.
+proc_starttime() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    local -a fields
+    read -r -a fields <<<"${stat##*) }" # the fields after "(comm)", which may hold spaces
+    echo "${fields[19]}"
+}
+
+# running_pid NAME: the pid in .runners/state/NAME.pid when that process is alive AND is the one
+# start_bg started (its start time is in NAME.starttime): a pid file that outlived its process
+# (a crash, a reboot) names whatever process now has that pid, which is never ours to signal.
+# Prints nothing and fails otherwise.
+running_pid() {
+    local name=$1 pid recorded
+    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
+    pid_alive "$pid" || return 1
+    recorded=$(cat "$TFRB_STATE/$name.starttime" 2>/dev/null || true)
+    if [[ -n $recorded && $(proc_starttime "$pid" || true) != "$recorded" ]]; then
+        return 1
+    fi
+    echo "$pid"
+}
+
 # start_bg NAME LOG CMD...: start CMD in its own session in the background, output to LOG,
-# pid to .runners/state/NAME.pid. Fails if NAME is already running.
+# pid to .runners/state/NAME.pid (its start time to NAME.starttime). Fails if NAME is already
+# running; a stale pid file is replaced.
 start_bg() {
     local name=$1 log=$2
     shift 2
-    local pidfile=$TFRB_STATE/$name.pid
-    if pid_alive "$(cat "$pidfile" 2>/dev/null || true)"; then
-        die "$name is already running (pid $(cat "$pidfile")); run its stop first"
+    local pidfile=$TFRB_STATE/$name.pid pid
+    if pid=$(running_pid "$name"); then
+        die "$name is already running (pid $pid); run its stop first"
     fi
+    rm -f "$TFRB_STATE/$name.starttime"
     : >"$log"
     setsid "$@" >>"$log" 2>&1 </dev/null &
-    echo $! >"$pidfile"
+    pid=$!
+    echo "$pid" >"$pidfile"
+    proc_starttime "$pid" >"$TFRB_STATE/$name.starttime" || rm -f "$TFRB_STATE/$name.starttime"
 }
 
 # wait_for_port NAME HOST PORT [TIMEOUT_S] [LOG]: until HOST:PORT accepts connections. Fails
@@ -99,12 +129,12 @@ wait_for_port() {
 }
 
 # stop_pid NAME [TIMEOUT_S]: SIGTERM the process group started by start_bg as NAME (then
-# SIGKILL after TIMEOUT_S), remove its pid file. Quiet when it is not running.
+# SIGKILL after TIMEOUT_S), remove its pid file. Quiet when it is not running; a process that
+# merely reuses the pid of a stale pid file is left alone.
 stop_pid() {
     local name=$1 timeout=${2:-15}
     local pidfile=$TFRB_STATE/$name.pid pid
-    pid=$(cat "$pidfile" 2>/dev/null || true)
-    if pid_alive "$pid"; then
+    if pid=$(running_pid "$name"); then
         kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
         local deadline=$((SECONDS + timeout))
         while pid_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
@@ -113,8 +143,13 @@ stop_pid() {
             kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
         fi
         say "$name stopped (pid $pid)"
+    else
+        pid=$(cat "$pidfile" 2>/dev/null || true)
+        if pid_alive "$pid"; then
+            say "$name: pid $pid of $pidfile is not the one started (a stale pid file): left alone"
+        fi
     fi
-    rm -f "$pidfile"
+    rm -f "$pidfile" "$TFRB_STATE/$name.starttime"
 }
 
 # port_free_or_die NAME HOST PORT: starting NAME needs HOST:PORT free.

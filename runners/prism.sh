@@ -18,15 +18,21 @@
 source "$(dirname "$0")/lib.sh"
 
 PY=$(tfrb_python)
-VERSION=$(beam_version "$PY") || die "no apache_beam in $PY (set TFRB_PYTHON or run make install)"
-BIN_DIR=$TFRB_CACHE/prism/v$VERSION
-BIN=$BIN_DIR/prism
 JOB_PORT=${PRISM_JOB_PORT:-8073}
 WEB_PORT=${PRISM_WEB_PORT:-8074}
 LOG=$TFRB_LOGS/prism.log
 PKG=github.com/apache/beam/sdks/v2/go/cmd/prism
 
+# The version to build (the job interpreter's apache-beam) and where its binary goes. Only build
+# and start need it: stop must work where that interpreter is gone (make runners-stop).
+resolve_bin() {
+    VERSION=$(beam_version "$PY") || die "no apache_beam in $PY (set TFRB_PYTHON or run make install)"
+    BIN_DIR=$TFRB_CACHE/prism/v$VERSION
+    BIN=$BIN_DIR/prism
+}
+
 build() {
+    resolve_bin
     if [[ -x $BIN ]] && "$BIN" --help >/dev/null 2>&1; then
         say "prism v$VERSION: cached at $BIN"
         return
@@ -52,8 +58,7 @@ write_states() {
 start() {
     build
     local pid
-    pid=$(cat "$TFRB_STATE/prism.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$JOB_PORT"; then
+    if pid=$(running_pid prism) && port_open 127.0.0.1 "$JOB_PORT"; then
         say "prism: already running (pid $pid) on 127.0.0.1:$JOB_PORT"
         write_states
         return

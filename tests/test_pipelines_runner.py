@@ -57,11 +57,84 @@ def _options(*flags):
     ],
 )
 def test_only_a_launch_that_may_download_prism_is_bounded(flags, bounded, monkeypatch):
+    from apache_beam.runners.portability import prism_runner
+
     monkeypatch.setenv("TFRECORD_BEAM_DOWNLOAD_TIMEOUT", "7")
+    asked = []
+    monkeypatch.setattr(prism_runner, "urlopen", lambda url, *a, **kw: asked.append(kw.get("timeout")))
+    fake = prism_runner.urlopen
     before = socket.getdefaulttimeout()
     with _runner.bounded_downloads(_options(*flags)):
-        assert socket.getdefaulttimeout() == (7.0 if bounded else before)
-    assert socket.getdefaulttimeout() == before
+        prism_runner.urlopen("https://github.com/apache/beam/releases/download/v0/x.zip")  # as Beam calls it
+        assert socket.getdefaulttimeout() == before  # nothing process-wide
+    assert asked == [7.0 if bounded else None]
+    assert prism_runner.urlopen is fake  # restored
+
+
+def _ask(port: int) -> bytes:
+    """A DoFn's socket read from a server that answers after a while (no timeout of its own)."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        answer = conn.recv(16)
+    if answer != b"late":
+        raise AssertionError(f"got {answer!r}")
+    return answer
+
+
+class _SlowServer:
+    """Answers b'late' on 127.0.0.1 `delay` seconds after each connection."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def __enter__(self) -> int:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        return self.sock.getsockname()[1]
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            time.sleep(self.delay)
+            with conn:
+                conn.sendall(b"late")
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+
+def test_a_fallen_back_direct_run_does_not_cut_the_jobs_own_slow_sockets(tmp_path, monkeypatch):
+    """DirectRunner without Prism runs the whole job inside p.run(): the bound on Prism's
+    download must not reach a DoFn's socket that waits longer (it did, as a process-wide default
+    socket timeout)."""
+    import apache_beam as beam
+    from apache_beam.runners.portability import prism_runner
+
+    from pipelines import _common
+
+    monkeypatch.setattr(prism_runner.PrismJobServer, "BIN_CACHE", str(tmp_path / "cache"))  # no cached Prism
+    closed = f"http://127.0.0.1:{_closed_port()}"  # the download is refused at once: Beam falls back
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, closed)
+    monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")
+    monkeypatch.setenv("TFRECORD_BEAM_DOWNLOAD_TIMEOUT", "0.5")
+    done = tmp_path / "done"
+    options = _options("--runner=DirectRunner")
+    with _SlowServer(delay=2.0) as port:
+
+        def build(p):
+            _ = p | beam.Create([port]) | beam.Map(_ask) | beam.Map(lambda answer: done.write_bytes(answer))
+
+        result = _common.run_pipeline(build, options)
+    assert _runner.ran_on(options, result) == "FnApiRunner"
+    assert done.read_bytes() == b"late"
 
 
 def test_a_bad_download_timeout_is_a_clear_error(monkeypatch):
@@ -167,3 +240,35 @@ def test_direct_runner_does_not_stall_on_a_blackholed_prism_download(tmp_path):
     _assert_fell_back(tmp_path, data, proc)
     assert "timed out" in proc.stderr
     assert seconds < 120, seconds
+
+
+def _rpc_error_from_a_dead_service():
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{_closed_port()}") as channel:
+        call = channel.unary_unary("/org.apache.beam.model.job_management.v1.JobService/GetState")
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=5)
+    return info.value
+
+
+def test_a_job_service_that_dies_is_one_readable_line():
+    """Killing Prism mid-job raised gRPC's multi-line dump, and the job printed `error: >`."""
+    from pipelines import _common
+
+    exc = _rpc_error_from_a_dead_service()
+    assert str(exc).strip().splitlines()[-1] == ">"  # what the last line of its text is
+    for raised in (exc, _wrapped(exc)):
+        line = _common._error_line(raised)
+        assert line.startswith("the job service stopped answering (gRPC UNAVAILABLE: "), line
+        assert "\n" not in line and line.endswith("is it still running?")
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    try:
+        try:
+            raise exc
+        except Exception as inner:
+            raise RuntimeError("Pipeline failed") from inner
+    except RuntimeError as outer:
+        return outer

@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import digest, fs
 from tfrecord_beam import manifest as mf
@@ -189,3 +189,19 @@ def payloads_of(place: Place, out_dir: str, name: str) -> List[List[bytes]]:
 
 def same_multiset(a, b) -> bool:
     return Counter(a) == Counter(b)
+
+
+class References:
+    """What the FnApiRunner produced, per job: the output every other runner must equal where
+    the job is deterministic. The fnapi column gives its own output; any other column, when
+    fnapi has not run that job yet (TFRB_RUNNERS=prism, `-k prism`, another order), runs it on
+    the FnApiRunner (`on_fnapi`) rather than take its own output, which would compare a runner
+    with itself."""
+
+    def __init__(self) -> None:
+        self._outputs: Dict[str, Any] = {}
+
+    def get(self, job: str, runner: Runner, own: Any, on_fnapi: Callable[[], Any]) -> Any:
+        if job not in self._outputs:
+            self._outputs[job] = own if runner.name == FNAPI else on_fnapi()
+        return self._outputs[job]

@@ -110,13 +110,17 @@ def place(runner, tmp_path) -> rm.Place:
 
 
 #: what the FnApiRunner produced, per job (its own column fills it; others run it if missing)
-_REFERENCE: Dict[str, object] = {}
+_REFERENCE = rm.References()
 
 
-def _reference(job: str, compute):
-    if job not in _REFERENCE:
-        _REFERENCE[job] = compute()
-    return _REFERENCE[job]
+def _on_fnapi(tmp_path_factory, data_for, job: str, args) -> rm.Place:
+    """Where JOB's output is after running it on the FnApiRunner over its local copy of the
+    inputs; args(data, place) -> argv."""
+    fn = rm.load_runner(rm.FNAPI)
+    fn_data = data_for(fn)
+    fn_place = rm.Place(str(tmp_path_factory.mktemp(f"fnapi-{job}")))
+    _ok(rm.launch(fn, job, args(fn_data, fn_place)))
+    return fn_place
 
 
 def _ok(run: rm.JobRun) -> dict:
@@ -149,17 +153,13 @@ def test_build_index(runner, data_for, place, timed):
     assert data.place.names("tf") == sorted(p.rsplit("/", 1)[-1] for p in data.tf)  # nothing written beside the inputs
 
 
+def _reshard_args(data, place) -> List[str]:
+    out = place.path("out", "r")
+    return ["--input", data.place.path("tf"), "--output_prefix", out, "--num_shards", "3", "--split_bytes", "9000"]
+
+
 def _reshard(runner, data, place, *extra) -> Tuple[dict, rm.JobRun]:
-    args = [
-        "--input",
-        data.place.path("tf"),
-        "--output_prefix",
-        place.path("out", "r"),
-        "--num_shards",
-        "3",
-        "--split_bytes",
-        "9000",
-    ]
+    args = _reshard_args(data, place)
     run = rm.launch(runner, "reshard", args + list(extra), {"TFRECORD_BEAM_PROGRESS_INTERVAL": "0.2"})
     return _ok(run), run
 
@@ -174,7 +174,7 @@ def _check_progress(runner: rm.Runner, run: rm.JobRun) -> None:
         assert any("tfrecord_beam.progress" in line and "watch" in line for line in lines), run.err[-3000:]
 
 
-def test_reshard(runner, data_for, place, timed):
+def test_reshard(runner, data_for, place, timed, tmp_path_factory):
     data = data_for(runner)
     summary, run = _reshard(runner, data, place)
     timed(runner, "reshard", run)
@@ -183,7 +183,12 @@ def test_reshard(runner, data_for, place, timed):
     rm.check_committed(place, "out", "r", len(data.tf_payloads), rm.input_digest(data.tf))
     shards = rm.payloads_of(place, "out", "r")
     assert [p for s in shards for p in s] == data.tf_payloads  # unshuffled: the input order
-    assert shards == _reference("reshard", lambda: shards)
+
+    def fnapi_shards():
+        fn_place = _on_fnapi(tmp_path_factory, data_for, "reshard", _reshard_args)
+        return rm.payloads_of(fn_place, "out", "r")
+
+    assert shards == _REFERENCE.get("reshard", runner, shards, fnapi_shards)
     assert summary["verified"].startswith("yes")
 
 
@@ -197,10 +202,23 @@ def test_reshard_shuffle(runner, data_for, place, timed):
     assert Counter(flat) == Counter(data.tf_payloads) and flat != data.tf_payloads
 
 
-def test_mix(runner, data_for, place, timed):
-    data = data_for(runner)
+def _mix_args(data, place) -> List[str]:
     args = ["--source", data.place.path("tf", "*") + "=0.7", "--source", data.place.path("b", "*") + "=0.3"]
-    args += ["--total_records", "400", "--num_shards", "3", "--seed", "5", "--output_prefix", place.path("out", "m")]
+    return args + [
+        "--total_records",
+        "400",
+        "--num_shards",
+        "3",
+        "--seed",
+        "5",
+        "--output_prefix",
+        place.path("out", "m"),
+    ]
+
+
+def test_mix(runner, data_for, place, timed, tmp_path_factory):
+    data = data_for(runner)
+    args = _mix_args(data, place)
     summary = _ok(timed(runner, "mix", rm.launch(runner, "mix", args)))
     _check_runner_line(runner, summary)
     rm.check_committed(place, "out", "m", 400, also=["m.manifest.json"])  # mix's own manifest too
@@ -208,7 +226,12 @@ def test_mix(runner, data_for, place, timed):
     flat = [p for s in shards for p in s]
     assert Counter(int(decode_example(p)["tag"][0]) for p in flat) == {1: 280, 2: 120}
     assert set(flat) <= set(data.tf_payloads) | set(payloads(40, tag=2))
-    assert shards == _reference("mix", lambda: shards)  # a pure function of the seed and the inputs
+
+    def fnapi_shards():
+        fn_place = _on_fnapi(tmp_path_factory, data_for, "mix", _mix_args)
+        return rm.payloads_of(fn_place, "out", "m")
+
+    assert shards == _REFERENCE.get("mix", runner, shards, fnapi_shards)  # a pure function of the seed and the inputs
 
 
 def test_parquet_to_tfrecord(runner, data_for, place, timed):
@@ -256,9 +279,13 @@ def _dead_letters(place: rm.Place, out: str, name: str) -> List[tuple]:
     return sorted((e["file"].rsplit("/", 1)[-1], e["offset"], e["reason"]) for e in map(json.loads, lines))
 
 
+def _skip_args(data, place) -> List[str]:
+    return ["--input", data.bad_dir, "--output_prefix", place.path("out", "s"), "--num_shards", "2", "--skip_corrupt"]
+
+
 def test_reshard_skip_corrupt(runner, data_for, place, timed, tmp_path_factory):
     data = data_for(runner)
-    args = ["--input", data.bad_dir, "--output_prefix", place.path("out", "s"), "--num_shards", "2", "--skip_corrupt"]
+    args = _skip_args(data, place)
     summary = _ok(timed(runner, "reshard --skip_corrupt", rm.launch(runner, "reshard", args)))
     _check_runner_line(runner, summary)
     manifest = rm.check_committed(place, "out", "s", len(data.bad_kept), digest.payload_digest(data.bad_kept))
@@ -267,19 +294,7 @@ def test_reshard_skip_corrupt(runner, data_for, place, timed, tmp_path_factory):
     assert len(letters) == manifest.corrupt_records == summary["corrupt_records"] >= 2
 
     def fnapi_letters():
-        fn = rm.load_runner(rm.FNAPI)
-        fn_data = data_for(fn)
-        fn_place = rm.Place(str(tmp_path_factory.mktemp("fnapi-skip")))
-        fn_args = [
-            "--input",
-            fn_data.bad_dir,
-            "--output_prefix",
-            fn_place.path("out", "s"),
-            "--num_shards",
-            "2",
-            "--skip_corrupt",
-        ]
-        _ok(rm.launch(fn, "reshard", fn_args))
+        fn_place = _on_fnapi(tmp_path_factory, data_for, "reshard", _skip_args)
         return _dead_letters(fn_place, "out", "s")
 
-    assert letters == _reference("skip_corrupt", fnapi_letters if runner.name != rm.FNAPI else lambda: letters)
+    assert letters == _REFERENCE.get("skip_corrupt", runner, letters, fnapi_letters)
