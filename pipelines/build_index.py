@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             os.remove(leftover)
     skipped = [f for f in files if args.skip_existing and _fs.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
-    total = sum(fs.file_size(f) for f in todo)
+    total = sum(_fs.file_size(f) for f in todo)
     _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
     verify, output_dir, compression = args.verify, args.output_dir, args.compression
     tasks = list(enumerate(todo))

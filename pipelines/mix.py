@@ -33,7 +33,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import _bucketed, fs
+from tfrecord_beam import _bucketed
 from tfrecord_beam._copy import piece_chunks
 from tfrecord_beam._plan import FileSurvey, Piece
 from tfrecord_beam._walk import add_digests, frame_digest
@@ -384,7 +384,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     inputs = _expand_sources(sources)
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
-    total_bytes = sum(fs.file_size(f) for f in inputs.files)
+    total_bytes = sum(_fs.file_size(f) for f in inputs.files)
     spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"

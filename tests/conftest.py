@@ -45,3 +45,50 @@ def inflater(request, monkeypatch):
     """Run the test with each of the stream inflaters (zlib, and isal where installed)."""
     monkeypatch.setattr(_streams, "DEFAULT_INFLATER", request.param)
     return request.param
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-protocol server (versitygw): the one `runners/s3.sh start` runs (its state
+    file), else one started from the cached binary on a free port for this session."""
+    from helpers import s3server
+
+    running = s3server.from_state()
+    if running is not None:
+        yield running
+        return
+    server = s3server.start_local(tmp_path_factory.mktemp("versitygw"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A fresh, empty bucket on `s3_server` (its name), removed with its objects afterwards."""
+    from helpers import s3server
+
+    client = s3_server.client()
+    name = s3server.new_bucket(s3_server, client)
+    yield name
+    s3server.remove_bucket(client, name)
+
+
+@pytest.fixture
+def s3_trap(monkeypatch, tmp_path):
+    """No AWS_* credentials or config; AWS_ENDPOINT_URL(_S3) point at a listener that must
+    never be contacted: only Beam's --s3_* flags (or a URI's own query string) reach S3."""
+    from helpers import s3server
+
+    trap = s3server.TrapEndpoint()
+    for key, value in s3server.trap_environment(trap, tmp_path).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    try:
+        yield trap
+    finally:
+        trap.close()
+    assert trap.connections == 0, f"{trap.connections} connection(s) to the trap endpoint {trap.url}"

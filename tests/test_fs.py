@@ -149,3 +149,15 @@ def test_a_zombie_is_not_alive_and_its_staging_is_a_dead_runs():
     finally:
         os.waitpid(pid, 0)
     assert not fs.pid_alive(pid)
+
+
+def test_compression_is_inferred_from_the_name_before_a_query_string():
+    """`x.tfrecord.gz?endpoint_override=...` is a gzip file (the query string configures the
+    filesystem, it is not part of the name); a local name keeps its '?' (it may hold one)."""
+    from tfrecord_beam.records import resolve_compression
+
+    query = "?endpoint_override=127.0.0.1:9300&scheme=http"
+    assert resolve_compression("s3://b/t-00000-of-00002.tfrecord.gz" + query) == "gzip"
+    assert resolve_compression("gs://b/t.tfrecord.zlib?x=1") == "zlib"
+    assert resolve_compression("s3://b/t.tfrecord" + query) is None
+    assert resolve_compression("local?.gz") == "gzip"

@@ -286,7 +286,9 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
 
     _, query = split_query(pattern)
     base = inner.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0].rsplit("/", 1)[0]
-    scheme = pattern.split("://", 1)[0]
+    scheme, rest = pattern.split("://", 1)
+    authority = rest.split("/", 1)[0]
+    user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""  # s3://KEY:SECRET@bucket keeps its keys
     infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     wanted = inner.split("/")  # as a local glob: `*` stays within one path segment
 
@@ -295,7 +297,7 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
         return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
 
     return sorted(
-        with_query(f"{scheme}://{i.path.lstrip('/') if scheme == 'memory' else i.path}", query)
+        with_query(f"{scheme}://{i.path.lstrip('/') if scheme == 'memory' else user + i.path}", query)
         for i in infos
         if i.type == pafs.FileType.File and matches(i.path)
     )

@@ -96,11 +96,12 @@ def normalize_compression(compression: Optional[str]) -> Optional[str]:
 
 
 def resolve_compression(path: Optional[str], compression: Optional[str] = "auto") -> Optional[str]:
-    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does."""
+    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does
+    (a remote URI's query string, `x.tfrecord.gz?endpoint_override=...`, is not part of it)."""
     kind = normalize_compression(compression)
     if kind != "auto":
         return kind
-    name = os.fspath(path) if path is not None and not hasattr(path, "read") else ""
+    name = fs.split_query(os.fspath(path))[0] if path is not None and not hasattr(path, "read") else ""
     return _SUFFIX_COMPRESSION.get(os.path.splitext(name)[1].lower())
 
 

@@ -69,6 +69,11 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
     damaged member is reported as one CorruptRecord (the rest of that member is lost, and
     said so) and reading goes on with the next member, which inflates on its own.
     """
+    with _fs.open_input(file_name) as raw:  # through Beam's FileSystems: the pipeline's options apply
+        yield from _read_members(source, file_name, raw, tracker, table)
+
+
+def _read_members(source, file_name: str, raw, tracker, table) -> Iterator:
     records = _metrics.counter(_metrics.RECORDS_READ)
     payload_bytes = _metrics.counter(_metrics.BYTES_READ)
     m = table.first_at_or_after(tracker.start_position())
@@ -78,7 +83,7 @@ def read_members(source, file_name: str, tracker, table) -> Iterator:
             return
         start, end = int(table.uncompressed[m]), int(table.uncompressed[m + 1])
         reader = RecordReader(
-            file_name,
+            raw,
             "gzip",
             verify=source._verify,
             start_offset=start,

@@ -195,12 +195,14 @@ def join(directory: str, name: str) -> str:
 
 def is_dir(path: str) -> bool:
     """Whether `path` names a directory (locally) or a prefix with objects under it (object
-    stores, where directories are only names)."""
+    stores, where directories are only names; `s3://b/in/`, with its slash, is always one)."""
     path = plain(path)
     if "://" not in path:
         return os.path.isdir(path)
-    if _core_fs.is_glob(path) or FileSystems.match([path], [1])[0].metadata_list:
+    if _core_fs.is_glob(path):
         return False
+    if not path.endswith("/") and FileSystems.match([path], [1])[0].metadata_list:
+        return False  # an object of that name
     return bool(FileSystems.match([path.rstrip("/") + "/*"], [1])[0].metadata_list)
 
 

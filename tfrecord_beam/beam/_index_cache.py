@@ -32,6 +32,7 @@ from .. import _engine, _index_check, fs
 from .._engine import _index_text
 from .._tfindex import _raise_chain_fault, _raise_parse_error, check_end, default_index_path
 from ..errors import IndexMismatchError
+from . import _fs
 
 _CACHE_SIZE = 16  # index texts kept open per process
 _CACHE_BYTES = 256 << 20  # and at most this much of remote ones' text, read whole (the newest always)
@@ -264,6 +265,14 @@ def _mtime(path: str) -> Optional[int]:
     return os.stat(path[len("file://") :] if path.startswith("file://") else path).st_mtime_ns
 
 
+def _map(path: str) -> Tuple[Union[bytes, mmap.mmap], Optional[BinaryIO]]:
+    """A local index memory-mapped (`fs.map_input`, no copy); a remote one read whole through
+    Beam's FileSystems, so the pipeline's options (`--s3_endpoint_url`, keys) apply."""
+    if fs.is_remote(path):
+        return _fs.read_bytes(path), None
+    return fs.map_input(path)
+
+
 def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
     """The index text of `data_path` (cached per process), or None without one.
 
@@ -271,14 +280,14 @@ def index_text(data_path: str, data_size: int) -> Optional[IndexText]:
     left beside rewritten data): splitting by it would cut records apart.
     """
     index_path = default_index_path(data_path)
-    if not fs.exists(index_path):
+    if not _fs.exists(index_path):
         return None
-    key = (index_path, int(data_size), fs.file_size(index_path), _mtime(index_path))
+    key = (index_path, int(data_size), _fs.file_size(index_path), _mtime(index_path))
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    raw, handle = fs.map_input(index_path)  # kept open while cached: the size is watched
+    raw, handle = _map(index_path)  # kept open while cached: the size is watched
     try:
         text = IndexText(raw, index_path, data_path, int(data_size), handle)
     except BaseException:  # a stale index: nothing stays open
