@@ -8,7 +8,7 @@ can win, with no flock (object stores have none) and no trust in clocks across m
 The lock of output `DIR/NAME` is a series of claim files `DIR/.tfrecord_beam-lock.NAME.G.json`
 (G, the generation, zero-padded), each made by **create-if-absent**: a hard link of a written
 temporary file locally (atomic, and the content is whole when the name appears), a PutObject
-with `If-None-Match: *` on S3, `ifGenerationMatch=0` on GCS. The holder is the process that
+with `If-None-Match: *` on S3 (a server that ignores it is found by a probe and refused), `ifGenerationMatch=0` on GCS. The holder is the process that
 made the highest generation. To take the lock:
 
 * no claim file: create generation 1;
@@ -227,24 +227,63 @@ def create_exclusive(path: str, data: bytes) -> bool:
         os.unlink(temp)
 
 
-def _create_s3(path: str, data: bytes) -> bool:
-    from apache_beam.io.aws import s3io
+_S3_PROBED: Dict[str, bool] = {}  # bucket -> its server honours If-None-Match (probed once a process)
+
+
+def _s3_client() -> Any:
+    """A boto3 S3 client built from the pipeline's options (Beam's --s3_* flags)."""
     from apache_beam.io.aws.clients.s3 import boto3_client
     from apache_beam.io.filesystems import FileSystems
+
+    return boto3_client.Client(FileSystems._pipeline_options or {}).client
+
+
+def _put_if_absent(client: Any, bucket: str, key: str, data: bytes) -> bool:
     from botocore.exceptions import ClientError
 
-    bucket, key = s3io.parse_s3_path(path)
-    client = boto3_client.Client(FileSystems._pipeline_options or {}).client  # Beam's options
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         return True
     except ClientError as err:
         code = err.response.get("Error", {}).get("Code")
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or err.response.get("ResponseMetadata", {}).get(
-            "HTTPStatusCode"
-        ) in (409, 412):
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
             return False
         raise
+
+
+def _probe_s3(client: Any, bucket: str) -> None:
+    """LockError unless the bucket's server refuses a second If-None-Match: * PutObject.
+
+    A server that ignores the header (S3-compatible stores before conditional writes) says
+    200 to every racer, so each would think it owns the output: refuse instead."""
+    if _S3_PROBED.get(bucket):
+        return
+    key = f"{LOCK_PREFIX}probe.{uuid.uuid4().hex}"
+    try:
+        first = _put_if_absent(client, bucket, key, b"probe")
+        second = _put_if_absent(client, bucket, key, b"probe")
+    finally:
+        try:
+            client.delete_object(Bucket=bucket, Key=key)
+        except Exception:  # noqa: BLE001 - a probe left behind is harmless
+            pass
+    if not first or second:
+        raise LockError(
+            f"s3://{bucket}: this S3 server ignores If-None-Match on PutObject (a second create of one "
+            "object succeeded), so two runs could both own an output's commit; use a server with "
+            "conditional writes"
+        )
+    _S3_PROBED[bucket] = True
+
+
+def _create_s3(path: str, data: bytes) -> bool:
+    from apache_beam.io.aws import s3io
+
+    bucket, key = s3io.parse_s3_path(path)
+    client = _s3_client()
+    _probe_s3(client, bucket)
+    return _put_if_absent(client, bucket, key, data)
 
 
 def _create_gcs(path: str, data: bytes) -> bool:  # pragma: no cover - no GCS server in the tests
