@@ -276,3 +276,35 @@ def test_an_s3_server_that_ignores_if_none_match_is_refused_loudly(monkeypatch):
     assert _lock.create_exclusive("s3://bkt/out/claim.json", b"a") is True
     assert _lock.create_exclusive("s3://bkt/out/claim.json", b"b") is False
     assert good.objects == {("bkt", "out/claim.json"): b"a"}
+
+
+def test_a_holder_that_stalled_past_its_lease_stops_even_after_the_taker_released(tmp_path):
+    """A holder frozen (SIGSTOP, a long pause) past its lease is taken over; the taker finishes
+    and releases, deleting every claim. When the first one wakes, no higher generation is
+    there to see, yet it no longer owns the output: check() must say so, and its renewal
+    must not re-create its old claim (which would make waiters wait for a non-owner)."""
+
+    def make(host: str) -> _lock.CommitLock:
+        return _lock.CommitLock(
+            str(tmp_path),
+            "x",
+            {"host": host},
+            state=lambda r: "unknown",
+            describe=lambda r: str(r.get("host")),
+            say=lambda m: None,
+            lease=0.4,
+        )
+
+    first = make("first").acquire()
+    first._stop.set()  # frozen: its renewal thread stops beating
+    first._beat_thread.join()
+    first._stop.clear()
+    taker = make("taker").acquire()  # after the lease on its own clock
+    assert taker.generation == first.generation + 1
+    taker.release()
+    assert not [n for n in entries(tmp_path) if n.startswith(_lock.LOCK_PREFIX)]
+    time.sleep(0.3)  # the frozen one wakes up past half its lease
+    with pytest.raises(_lock.LockError, match="no longer holds|taken over"):
+        first.check()
+    first.release()
+    assert not [n for n in entries(tmp_path) if n.startswith(_lock.LOCK_PREFIX)]
