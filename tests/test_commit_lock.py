@@ -231,3 +231,80 @@ def test_create_exclusive_has_one_winner_among_racing_processes(tmp_path):
     codes = sorted(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids)
     assert codes == [0, 1, 1, 1, 1, 1]
     assert [n for n in os.listdir(tmp_path)] == ["claim.json"]  # no temporary left behind
+
+
+class _IgnoresIfNoneMatch:
+    """An S3 client whose server stores every PutObject, If-None-Match or not (older S3 servers)."""
+
+    def __init__(self) -> None:
+        self.objects: dict = {}
+
+    def put_object(self, Bucket, Key, Body, **kwargs):  # noqa: N803 - boto3's names
+        self.objects[(Bucket, Key)] = Body
+        return {}
+
+    def delete_object(self, Bucket, Key):  # noqa: N803
+        self.objects.pop((Bucket, Key), None)
+        return {}
+
+
+class _HonoursIfNoneMatch(_IgnoresIfNoneMatch):
+    def put_object(self, Bucket, Key, Body, **kwargs):  # noqa: N803
+        from botocore.exceptions import ClientError
+
+        if kwargs.get("IfNoneMatch") == "*" and (Bucket, Key) in self.objects:
+            raise ClientError(
+                {"Error": {"Code": "PreconditionFailed"}, "ResponseMetadata": {"HTTPStatusCode": 412}}, "PutObject"
+            )
+        return super().put_object(Bucket, Key, Body)
+
+
+def test_an_s3_server_that_ignores_if_none_match_is_refused_loudly(monkeypatch):
+    """A server that ignores If-None-Match answers 200 to every racer: two owners. The lock
+    must find that out (a probe per bucket) and refuse, not grant the claim."""
+    server = _IgnoresIfNoneMatch()
+    monkeypatch.setattr(_lock, "_s3_client", lambda: server)
+    monkeypatch.setattr(_lock, "_S3_PROBED", {})
+    with pytest.raises(_lock.LockError, match="If-None-Match"):
+        _lock.create_exclusive("s3://bkt/out/.tfrecord_beam-lock.x.0000000001.json", b"a")
+    assert ("bkt", "out/.tfrecord_beam-lock.x.0000000001.json") not in server.objects
+    assert not server.objects  # the probe cleaned up after itself
+
+    good = _HonoursIfNoneMatch()
+    monkeypatch.setattr(_lock, "_s3_client", lambda: good)
+    monkeypatch.setattr(_lock, "_S3_PROBED", {})
+    assert _lock.create_exclusive("s3://bkt/out/claim.json", b"a") is True
+    assert _lock.create_exclusive("s3://bkt/out/claim.json", b"b") is False
+    assert good.objects == {("bkt", "out/claim.json"): b"a"}
+
+
+def test_a_holder_that_stalled_past_its_lease_stops_even_after_the_taker_released(tmp_path):
+    """A holder frozen (SIGSTOP, a long pause) past its lease is taken over; the taker finishes
+    and releases, deleting every claim. When the first one wakes, no higher generation is
+    there to see, yet it no longer owns the output: check() must say so, and its renewal
+    must not re-create its old claim (which would make waiters wait for a non-owner)."""
+
+    def make(host: str) -> _lock.CommitLock:
+        return _lock.CommitLock(
+            str(tmp_path),
+            "x",
+            {"host": host},
+            state=lambda r: "unknown",
+            describe=lambda r: str(r.get("host")),
+            say=lambda m: None,
+            lease=0.4,
+        )
+
+    first = make("first").acquire()
+    first._stop.set()  # frozen: its renewal thread stops beating
+    first._beat_thread.join()
+    first._stop.clear()
+    taker = make("taker").acquire()  # after the lease on its own clock
+    assert taker.generation == first.generation + 1
+    taker.release()
+    assert not [n for n in entries(tmp_path) if n.startswith(_lock.LOCK_PREFIX)]
+    time.sleep(0.3)  # the frozen one wakes up past half its lease
+    with pytest.raises(_lock.LockError, match="no longer holds|taken over"):
+        first.check()
+    first.release()
+    assert not [n for n in entries(tmp_path) if n.startswith(_lock.LOCK_PREFIX)]

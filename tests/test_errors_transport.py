@@ -128,3 +128,15 @@ def test_except_corrupt_record_error_fires_with_dataloader_workers(tmp_path):
     assert type(info.value) is CorruptRecordError
     assert info.value.path == path and info.value.offset == offset
     assert "payload CRC mismatch" in info.value.reason and "worker process" in str(info.value)
+
+
+@pytest.mark.parametrize("path", ["/d/x: y.tfrecord", "s3://b/k: v/a.tfrecord", "/d/a, record 1.tfrecord"])
+def test_a_path_holding_colon_space_reads_back_with_its_position(path):
+    """A file name may hold ': ' (Linux allows it); a one-message rebuild of an error with a
+    record or offset must still give that path, record, offset and reason back."""
+    err = CorruptRecordError(path, 10, 3, "crc mismatch: length")
+    back = CorruptRecordError(str(err))
+    assert (back.path, back.record_number, back.offset, back.reason) == (path, 3, 10, "crc mismatch: length")
+    err = CorruptRecordError(path, 10, None, "bad")
+    back = CorruptRecordError(str(err))
+    assert (back.path, back.record_number, back.offset, back.reason) == (path, None, 10, "bad")

@@ -68,6 +68,11 @@ class TFRecordError(Exception):
 _NO_PATH = re.compile(
     r"(?:record (?P<record>\d+))?(?:(?<=\d), )?(?:byte offset (?P<offset>\d+))?: (?P<reason>.*)", re.S
 )
+_WITH_POSITION = re.compile(  # tried before _WITH_PATH: a path may hold ": " itself
+    r"(?P<path>.+?), (?:record (?P<record>\d+)(?:, byte offset (?P<offset>\d+))?|byte offset (?P<offset_only>\d+))"
+    r": (?P<reason>.*)",
+    re.S,
+)
 _WITH_PATH = re.compile(
     r"(?P<path>.+?)(?:, record (?P<record>\d+))?(?:, byte offset (?P<offset>\d+))?: (?P<reason>.*)", re.S
 )
@@ -78,7 +83,8 @@ def _fields_from_message(cls: type, text: str) -> Tuple[Optional[str], Optional[
     last line of a traceback that names `cls` (torch's "Caught ... Original Traceback: ...").
 
     The message is `[path][, record N][, byte offset M]: reason` (see `_message`); an error
-    that had no path but a ": " in its reason reads back with the part before it as its path.
+    that had no path but a ": " in its reason reads back with the part before it as its path,
+    and so does a path holding ": " in an error with neither record nor offset.
     """
     marker = f"{cls.__module__}.{cls.__qualname__}: "
     at = text.rfind("\n" + marker)
@@ -90,12 +96,14 @@ def _fields_from_message(cls: type, text: str) -> Tuple[Optional[str], Optional[
     found = _NO_PATH.fullmatch(text)
     if found is not None and (found["record"] or found["offset"]):
         path = None
+        record, offset = found["record"], found["offset"]
     else:
-        found = _WITH_PATH.fullmatch(text)
+        found = _WITH_POSITION.fullmatch(text) or _WITH_PATH.fullmatch(text)
         if found is None:
             return None, None, None, text
         path = found["path"]
-    record, offset = found["record"], found["offset"]
+        offset = found.groupdict().get("offset_only") or found["offset"]
+        record = found["record"]
     return path, None if record is None else int(record), None if offset is None else int(offset), found["reason"]
 
 

@@ -8,7 +8,7 @@ can win, with no flock (object stores have none) and no trust in clocks across m
 The lock of output `DIR/NAME` is a series of claim files `DIR/.tfrecord_beam-lock.NAME.G.json`
 (G, the generation, zero-padded), each made by **create-if-absent**: a hard link of a written
 temporary file locally (atomic, and the content is whole when the name appears), a PutObject
-with `If-None-Match: *` on S3, `ifGenerationMatch=0` on GCS. The holder is the process that
+with `If-None-Match: *` on S3 (a server that ignores it is found by a probe and refused), `ifGenerationMatch=0` on GCS. The holder is the process that
 made the highest generation. To take the lock:
 
 * no claim file: create generation 1;
@@ -71,6 +71,8 @@ class CommitLock:
         self.lost: Optional[str] = None
         self._stop = threading.Event()
         self._beat_thread: Optional[threading.Thread] = None
+        self._renewed = 0.0  # time.monotonic() of the last renewal that found the claim ours
+        self._renewing = threading.Lock()  # check() and the renewal thread renew one at a time
 
     # -- names ---------------------------------------------------------------------------------
     def _path(self, generation: int) -> str:
@@ -139,6 +141,7 @@ class CommitLock:
                 self._remove([take])  # too late: a released generation made again; void
                 continue
             self.generation = take
+            self._renewed = time.monotonic()
             self._remove([g for g in gens if g < take])
             self._beat_thread = threading.Thread(target=self._beat, name="tfrecord_beam-lock", daemon=True)
             self._beat_thread.start()
@@ -156,7 +159,13 @@ class CommitLock:
         self.generation = None
 
     def check(self) -> None:
-        """LockError when the lock was taken over (call before each step taken under it)."""
+        """LockError when the lock was taken over (call before each step taken under it).
+
+        When the last renewal is older than half the lease (this process was frozen, or its
+        store slow), the claim is verified and renewed here first: a taker may have finished
+        and released meanwhile, leaving no higher generation for the renewal thread to see."""
+        if self.lost is None and self.generation is not None and time.monotonic() - self._renewed > self.lease / 2:
+            self._renew()
         if self.lost is not None:
             raise LockError(self.lost)
 
@@ -168,23 +177,45 @@ class CommitLock:
 
     # -- internals -----------------------------------------------------------------------------
     def _beat(self) -> None:
-        """Renew the claim every lease/4 seconds; stop when a higher generation appears."""
-        assert self.generation is not None
-        mine = self.generation
+        """Renew the claim every lease/4 seconds; stop once it is no longer this holder's."""
         while not self._stop.wait(self.lease / 4):
+            if not self._renew():
+                return
+
+    def _renew(self) -> bool:
+        """Renew the claim if it is still this holder's; else set `lost`. False once lost.
+
+        Ours means: no higher generation, and our generation's file still there with our
+        token (a taker deletes older claims, and may have released its own since)."""
+        with self._renewing:
+            if self.lost is not None or self.generation is None:
+                return self.lost is None
+            mine = self.generation
             try:
-                higher = [g for g in self.generations() if g > mine]
+                gens = self.generations()
+                higher = [g for g in gens if g > mine]
                 if higher:
                     holder = self._read(higher[-1]) or {}
                     self.lost = (
                         f"the commit lock of this output was taken over by {self._describe(holder)} "
                         f"(this run did not renew its claim in time); stopped"
                     )
-                    return
+                    return False
+                current = self._read(mine) if mine in gens else None
+                if current is None and mine in gens:
+                    return True  # unreadable just now (being rewritten): retried at the next beat
+                if current is None or current.get("token") != self.record["token"]:
+                    self.lost = (
+                        "this run no longer holds the commit lock of this output (its claim was taken "
+                        "over while it did not renew it, and released); stopped"
+                    )
+                    return False
                 self.record["beat"] += 1
                 _fs.write_bytes(self._path(mine), json.dumps(self.record).encode("utf-8"))
+                self._renewed = time.monotonic()
             except Exception:  # noqa: BLE001 - a failed renewal is retried; a takeover is seen above
-                continue
+                pass
+            return True
 
     def _create(self, generation: int) -> bool:
         """Create-if-absent of one claim file: True when this process made it."""
@@ -227,24 +258,63 @@ def create_exclusive(path: str, data: bytes) -> bool:
         os.unlink(temp)
 
 
-def _create_s3(path: str, data: bytes) -> bool:
-    from apache_beam.io.aws import s3io
+_S3_PROBED: Dict[str, bool] = {}  # bucket -> its server honours If-None-Match (probed once a process)
+
+
+def _s3_client() -> Any:
+    """A boto3 S3 client built from the pipeline's options (Beam's --s3_* flags)."""
     from apache_beam.io.aws.clients.s3 import boto3_client
     from apache_beam.io.filesystems import FileSystems
+
+    return boto3_client.Client(FileSystems._pipeline_options or {}).client
+
+
+def _put_if_absent(client: Any, bucket: str, key: str, data: bytes) -> bool:
     from botocore.exceptions import ClientError
 
-    bucket, key = s3io.parse_s3_path(path)
-    client = boto3_client.Client(FileSystems._pipeline_options or {}).client  # Beam's options
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         return True
     except ClientError as err:
         code = err.response.get("Error", {}).get("Code")
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or err.response.get("ResponseMetadata", {}).get(
-            "HTTPStatusCode"
-        ) in (409, 412):
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
             return False
         raise
+
+
+def _probe_s3(client: Any, bucket: str) -> None:
+    """LockError unless the bucket's server refuses a second If-None-Match: * PutObject.
+
+    A server that ignores the header (S3-compatible stores before conditional writes) says
+    200 to every racer, so each would think it owns the output: refuse instead."""
+    if _S3_PROBED.get(bucket):
+        return
+    key = f"{LOCK_PREFIX}probe.{uuid.uuid4().hex}"
+    try:
+        first = _put_if_absent(client, bucket, key, b"probe")
+        second = _put_if_absent(client, bucket, key, b"probe")
+    finally:
+        try:
+            client.delete_object(Bucket=bucket, Key=key)
+        except Exception:  # noqa: BLE001 - a probe left behind is harmless
+            pass
+    if not first or second:
+        raise LockError(
+            f"s3://{bucket}: this S3 server ignores If-None-Match on PutObject (a second create of one "
+            "object succeeded), so two runs could both own an output's commit; use a server with "
+            "conditional writes"
+        )
+    _S3_PROBED[bucket] = True
+
+
+def _create_s3(path: str, data: bytes) -> bool:
+    from apache_beam.io.aws import s3io
+
+    bucket, key = s3io.parse_s3_path(path)
+    client = _s3_client()
+    _probe_s3(client, bucket)
+    return _put_if_absent(client, bucket, key, data)
 
 
 def _create_gcs(path: str, data: bytes) -> bool:  # pragma: no cover - no GCS server in the tests
