@@ -308,3 +308,21 @@ def test_a_holder_that_stalled_past_its_lease_stops_even_after_the_taker_release
         first.check()
     first.release()
     assert not [n for n in entries(tmp_path) if n.startswith(_lock.LOCK_PREFIX)]
+
+
+def test_a_holder_that_lost_its_lock_writes_no_journal(tmp_path, monkeypatch):
+    """The journal is the commit point: a run whose lock was taken over while it staged must stop
+    before writing it, so the taker's output is never finished by a stale journal."""
+    prefix = str(tmp_path / "x")
+    output = commit.Output(prefix, "test", {"run": "new"}, say=lambda m: None)
+    shards = _stage(output, _shards("new", 2))
+
+    def lost(self):
+        raise _lock.LockError("taken over by another run")
+
+    monkeypatch.setattr(_lock.CommitLock, "check", lost)
+    with pytest.raises(Exception, match="taken over"):
+        output.commit(shards)
+    monkeypatch.undo()
+    assert not list(tmp_path.glob("x*.tfrecord")), "nothing may be moved into place"
+    assert not list(tmp_path.rglob(commit.JOURNAL)), "no journal may be written"

@@ -359,6 +359,7 @@ class Output:
             "remove": sorted(old - set(new) - {self.manifest_name}),
             "manifest": self.manifest_name,
         }
+        lock.check()  # a holder whose lock was taken over must not write a journal (the commit point)
         _fs.write_bytes(self.temp_path(JOURNAL), json.dumps(journal, indent=1).encode("utf-8"))
         _step()  # the commit point: from here on a later run finishes it
         _apply_journal(self.directory, self.temp_dir, journal, lock.check)
