@@ -93,7 +93,7 @@ taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-1024m}
 taskmanager.memory.managed.size: 64m
 taskmanager.memory.jvm-metaspace.size: 192m
 taskmanager.memory.framework.heap.size: 64m
-taskmanager.memory.framework.off-heap.size: 64m
+taskmanager.memory.framework.off-heap.batch-shuffle.size: 32m
 parallelism.default: $TASKMANAGERS
 io.tmp.dirs: $WORK/tmp
 web.tmpdir: $WORK/tmp
@@ -155,25 +155,12 @@ wait_taskmanagers() {
 }
 
 start_job_server() {
-    local pid
-    pid=$(cat "$TFRB_STATE/flink-job-server.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$JOB_PORT"; then
-        say "flink-job-server: already running (pid $pid)"
-        return
-    fi
-    port_free_or_die flink-job-server 127.0.0.1 "$JOB_PORT"
-    start_bg flink-job-server "$TFRB_LOGS/flink-job-server.log" \
-        java "-Xmx${FLINK_JOB_SERVER_HEAP:-384m}" -XX:+UseSerialGC -cp "$JARS/*" \
+    start_java flink-job-server "$JOB_PORT" "$TFRB_LOGS/flink-job-server.log" \
+        "-Xmx${FLINK_JOB_SERVER_HEAP:-384m}" -XX:+UseSerialGC -cp "$JARS/*" \
         org.apache.beam.runners.flink.FlinkJobServerDriver \
         --flink-master="127.0.0.1:$REST_PORT" --flink-conf-dir="$CONF" \
         --job-host=127.0.0.1 --job-port="$JOB_PORT" --artifact-port=$((JOB_PORT + 1)) \
         --expansion-port=$((JOB_PORT + 2)) --artifacts-dir="$WORK/artifacts"
-    wait_for_port flink-job-server 127.0.0.1 "$JOB_PORT" 180 "$TFRB_LOGS/flink-job-server.log"
-}
-
-flags_line() {
-    echo "--runner=PortableRunner --job_endpoint=127.0.0.1:$JOB_PORT --environment_type=EXTERNAL" \
-        "--environment_config=127.0.0.1:$WORKER_PORT $(s3_flags)"
 }
 
 start() {
@@ -188,11 +175,8 @@ start() {
     start_job_server
     start_worker_pool flink-workers "$WORKER_PORT"
     wait_taskmanagers $TASKMANAGERS
-    write_state flink FLAGS="$(flags_line)" PYTHON="$BEAM_PY" S3_PREFIX="s3://$BUCKET/jobs" \
-        S3_ENDPOINT="$S3_ENDPOINT" AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" \
-        AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION" \
-        AWS_ENDPOINT_URL="$S3_ENDPOINT" FLINK_REST="http://127.0.0.1:$REST_PORT" \
-        BEAM_VERSION="$BEAM_JOB_VERSION" FLINK_VERSION="$FLINK_VERSION"
+    write_portable_state flink "$JOB_PORT" "$WORKER_PORT" "$BUCKET" FLINK_REST="http://127.0.0.1:$REST_PORT" \
+        FLINK_VERSION="$FLINK_VERSION"
     say "flink: ready in $((SECONDS - started))s (UI http://127.0.0.1:$REST_PORT, $TASKMANAGERS TaskManagers)"
 }
 

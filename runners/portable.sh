@@ -126,3 +126,36 @@ start_worker_pool() {
     wait_for_port "$name" 127.0.0.1 "$port" 120 "$log"
     say "$name: worker pool on 127.0.0.1:$port (pid $(cat "$TFRB_STATE/$name.pid"), private /tmp, /dev/shm, pids)"
 }
+
+# portable_flags JOB_PORT WORKER_PORT: the job flags of a job server on JOB_PORT whose SDK
+# workers come from the worker pool on WORKER_PORT, data in the S3 server.
+portable_flags() {
+    echo "--runner=PortableRunner --job_endpoint=127.0.0.1:$1 --environment_type=EXTERNAL" \
+        "--environment_config=127.0.0.1:$2 $(s3_flags)"
+}
+
+# write_portable_state NAME JOB_PORT WORKER_PORT BUCKET [KEY=VALUE...]: .runners/state/NAME.env
+# (FLAGS, PYTHON: the pinned venv, S3_PREFIX: where the runner's job data must live, and the
+# AWS_* variables a launcher or test reads that data with).
+write_portable_state() {
+    local name=$1 job_port=$2 worker_port=$3 bucket=$4
+    shift 4
+    write_state "$name" FLAGS="$(portable_flags "$job_port" "$worker_port")" PYTHON="$BEAM_PY" \
+        S3_PREFIX="s3://$bucket/jobs" S3_ENDPOINT="$S3_ENDPOINT" AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" \
+        AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION" \
+        AWS_ENDPOINT_URL="$S3_ENDPOINT" BEAM_VERSION="$BEAM_JOB_VERSION" "$@"
+}
+
+# start_java NAME PORT LOG JAVA-ARGS...: a job server JVM, ready when PORT accepts connections.
+start_java() {
+    local name=$1 port=$2 log=$3 pid
+    shift 3
+    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
+    if pid_alive "$pid" && port_open 127.0.0.1 "$port"; then
+        say "$name: already running (pid $pid)"
+        return
+    fi
+    port_free_or_die "$name" 127.0.0.1 "$port"
+    start_bg "$name" "$log" java "$@"
+    wait_for_port "$name" 127.0.0.1 "$port" 180 "$log"
+}
