@@ -102,8 +102,9 @@ start_worker_pool() {
     port_free_or_die "$name" 127.0.0.1 "$port"
     local hide=("$TFRB_ROOT/.runners")
     [[ -n ${S3_DATA:-} && -d $S3_DATA ]] && hide+=("$S3_DATA")
-    # Each worker starts through runners/sdk_boot.py (the pipeline options from the provision
-    # service, as the SDK container's boot does). pid 1 of the namespace is bash: it forwards SIGTERM to the pool (an init ignores
+    # Each worker starts through runners/sdk_worker.sh (namespaces of its own) and sdk_boot.py
+    # (the pipeline options from the provision service, as the SDK container's boot does).
+    # pid 1 of the pool's namespace is bash: it forwards SIGTERM to the pool (an init ignores
     # signals it has no handler for); --kill-child takes the namespace down with unshare.
     start_bg "$name" "$log" unshare --mount --pid --fork --mount-proc --kill-child \
         env -i PATH="$BEAM_VENV/bin:/usr/bin:/bin" HOME=/tmp LANG=C.UTF-8 PYTHONPATH="$TFRB_ROOT" \
@@ -115,14 +116,12 @@ start_worker_pool() {
             shift 3
             for dir in "$@"; do mount -t tmpfs -o size=1m,mode=0755 tmpfs "$dir"; done
             cd /tmp
-            printf "#!/bin/sh\nexec %s %s \"\$@\"\n" "$py" "$boot" >/tmp/sdk-boot
-            chmod +x /tmp/sdk-boot
             "$py" -m apache_beam.runners.worker.worker_pool_main --service_port="$port" \
-                --container_executable=/tmp/sdk-boot &
+                --container_executable="$boot" &
             child=$!
             trap "kill -TERM $child" TERM INT
             wait $child || wait $child
-        ' worker-pool "$BEAM_PY" "$port" "$TFRB_ROOT/runners/sdk_boot.py" "${hide[@]}"
+        ' worker-pool "$BEAM_PY" "$port" "$TFRB_ROOT/runners/sdk_worker.sh" "${hide[@]}"
     wait_for_port "$name" 127.0.0.1 "$port" 120 "$log"
     say "$name: worker pool on 127.0.0.1:$port (pid $(cat "$TFRB_STATE/$name.pid"), private /tmp, /dev/shm, pids)"
 }
