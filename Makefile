@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: install lint test test-pure demo bench clean
+.PHONY: install lint test test-pure demo bench clean runners runners-stop test-runners
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,23 @@ lint: install
 
 test: install
 	$(PY) -m pytest -q
+
+# The runner matrix (issue 21). `make runners` builds (into $${TFRB_CACHE:-~/.cache/tfrecord_beam})
+# and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
+# the others keep their job data there), then prints one line per runner: `NAME: FLAGS`.
+# State and logs: .runners/. `make test-runners` runs tests/runners (marker `runners`) on them.
+RUNNER_SCRIPTS := $(wildcard runners/s3.sh runners/prism.sh runners/flink.sh runners/spark.sh)
+RUNNERS_ENV := TFRB_PYTHON=$(abspath $(PY))
+
+runners: install
+	@set -e; for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s build; $(RUNNERS_ENV) $$s start; done
+	@for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s flags; done
+
+runners-stop:
+	@status=0; for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s stop || status=1; done; exit $$status
+
+test-runners: install
+	$(PY) -m pytest -m runners tests/runners -q -p no:cacheprovider
 
 test-pure: install
 	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q

@@ -120,6 +120,7 @@ def pipeline_options(beam_args: Sequence[str]):
     if unknown:  # a typo would otherwise be dropped with only a log line
         raise JobError("unknown argument(s), neither this job's nor Beam's: " + ", ".join("--" + u for u in unknown))
     _runner.set_default(options)
+    _runner.spare_loopback_from_proxies()
     _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 

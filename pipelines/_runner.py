@@ -8,6 +8,9 @@ Prism online and on the FnApiRunner offline, or stall where a firewall drops pac
 that set no timeout of their own (Beam's download does not) give up after
 DOWNLOAD_TIMEOUT_S, so a blackholed address costs that long, then Beam falls back.
 The summary says which runner ran (`runner:`) and, when it differs, what was asked for.
+A proxy set in the environment (http_proxy, ...) is for downloads: gRPC honours it too, and a
+job talking to a local job service (Prism, a Flink job server on loopback) through a proxy that
+refuses it waits forever, so loopback names are added to `no_grpc_proxy`.
 """
 
 from __future__ import annotations
@@ -53,6 +56,20 @@ def _may_download_prism(options) -> bool:
     return not (location and os.path.exists(location))
 
 
+_PROXY_VARS = ("grpc_proxy", "https_proxy", "http_proxy", "all_proxy")
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def spare_loopback_from_proxies(environ=os.environ) -> None:
+    """When a proxy variable is set, make gRPC connect to loopback addresses directly: add them
+    to `no_grpc_proxy` (gRPC reads it before `no_proxy`; it starts from `no_proxy`'s value)."""
+    if not any(environ.get(v) or environ.get(v.upper()) for v in _PROXY_VARS):
+        return
+    current = environ.get("no_grpc_proxy") or environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    names = [n.strip() for n in current.split(",") if n.strip()]
+    environ["no_grpc_proxy"] = ",".join(names + [n for n in _LOOPBACK if n not in names])
+
+
 def download_timeout() -> float:
     """DOWNLOAD_TIMEOUT_S, or TFRECORD_BEAM_DOWNLOAD_TIMEOUT seconds when set."""
     value = os.environ.get("TFRECORD_BEAM_DOWNLOAD_TIMEOUT")
@@ -64,9 +81,11 @@ def download_timeout() -> float:
 
 @contextlib.contextmanager
 def bounded_downloads(options) -> Iterator[None]:
-    """While a pipeline is launched on a runner that may download Prism, socket operations
-    without a timeout of their own time out after `download_timeout()` seconds; otherwise a
-    no-op. (Python's default socket timeout is process-wide; it is restored on the way out.)"""
+    """While a pipeline is launched (`p.run()`) on a runner that may download Prism, socket
+    operations without a timeout of their own time out after `download_timeout()` seconds;
+    otherwise a no-op. Python's default socket timeout is process-wide; it is restored on the
+    way out. (When DirectRunner falls back, `run()` is the whole in-process run: the bound is
+    per operation, so only a socket waiting that long without a byte is cut.)"""
     if not _may_download_prism(options):
         yield
         return

@@ -7,6 +7,13 @@
 #                             that launches jobs for that runner), optional S3_* for the job's data
 #   .runners/state/NAME.pid*  pids of what the script started
 #   .runners/logs/NAME*.log   their output
+#
+# Plugging a runner into the matrix (tests/runners, `make test-runners`): its script declares
+# the columns it provides on a line `# runners: NAME...` in its first 40 lines, and `start`
+# writes .runners/state/NAME.env for each (write_state NAME FLAGS="..." PYTHON=...). With
+# S3_PREFIX=s3://bucket/prefix in that file, the tests keep the job's inputs and outputs there
+# instead of a local tmp dir (AWS_* / S3_* variables of the file reach the launcher's env).
+# `make runners` runs build, start, then flags of each script (s3, prism, flink, spark).
 set -euo pipefail
 
 TFRB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +35,7 @@ tfrb_python() {
 
 # The apache-beam version of an interpreter (default: tfrb_python).
 beam_version() {
-    "${1:-$(tfrb_python)}" -c 'import apache_beam, sys; sys.stdout.write(apache_beam.__version__)' 2>/dev/null
+    "${1:-$(tfrb_python)}" -c 'import importlib.metadata as m, sys; sys.stdout.write(m.version("apache-beam"))' 2>/dev/null
 }
 
 say() { echo "[$(date +%H:%M:%S)] $*" >&2; }

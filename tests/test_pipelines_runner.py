@@ -70,6 +70,21 @@ def test_a_bad_download_timeout_is_a_clear_error(monkeypatch):
         _runner.download_timeout()
 
 
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, None),  # no proxy: nothing to spare
+        ({"https_proxy": "http://p:3128"}, "localhost,127.0.0.1,::1"),
+        ({"HTTP_PROXY": "http://p:3128", "no_proxy": "corp.example,localhost"}, "corp.example,localhost,127.0.0.1,::1"),
+        ({"grpc_proxy": "http://p:3128", "no_grpc_proxy": "a", "no_proxy": "b"}, "a,localhost,127.0.0.1,::1"),
+    ],
+)
+def test_proxies_spare_loopback_for_grpc(env, expected):
+    environ = dict(env)
+    _runner.spare_loopback_from_proxies(environ)
+    assert environ.get("no_grpc_proxy") == expected
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,6 +101,7 @@ def _reshard_env(tmp_path: Path, proxy_port: int, timeout_s: str = "3") -> dict:
         https_proxy=proxy,
         HTTPS_PROXY=proxy,
         http_proxy=proxy,
+        no_proxy="localhost,127.0.0.1",  # as a user's proxy settings would be (gRPC honours them too)
         PYTHONPATH=str(ROOT),
         TFRECORD_BEAM_DOWNLOAD_TIMEOUT=timeout_s,
     )

@@ -261,3 +261,15 @@ def test_remote_runners_get_one_line_saying_where_to_watch():
     with _progress.reporter("job", PipelineOptions(["--runner=DataflowRunner"]), lines.append) as rep:
         assert rep.directory is None
     assert len(lines) == 1 and _progress.NAMESPACE in lines[0]
+
+
+def test_progress_interval_from_the_environment(monkeypatch):
+    from tfrecord_beam.beam import _progress
+
+    monkeypatch.setenv("TFRECORD_BEAM_PROGRESS_INTERVAL", "0.25")
+    with _progress.ProgressReporter("job", lambda line: None) as rep:
+        assert rep.interval == 0.25
+    for bad in ("soon", "0", "-1"):
+        monkeypatch.setenv("TFRECORD_BEAM_PROGRESS_INTERVAL", bad)
+        with pytest.raises(ValueError, match="TFRECORD_BEAM_PROGRESS_INTERVAL"):
+            _progress.ProgressReporter("job", lambda line: None)

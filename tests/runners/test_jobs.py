@@ -160,8 +160,18 @@ def _reshard(runner, data, place, *extra) -> Tuple[dict, rm.JobRun]:
         "--split_bytes",
         "9000",
     ]
-    run = rm.launch(runner, "reshard", args + list(extra))
+    run = rm.launch(runner, "reshard", args + list(extra), {"TFRECORD_BEAM_PROGRESS_INTERVAL": "0.2"})
     return _ok(run), run
+
+
+def _check_progress(runner: rm.Runner, run: rm.JobRun) -> None:
+    """Progress lines on stderr where the workers share the launcher's machine (the FnApiRunner;
+    Prism's LOOPBACK workers run in the launching process), else the line saying where to watch."""
+    lines = [line for line in run.err.splitlines() if "reshard: " in line]
+    if runner.name in ("fnapi", "prism", "direct-prism"):
+        assert any(" of " in line and "records" in line for line in lines), run.err[-3000:]
+    else:
+        assert any("tfrecord_beam.progress" in line and "watch" in line for line in lines), run.err[-3000:]
 
 
 def test_reshard(runner, data_for, place, timed):
@@ -169,6 +179,7 @@ def test_reshard(runner, data_for, place, timed):
     summary, run = _reshard(runner, data, place)
     timed(runner, "reshard", run)
     _check_runner_line(runner, summary)
+    _check_progress(runner, run)
     rm.check_committed(place, "out", "r", len(data.tf_payloads), rm.input_digest(data.tf))
     shards = rm.payloads_of(place, "out", "r")
     assert [p for s in shards for p in s] == data.tf_payloads  # unshuffled: the input order

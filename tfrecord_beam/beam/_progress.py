@@ -30,7 +30,7 @@ from apache_beam.metrics import Metrics
 NAMESPACE = "tfrecord_beam.progress"
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 _WRITE_EVERY_S = 0.5
-INTERVAL_S = 5.0  # seconds between progress lines
+INTERVAL_S = 5.0  # seconds between progress lines (env TFRECORD_BEAM_PROGRESS_INTERVAL overrides)
 
 
 def is_local(options) -> bool:
@@ -105,6 +105,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def _interval_from_env() -> float:
+    value = os.environ.get("TFRECORD_BEAM_PROGRESS_INTERVAL")
+    try:
+        seconds = float(value) if value else INTERVAL_S
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"TFRECORD_BEAM_PROGRESS_INTERVAL={value!r} is not a positive number of seconds")
+    return seconds
+
+
 class ProgressReporter:
     """A thread that prints `job: phase: done of planned, rate, ETA` every `interval` seconds.
 
@@ -112,7 +123,7 @@ class ProgressReporter:
     """
 
     def __init__(self, job: str, emit: Callable[[str], None], interval: Optional[float] = None) -> None:
-        self.job, self.emit, self.interval = job, emit, interval or INTERVAL_S
+        self.job, self.emit, self.interval = job, emit, interval or _interval_from_env()
         self.directory = tempfile.mkdtemp(prefix="tfrecord_beam-progress-")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfrecord_beam-progress", daemon=True)
