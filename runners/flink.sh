@@ -193,7 +193,7 @@ case ${1:-} in
 build) build >/dev/null ;;
 start) start ;;
 stop) stop ;;
-flags) state_flags flink || die "flink is not started (runners/flink.sh start)" ;;
+flags) echo "flink: $(state_flags flink || die "flink is not started: run runners/flink.sh start (or make runners)")" ;;
 kill-taskmanager)
     pid=$(cat "$TFRB_STATE/flink-taskmanager${2:?N}.pid" 2>/dev/null || true)
     pid_alive "$pid" || die "flink-taskmanager$2 is not running"

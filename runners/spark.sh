@@ -120,7 +120,7 @@ case ${1:-} in
 build) build >/dev/null ;;
 start) start ;;
 stop) stop ;;
-flags) state_flags spark || die "spark is not started (runners/spark.sh start)" ;;
+flags) echo "spark: $(state_flags spark || die "spark is not started: run runners/spark.sh start (or make runners)")" ;;
 *)
     echo "usage: $0 build|start|stop|flags" >&2
     exit 2
