@@ -5,9 +5,11 @@
 #                            the job server's jars (runners/flink-job-server.pom.xml through
 #                            Maven) and the venv pinned to the job server's Beam, into $TFRB_CACHE
 #   runners/flink.sh start   JobManager (REST 127.0.0.1:8281), two TaskManagers, the job server
-#                            (8297 job, 8298 artifacts, 8299 expansion) and the Python SDK worker
-#                            pool (50100, private mount/pid namespaces); each part only when it is
-#                            not already running (a TaskManager killed by a test comes back).
+#                            (8297 job, 8298 artifacts, 8299 expansion); each TaskManager starts
+#                            its Python SDK workers itself (PROCESS environment,
+#                            runners/sdk_worker.sh: private mount/pid namespaces). Each part only
+#                            when it is not already running (a TaskManager killed by a test comes
+#                            back).
 #                            Needs the S3 server (runners/s3.sh start): job data lives there.
 #   runners/flink.sh stop
 #   runners/flink.sh flags   the job flags
@@ -17,7 +19,7 @@
 # Environment: TFRB_CACHE, TFRB_FLINK_VERSION (1.19.3), TFRB_BEAM_JOB_VERSION (2.70.0),
 # FLINK_REST_PORT (8281), FLINK_RPC_PORT (6223), FLINK_BLOB_PORT (6224), FLINK_TM_PORT0 (6230:
 # TaskManager N uses PORT0+2N-2 for RPC and the next for data), FLINK_JOB_PORT (8297, then
-# +1 artifacts, +2 expansion), FLINK_WORKER_PORT (50100), FLINK_S3_BUCKET (tfrb-flink),
+# +1 artifacts, +2 expansion), FLINK_S3_BUCKET (tfrb-flink),
 # FLINK_TM_MEMORY (1024m), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/portable.sh"
@@ -29,7 +31,6 @@ RPC_PORT=${FLINK_RPC_PORT:-6223}
 BLOB_PORT=${FLINK_BLOB_PORT:-6224}
 TM_PORT0=${FLINK_TM_PORT0:-6230}
 JOB_PORT=${FLINK_JOB_PORT:-8297}
-WORKER_PORT=${FLINK_WORKER_PORT:-50100}
 BUCKET=${FLINK_S3_BUCKET:-tfrb-flink}
 TASKMANAGERS=2
 WORK=$TFRB_ROOT/.runners/flink
@@ -133,8 +134,10 @@ start_taskmanager() {
         return
     fi
     port_free_or_die "flink-taskmanager$n" 127.0.0.1 "$rpc"
+    # the SDK workers it starts (PROCESS environment) run the pinned venv, S3 data hidden
     start_bg "flink-taskmanager$n" "$TFRB_LOGS/flink-taskmanager$n.log" \
-        "${FLINK_ENV[@]}" FLINK_IDENT_STRING="tfrb-tm$n" "$(flink_home)/bin/taskmanager.sh" start-foreground \
+        "${FLINK_ENV[@]}" FLINK_IDENT_STRING="tfrb-tm$n" TFRB_WORKER_PYTHON="$BEAM_PY" \
+        TFRB_HIDE="${S3_DATA:-}" "$(flink_home)/bin/taskmanager.sh" start-foreground \
         -D "taskmanager.rpc.port=$rpc" -D "taskmanager.data.port=$((rpc + 1))" \
         -D "taskmanager.resource-id=tfrb-tm$n"
 }
@@ -173,15 +176,15 @@ start() {
     local n
     for n in $(seq 1 $TASKMANAGERS); do start_taskmanager "$n"; done
     start_job_server
-    start_worker_pool flink-workers "$WORKER_PORT"
     wait_taskmanagers $TASKMANAGERS
-    write_portable_state flink "$JOB_PORT" "$WORKER_PORT" "$BUCKET" FLINK_REST="http://127.0.0.1:$REST_PORT" \
+    local env_flags="--environment_type=PROCESS --environment_options=process_command=$TFRB_ROOT/runners/sdk_worker.sh"
+    write_portable_state flink "$(portable_flags "$JOB_PORT" "$env_flags")" "$BUCKET" FLINK_REST="http://127.0.0.1:$REST_PORT" \
         FLINK_VERSION="$FLINK_VERSION"
     say "flink: ready in $((SECONDS - started))s (UI http://127.0.0.1:$REST_PORT, $TASKMANAGERS TaskManagers)"
 }
 
 stop() {
-    stop_pid flink-workers
+    stop_pid flink-workers # started by earlier versions of this script
     stop_pid flink-job-server
     local n
     for n in $(seq 1 $TASKMANAGERS); do stop_pid "flink-taskmanager$n"; done

@@ -6,10 +6,13 @@
 #   the SDK workers speak the job server's Beam.
 # - The job server: assembled from the runner library by a committed pom (runners/*.pom.xml;
 #   Maven Central serves no beam-runners-*-job-server jar here) into the cache, run with java -cp.
-# - The SDK workers: an EXTERNAL worker pool in its own mount and pid namespaces, with a private
-#   tmpfs on /tmp and /dev/shm and the checkout's .runners/ (state, logs, the S3 server's data)
-#   hidden, so that a worker sees nothing of the launcher's files, pids or shared memory: every
-#   byte it reads or writes goes through the S3 server.
+# - The SDK workers: runners/sdk_worker.sh, each in mount and pid namespaces of its own with a
+#   private tmpfs on /tmp and /dev/shm and the checkout's .runners/ (state, logs) and the S3
+#   server's data hidden, so that a worker sees nothing of the launcher's or another worker's
+#   files, pids or shared memory: every byte it reads or writes goes through the S3 server.
+#   Flink's TaskManagers start them themselves (PROCESS environment: two TaskManagers sharing
+#   one EXTERNAL pool stop each other's workers, as both name their first worker "1-1");
+#   Spark's executors ask a worker pool (EXTERNAL).
 # - The job data: a bucket of the S3 server of runners/s3.sh (.runners/state/s3.env).
 
 # The Beam version of the job servers: the newest whose Flink runner Maven Central serves with
@@ -108,6 +111,7 @@ start_worker_pool() {
     # signals it has no handler for); --kill-child takes the namespace down with unshare.
     start_bg "$name" "$log" unshare --mount --pid --fork --mount-proc --kill-child \
         env -i PATH="$BEAM_VENV/bin:/usr/bin:/bin" HOME=/tmp LANG=C.UTF-8 PYTHONPATH="$TFRB_ROOT" \
+        TFRB_WORKER_PYTHON="$BEAM_PY" TFRB_HIDE="${S3_DATA:-}" \
         bash -c '
             set -e
             mount -t tmpfs -o size=4g,mode=1777 tmpfs /tmp
@@ -126,20 +130,21 @@ start_worker_pool() {
     say "$name: worker pool on 127.0.0.1:$port (pid $(cat "$TFRB_STATE/$name.pid"), private /tmp, /dev/shm, pids)"
 }
 
-# portable_flags JOB_PORT WORKER_PORT: the job flags of a job server on JOB_PORT whose SDK
-# workers come from the worker pool on WORKER_PORT, data in the S3 server.
+# portable_flags JOB_PORT ENVIRONMENT_FLAGS...: the job flags of a job server on JOB_PORT whose SDK
+# workers come from the given environment, data in the S3 server.
 portable_flags() {
-    echo "--runner=PortableRunner --job_endpoint=127.0.0.1:$1 --environment_type=EXTERNAL" \
-        "--environment_config=127.0.0.1:$2 $(s3_flags)"
+    local port=$1
+    shift
+    echo "--runner=PortableRunner --job_endpoint=127.0.0.1:$port $* $(s3_flags)"
 }
 
-# write_portable_state NAME JOB_PORT WORKER_PORT BUCKET [KEY=VALUE...]: .runners/state/NAME.env
-# (FLAGS, PYTHON: the pinned venv, S3_PREFIX: where the runner's job data must live, and the
-# AWS_* variables a launcher or test reads that data with).
+# write_portable_state NAME FLAGS BUCKET [KEY=VALUE...]: .runners/state/NAME.env (FLAGS, PYTHON:
+# the pinned venv, S3_PREFIX: where the runner's job data must live, and the AWS_* variables a
+# launcher or test reads that data with).
 write_portable_state() {
-    local name=$1 job_port=$2 worker_port=$3 bucket=$4
-    shift 4
-    write_state "$name" FLAGS="$(portable_flags "$job_port" "$worker_port")" PYTHON="$BEAM_PY" \
+    local name=$1 flags=$2 bucket=$3
+    shift 3
+    write_state "$name" FLAGS="$flags" PYTHON="$BEAM_PY" \
         S3_PREFIX="s3://$bucket/jobs" S3_ENDPOINT="$S3_ENDPOINT" AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" \
         AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY" AWS_DEFAULT_REGION="$S3_REGION" \
         AWS_ENDPOINT_URL="$S3_ENDPOINT" BEAM_VERSION="$BEAM_JOB_VERSION" "$@"

@@ -103,7 +103,8 @@ start() {
         --spark-master-url="$MASTER_URL" --job-host=127.0.0.1 --job-port="$JOB_PORT" \
         --artifact-port=$((JOB_PORT + 1)) --expansion-port=$((JOB_PORT + 2)) --artifacts-dir="$WORK/artifacts"
     start_worker_pool spark-workers "$WORKER_PORT"
-    write_portable_state spark "$JOB_PORT" "$WORKER_PORT" "$BUCKET" SPARK_MASTER="$MASTER_URL" \
+    local env_flags="--environment_type=EXTERNAL --environment_config=127.0.0.1:$WORKER_PORT"
+    write_portable_state spark "$(portable_flags "$JOB_PORT" "$env_flags")" "$BUCKET" SPARK_MASTER="$MASTER_URL" \
         SPARK_UI="http://127.0.0.1:$MASTER_UI_PORT" SPARK_VERSION="$SPARK_VERSION"
     say "spark: ready in $((SECONDS - started))s (UI http://127.0.0.1:$MASTER_UI_PORT)"
 }
