@@ -60,12 +60,15 @@ def _extensions():
 
 
 TORCH = "torch==2.13.0"  # the CPU build on disk; a bare `torch` would pull a multi-GB CUDA build
-BEAM = "apache-beam>=2.77,<2.78"
+# 2.70: the newest Beam whose Flink and Spark runners Maven Central serves (runners/*.pom.xml);
+# jobs on those job servers run from a venv pinned to it, so the code is kept working on both.
+BEAM_RANGE = ">=2.70,<2.78"
+BEAM = "apache-beam" + BEAM_RANGE
 # Object stores: the core reads them through pyarrow.fs (gs://, s3://, hdfs://) and fsspec for
 # other schemes; Beam code through Beam's FileSystems, whose gs:// / s3:// support comes with
 # Beam's own extras (s3:// needs boto3).
-BEAM_AWS = "apache-beam[aws]>=2.77,<2.78"
-BEAM_GCP = "apache-beam[gcp]>=2.77,<2.78"
+BEAM_AWS = "apache-beam[aws]" + BEAM_RANGE
+BEAM_GCP = "apache-beam[gcp]" + BEAM_RANGE
 
 setup(
     name="tfrecord_beam",

@@ -15,7 +15,7 @@ _HINTS = {
     ),
     "apache_beam": (
         "beam",
-        "pip install 'tfrecord_beam[beam]' (apache-beam 2.77; add [gcp] or [aws] for object stores)",
+        "pip install 'tfrecord_beam[beam]' (apache-beam 2.70-2.77; add [gcp] or [aws] for object stores)",
     ),
 }
 

@@ -94,6 +94,10 @@ def load_runner(name: str) -> Runner:
     env = read_state(path)
     if "FLAGS" not in env or not env["FLAGS"].strip():
         raise AssertionError(f"{path} has no FLAGS line")
+    if env.get("S3_PREFIX"):
+        # the test process writes the inputs and reads the outputs there too (tfrecord_beam.fs
+        # through pyarrow, which takes the endpoint and keys from the environment)
+        os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
     return Runner(name, shlex.split(env["FLAGS"]), env.get("PYTHON") or sys.executable, env)
 
 

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# A standalone Flink cluster on loopback and Beam's Flink job server in front of it.
+#
+#   runners/flink.sh build   the apache-flink wheel (its bundled bin/ and lib/) in its own venv,
+#                            the job server's jars (runners/flink-job-server.pom.xml through
+#                            Maven) and the venv pinned to the job server's Beam, into $TFRB_CACHE
+#   runners/flink.sh start   JobManager (REST 127.0.0.1:8281), two TaskManagers, the job server
+#                            (8297 job, 8298 artifacts, 8299 expansion); each TaskManager starts
+#                            its Python SDK workers itself (PROCESS environment,
+#                            runners/sdk_worker.sh: private mount/pid namespaces). Each part only
+#                            when it is not already running (a TaskManager killed by a test comes
+#                            back).
+#                            Needs the S3 server (runners/s3.sh start): job data lives there.
+#   runners/flink.sh stop
+#   runners/flink.sh flags   the job flags
+#   runners/flink.sh kill-taskmanager N / start   (tests: kill one TaskManager, bring it back)
+#
+# runners: flink
+# Environment: TFRB_CACHE, TFRB_FLINK_VERSION (1.19.3), TFRB_BEAM_JOB_VERSION (2.70.0),
+# FLINK_REST_PORT (8281), FLINK_RPC_PORT (6223), FLINK_BLOB_PORT (6224), FLINK_TM_PORT0 (6230:
+# TaskManager N uses PORT0+2N-2 for RPC and the next for data), FLINK_JOB_PORT (8297, then
+# +1 artifacts, +2 expansion), FLINK_S3_BUCKET (tfrb-flink),
+# FLINK_TM_MEMORY (1024m), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m).
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/portable.sh"
+
+FLINK_VERSION=${TFRB_FLINK_VERSION:-1.19.3}
+FLINK_VENV=$TFRB_CACHE/venvs/flink-$FLINK_VERSION
+REST_PORT=${FLINK_REST_PORT:-8281}
+RPC_PORT=${FLINK_RPC_PORT:-6223}
+BLOB_PORT=${FLINK_BLOB_PORT:-6224}
+TM_PORT0=${FLINK_TM_PORT0:-6230}
+JOB_PORT=${FLINK_JOB_PORT:-8297}
+BUCKET=${FLINK_S3_BUCKET:-tfrb-flink}
+TASKMANAGERS=2
+WORK=$TFRB_ROOT/.runners/flink
+CONF=$WORK/conf
+POM=$TFRB_ROOT/runners/flink-job-server.pom.xml
+
+flink_home() {
+    echo "$FLINK_VENV/lib/python3.11/site-packages/pyflink"
+}
+
+build_flink() {
+    if [[ -f $FLINK_VENV/.tfrb-ready ]]; then
+        say "flink $FLINK_VERSION: cached at $(flink_home)"
+        return
+    fi
+    # --no-deps: only the distribution bundled in the wheels (bin/, lib/, conf/) is used;
+    # apache-flink's own Python dependencies (an old apache-beam) are not needed to run a cluster.
+    say "flink $FLINK_VERSION: pip install --no-deps apache-flink==$FLINK_VERSION into $FLINK_VENV"
+    local base
+    base=$("$(tfrb_python)" -c 'import sys; print(sys.base_prefix)')/bin/python3
+    rm -rf "$FLINK_VENV"
+    "$base" -m venv "$FLINK_VENV"
+    "$FLINK_VENV/bin/pip" install -q --no-deps "apache-flink==$FLINK_VERSION" \
+        "apache-flink-libraries==$FLINK_VERSION" >"$TFRB_LOGS/flink-venv.log" 2>&1 ||
+        { log_tail "$TFRB_LOGS/flink-venv.log"; die "pip install apache-flink failed"; }
+    FLINK_VENV_PY=$FLINK_VENV/bin/python
+    local home
+    home=$("$FLINK_VENV_PY" -c 'import os, pyflink; print(os.path.dirname(pyflink.__file__))')
+    [[ $home == "$(flink_home)" && -x $home/bin/jobmanager.sh ]] || die "no bin/jobmanager.sh in $home"
+    touch "$FLINK_VENV/.tfrb-ready"
+}
+
+build() {
+    build_flink
+    build_beam_venv
+    JARS=$(build_job_server flink-job-server "$POM")
+}
+
+# The cluster's configuration: loopback only, our ports, small memory (2 cores, shared).
+write_conf() {
+    local home
+    home=$(flink_home)
+    mkdir -p "$CONF" "$WORK/tmp" "$WORK/artifacts"
+    cp "$home"/conf/log4j*.properties "$CONF"/
+    {
+        grep -E '^ *all: ' "$home/conf/config.yaml" | sed 's/^ *all: /env.java.opts.all: /'
+        cat <<EOF
+jobmanager.rpc.address: 127.0.0.1
+jobmanager.rpc.port: $RPC_PORT
+jobmanager.bind-host: 127.0.0.1
+jobmanager.memory.process.size: ${FLINK_JM_MEMORY:-800m}
+jobmanager.execution.failover-strategy: region
+blob.server.port: $BLOB_PORT
+rest.address: 127.0.0.1
+rest.bind-address: 127.0.0.1
+rest.port: $REST_PORT
+taskmanager.host: 127.0.0.1
+taskmanager.bind-host: 127.0.0.1
+taskmanager.numberOfTaskSlots: 1
+taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-1024m}
+taskmanager.memory.managed.size: 64m
+taskmanager.memory.jvm-metaspace.size: 192m
+taskmanager.memory.framework.heap.size: 64m
+taskmanager.memory.framework.off-heap.batch-shuffle.size: 32m
+parallelism.default: $TASKMANAGERS
+io.tmp.dirs: $WORK/tmp
+web.tmpdir: $WORK/tmp
+heartbeat.interval: 2000
+heartbeat.timeout: 10000
+restart-strategy.type: none
+EOF
+    } >"$CONF/config.yaml"
+}
+
+FLINK_ENV=(env FLINK_CONF_DIR="$CONF" FLINK_LOG_DIR="$TFRB_LOGS" FLINK_PID_DIR="$WORK")
+
+tm_count() {
+    curl -s -m 2 "http://127.0.0.1:$REST_PORT/taskmanagers" |
+        "$BEAM_PY" -c 'import json, sys; print(len(json.load(sys.stdin)["taskmanagers"]))' 2>/dev/null || echo 0
+}
+
+start_jobmanager() {
+    local pid
+    pid=$(cat "$TFRB_STATE/flink-jobmanager.pid" 2>/dev/null || true)
+    if pid_alive "$pid" && port_open 127.0.0.1 "$REST_PORT"; then
+        say "flink-jobmanager: already running (pid $pid)"
+        return
+    fi
+    port_free_or_die flink-jobmanager 127.0.0.1 "$REST_PORT"
+    port_free_or_die flink-jobmanager 127.0.0.1 "$RPC_PORT"
+    start_bg flink-jobmanager "$TFRB_LOGS/flink-jobmanager.log" \
+        "${FLINK_ENV[@]}" FLINK_IDENT_STRING=tfrb-jm "$(flink_home)/bin/jobmanager.sh" start-foreground
+    wait_for_port flink-jobmanager 127.0.0.1 "$REST_PORT" 180 "$TFRB_LOGS/flink-jobmanager.log"
+}
+
+start_taskmanager() {
+    local n=$1 pid rpc=$((TM_PORT0 + 2 * $1 - 2))
+    pid=$(cat "$TFRB_STATE/flink-taskmanager$n.pid" 2>/dev/null || true)
+    if pid_alive "$pid"; then
+        say "flink-taskmanager$n: already running (pid $pid)"
+        return
+    fi
+    port_free_or_die "flink-taskmanager$n" 127.0.0.1 "$rpc"
+    # the SDK workers it starts (PROCESS environment) run the pinned venv, S3 data hidden
+    start_bg "flink-taskmanager$n" "$TFRB_LOGS/flink-taskmanager$n.log" \
+        "${FLINK_ENV[@]}" FLINK_IDENT_STRING="tfrb-tm$n" TFRB_WORKER_PYTHON="$BEAM_PY" \
+        TFRB_HIDE="${S3_DATA:-}" "$(flink_home)/bin/taskmanager.sh" start-foreground \
+        -D "taskmanager.rpc.port=$rpc" -D "taskmanager.data.port=$((rpc + 1))" \
+        -D "taskmanager.resource-id=tfrb-tm$n"
+}
+
+# wait_taskmanagers N: until N TaskManagers are registered with the JobManager.
+wait_taskmanagers() {
+    local want=$1 deadline=$((SECONDS + 180)) n
+    while (($(tm_count) < want)); do
+        for n in $(seq 1 $TASKMANAGERS); do
+            pid_alive "$(cat "$TFRB_STATE/flink-taskmanager$n.pid" 2>/dev/null || true)" || {
+                log_tail "$TFRB_LOGS/flink-taskmanager$n.log"
+                die "flink-taskmanager$n exited"
+            }
+        done
+        ((SECONDS < deadline)) || die "only $(tm_count) of $want TaskManagers registered after 180s"
+        sleep 0.5
+    done
+}
+
+start_job_server() {
+    start_java flink-job-server "$JOB_PORT" "$TFRB_LOGS/flink-job-server.log" \
+        "-Xmx${FLINK_JOB_SERVER_HEAP:-384m}" -XX:+UseSerialGC -cp "$JARS/*" \
+        org.apache.beam.runners.flink.FlinkJobServerDriver \
+        --flink-master="127.0.0.1:$REST_PORT" --flink-conf-dir="$CONF" \
+        --job-host=127.0.0.1 --job-port="$JOB_PORT" --artifact-port=$((JOB_PORT + 1)) \
+        --expansion-port=$((JOB_PORT + 2)) --artifacts-dir="$WORK/artifacts"
+}
+
+start() {
+    local started=$SECONDS
+    build
+    load_s3
+    ensure_bucket "$BUCKET"
+    write_conf
+    start_jobmanager
+    local n
+    for n in $(seq 1 $TASKMANAGERS); do start_taskmanager "$n"; done
+    start_job_server
+    wait_taskmanagers $TASKMANAGERS
+    local env_flags="--environment_type=PROCESS --environment_options=process_command=$TFRB_ROOT/runners/sdk_worker.sh"
+    write_portable_state flink "$(portable_flags "$JOB_PORT" "$env_flags")" "$BUCKET" FLINK_REST="http://127.0.0.1:$REST_PORT" \
+        FLINK_VERSION="$FLINK_VERSION"
+    say "flink: ready in $((SECONDS - started))s (UI http://127.0.0.1:$REST_PORT, $TASKMANAGERS TaskManagers)"
+}
+
+stop() {
+    stop_pid flink-workers # started by earlier versions of this script
+    stop_pid flink-job-server
+    local n
+    for n in $(seq 1 $TASKMANAGERS); do stop_pid "flink-taskmanager$n"; done
+    stop_pid flink-jobmanager
+    rm -f "$TFRB_STATE/flink.env"
+}
+
+case ${1:-} in
+build) build >/dev/null ;;
+start) start ;;
+stop) stop ;;
+flags) echo "flink: $(state_flags flink || die "flink is not started: run runners/flink.sh start (or make runners)")" ;;
+kill-taskmanager)
+    pid=$(cat "$TFRB_STATE/flink-taskmanager${2:?N}.pid" 2>/dev/null || true)
+    pid_alive "$pid" || die "flink-taskmanager$2 is not running"
+    kill -KILL -- "-$pid"
+    say "flink-taskmanager$2 killed (pid $pid)"
+    ;;
+*)
+    echo "usage: $0 build|start|stop|flags|kill-taskmanager N" >&2
+    exit 2
+    ;;
+esac
