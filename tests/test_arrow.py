@@ -68,7 +68,11 @@ def test_float64_rounds_to_float32():
     assert decode_example(payloads[0])["c"][0] == np.float32(0.1)
 
 
-@pytest.mark.parametrize("t", [pa.string(), pa.large_string(), pa.string_view()], ids=str)
+# the view types exist from pyarrow 16 on (`make test-oldest` runs pyarrow 12, which has none)
+VIEWS = hasattr(pa, "string_view")
+
+
+@pytest.mark.parametrize("t", [pa.string(), pa.large_string()] + ([pa.string_view()] if VIEWS else []), ids=str)
 def test_strings_are_utf8_bytes(t):
     values = ["a", "", None, "héllo ☃", "x" * 300]
     expect(one_column(pa.array(values, t)), [None if v is None else [v.encode()] for v in values], "byte")
@@ -79,7 +83,7 @@ def test_dictionary_string():
     expect(one_column(arr), [[b"b"], [b"a"], None, [b"b"]], "byte")
 
 
-@pytest.mark.parametrize("t", [pa.binary(), pa.large_binary(), pa.binary_view()], ids=str)
+@pytest.mark.parametrize("t", [pa.binary(), pa.large_binary()] + ([pa.binary_view()] if VIEWS else []), ids=str)
 def test_binary(t):
     values = [b"\x00\xff", b"", None, bytes(range(256))]
     expect(one_column(pa.array(values, t)), [None if v is None else [v] for v in values], "byte")
