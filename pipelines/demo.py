@@ -22,6 +22,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from tfrecord_beam._engine_info import describe as describe_engine
+
 from . import build_index, mix, parquet_to_tfrecord, reshard
 
 
@@ -107,6 +109,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     j = lambda *parts: os.path.join(work, *parts)  # noqa: E731
     for d in ("parquet", "tfrecord", "indexes", "resharded", "mixed"):
         os.makedirs(j(d), exist_ok=True)
+    print(f"demo: {describe_engine()}")  # which engine: the compiled core (native) or the pure twins
     print(f"demo: working in {work}")
     make_parquet(j("parquet", "web.parquet"), args.rows, 1, seed=1)
     make_parquet(j("parquet", "books.parquet"), max(1, args.rows // 4), 2, seed=2)
