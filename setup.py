@@ -59,13 +59,20 @@ def _extensions():
     ]
 
 
-TORCH = "torch==2.13.0"  # the CPU build on disk; a bare `torch` would pull a multi-GB CUDA build
-BEAM = "apache-beam>=2.77,<2.78"
+# Supported ranges (README "Supported versions" says why each floor; `make test-oldest` runs a
+# reduced suite on the floors of Beam, pyarrow, numpy and protobuf, `make test` on the newest).
+# torch: a range, never a pin; the Makefile installs the CPU/CUDA build this machine should
+# use first, so pip keeps it (a bare `torch` would pull a multi-GB CUDA build).
+TORCH = "torch>=2.0,<3"
+BEAM = "apache-beam>=2.70,<2.78"
 # Object stores: the core reads them through pyarrow.fs (gs://, s3://, hdfs://) and fsspec for
 # other schemes; Beam code through Beam's FileSystems, whose gs:// / s3:// support comes with
 # Beam's own extras (s3:// needs boto3).
-BEAM_AWS = "apache-beam[aws]>=2.77,<2.78"
-BEAM_GCP = "apache-beam[gcp]>=2.77,<2.78"
+BEAM_AWS = "apache-beam[aws]>=2.70,<2.78"
+BEAM_GCP = "apache-beam[gcp]>=2.70,<2.78"
+NUMPY = "numpy>=1.23.2,<3"
+PROTOBUF = "protobuf>=4.25,<7"
+PYARROW = "pyarrow>=12"
 
 setup(
     name="tfrecord_beam",
@@ -81,10 +88,10 @@ setup(
     ext_modules=_extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=[
-        "numpy>=1.22",
-        "protobuf>=4.21,<7",
+        NUMPY,
+        PROTOBUF,
         "google-crc32c>=1.5",
-        "pyarrow>=12",
+        PYARROW,
     ],
     extras_require={
         "beam": [BEAM],
@@ -100,6 +107,8 @@ setup(
         "lint": ["ruff==0.17.6", "mypy==2.4.1"],
         "test": [
             "pytest>=7",
+            "pytest-xdist>=3",
+            "build>=1",
             "hypothesis>=6",
             "isal>=1.6",
             "torchdata==0.11.0",
