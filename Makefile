@@ -49,7 +49,7 @@ demo: $(VENV)/.demo-installed
 # `install` against numpy 2 headers loads on numpy 1.x too); torch is the main venv's (seen through a .pth after the venv's own
 # packages: a second multi-GB torch per venv is not worth it, see README "Supported versions").
 OLDEST_VENV ?= .venv-oldest
-OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==12.0.1 numpy==1.23.2 protobuf==4.25.0
+OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==14.0.2 numpy==1.23.2 protobuf==4.25.0
 OLDEST_TESTS ?= tests/test_oldest.py tests/test_records.py tests/test_example.py tests/test_columnar_api.py \
 	tests/test_arrow.py tests/test_beam_source.py tests/test_beam_sink.py tests/test_pipelines_reshard.py \
 	tests/test_torch_dataset.py

@@ -72,7 +72,7 @@ BEAM_AWS = "apache-beam[aws]>=2.70,<2.78"
 BEAM_GCP = "apache-beam[gcp]>=2.70,<2.78"
 NUMPY = "numpy>=1.23.2,<3"
 PROTOBUF = "protobuf>=4.25,<7"
-PYARROW = "pyarrow>=12"
+PYARROW = "pyarrow>=14"
 
 setup(
     name="tfrecord_beam",
