@@ -44,10 +44,11 @@ test-pure: install
 demo: $(VENV)/.demo-installed
 	$(PY) -m pipelines.demo
 
-# The oldest supported apache-beam, pyarrow, numpy and protobuf (setup.py says why each) in a
-# second venv, cached, running this checkout's code (PYTHONPATH; the compiled core built by
-# `install` against numpy 2 headers loads on numpy 1.x too); torch is the main venv's (seen through a .pth after the venv's own
-# packages: a second multi-GB torch per venv is not worth it, see README "Supported versions").
+# The oldest supported apache-beam, pyarrow, numpy and protobuf (README "Supported versions"
+# says why each) in a second venv, cached, running this checkout's code (PYTHONPATH; the
+# compiled core built by `install` against numpy 2 headers loads on numpy 1.x too). torch is
+# the main venv's, seen through a .pth after the venv's own packages: a second multi-GB torch
+# per venv is not worth it.
 OLDEST_VENV ?= .venv-oldest
 OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==14.0.2 numpy==1.23.2 protobuf==4.25.0
 OLDEST_TESTS ?= tests/test_oldest.py tests/test_records.py tests/test_example.py tests/test_columnar_api.py \
