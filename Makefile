@@ -1,18 +1,30 @@
-# One venv, everything installed from nothing: `make test` is what CI runs.
+# One venv, everything installed from nothing: `make test` is what CI runs (.ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# the torch this machine kind should use, installed before the extras so that pip never
+# resolves torch on its own (a bare `torch` pulls another multi-GB build); setup.py states the range
+TORCH_PIN ?= torch==2.13.0
+# pytest-xdist workers for `make test` (the suite is xdist-safe: temp dirs, free ports, no shared
+# state); each test file goes to one worker, so a module's fixture data is made once
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install lint test test-pure demo bench clean runners runners-stop test-runners
+.PHONY: install lint test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners
 
-$(VENV)/.installed: setup.py pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# what the demo needs: the core, Beam and torch (no test or lint tools)
+$(VENV)/.demo-installed: setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, pinned: a bare `torch` would resolve to a multi-GB CUDA build
-	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[all,test,lint]"
+	$(PIP) install -q "$(TORCH_PIN)"
+	$(PIP) install -q -e ".[beam,torch]"
 	$(PY) setup.py -q build_ext --inplace
+	touch $@
+
+# everything: the extras, the test and lint tools
+$(VENV)/.installed: $(VENV)/.demo-installed
+	$(PIP) install -q -e ".[all,test,lint]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -24,7 +36,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # The runner matrix (issue 21). `make runners` builds (into $${TFRB_CACHE:-~/.cache/tfrecord_beam})
 # and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
@@ -44,10 +56,43 @@ test-runners: install
 	$(PY) -m pytest -m runners tests/runners -q -p no:cacheprovider
 
 test-pure: install
-	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q
+	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
 
-demo: install
+demo: $(VENV)/.demo-installed
 	$(PY) -m pipelines.demo
+
+# The oldest supported apache-beam, pyarrow, numpy and protobuf (README "Supported versions"
+# says why each) in a second venv, cached, running this checkout's code (PYTHONPATH; the
+# compiled core built by `install` against numpy 2 headers loads on numpy 1.x too). torch is
+# the main venv's, seen through a .pth after the venv's own packages: a second multi-GB torch
+# per venv is not worth it.
+OLDEST_VENV ?= .venv-oldest
+OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==14.0.2 numpy==1.23.2 protobuf==4.25.0
+OLDEST_TESTS ?= tests/test_oldest.py tests/test_records.py tests/test_example.py tests/test_columnar_api.py \
+	tests/test_arrow.py tests/test_beam_source.py tests/test_beam_sink.py tests/test_pipelines_reshard.py \
+	tests/test_torch_dataset.py
+# the stamp names the pins: changing them remakes the venv
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(shell echo '$(OLDEST_PINS)' | cksum | cut -d' ' -f1)
+$(OLDEST_STAMP): setup.py | $(VENV)/.installed
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install -q $(OLDEST_PINS) "pytest>=7" "pytest-xdist>=3" "hypothesis>=6" "google-crc32c>=1.5"
+	$(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' \
+		> "$$($(OLDEST_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_main_venv.pth"
+	touch $@
+
+test-oldest: $(OLDEST_STAMP)
+	PYTHONPATH=$(CURDIR) TFRB_OLDEST_PINS="$(OLDEST_PINS)" $(OLDEST_VENV)/bin/python -m pytest -q $(XDIST) $(OLDEST_TESTS)
+
+# sdist + platform wheel (PyPA build) in dist/; `make test-dist` installs each in a fresh venv
+# without a C compiler on PATH and runs the demo from it (.ci/check_dist.sh)
+dist: install
+	rm -rf dist
+	$(PY) -m build -q --outdir dist . > /dev/null
+
+test-dist: dist
+	PYTHON=$(PY) .ci/check_dist.sh dist
 
 bench: install
 	$(PIP) install -q "tfrecord==1.14.6"
@@ -63,7 +108,7 @@ bench-tfx: $(TFX_VENV)/bin/python
 .PHONY: bench-tfx
 
 clean:
-	rm -rf build *.egg-info tfrecord_beam/_native/*.so .pytest_cache
+	rm -rf build dist *.egg-info tfrecord_beam/_native/*.so .pytest_cache
 
 # Bounded libFuzzer run (ASan+UBSan) over the compiled core's plain-C layer; needs clang.
 FUZZ_SECONDS ?= 60

@@ -59,16 +59,22 @@ def _extensions():
     ]
 
 
-TORCH = "torch==2.13.0"  # the CPU build on disk; a bare `torch` would pull a multi-GB CUDA build
+# Supported ranges (README "Supported versions" says why each floor; `make test-oldest` runs a
+# reduced suite on the floors of Beam, pyarrow, numpy and protobuf, `make test` on the newest).
+# torch: a range, never a pin; the Makefile installs the CPU/CUDA build this machine should
+# use first, so pip keeps it (a bare `torch` would pull a multi-GB CUDA build).
+TORCH = "torch>=2.0,<3"
 # 2.70: the newest Beam whose Flink and Spark runners Maven Central serves (runners/*.pom.xml);
 # jobs on those job servers run from a venv pinned to it, so the code is kept working on both.
-BEAM_RANGE = ">=2.70,<2.78"
-BEAM = "apache-beam" + BEAM_RANGE
+BEAM = "apache-beam>=2.70,<2.78"
 # Object stores: the core reads them through pyarrow.fs (gs://, s3://, hdfs://) and fsspec for
 # other schemes; Beam code through Beam's FileSystems, whose gs:// / s3:// support comes with
 # Beam's own extras (s3:// needs boto3).
-BEAM_AWS = "apache-beam[aws]" + BEAM_RANGE
-BEAM_GCP = "apache-beam[gcp]" + BEAM_RANGE
+BEAM_AWS = "apache-beam[aws]>=2.70,<2.78"
+BEAM_GCP = "apache-beam[gcp]>=2.70,<2.78"
+NUMPY = "numpy>=1.23.2,<3"
+PROTOBUF = "protobuf>=4.25,<7"
+PYARROW = "pyarrow>=14"
 
 setup(
     name="tfrecord_beam",
@@ -84,10 +90,10 @@ setup(
     ext_modules=_extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=[
-        "numpy>=1.22",
-        "protobuf>=4.21,<7",
+        NUMPY,
+        PROTOBUF,
         "google-crc32c>=1.5",
-        "pyarrow>=12",
+        PYARROW,
     ],
     extras_require={
         "beam": [BEAM],
@@ -103,6 +109,8 @@ setup(
         "lint": ["ruff==0.17.6", "mypy==2.4.1"],
         "test": [
             "pytest>=7",
+            "pytest-xdist>=3",
+            "build>=1",
             "hypothesis>=6",
             "isal>=1.6",
             "torchdata==0.11.0",

@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import _usage, fs
@@ -35,6 +34,7 @@ from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import resolve_compression
 
 from . import _args, _runner
+from ._summary import Summary, process_start
 
 TEMP_PREFIX = _commit.TEMP_PREFIX
 
@@ -69,41 +69,6 @@ def progress(message: str) -> None:
     """One progress line on stderr (stdout carries the summary)."""
     sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
     sys.stderr.flush()
-
-
-@dataclass
-class Summary:
-    """What a job did: printed at the end as `key: value` lines and one JSON line."""
-
-    job: str
-    files: int = 0
-    records: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> Dict[str, Any]:
-        out = {
-            "job": self.job,
-            "files": self.files,
-            "records": self.records,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-        }
-        out.update(self.extra)
-        return out
-
-    def print(self, stream=None) -> None:
-        stream = stream or sys.stdout
-        rate = self.records / self.seconds if self.seconds > 0 else 0.0
-        stream.write(f"== {self.job} summary ==\n")
-        stream.write(f"files:   {self.files}\nrecords: {self.records}\nbytes:   {self.bytes}\n")
-        stream.write(f"seconds: {self.seconds:.2f} ({rate:,.0f} records/s)\n")
-        for key, value in self.extra.items():
-            if not isinstance(value, (list, dict)):
-                stream.write(f"{key}: {value}\n")
-        stream.write("json: " + json.dumps(self.as_dict(), sort_keys=True, default=str) + "\n")
-        stream.flush()
 
 
 def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str = "*.tfrecord*") -> List[str]:
@@ -257,7 +222,8 @@ def run_job(
     verbose = bool(getattr(args, "verbose", False)) or bool(os.environ.get("TFRECORD_BEAM_DEBUG"))
     _verbose[0] = verbose
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
-    start = time.time()
+    # as a command (argv None): from the process's start, imports included; in-process: this call
+    start = process_start() if argv is None else time.time()
     interrupted: List[int] = []
     previous = _on_sigint(interrupted)
     import threading

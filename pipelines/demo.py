@@ -100,6 +100,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--workdir", default=None, help="where to put everything (default: a new temp dir, kept)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the 'web' dataset ('books' has a quarter)")
     args, beam_args = parser.parse_known_args(argv)
+    from tfrecord_beam._engine_info import describe as describe_engine
+
     from . import _args, build_index, mix, parquet_to_tfrecord, reshard  # Beam loads here, after --help
 
     try:
@@ -113,6 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     j = lambda *parts: os.path.join(work, *parts)  # noqa: E731
     for d in ("parquet", "tfrecord", "indexes", "resharded", "mixed"):
         os.makedirs(j(d), exist_ok=True)
+    print(f"demo: {describe_engine()}")  # which engine: the compiled core (native) or the pure twins
     print(f"demo: working in {work}")
     make_parquet(j("parquet", "web.parquet"), args.rows, 1, seed=1)
     make_parquet(j("parquet", "books.parquet"), max(1, args.rows // 4), 2, seed=2)

@@ -416,11 +416,12 @@ def run(args: argparse.Namespace, options) -> Summary:
         "output_shards": args.num_shards,
         "manifest": manifest_path,
         "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
-        "outputs": finals,
         **corrupt,
     }
     return Summary(
         "mix",
+        input_files=len(inputs.files),
+        input_bytes=total_bytes,
         files=len(results),
         records=sum(r["records"] for r in results),
         bytes=sum(r["file_bytes"] for r in results),

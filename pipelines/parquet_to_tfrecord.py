@@ -73,6 +73,7 @@ _args.parse_then_load(__name__, build_parser)
 import pyarrow as pa
 
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
+from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 
 from . import _common
@@ -150,17 +151,18 @@ def run(args: argparse.Namespace, options) -> Summary:
         )
     finals, corrupt = _common.commit_shards(staged, spec, results)
     extra = {
-        "input_files": len(files),
         "input_rows": rows,
         "row_groups": row_groups,
         "record_kind": kind,
         "output_shards": args.num_shards,
         "verified": f"yes: {written} records + {rows - written} rows skipped == {rows} Parquet rows, each shard as planned",
-        "outputs": finals,
+        "manifest": staged.final_path(staged.manifest_name),
         **corrupt,
     }
     return Summary(
         "parquet_to_tfrecord",
+        input_files=len(files),
+        input_bytes=sum(_fs.file_size(f) for f in files),
         files=len(results),
         records=written,
         bytes=sum(r["file_bytes"] for r in results),

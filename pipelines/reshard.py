@@ -114,11 +114,18 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
 
         _common.run_pipeline(build, options)
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", not args.no_verify)
-    return _summary(results, check, finals, num_shards, files, total_bytes, corrupt)
+    return _summary(results, check, staged.final_path(staged.manifest_name), num_shards, files, total_bytes, corrupt)
 
 
 def _summary(
-    results, check, finals, num_shards: int, files, total_bytes: int, corrupt: dict, shuffle: Optional[str] = None
+    results,
+    check,
+    manifest: str,
+    num_shards: int,
+    files,
+    total_bytes: int,
+    corrupt: dict,
+    shuffle: Optional[str] = None,
 ) -> Summary:
     """The job's summary, shuffled (`shuffle`: its seed, buckets and buffer) or not."""
     records = sum(r["records"] for r in results)
@@ -126,17 +133,21 @@ def _summary(
     extra = {
         "output_shards": num_shards,
         "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
-        "input_files": len(files),
-        "input_bytes": total_bytes,
         **({"shuffle": shuffle} if shuffle is not None else {}),
         "verified": "no (--no_verify)"
         if check is None
         else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
-        "outputs": finals,
+        "manifest": manifest,
         **corrupt,
     }
     return Summary(
-        "reshard", files=len(results), records=records, bytes=sum(r["file_bytes"] for r in results), extra=extra
+        "reshard",
+        input_files=len(files),
+        input_bytes=total_bytes,
+        files=len(results),
+        records=records,
+        bytes=sum(r["file_bytes"] for r in results),
+        extra=extra,
     )
 
 
@@ -153,7 +164,16 @@ def run(args: argparse.Namespace, options) -> Summary:
         results, check, finals, corrupt, note = _reshard_shuffle.run(
             args, options, staged, files, total_bytes, num_shards
         )
-        return _summary(results, check, finals, num_shards, files, total_bytes, corrupt, shuffle=note)
+        return _summary(
+            results,
+            check,
+            staged.final_path(staged.manifest_name),
+            num_shards,
+            files,
+            total_bytes,
+            corrupt,
+            shuffle=note,
+        )
     return _run_planned(args, options, staged, files, total_bytes, num_shards)
 
 

@@ -185,13 +185,20 @@ def run(args: argparse.Namespace, options) -> Summary:
     count, dead = staged.collect_dead_letters()
     finals = staged.commit(entries, corrupt_records=count, dead_letters=dead)
     extra = {
-        "input_files": len(files),
         "columns": len(schema),
         "verified": f"yes: {rows} rows == {read} records",
-        "outputs": finals,
+        "manifest": staged.final_path(staged.manifest_name),
         **_common.corrupt_summary(count, dead, staged),
     }
-    return Summary("tfrecord_to_parquet", files=len(finals), records=rows, bytes=size, extra=extra)
+    return Summary(
+        "tfrecord_to_parquet",
+        input_files=len(files),
+        input_bytes=sum(_fs.file_size(f) for f in files),
+        files=len(finals),
+        records=rows,
+        bytes=size,
+        extra=extra,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

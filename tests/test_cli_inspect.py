@@ -39,6 +39,17 @@ def stats_of(payloads) -> DatasetStats:
     return stats
 
 
+def batched_stats_of(payloads, batch: int) -> DatasetStats:
+    """The statistics as `scan_file` takes them: batches of one buffer with offsets."""
+    stats = DatasetStats()
+    for start in range(0, len(payloads), batch):
+        part = payloads[start : start + batch]
+        lengths = np.array([len(p) for p in part], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) + 3
+        stats.add_payloads(b"pad" + b"".join(part), offsets, lengths)
+    return stats
+
+
 # -- record type -------------------------------------------------------------------------------
 
 
@@ -92,6 +103,64 @@ def test_feature_statistics():
     assert b.sample == b"\x89PNGjunk"
     d = x.to_dict()
     assert d["min"] == -2.5 and d["max"] == 4.0 and d["nan_count"] == 1
+
+
+def _varied_examples(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        features = {"id": (i, "int")}
+        if i % 3:
+            features["score"] = (
+                [float(v) for v in rng.normal(size=i % 4)] + ([float("nan")] if i % 7 == 0 else []),
+                "float",
+            )
+        if i % 5 != 1:
+            features["name"] = ([f"n{i}".encode(), b"\xff\xfe" if i % 11 == 0 else b""], "byte")
+        if i % 13 == 0:
+            features["img"] = (b"\x89PNG\r\n\x1a\n" + bytes(20), "byte")
+        if i % 17 == 0:
+            features[f"rare{i % 2}"] = ([-(2**63), 2**63 - 1], "int")
+        if i % 19 == 0:
+            features["empty"] = ([], "float")
+        out.append(encode_example(features))
+    return out
+
+
+def _kindless(name: str, value: bytes = b"") -> bytes:
+    """An Example whose feature `name` has no kind set (an empty Feature message)."""
+    entry = b"\x0a" + bytes([len(name)]) + name.encode() + b"\x12\x00"
+    return b"\x0a" + bytes([len(entry) + 2]) + b"\x0a" + bytes([len(entry)]) + entry + value
+
+
+@pytest.mark.parametrize("batch", [1, 7, 500])
+def test_batched_statistics_equal_the_per_record_ones(batch, engine):
+    """The batched decoder's statistics are those of the per-record parse, whatever the data:
+    features that come and go, kind-less and mixed-kind features, NaN, non-UTF-8 bytes, images,
+    an unusual encoding (unpacked ints), SequenceExamples and invalid records in between."""
+    examples = _varied_examples(300, seed=batch)
+    unpacked_int = b"\x0a\x0e\x0a\x0c\x0a\x02id\x12\x06\x1a\x04\x08\x05\x08\x06"  # id: [5, 6], unpacked
+    assert decode_example(unpacked_int)["id"].tolist() == [5, 6]
+    mixed_kind = encode_example({"id": (1.5, "float")})
+    sequence = encode_sequence_example({"id": (3, "int")}, {"steps": ([[1, 2], [3]], "int")})
+    data = examples[:100] + [_kindless("id"), _kindless("ghost"), unpacked_int, mixed_kind] + examples[100:200]
+    for extra in ([], [b"\xff\xff\xff"], [sequence]):
+        payloads = data + extra + examples[200:]
+        assert batched_stats_of(payloads, batch).to_dict() == stats_of(payloads).to_dict()
+
+
+def test_batched_statistics_of_plain_examples_take_the_batched_way(monkeypatch):
+    """Regular Example data is decoded in batches: the per-record parse only learns features."""
+    from tfrecord_beam.cli import inspection
+
+    parsed = []
+    real = inspection.parse_record
+    monkeypatch.setattr(inspection, "parse_record", lambda p: parsed.append(p) or real(p))
+    payloads = _varied_examples(2000, seed=1)
+    batched = batched_stats_of(payloads, 1000)
+    assert len(parsed) <= 8  # one record per new feature at most (id, score, name, img, rare0/1, empty)
+    monkeypatch.setattr(inspection, "parse_record", real)
+    assert batched.to_dict() == stats_of(payloads).to_dict()
 
 
 # -- description and Arrow schema ---------------------------------------------------------------
@@ -280,6 +349,20 @@ def test_progress_is_throttled_and_optional():
     late = io.StringIO()
     fmt.Progress(stream=late, delay=60)(1, 1, "f", 1, None)
     assert quiet.getvalue() == "" and late.getvalue() == ""
+
+
+def test_progress_off_a_terminal_is_one_line_per_10_seconds(monkeypatch):
+    """A log (stderr not a terminal) gets a line every 10 s at most, whatever the interval asked."""
+    clock = [1000.0]
+    monkeypatch.setattr(fmt.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    progress = fmt.Progress(stream=stream, delay=1.0, interval=1.0)
+    for step in range(600):  # a minute, reported every 0.1 s
+        clock[0] += 0.1
+        progress(1, 1, "f", step, None)
+    lines = stream.getvalue().splitlines()
+    assert 5 <= len(lines) <= 6
+    assert [int(line.rsplit(" ", 2)[1]) for line in lines] == [1, 11, 21, 31, 41, 51][: len(lines)]
 
 
 def test_old_import_paths_are_the_cli_modules():

@@ -1,7 +1,13 @@
 """Shared CLI plumbing: --help with examples, Beam options, staged output, error lines."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
-from helpers.jobs import entries, run_job, write_files
+from helpers.fixtures import REPO
+from helpers.jobs import FAST, entries, run_job, summary_json, write_files
 
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 
@@ -83,11 +89,94 @@ def test_error_line_digs_out_the_cause():
     assert _common._error_line(RuntimeError(text)) == "source 1 has no records"
 
 
-def test_summary_prints_counts_and_json(capsys):
-    _common.Summary("x", files=2, records=10, bytes=100, seconds=2.0, extra={"k": "v"}).print()
-    out = capsys.readouterr().out
-    assert "records: 10" in out and "(5 records/s)" in out and "k: v" in out
-    assert '"records": 10' in out
+def test_summary_names_input_and_output_with_rates_and_json_counts(capsys):
+    summary = _common.Summary(
+        "x",
+        files=2,
+        records=10_000,
+        bytes=1_500_000,
+        seconds=2.0,
+        input_files=1,
+        input_bytes=3_000_000,
+        extra={"k": "v", "shards": 1_234, "per_source": [3, 1]},
+    )
+    summary.print()
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "== x summary ==",
+        "input:   1 file, 3,000,000 bytes (3.0 MB)",
+        "output:  2 files, 10,000 records, 1,500,000 bytes (1.5 MB)",
+        "wall:    2.0 s (5,000 records/s, 1.5 MB/s)",
+    ]
+    assert out[4:7] == ["k: v", "shards: 1,234", "per_source: 3, 1"]
+    data = json.loads(out[-1][len("json: ") :])
+    assert data == {
+        "job": "x",
+        "files": 2,
+        "records": 10_000,
+        "bytes": 1_500_000,
+        "seconds": 2.0,
+        "input_files": 1,
+        "input_bytes": 3_000_000,
+        "k": "v",
+        "shards": 1_234,
+        "per_source": [3, 1],
+    }
+
+
+def test_summary_singular_and_plural():
+    from pipelines._summary import plural, size
+
+    assert [plural(n, "record") for n in (0, 1, 2, 1_000_000)] == [
+        "0 records",
+        "1 record",
+        "2 records",
+        "1,000,000 records",
+    ]
+    assert size(1) == "1 byte (0.0 MB)" and size(2_500_000) == "2,500,000 bytes (2.5 MB)"
+    one = _common.Summary("x", files=1, records=1, bytes=1, seconds=1.0).lines()
+    assert one[1] == "output:  1 file, 1 record, 1 byte (0.0 MB)"
+
+
+def test_summary_wall_time_counts_from_the_process_start():
+    """A command's wall time includes the interpreter's and the imports' seconds."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(1.0); from pipelines._summary import process_start; "
+            "print(time.time() - process_start())",
+        ],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert 1.0 <= float(done.stdout) < 30.0
+
+
+def test_job_summaries_leave_the_list_of_outputs_to_the_manifest(tmp_path, capsys):
+    write_files(tmp_path / "in", "a", [30, 20])
+    code, out, _ = run_job(
+        reshard.main,
+        [
+            "--input",
+            str(tmp_path / "in" / "*.tfrecord"),
+            "--output_prefix",
+            str(tmp_path / "o" / "x"),
+            "--num_shards",
+            "3",
+        ]
+        + FAST,
+        capsys,
+    )
+    assert code == 0
+    summary = summary_json(out)
+    assert "outputs" not in summary and not any(isinstance(v, list) for v in summary.values())
+    assert summary["manifest"] == str(tmp_path / "o" / "_MANIFEST.x.json")
+    assert (summary["input_files"], summary["files"], summary["records"]) == (2, 3, 50)
+    assert "input:   2 files, " in out and "output:  3 files, 50 records, " in out
 
 
 def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):

@@ -205,8 +205,7 @@ def test_block_extras_are_exact_and_deterministic():
     assert mix.block_extras(1, 0, [5, 5], 10).tolist() == [5, 5]
 
 
-def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(_bucketed, "RUN_BYTES", 2000)  # several runs
+def test_keyed_runs_merge_into_key_order(tmp_path):
     payloads = _payloads(np.random.default_rng(0).integers(0, 60, 400))
     path = tmp_path / "in.tfrecord"
     write_records(str(path), payloads)
@@ -214,19 +213,48 @@ def test_keyed_runs_merge_into_key_order(tmp_path, monkeypatch):
     index = build_index(str(path))
     keys = np.random.default_rng(1).integers(0, 2**64 - 1, len(payloads), dtype=np.uint64, endpoint=True)
     shards = np.arange(len(payloads)) % 2
-    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 0, 0, [3, 3], core_fs.atomic_output)
+    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 0, 0, [3, 3], core_fs.atomic_output, run_bytes=2000)
     for a in range(0, len(payloads), 50):
         sl = slice(a, a + 50)
         spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
     tables = spiller.close()
+    assert len(tables) > 4  # several runs, each with segments in every bucket
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
-        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, core_fs.open_input)
+        opened: list = []
+
+        def open_input(path, opened=opened):
+            opened.append(path)
+            return core_fs.open_input(path)
+
+        digest, groups = _bucketed.write_merged([t for t in tables if t.shard == shard], writer, open_input)
         writer.close()
+        assert opened == [str(tmp_path / "runs")]  # the spill file is opened once per shard, not per segment
         mine = np.flatnonzero(shards == shard)
         expected = [payloads[i] for i in mine[np.argsort(keys[mine])]]
         assert list(RecordReader(str(dest))) == expected and groups == [len(mine)]
+
+
+def test_spill_handles_are_reused_and_bounded(tmp_path):
+    opened, closed = [], []
+
+    class Handle:
+        def __init__(self, path):
+            self.path = path
+            opened.append(path)
+
+        def close(self):
+            closed.append(self.path)
+
+    handles = _bucketed.Handles(Handle, most=2)
+    assert handles.get("a") is handles.get("a") and opened == ["a"]
+    handles.get("b")
+    handles.get("a")  # used last: "b" is the least recently used now
+    handles.get("c")
+    assert opened == ["a", "b", "c"] and closed == ["b"]
+    handles.close()
+    assert sorted(closed) == ["a", "b", "c"]
 
 
 def test_progress_lines(tmp_path):

@@ -174,52 +174,108 @@ class RunSpiller:
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
 
 
+class Handles:
+    """Spill files opened once each and kept open while a shard is written: a bucket reads one
+    small segment from each run (a few records each for large records), and opening a file per
+    segment through Beam's FileSystems cost more than reading it (mix on 16 KiB records)."""
+
+    def __init__(self, open_input: Callable[[str], BinaryIO], most: int = 64) -> None:
+        self.open_input, self.most = open_input, most
+        self._open: dict = {}  # path -> handle, least recently used first
+
+    def get(self, path: str) -> BinaryIO:
+        handle = self._open.pop(path, None)
+        if handle is None:
+            if len(self._open) >= self.most:  # bounded: a job of many tasks must not run out of descriptors
+                self._open.pop(next(iter(self._open))).close()
+            handle = self.open_input(path)
+        self._open[path] = handle
+        return handle
+
+    def close(self) -> None:
+        for handle in self._open.values():
+            handle.close()
+        self._open.clear()
+
+
+def _read_exactly(segment: Segment, handle: BinaryIO, into: memoryview) -> None:
+    """Fill `into` from the segment's offset; CorruptRecordError when the file ends early."""
+    handle.seek(segment.offset)
+    done = 0
+    while done < len(into):
+        data = handle.read(len(into) - done)  # read, not readinto: any binary file object will do
+        got = len(data)
+        into[done : done + got] = data
+        if not got:
+            raise CorruptRecordError(
+                segment.path, segment.offset, None, "spill file ends early (removed or truncated?)"
+            )
+        done += got
+
+
+def _check_frames(segment: Segment, frames, verify: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(payload offsets, payload lengths) of a segment's frames, checked at `verify`."""
+    offsets, lengths, consumed, status = _engine.scan_frames(frames, verify)
+    if status != STATUS_OK or consumed != len(frames) or len(offsets) != segment.records:
+        where = segment.offset + 8 * segment.records + consumed
+        raise CorruptRecordError(segment.path, where, None, "spilled records fail their CRCs (temporary file damaged)")
+    return offsets, lengths
+
+
 def read_segment(
     segment: Segment, open_input: Callable[[str], BinaryIO], verify: int = VERIFY_ALL
 ) -> Tuple[np.ndarray, memoryview, np.ndarray, np.ndarray]:
     """(keys, frames, payload offsets, payload lengths) of one segment, its frames checked at
     `verify` (a temporary file damaged on disk is an error naming it, never a silent loss)."""
+    data = memoryview(bytearray(8 * segment.records + segment.frame_bytes))
     with open_input(segment.path) as handle:
-        handle.seek(segment.offset)
-        data = handle.read(8 * segment.records + segment.frame_bytes)
-    if len(data) != 8 * segment.records + segment.frame_bytes:
-        raise CorruptRecordError(segment.path, segment.offset, None, "spill file ends early (removed or truncated?)")
+        _read_exactly(segment, handle, data)
     keys = np.frombuffer(data, dtype="<u8", count=segment.records)
-    frames = memoryview(data)[8 * segment.records :]
-    offsets, lengths, consumed, status = _engine.scan_frames(frames, verify)
-    if status != STATUS_OK or consumed != len(frames) or len(offsets) != segment.records:
-        where = segment.offset + 8 * segment.records + consumed
-        raise CorruptRecordError(segment.path, where, None, "spilled records fail their CRCs (temporary file damaged)")
+    frames = data[8 * segment.records :]
+    offsets, lengths = _check_frames(segment, frames, verify)
     return keys, frames, offsets, lengths
 
 
 def merge_bucket(
-    segments: Sequence[Segment], open_input: Callable[[str], BinaryIO], block_bytes: int = BLOCK_BYTES
+    segments: Sequence[Segment],
+    open_input: Callable[[str], BinaryIO],
+    block_bytes: int = BLOCK_BYTES,
+    handles: Optional[Handles] = None,
 ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
     """The records of one bucket in key order, as blocks of about `block_bytes` of (framed
     bytes, frame sizes, footers, records per group): memory is the bucket read back plus one
-    block. Frames are CRC-checked again (both CRCs) as they are read back."""
+    block. Frames are CRC-checked again (both CRCs) as they are read back. The segments are
+    read into one buffer (through `handles`, kept open by the caller, else opened here), so
+    the footers and the blocks come from one array however many segments there are."""
     segments = sorted(segments, key=lambda s: s.run)
-    keys_l, frames_l, starts_l, sizes_l, footers_l, source_l = [], [], [], [], [], []
-    groups: dict = {}
-    for seg_no, seg in enumerate(segments):
-        keys, frames, offsets, lengths = read_segment(seg, open_input)
-        keys_l.append(keys)
-        frames_l.append(frames)
-        starts_l.append(offsets - HEADER_SIZE)
-        sizes_l.append(lengths + FRAME_OVERHEAD)
-        footers_l.append(footers_at(frames, offsets + lengths))
-        source_l.append(np.full(len(offsets), seg_no, np.int64))
-        groups[seg.group] = groups.get(seg.group, 0) + seg.records
-    if not keys_l:
+    if not segments:
         return
+    own = handles is None
+    handles = Handles(open_input) if handles is None else handles
+    sizes_on_disk = [8 * seg.records + seg.frame_bytes for seg in segments]
+    positions = np.concatenate([[0], np.cumsum(sizes_on_disk)]).tolist()
+    whole = memoryview(bytearray(positions[-1]))
+    keys_l, starts_l, sizes_l, group_l = [], [], [], []
+    groups: dict = {}
+    try:
+        for seg, pos, end in zip(segments, positions[:-1], positions[1:]):
+            _read_exactly(seg, handles.get(seg.path), whole[pos:end])
+            frames_at = pos + 8 * seg.records
+            offsets, lengths = _check_frames(seg, whole[frames_at:end], VERIFY_ALL)
+            keys_l.append(np.frombuffer(whole, dtype="<u8", count=seg.records, offset=pos))
+            starts_l.append(frames_at + offsets - HEADER_SIZE)
+            sizes_l.append(lengths + FRAME_OVERHEAD)
+            group_l.append(np.full(len(offsets), seg.group, np.int64))
+            groups[seg.group] = groups.get(seg.group, 0) + seg.records
+    finally:
+        if own:
+            handles.close()
     keys = np.concatenate(keys_l)
     order = np.argsort(keys, kind="stable")
-    source = np.concatenate(source_l)[order]
     starts = np.concatenate(starts_l)[order]
     sizes = np.concatenate(sizes_l)[order]
-    footers = np.concatenate(footers_l)[order]
-    group_of = np.array([seg.group for seg in segments], np.int64)[source]
+    footers = footers_at(whole, starts + sizes - 4)
+    group_of = np.concatenate(group_l)[order]
     width = max(groups) + 1
     ends = np.cumsum(sizes)
     cuts = [
@@ -230,12 +286,7 @@ def merge_bucket(
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         if lo >= hi:
             continue
-        framed = b"".join(
-            [
-                frames_l[c][a : a + n]
-                for c, a, n in zip(source[lo:hi].tolist(), starts[lo:hi].tolist(), sizes[lo:hi].tolist())
-            ]
-        )
+        framed = b"".join([whole[a : a + n] for a, n in zip(starts[lo:hi].tolist(), sizes[lo:hi].tolist())])
         yield framed, sizes[lo:hi], footers[lo:hi], np.bincount(group_of[lo:hi], minlength=width).tolist()
 
 
@@ -294,6 +345,7 @@ def merge_bounded(
     max_bytes: Optional[int],
     scratch: Optional[Scratch],
     depth: int = 0,
+    handles: Optional[Handles] = None,
 ) -> Iterator[Tuple[bytes, np.ndarray, np.ndarray, List[int]]]:
     """`merge_bucket`, in memory of about `max_bytes`: a larger bucket is split first."""
     total = sum(s.frame_bytes for s in segments)
@@ -304,7 +356,7 @@ def merge_bounded(
         or sum(s.records for s in segments) <= 1
         or depth >= 8
     ):
-        yield from merge_bucket(segments, open_input)
+        yield from merge_bucket(segments, open_input, handles=handles)
         return
     sub = scratch._replace(directory=f"{scratch.directory.rstrip('/')}/split-{uuid.uuid4().hex[:12]}")
     try:
@@ -336,15 +388,23 @@ def write_merged(
             by_bucket.setdefault(seg.bucket, []).append(seg)
     digest = (0, 0, 0)
     groups: List[int] = []
-    for bucket in sorted(by_bucket):
-        for framed, sizes, footers, counts in merge_bounded(by_bucket[bucket], open_input, max_bytes, scratch):
-            writer.write_framed(framed, sizes)
-            part = frame_digest(footers, sizes)
-            digest = add_digests(digest, part)
-            groups = [
-                a + b
-                for a, b in zip(groups + [0] * (len(counts) - len(groups)), counts + [0] * (len(groups) - len(counts)))
-            ]
-            if progress is not None:
-                progress(part[0], len(framed))
+    handles = Handles(open_input)  # spill files stay open from bucket to bucket
+    try:
+        for bucket in sorted(by_bucket):
+            for framed, sizes, footers, counts in merge_bounded(
+                by_bucket[bucket], open_input, max_bytes, scratch, handles=handles
+            ):
+                writer.write_framed(framed, sizes)
+                part = frame_digest(footers, sizes)
+                digest = add_digests(digest, part)
+                groups = [
+                    a + b
+                    for a, b in zip(
+                        groups + [0] * (len(counts) - len(groups)), counts + [0] * (len(groups) - len(counts))
+                    )
+                ]
+                if progress is not None:
+                    progress(part[0], len(framed))
+    finally:
+        handles.close()
     return digest, groups

@@ -191,8 +191,9 @@ def _leaf_values(name: str, arr: pa.Array, kind: str, row_of, decimal_as: Option
     elif pa.types.is_temporal(t):
         arr = arr.cast(pa.int64())
     values = arr.to_numpy(zero_copy_only=False)
-    if values.dtype == np.uint64 and len(values) and values.max() > _INT64_MAX:
-        at = int(np.flatnonzero(values > _INT64_MAX)[0])
+    # against np.uint64: numpy 1.x compares uint64 with a Python int as float64 (2**63 == 2**63 - 1)
+    if values.dtype == np.uint64 and len(values) and values.max() > np.uint64(_INT64_MAX):
+        at = int(np.flatnonzero(values > np.uint64(_INT64_MAX))[0])
         raise ArrowConversionError(
             f"column {name!r}, row {row_of(at)}: value {int(values[at])} is above the int64 maximum"
         )

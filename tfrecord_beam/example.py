@@ -286,7 +286,9 @@ def _as_list(value: Any, kind: str) -> Any:
 def _int_values(values: Any, name: str) -> np.ndarray:
     try:
         arr = np.asarray(values)
-        if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+        # uint64 against uint64: numpy 1.x compares uint64 with a Python int as float64, where
+        # 2**63 == 2**63 - 1 (so 2**63 would wrap to a negative int64)
+        if arr.dtype.kind == "u" and arr.size and arr.max() > np.uint64(_INT64_MAX):
             raise OverflowError
         if arr.dtype.kind == "O" or arr.dtype.kind == "f":
             ints = [int(v) for v in np.ravel(arr)]

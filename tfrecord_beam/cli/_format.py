@@ -111,11 +111,15 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: I
 # -- progress --------------------------------------------------------------------------------
 
 
+NON_TTY_INTERVAL = 10.0  # seconds between progress lines when stderr is not a terminal
+
+
 class Progress:
     """Throttled progress lines on stderr for long scans.
 
     Silent for the first `delay` seconds (short commands print nothing), then one update every
-    `interval` seconds: redrawn in place on a terminal, one line each otherwise.
+    `interval` seconds redrawn in place on a terminal; one line each `NON_TTY_INTERVAL` seconds
+    at most otherwise (a log keeps every line).
     """
 
     def __init__(
@@ -129,6 +133,8 @@ class Progress:
         self._next = self.started + delay
         self._drawn = False
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        if not self._tty:  # a log file or a pipe keeps every line: one each NON_TTY_INTERVAL at most
+            self.interval = max(self.interval, NON_TTY_INTERVAL)
 
     def __call__(self, file_number: int, file_count: int, path: str, records: int, nbytes: Optional[int]) -> None:
         """Report that `records` records / `nbytes` bytes (None: not counted) of file `file_number` are done."""

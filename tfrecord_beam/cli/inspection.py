@@ -22,11 +22,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .. import blockgzip, fs
-from .._engine._common import KIND_NONE_NAME
+from .. import _engine, blockgzip, fs
+from .._engine._common import KIND_NONE_NAME, MISSING, PRESENT
 from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
 from .._tfindex import default_index_path, first_difference, load_index
-from ..errors import IndexMismatchError, TFRecordError
+from ..columnar import decode_examples, encoded_lengths
+from ..errors import DecodeError, FeatureKindError, IndexMismatchError, TFRecordError
 from ..example import BYTES, FLOAT, INT, KIND_TO_FIELD, feature_kind
 from ..index import iter_frames
 from ..records import RecordReader, resolve_compression
@@ -65,6 +66,20 @@ class SchemaInferenceError(ValueError):
 
 
 # -- statistics --------------------------------------------------------------------------------
+
+_LEARN_TRIES = 16  # records whose new features a batch learns before it goes the per-record way
+
+
+def _fast_columns(buffer: Any, offsets: np.ndarray, lengths: np.ndarray, description: Dict[str, str]):
+    """The batch decoded as Examples, {name: Column}, when every record is exactly the described
+    features (its encoding again is as long); else the index of the first record that is not
+    (it holds something more), or None when the batch does not decode (not an Example, mixed kinds)."""
+    try:
+        columns = decode_examples(buffer, description, offsets=offsets, lengths=lengths)
+    except (DecodeError, FeatureKindError):
+        return None
+    differ = np.flatnonzero(encoded_lengths(columns, len(offsets)) != lengths)
+    return columns if not len(differ) else int(differ[0])
 
 
 def _minmax(current: Optional[Tuple[Any, Any]], lo: Any, hi: Any) -> Tuple[Any, Any]:
@@ -168,6 +183,60 @@ class FeatureStats:
                     self.images[image[0]] += 1
             if self.sample is None and value:
                 self.sample, self.sample_length = value[:_SAMPLE_BYTES], len(value)
+
+    def add_column(self, column) -> None:
+        """Account a batch's column of this (Example) feature: what `add_feature` and
+        `add_record` do for each record that has it, with numpy over the whole batch."""
+        present = column.status != MISSING
+        records = int(present.sum())
+        if not records:
+            return
+        with_kind = int((column.status == PRESENT).sum())
+        if records - with_kind:
+            self.kinds[KIND_NONE_NAME] += records - with_kind
+        if with_kind:
+            self.kinds[column.kind] += with_kind
+        counts = np.diff(column.row_splits)[present]
+        self.records += records
+        self.values_total += int(counts.sum())
+        self.values = _minmax(self.values, int(counts.min()), int(counts.max()))
+        values = column.values
+        if not len(values) and column.kind != BYTES:
+            return
+        if column.kind == INT:
+            self.int_range = _minmax(self.int_range, int(values.min()), int(values.max()))
+        elif column.kind == FLOAT:
+            nan = np.isnan(values)
+            finite = values[~nan] if nan.any() else values
+            self.nan_count += int(nan.sum())
+            if len(finite):
+                self.float_range = _minmax(self.float_range, float(finite.min()), float(finite.max()))
+        else:
+            self._add_bytes_column(values, column.value_offsets)
+
+    def _add_bytes_column(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        lengths = np.diff(offsets)
+        if not len(lengths):
+            return
+        self.bytes_count += len(lengths)
+        self.bytes_length = _minmax(self.bytes_length, int(lengths.min()), int(lengths.max()))
+        high = np.concatenate([[0], np.cumsum(buffer >= 0x80)])
+        maybe = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])  # ASCII values are UTF-8
+        for k in maybe.tolist():
+            value = buffer[offsets[k] : offsets[k + 1]].tobytes()
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                self.non_utf8 += 1
+                image = image_info(value)
+                if image is not None:
+                    self.images[image[0]] += 1
+        if self.sample is None:
+            non_empty = np.flatnonzero(lengths)
+            if len(non_empty):
+                k = int(non_empty[0])
+                self.sample = buffer[offsets[k] : min(offsets[k + 1], offsets[k] + _SAMPLE_BYTES)].tobytes()
+                self.sample_length = int(lengths[k])
 
     def add_record(self, values: int) -> None:
         """Close one record in which the feature held `values` values."""
@@ -328,6 +397,7 @@ class DatasetStats:
     features: Dict[str, FeatureStats] = field(default_factory=dict)  # field 1: features / context
     feature_lists: Dict[str, FeatureStats] = field(default_factory=dict)
     record_types: Counter = field(default_factory=Counter)
+    _learned: Dict[str, str] = field(default_factory=dict, repr=False)  # features known, not yet counted
 
     @property
     def records(self) -> int:
@@ -367,6 +437,61 @@ class DatasetStats:
                 stats.add_sequence(feature_list)
         return rtype
 
+    def add_payloads(self, buffer: Any, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        """Account the records `buffer[offsets[i]:offsets[i] + lengths[i]]` (a reader chunk).
+
+        Example records go through the batched decoder (`columnar.decode_examples`) with the
+        features seen so far, and statistics are taken per column with numpy. To know that a
+        record holds nothing else (another feature, field 2 of a SequenceExample, an unusual
+        encoding), the decoded columns are encoded again: a record whose encoding is not exactly
+        as long as it was goes, with its batch, the per-record way (`add_record`), which also
+        learns its features for the next batches. Both ways give the same statistics.
+        """
+        if not len(offsets):
+            return
+        if not self.record_types[SEQUENCE_EXAMPLE]:  # SequenceExample data: the per-record way
+            for _ in range(_LEARN_TRIES):
+                columns = _fast_columns(buffer, offsets, lengths, self._fast_description())
+                if isinstance(columns, dict):
+                    self._add_columns(columns, len(offsets))
+                    return
+                if columns is None or not self._learn(
+                    bytes(buffer[offsets[columns] : offsets[columns] + lengths[columns]])
+                ):
+                    break
+        for payload in _engine.slice_payloads(buffer, offsets, lengths):
+            self.add_record(payload)
+
+    def _fast_description(self) -> Dict[str, str]:
+        """{name: kind} of every feature seen: the kind seen most (as first seen for a feature
+        only learned so far; any kind for kind-less ones: their status says so)."""
+        out = dict(self._learned)
+        for name, stats in self.features.items():
+            kinds = [(n, k) for k, n in stats.kinds.items() if k != KIND_NONE_NAME]
+            out[name] = max(kinds)[1] if kinds else out.get(name, BYTES)
+        return out
+
+    def _learn(self, payload: bytes) -> bool:
+        """Note the features of one record (not counted) so that the next try decodes them;
+        False when it has none the statistics do not already know."""
+        rtype, features, _ = parse_record(payload)
+        if rtype != EXAMPLE or features is None:
+            return False
+        known = self._fast_description()
+        new = {name: feature_kind(feature) or BYTES for name, feature in features.items() if name not in known}
+        self._learned.update(new)
+        return bool(new)
+
+    def _add_columns(self, columns: Dict[str, Any], n: int) -> None:
+        self.record_types[EXAMPLE] += n
+        for name, column in columns.items():
+            if not (column.status != MISSING).any():
+                continue
+            stats = self.features.get(name)
+            if stats is None:
+                stats = self.features[name] = FeatureStats(name)
+            stats.add_column(column)
+
     def to_dict(self) -> Dict[str, Any]:
         return {
             "record_type": self.record_type,
@@ -401,14 +526,13 @@ def scan_file(
         if info.compression == "gzip":
             info.gzip_layout = blockgzip.layout(path)
         for chunk in RecordReader(path, info.compression).chunks():
-            payloads = chunk.payloads()
-            if limit is not None and info.records + len(payloads) >= limit:
-                payloads = payloads[: limit - info.records]
-            for payload in payloads:  # the one place records are decoded: a batch path goes here
-                stats.add_record(payload)
-            kept = chunk.frames()[: len(payloads)]
+            take = len(chunk)
+            if limit is not None and info.records + take >= limit:
+                take = limit - info.records
+            stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take])
+            kept = chunk.frames()[:take]
             frames.append(kept)
-            info.records += len(payloads)
+            info.records += take
             info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0
             if progress is not None:
                 progress(file_number, file_count, path, info.records, info.data_bytes)
