@@ -42,7 +42,11 @@ test: install
 # and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
 # the others keep their job data there), then prints one line per runner: `NAME: FLAGS`.
 # State and logs: .runners/. `make test-runners` runs tests/runners (marker `runners`) on them.
-RUNNER_SCRIPTS := $(wildcard runners/s3.sh runners/prism.sh runners/flink.sh runners/spark.sh)
+# RUNNERS picks services (s3 always first: the others keep their job data there), e.g.
+# `make runners RUNNERS="s3 prism"`; TFRB_RUNNERS=fnapi,prism picks the matrix's columns.
+RUNNERS ?= s3 prism flink spark
+RUNNER_SCRIPTS := $(foreach r,$(RUNNERS),$(wildcard runners/$(r).sh))
+ALL_RUNNER_SCRIPTS := $(wildcard runners/s3.sh runners/prism.sh runners/flink.sh runners/spark.sh)
 RUNNERS_ENV := TFRB_PYTHON=$(abspath $(PY))
 
 runners: install
@@ -50,7 +54,7 @@ runners: install
 	@for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s flags; done
 
 runners-stop:
-	@status=0; for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s stop || status=1; done; exit $$status
+	@status=0; for s in $(ALL_RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s stop || status=1; done; exit $$status
 
 test-runners: install
 	$(PY) -m pytest -m runners tests/runners -q -p no:cacheprovider

@@ -24,6 +24,16 @@ from pipelines import _runner, reshard
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_urllib_opener(monkeypatch):
+    """urllib builds its default opener on the first urlopen and keeps it, with the proxies of
+    that moment: one made while a test points http(s)_proxy at a closed port would send every
+    later urlopen of the process (e.g. a loopback S3 server's health check) there."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "_opener", None)
+
+
 def test_default_runner_is_fnapi_and_the_summary_names_it(tmp_path, capsys):
     data = write_files(tmp_path / "in", "a", [30, 20])
     code, out, err = run_job(
