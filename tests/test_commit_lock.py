@@ -11,20 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.jobs import entries, payloads
+from helpers.jobs import entries, payloads, stage_shards
 
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.beam import _fs, _lock, commit
-from tfrecord_beam.records import write_records
-
-
-def _stage(output, shards):
-    staged = []
-    for name, records in shards:
-        path = output.temp_path(name + ".tfrecord")
-        write_records(path, records, index_path=output.temp_path(name + ".tfindex"))
-        staged.append(mf.ShardEntry(name + ".tfrecord", len(records), os.path.getsize(path), index=name + ".tfindex"))
-    return staged
 
 
 def _shards(tag: str, count: int, n: int = 3):
@@ -49,7 +39,7 @@ def _crash_at_the_commit_point(prefix: str, shards) -> None:
         os.environ[commit._STOP_ENV] = "1"  # the first step: just after _JOURNAL.json
         commit._steps[0] = 0
         output = commit.Output(prefix, "test", {"run": "new"}, overwrite=True, say=lambda m: None)
-        output.commit(_stage(output, shards))
+        output.commit(stage_shards(output, shards))
         return 0
 
     _, status = os.waitpid(_fork(body), 0)
@@ -114,7 +104,7 @@ def test_a_commit_killed_at_its_journal_then_two_reruns_at_once_lose_no_shard(tm
         directory = tmp_path / f"try{attempt}"
         prefix = str(directory / "x")
         first = commit.Output(prefix, "test", {"run": "old"}, say=lambda m: None)
-        first.commit(_stage(first, _shards("old", 3)))
+        first.commit(stage_shards(first, _shards("old", 3)))
         _crash_at_the_commit_point(prefix, _shards("new", 24))
         assert mf.find_manifest(prefix) is None or mf.read_manifest(mf.find_manifest(prefix)).arguments["run"] == "old"
         codes, notes = _recover_together(prefix)
@@ -130,7 +120,7 @@ def test_journal_application_never_deletes_what_another_process_moved(tmp_path, 
     another process moved between this one's look and its move stays in place."""
     prefix = str(tmp_path / "x")
     output = commit.Output(prefix, "test", {"run": "new"}, say=lambda m: None)
-    shards = _stage(output, _shards("new", 2))
+    shards = stage_shards(output, _shards("new", 2))
     manifest = mf.Manifest(job="test", output_prefix="x", shards=shards, arguments={"run": "new"})
     _fs.write_bytes(output.temp_path(commit.STAGED_MANIFEST), manifest.to_json().encode())
     journal = {"moves": manifest.files(), "remove": [], "manifest": output.manifest_name}
@@ -315,7 +305,7 @@ def test_a_holder_that_lost_its_lock_writes_no_journal(tmp_path, monkeypatch):
     before writing it, so the taker's output is never finished by a stale journal."""
     prefix = str(tmp_path / "x")
     output = commit.Output(prefix, "test", {"run": "new"}, say=lambda m: None)
-    shards = _stage(output, _shards("new", 2))
+    shards = stage_shards(output, _shards("new", 2))
 
     def lost(self):
         raise _lock.LockError("taken over by another run")

@@ -6,22 +6,12 @@ added old and new shards together with exit 0."""
 import os
 
 import pytest
-from helpers.jobs import payloads, run_job
+from helpers.jobs import payloads, run_job, stage_shards
 
 from pipelines import reshard
 from tfrecord_beam import cli
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.beam import commit
-from tfrecord_beam.records import write_records
-
-
-def _stage(output, shards):
-    staged = []
-    for name, records in shards:
-        path = output.temp_path(name + ".tfrecord")
-        write_records(path, records, index_path=output.temp_path(name + ".tfindex"))
-        staged.append(mf.ShardEntry(name + ".tfrecord", len(records), os.path.getsize(path), index=name + ".tfindex"))
-    return staged
 
 
 @pytest.fixture
@@ -30,16 +20,16 @@ def half_committed(tmp_path):
     manifest gone, some new shards in place); out/y: another output, complete."""
     out = tmp_path / "out"
     old = commit.Output(str(out / "x"), "test", {"run": "old"}, say=lambda m: None)
-    old.commit(_stage(old, [(f"x-{i:05d}-of-00003", payloads(10, i)) for i in range(3)]))
+    old.commit(stage_shards(old, [(f"x-{i:05d}-of-00003", payloads(10, i)) for i in range(3)]))
     other = commit.Output(str(out / "y"), "test", {}, say=lambda m: None)
-    other.commit(_stage(other, [("y-00000-of-00001", payloads(4))]))
+    other.commit(stage_shards(other, [("y-00000-of-00001", payloads(4))]))
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child, killed inside its commit
         try:
             os.environ[commit._STOP_ENV] = "5"
             commit._steps[0] = 0
             new = commit.Output(str(out / "x"), "test", {"run": "new"}, overwrite=True, say=lambda m: None)
-            new.commit(_stage(new, [(f"x-{i:05d}-of-00008", payloads(5, 50 + i)) for i in range(8)]))
+            new.commit(stage_shards(new, [(f"x-{i:05d}-of-00008", payloads(5, 50 + i)) for i in range(8)]))
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)

@@ -54,3 +54,16 @@ def read_shards(pattern_dir: Path, glob: str) -> List[List[bytes]]:
 def entries(directory: Path) -> List[str]:
     """Everything in a directory, hidden entries included (to catch leftovers)."""
     return sorted(os.listdir(directory)) if directory.exists() else []
+
+
+def stage_shards(output, shards: Sequence[Tuple[str, Sequence[bytes]]]) -> list:
+    """Write each (name, records) as a shard with its index into `output`'s staging (a
+    `commit.Output`) and return their manifest entries, ready for `output.commit`."""
+    from tfrecord_beam.manifest import ShardEntry
+
+    staged = []
+    for name, records in shards:
+        path = output.temp_path(name + ".tfrecord")
+        write_records(path, records, index_path=output.temp_path(name + ".tfindex"))
+        staged.append(ShardEntry(name + ".tfrecord", len(records), os.path.getsize(path), index=name + ".tfindex"))
+    return staged

@@ -169,18 +169,22 @@ class FeatureStats:
             self._add_bytes(values)
         return count
 
+    def _check_text(self, value: bytes) -> None:
+        """Count a value that is not UTF-8, and the image format it holds, if any."""
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            self.non_utf8 += 1
+            image = image_info(value)
+            if image is not None:
+                self.images[image[0]] += 1
+
     def _add_bytes(self, values) -> None:
         lengths = [len(v) for v in values]
         self.bytes_count += len(lengths)
         self.bytes_length = _minmax(self.bytes_length, min(lengths), max(lengths))
         for value in values:
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                self.non_utf8 += 1
-                image = image_info(value)
-                if image is not None:
-                    self.images[image[0]] += 1
+            self._check_text(value)
             if self.sample is None and value:
                 self.sample, self.sample_length = value[:_SAMPLE_BYTES], len(value)
 
@@ -223,14 +227,7 @@ class FeatureStats:
         high = np.concatenate([[0], np.cumsum(buffer >= 0x80)])
         maybe = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])  # ASCII values are UTF-8
         for k in maybe.tolist():
-            value = buffer[offsets[k] : offsets[k + 1]].tobytes()
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                self.non_utf8 += 1
-                image = image_info(value)
-                if image is not None:
-                    self.images[image[0]] += 1
+            self._check_text(buffer[offsets[k] : offsets[k + 1]].tobytes())
         if self.sample is None:
             non_empty = np.flatnonzero(lengths)
             if len(non_empty):
