@@ -597,4 +597,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `pipelines.mix`, not as `__main__`: the pipeline's own classes (Task, Block,
+    # SelectFn) travel to SDK workers in other processes, which find them by module name.
+    from pipelines import mix as _importable
+
+    sys.exit(_importable.main())

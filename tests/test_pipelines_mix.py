@@ -188,3 +188,29 @@ def test_corrupt_selected_record_is_named_and_nothing_is_left(tmp_path, capsys):
     assert code == 1
     assert "b-0.tfrecord" in err and "record 12" in err and f"byte offset {index[12, 0]}" in err
     assert entries(tmp_path / "o") == []
+
+
+def test_mix_as_a_command_on_workers_in_other_processes(tmp_path):
+    """`python -m pipelines.mix` on SDK workers of their own (multi_processing here; Flink's and
+    Spark's workers likewise): the job's classes travel to them, so they must be found by
+    module name, not as `__main__.Task` (which failed with a PicklingError)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    a = write_files(tmp_path / "a", "a", [60])
+    b = write_files(tmp_path / "b", "b", [60], tag=1)
+    out = tmp_path / "out"
+    args = ["--source", f"{tmp_path / 'a'}=1", "--source", f"{tmp_path / 'b'}=1", "--total_records", "50"]
+    args += ["--output_prefix", str(out / "m"), "--num_shards", "2"]
+    args += ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.mix", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary_json(proc.stdout)["verified"].startswith("yes")
+    got = Counter(p for s in read_shards(out, "m-*.tfrecord") for p in s)
+    assert sum(got.values()) == 50 and set(got) <= set(a) | set(b) and max(got.values()) == 1
