@@ -12,17 +12,23 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 py=${TFRB_WORKER_PYTHON:-$(command -v python)}
 hide=${TFRB_HIDE:+$TFRB_HIDE:}$root/.runners
+# The checkout is bind-mounted at /run/tfrb-code before /tmp is covered, so workers still import
+# this code when the checkout itself lies under /tmp (a CI clone may).
 exec unshare --mount --pid --fork --mount-proc --kill-child \
-    env -i PATH="$(dirname "$py"):/usr/bin:/bin" HOME=/tmp LANG=C.UTF-8 PYTHONPATH="$root" \
+    env -i PATH="$(dirname "$py"):/usr/bin:/bin" HOME=/tmp LANG=C.UTF-8 \
     bash -c '
         set -e
+        code=/run/tfrb-code
+        mkdir -p "$code"
+        mount --bind "$2" "$code"
         mount -t tmpfs -o size=2g,mode=1777 tmpfs /tmp
         mount -t tmpfs -o size=512m,mode=1777 tmpfs /dev/shm
         IFS=: read -ra dirs <<<"$1"
-        for dir in "${dirs[@]}"; do
+        for dir in "${dirs[@]}" "$code/.runners"; do
             [[ -d $dir ]] && mount -t tmpfs -o size=1m,mode=0755 tmpfs "$dir"
         done
         cd /tmp
-        shift
-        exec "$0" "$@"
-    ' "$py" "$hide" "$here/sdk_boot.py" "$@"
+        shift 2
+        export PYTHONPATH=$code
+        exec "$0" "$code/runners/sdk_boot.py" "$@"
+    ' "$py" "$hide" "$root" "$@"
