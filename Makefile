@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install lint test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners
+.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners
 
 # what the demo needs: the core, Beam and torch (no test or lint tools)
 $(VENV)/.demo-installed: setup.py pyproject.toml
@@ -24,7 +24,7 @@ $(VENV)/.demo-installed: setup.py pyproject.toml
 
 # everything: the extras, the test and lint tools
 $(VENV)/.installed: $(VENV)/.demo-installed
-	$(PIP) install -q -e ".[all,test,lint]"
+	$(PIP) install -q -e ".[all,test,lint,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -37,6 +37,11 @@ lint: install
 
 test: install
 	$(PY) -m pytest -q $(XDIST)
+
+# the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
+# link, anchor or API reference fails the build. The pages' Python blocks run in tests/test_readme.py.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 # The runner matrix (issue 21). `make runners` builds (into $${TFRB_CACHE:-~/.cache/tfrecord_beam})
 # and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
@@ -112,7 +117,7 @@ bench-tfx: $(TFX_VENV)/bin/python
 .PHONY: bench-tfx
 
 clean:
-	rm -rf build dist *.egg-info tfrecord_beam/_native/*.so .pytest_cache
+	rm -rf build dist site *.egg-info tfrecord_beam/_native/*.so .pytest_cache
 
 # Bounded libFuzzer run (ASan+UBSan) over the compiled core's plain-C layer; needs clang.
 FUZZ_SECONDS ?= 60

@@ -107,6 +107,9 @@ setup(
         # support: the object-store tests run end to end without a network.
         # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy
         "lint": ["ruff==0.17.6", "mypy==2.4.1"],
+        # `make docs` (run by .ci/run): the site in docs/, built by mkdocs --strict, with an API
+        # reference from the docstrings
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
         "test": [
             "pytest>=7",
             "pytest-xdist>=3",
