@@ -70,7 +70,7 @@ test-pure: install
 demo: $(VENV)/.demo-installed
 	$(PY) -m pipelines.demo
 
-# The oldest supported apache-beam, pyarrow, numpy and protobuf (README "Supported versions"
+# The oldest supported apache-beam, pyarrow, numpy and protobuf (docs/index.md "Supported versions"
 # says why each) in a second venv, cached, running this checkout's code (PYTHONPATH; the
 # compiled core built by `install` against numpy 2 headers loads on numpy 1.x too). torch is
 # the main venv's, seen through a .pth after the venv's own packages: a second multi-GB torch

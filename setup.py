@@ -59,7 +59,7 @@ def _extensions():
     ]
 
 
-# Supported ranges (README "Supported versions" says why each floor; `make test-oldest` runs a
+# Supported ranges (docs/index.md "Supported versions" says why each floor; `make test-oldest` runs a
 # reduced suite on the floors of Beam, pyarrow, numpy and protobuf, `make test` on the newest).
 # torch: a range, never a pin; the Makefile installs the CPU/CUDA build this machine should
 # use first, so pip keeps it (a bare `torch` would pull a multi-GB CUDA build).

@@ -74,7 +74,9 @@ def test_documentation_python_block_runs_alone(block, tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", block.code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
-    assert done.returncode == 0, f"{block.page} python block {block.number} failed on its own:\n{block.code}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{block.page} python block {block.number} failed on its own:\n{block.code}\n{done.stderr[-3000:]}"
+    )
     if "'missing'" in block.code:
         assert "'missing': array([], dtype=float32)" in done.stdout
     if block.shell is not None:
@@ -90,3 +92,23 @@ def test_documentation_python_block_runs_alone(block, tmp_path):
             f"{block.page}: the sh block after python block {block.number} failed:\n{block.shell}\n"
             f"{shell.stdout[-2000:]}\n{shell.stderr[-3000:]}"
         )
+
+
+def _anchors(page: Path) -> set:
+    """The heading anchors of a page, as mkdocs' toc names them (lowercase, punctuation dropped, dashes)."""
+    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M), flags=re.M)
+    return {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", h.strip().lower())) for h in headings}
+
+
+def test_readme_links_resolve():
+    """The README is not built by mkdocs: its links into the repository and their anchors are checked here."""
+    text = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into docs/"
+    for link in local:
+        target, _, anchor = link.partition("#")
+        path = REPO / target
+        assert path.exists(), f"README links to {target}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(path), f"README links to {link}: no such heading in {target}"
