@@ -112,3 +112,30 @@ def test_readme_links_resolve():
         assert path.exists(), f"README links to {target}, which does not exist"
         if anchor:
             assert anchor in _anchors(path), f"README links to {link}: no such heading in {target}"
+
+
+# every command a user runs, by the page that documents it
+COMMANDS = {
+    **{
+        f"pipelines.{job}": "jobs.md"
+        for job in ["build_index", "reshard", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet"]
+    },
+    **{f"tfrecord_beam.cli {sub}": "cli.md" for sub in ["inspect", "head", "count", "verify", "schema"]},
+    "tfrecord_beam.tools.tfrecord2idx": "cli.md",
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_flag_is_documented(command):
+    """Each flag a command's --help lists before its examples (its own, not Beam's) is named on its page."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", *command.split(), "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    own = done.stdout.split("\nexamples:")[0].split("Any other --flag")[0]  # not the examples' Beam flags
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*", own)) - {"--help"}
+    assert flags, f"no flags found in {command} --help"
+    page = COMMANDS[command]
+    documented = set(re.findall(r"--[a-z][a-z0-9_-]*", (REPO / "docs" / page).read_text()))
+    assert not flags - documented, f"{command} flags missing from docs/{page}: {sorted(flags - documented)}"
