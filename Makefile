@@ -39,9 +39,10 @@ test: install
 	$(PY) -m pytest -q $(XDIST)
 
 # the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
-# link, anchor or API reference fails the build. The pages' Python blocks run in tests/test_readme.py.
+# link, anchor or API reference fails the build (not with --quiet: it hides the warnings that --strict
+# counts). The pages' Python blocks run in tests/test_readme.py.
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # The runner matrix (issue 21). `make runners` builds (into $${TFRB_CACHE:-~/.cache/tfrecord_beam})
 # and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
