@@ -40,7 +40,7 @@ test: install
 
 # the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
 # link, anchor or API reference fails the build (not with --quiet: it hides the warnings that --strict
-# counts). The pages' Python blocks run in tests/test_readme.py.
+# counts). The pages' Python blocks run in tests/test_docs_pages.py, the README's in tests/test_readme.py.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
