@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_input_compression(parser)
+    _args.add_output_compression(parser)
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser

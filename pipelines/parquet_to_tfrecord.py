@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="decimal columns as float32, or as their text (default: error)",
     )
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_output_compression(parser)
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
 

@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
     _reshard_shuffle.add_arguments(parser)
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_input_compression(parser)
+    _args.add_output_compression(parser)
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument(

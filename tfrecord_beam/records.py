@@ -1,7 +1,8 @@
 """TFRecord framing: RecordReader / RecordWriter, compression, masked CRC32C, clear errors.
 
 A record on disk is `uint64 length | uint32 masked_crc32c(length) | payload | uint32
-masked_crc32c(payload)`, little-endian. GZIP and ZLIB files compress that whole stream; offsets
+masked_crc32c(payload)`, little-endian. A compressed file (GZIP, ZLIB, ZSTD: the codecs of
+`compression`) compresses that whole stream; offsets
 (in errors, indexes and `start_offset`) are always offsets in the *uncompressed* stream.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, List, Optional, 
 import numpy as np
 
 from . import _blockgzip_write, _diagnose, _engine, _tfindex, blockgzip, fs
+from . import compression as _compression
 from ._engine._common import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -36,7 +38,7 @@ from ._resync import (  # noqa: F401  (re-exported: the resync's public names)
     find_record_start,
     header_length,
 )
-from ._streams import InflatingReader, open_stream
+from ._streams import DecodingReader
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError, UnclosedWriterWarning
 
 __all__ = [
@@ -73,36 +75,16 @@ WRITE_BUFFER_SIZE = 1 << 17  # RecordWriter.write's buffer: small, as many write
 _EMPTY_BUFFER = bytearray()  # a writer's buffer until its first single-record write
 _SYNC_FILES = (io.BufferedWriter, io.FileIO)
 _U64 = struct.Struct("<Q")
-_COMPRESSION_ALIASES = {
-    None: None,
-    "": None,
-    "none": None,
-    "uncompressed": None,
-    "gzip": "gzip",
-    "gz": "gzip",
-    "zlib": "zlib",
-    "deflate": "zlib",
-    "auto": "auto",
-}
-_SUFFIX_COMPRESSION = {".gz": "gzip", ".gzip": "gzip", ".zlib": "zlib", ".zz": "zlib", ".deflate": "zlib"}
 
 
 def normalize_compression(compression: Optional[str]) -> Optional[str]:
-    """None, "gzip", "zlib" or "auto" for any accepted spelling ("GZIP", "deflate", "none", ...)."""
-    key = compression.strip().lower() if isinstance(compression, str) else compression
-    if key not in _COMPRESSION_ALIASES:
-        raise ValueError(f"unknown compression {compression!r}: use None, 'gzip', 'zlib' or 'auto'")
-    return _COMPRESSION_ALIASES[key]
+    """A codec name, None or "auto" for any accepted spelling (`compression.normalize`)."""
+    return _compression.normalize(compression)
 
 
 def resolve_compression(path: Optional[str], compression: Optional[str] = "auto") -> Optional[str]:
-    """Return None, "gzip" or "zlib"; "auto" looks at the file name's suffix, as Beam does
-    (a remote URI's query string, `x.tfrecord.gz?endpoint_override=...`, is not part of it)."""
-    kind = normalize_compression(compression)
-    if kind != "auto":
-        return kind
-    name = fs.split_query(os.fspath(path))[0] if path is not None and not hasattr(path, "read") else ""
-    return _SUFFIX_COMPRESSION.get(os.path.splitext(name)[1].lower())
+    """The codec name (or None) of one file; "auto" from its suffix (`compression.resolve`)."""
+    return _compression.resolve(path, compression)
 
 
 def _source_name(source: Source) -> Optional[str]:
@@ -143,7 +125,8 @@ class RecordReader:
 
     Args:
         source: a path, `file://` or remote URI (pyarrow.fs), or an open binary file object.
-        compression: None, "gzip", "zlib" or "auto" (from the file name).
+        compression: None (uncompressed), a codec name ("gzip", "zlib", "zstd", any spelling
+            `compression.normalize` accepts) or "auto" (from the file name).
         verify: check the masked CRC32C of lengths and payloads (default True); or a
             scan level of `_engine._common` (VERIFY_LENGTHS: the length CRCs only).
         start_offset: uncompressed offset of the first record to read (a record boundary,
@@ -176,7 +159,7 @@ class RecordReader:
             file, or what the rest of a compressed one can inflate to), so memory stays
             within one record plus the read buffer whatever the length fields say.
 
-    Damage inside a GZIP/ZLIB stream does not lose the records before it: every record that
+    Damage inside a compressed stream does not lose the records before it: every record that
     inflated intact is delivered, then a `CorruptStreamError` (a CorruptRecordError) names the uncompressed offset
     where the damage begins (and the compressed offset in its reason).
     """
@@ -267,13 +250,17 @@ class RecordReader:
             stream, at = blockgzip.open_at(raw, members, start, self.path, self.end_offset)
             _skip(stream, start - at)
             return stream, total
-        stream = open_stream(raw, self.compression, self.path)
+        stream = _compression.open_reader(raw, self.compression, self.path)
         _skip(stream, start)
         return stream, total
 
     def _member_table(self, start: int):
         """The block-gzip member table to seek by, or None (inflate from the start)."""
-        if self.compression != "gzip" or (start <= 0 and self.end_offset is None) or self.members is False:
+        if (
+            not _compression.seeks_by_members(self.compression)
+            or (start <= 0 and self.end_offset is None)
+            or self.members is False
+        ):
             return None
         if self.members is None and isinstance(self.source, (str, os.PathLike)):
             self.members = blockgzip.member_table_for(self.path) or False
@@ -376,8 +363,8 @@ class RecordReader:
             return self._unfinished_record(raw, stream, total, buf, consumed, here, number, eof, past_end)
         if eof:
             self._raise_stream_damage(stream, number, here, keep)
-            if isinstance(stream, InflatingReader) and not stream.complete:
-                assert self.compression is not None  # an InflatingReader reads a compressed stream
+            if isinstance(stream, DecodingReader) and not stream.complete:
+                assert self.compression is not None  # a DecodingReader reads a compressed stream
                 trailing = stream.trailing
                 reason = (
                     f"{self.compression} stream ends early (truncated file)"
@@ -432,7 +419,7 @@ class RecordReader:
         try:
             data = _read_at_least(stream, size - keep, rest)
         except CorruptRecordError as err:  # damage in a compressed stream, met after the good bytes
-            if err.offset is None or not isinstance(stream, InflatingReader):
+            if err.offset is None or not isinstance(stream, DecodingReader):
                 raise
             raise self._damage_error(err, number, pos, keep) from None
         return data, len(data) < size
@@ -458,7 +445,7 @@ class RecordReader:
 
     def _raise_stream_damage(self, stream, number: Optional[int], pos: int, keep: int) -> None:
         """At the end of the data: when a compressed stream ended at damage, raise it."""
-        damage = getattr(stream, "damage", None) if isinstance(stream, InflatingReader) else None
+        damage = getattr(stream, "damage", None) if isinstance(stream, DecodingReader) else None
         if damage is not None:
             raise self._damage_error(damage, number, pos, keep)
 
@@ -478,7 +465,7 @@ class RecordReader:
         payload cannot follow (True to end quietly where `allow_truncated_tail` allows it)."""
         if total is not None:
             room = total - here - HEADER_SIZE  # what follows the header in the file
-        elif isinstance(stream, InflatingReader) and (inflatable := stream.max_remaining()) is not None:
+        elif isinstance(stream, DecodingReader) and (inflatable := stream.max_remaining()) is not None:
             room = keep - HEADER_SIZE + inflatable  # what the rest can inflate to
         else:
             room = None
@@ -510,7 +497,7 @@ def _read_at_least(stream, want: int, prefix: bytes = b"") -> bytes:
     so a corrupt length costs an error, not an allocation of that length.
     """
     parts = [prefix] if prefix else []
-    if isinstance(stream, InflatingReader):  # short only at the end of the data or at damage
+    if isinstance(stream, DecodingReader):  # short only at the end of the data or at damage
         parts.extend(stream.read_pieces(want))
     else:
         got = 0
@@ -528,7 +515,7 @@ def _read_at_least(stream, want: int, prefix: bytes = b"") -> bytes:
 def _skip(stream, count: int) -> None:
     if count <= 0:
         return
-    if isinstance(stream, InflatingReader):
+    if isinstance(stream, DecodingReader):
         stream.skip(count)
         return
     while count > 0:
@@ -547,10 +534,12 @@ class RecordWriter:
 
     Args:
         dest: a path, `file://` or remote URI.
-        compression: None, "gzip", "zlib" or "auto" (from the file name).
+        compression: None (uncompressed), a codec name ("gzip", "zlib", "zstd", any spelling
+            `compression.normalize` accepts) or "auto" (from the file name).
         index_path: where to write the `.tfindex` (offsets of the uncompressed stream); None
             for no index, True for the default name beside the data (`index.default_index_path`).
-        compression_level: zlib level (default: zlib's default, as TensorFlow). Block-gzip
+        compression_level: the codec's level, -1 its default (zlib's 1-9, as TensorFlow; zstd's
+            1-22, default 3). Block-gzip
             members are deflated by ISA-L when installed, levels mapped onto its 1-3.
         block_bytes: GZIP only: write block-gzip (`blockgzip`): gzip members of whole records,
             about this many uncompressed bytes each, whose table goes at the end of the index,
@@ -598,11 +587,7 @@ class RecordWriter:
                 self._file, self.compression, bool(self.index_path), block_bytes, compression_level, self.path
             )
             if self.compression is not None and self._blocks is None:
-                import zlib
-
-                from ._streams import WBITS
-
-                self._deflater = zlib.compressobj(compression_level, zlib.DEFLATED, WBITS[self.compression])
+                self._deflater = _compression.compressor(self.compression, compression_level, self.path)
             # index lines go to a temporary file as frames are handed on: nothing per record is kept
             if self.index_path:
                 self._index = _tfindex.IndexStream(self.index_path, self._atomic_output)
