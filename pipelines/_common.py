@@ -153,9 +153,9 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     return output
 
 
-def dead_letters(args: argparse.Namespace, output: _commit.Output):
+def dead_letters(skip_corrupt: bool, output: _commit.Output):
     """The dead-letter writer for --skip_corrupt (None without it: corrupt data fails the job)."""
-    return output.dead_letters() if getattr(args, "skip_corrupt", False) else None
+    return output.dead_letters() if skip_corrupt else None
 
 
 def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> Dict[str, Any]:
@@ -406,7 +406,7 @@ def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str
 # Shard outputs shared by reshard, mix and parquet_to_tfrecord
 
 
-def output_spec(output_prefix: str, num_shards: int, compression: Optional[str], staged, write_index: bool):
+def output_spec(num_shards: int, compression: Optional[str], staged, write_index: bool):
     """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib|.zst] inside the staging dir."""
     kind = _compression.resolve(None, compression)
     suffix = ".tfrecord" + _compression.suffix(kind)

@@ -391,11 +391,11 @@ def run(args: argparse.Namespace, options) -> Summary:
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     total_bytes = sum(_fs.file_size(f) for f in inputs.files)
-    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
-    dead_letters = _common.dead_letters(args, staged)
+    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
     try:

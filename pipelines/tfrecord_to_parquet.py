@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             staged.temp_path("_results"),
             args.row_group_rows,
             args.row_group_bytes,
-            dead_letters=_common.dead_letters(args, staged),
+            dead_letters=_common.dead_letters(args.skip_corrupt, staged),
         )
 
     _common.run_pipeline(build, options)
