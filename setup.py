@@ -75,6 +75,7 @@ BEAM_GCP = "apache-beam[gcp]>=2.70,<2.78"
 NUMPY = "numpy>=1.23.2,<3"
 PROTOBUF = "protobuf>=4.25,<7"
 PYARROW = "pyarrow>=14"
+ZSTANDARD = "zstandard>=0.18"  # Beam's own floor
 
 setup(
     name="tfrecord_beam",
@@ -102,7 +103,9 @@ setup(
         "fsspec": ["fsspec>=2023.1"],
         "torch": [TORCH],
         "fast": ["isal>=1.6"],
-        "all": [BEAM, TORCH, "isal>=1.6"],
+        # ZSTD-compressed TFRecord files (`compression="zstd"`, `.zst`); Beam brings it too
+        "zstd": [ZSTANDARD],
+        "all": [BEAM, TORCH, "isal>=1.6", ZSTANDARD],
         # moto's standalone S3 server (on loopback, started by a test fixture) + Beam's s3://
         # support: the object-store tests run end to end without a network.
         # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy

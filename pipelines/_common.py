@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import _usage, fs
+from tfrecord_beam import compression as _compression
 from tfrecord_beam import manifest as _manifest
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
@@ -31,7 +32,6 @@ from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam.commit import OutputError
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
 
 from . import _args, _runner
 from ._summary import Summary, process_start
@@ -153,9 +153,9 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     return output
 
 
-def dead_letters(args: argparse.Namespace, output: _commit.Output):
+def dead_letters(skip_corrupt: bool, output: _commit.Output):
     """The dead-letter writer for --skip_corrupt (None without it: corrupt data fails the job)."""
-    return output.dead_letters() if getattr(args, "skip_corrupt", False) else None
+    return output.dead_letters() if skip_corrupt else None
 
 
 def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> Dict[str, Any]:
@@ -406,10 +406,10 @@ def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str
 # Shard outputs shared by reshard, mix and parquet_to_tfrecord
 
 
-def output_spec(output_prefix: str, num_shards: int, compression: Optional[str], staged, write_index: bool):
-    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib] inside the staging dir."""
-    kind = resolve_compression(None, compression)
-    suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zlib"}[kind]
+def output_spec(num_shards: int, compression: Optional[str], staged, write_index: bool):
+    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib|.zst] inside the staging dir."""
+    kind = _compression.resolve(None, compression)
+    suffix = ".tfrecord" + _compression.suffix(kind)
     return _stages.ShardSpec(staged.temp_dir, staged.name, num_shards, suffix, kind, write_index)
 
 

@@ -17,6 +17,8 @@ import posixpath
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from tfrecord_beam import compression as _compression
+
 from . import _args
 
 EXAMPLES = """\
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check every payload CRC (reads all the data; length CRCs are always checked)",
     )
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
-    parser.add_argument("--compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    _compression.add_argument(parser, "--compression", default="auto", auto=True, what="input codec")
     return parser
 
 
@@ -62,7 +64,6 @@ from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.records import resolve_compression
 
 from . import _common
 from ._common import Summary
@@ -88,7 +89,7 @@ def index_file(
     number, path = task
     counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
-    kind = resolve_compression(path, compression)
+    kind = _compression.resolve(path, compression)
     records = 0
     try:
         with _fs.open_input(path) as raw, _fs.atomic_output(index_target(path, output_dir)) as (handle, commit):

@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_input_compression(parser)
+    _args.add_output_compression(parser)
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
@@ -391,11 +391,11 @@ def run(args: argparse.Namespace, options) -> Summary:
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     total_bytes = sum(_fs.file_size(f) for f in inputs.files)
-    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
-    dead_letters = _common.dead_letters(args, staged)
+    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
     manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
     try:

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="decimal columns as float32, or as their text (default: error)",
     )
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_output_compression(parser)
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError(f"cannot read a Parquet footer: {exc}") from None
     rows = sum(sum(counts) for _, counts in groups)
     plan = _parquet.plan_shards(groups, args.num_shards)
-    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)
     _common.progress(
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     def build(p):
         _parquet.parquet_to_shards(
-            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args, staged)
+            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args.skip_corrupt, staged)
         )
 
     _common.run_pipeline(build, options)

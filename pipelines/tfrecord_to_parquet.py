@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
     parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    _args.add_input_compression(parser)
     parser.add_argument(
         "--split_bytes",
         type=int,
@@ -69,12 +69,12 @@ _args.parse_then_load(__name__, build_parser)
 import pyarrow as pa
 
 from tfrecord_beam import _described
+from tfrecord_beam import compression as _compression
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.skipping import SkippingReader
 
 from . import _common
@@ -101,7 +101,7 @@ def infer_schema(
 
     def sample():
         for path in files:
-            kind = resolve_compression(path, compression)
+            kind = _compression.resolve(path, compression)
             reader = SkippingReader(
                 path, kind, open_file=lambda path=path: _fs.open_input(path), skip_corrupt=skip_corrupt
             )
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             staged.temp_path("_results"),
             args.row_group_rows,
             args.row_group_bytes,
-            dead_letters=_common.dead_letters(args, staged),
+            dead_letters=_common.dead_letters(args.skip_corrupt, staged),
         )
 
     _common.run_pipeline(build, options)

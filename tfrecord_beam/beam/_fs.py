@@ -119,7 +119,8 @@ class _Named(io.RawIOBase):
 def record_reader(path: str, compression: Optional[str] = "auto", **kwargs):
     """A core `RecordReader` over a file opened through Beam (compression from the name by
     default); the file is closed when its records have been read (or reading stopped)."""
-    from ..records import RecordReader, resolve_compression
+    from ..compression import resolve as resolve_compression
+    from ..records import RecordReader
 
     class _Closing(RecordReader):
         def chunks(self):

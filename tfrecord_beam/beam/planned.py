@@ -22,7 +22,8 @@ from tfrecord_beam import _plan
 from tfrecord_beam._copy import copy_pieces
 from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, merge_parts, survey
 from tfrecord_beam._walk import walk_frames_skipping
-from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.compression import resolve as resolve_compression
+from tfrecord_beam.compression import seeks_by_members
 
 from . import _blockgzip, _fs, _progress
 from . import stages as _stages
@@ -33,7 +34,7 @@ def _survey_parts(task):
     """A file's survey tasks: (task, part number, member window) per range of members of a
     block-gzip file with a member table (`_plan.survey_parts`), else (task, 0, None): whole."""
     number, path, compression, group = task
-    table = _blockgzip.member_table(path) if compression == "gzip" else None
+    table = _blockgzip.member_table(path) if seeks_by_members(compression) else None
     if table is None:
         yield task, 0, None
         return

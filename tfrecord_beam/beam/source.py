@@ -45,6 +45,7 @@ from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.transforms.display import DisplayDataItem
 
+from ..compression import seeks_by_members
 from ..errors import CorruptRecordError
 from . import _blockgzip, _coders, _paths, _range_read, _sidecars
 from ._corrupt import CorruptRecord
@@ -158,7 +159,7 @@ class _TFRecordSource(FileBasedSource):
     def _read_file(self, file_name: str, range_tracker) -> Iterator[Union[List[bytes], CorruptRecord]]:
         """Lists of claimed payloads (and dead letters) of `file_name` in the tracker's range."""
         compression = _paths.for_file(file_name, self._compression_type)
-        table = _blockgzip.member_table(file_name) if compression == "gzip" and self._use_index else None
+        table = _blockgzip.member_table(file_name) if seeks_by_members(compression) and self._use_index else None
         if table is not None:
             yield from _blockgzip.read_members(self, file_name, range_tracker, table)
             return

@@ -20,8 +20,8 @@ import numpy as np
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam._sizes import DEFAULT_SPLIT_BYTES
+from tfrecord_beam.compression import resolve as resolve_compression
 from tfrecord_beam.index import default_index_path
-from tfrecord_beam.records import resolve_compression
 
 from . import _fs
 from ._corrupt import CorruptRecord

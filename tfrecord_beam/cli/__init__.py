@@ -12,7 +12,7 @@ output (its directory or prefix, e.g. out/train: the shards its _MANIFEST.NAME.j
 count takes the counts from it, verify checks every shard against it) or remote URIs (gs://,
 s3://, hdfs:// through pyarrow.fs, others through fsspec; a query string such as
 ?endpoint_override=HOST:PORT&scheme=http is kept). Compression comes from the name (.gz,
-.zlib) unless --compression says otherwise. A path that exists is taken literally even when its
+.zlib, .zst) unless --compression says otherwise. A path that exists is taken literally even when its
 name holds glob characters ([ ] * ?). Standard input and FIFOs are read as streams (count, head,
 inspect, schema) or refused in one line (verify needs a file it can seek); a FIFO found while
 listing a directory is skipped, never opened.
@@ -30,6 +30,7 @@ import sys
 from typing import List, Optional
 
 from .. import _usage
+from .. import compression as _compression
 
 PROG = "tfrecord-beam"
 UsageError = _usage.UsageError
@@ -71,11 +72,7 @@ def _add(sub, name: str, handler: str, help_text: str, description: str) -> argp
         name, help=help_text, description=description, epilog=_EXAMPLES[name] + "\n\n" + _usage.EXIT_HELP
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, globs, directories or URIs")
-    parser.add_argument(
-        "--compression",
-        default="auto",
-        help="none, gzip, zlib or auto (default: from the file name)",
-    )
+    _compression.add_argument(parser, "--compression", default="auto", auto=True, what="the files' codec")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     parser.set_defaults(handler=handler)
     return parser

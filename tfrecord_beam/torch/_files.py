@@ -15,11 +15,11 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 import numpy as np
 
 from .. import _index_check, blockgzip, fs
+from .. import compression as _compression
 from .. import index as _index
 from .. import manifest as _manifest
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
-from ..records import resolve_compression
 from ..skipping import SkippingReader
 from ._stream import Block
 from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
@@ -162,7 +162,7 @@ class FileSet:
         self.counter = counter if counter is not None else CorruptCounter()
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
-        self.compressions = [resolve_compression(p, compression) for p in self.paths]
+        self.compressions = [_compression.resolve(p, compression) for p in self.paths]
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
         self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
@@ -178,7 +178,7 @@ class FileSet:
             index = _index.load_index(self.index_paths[i])
             size = fs.file_size(self.paths[i]) if self.compressions[i] is None else None
             self._indexes[i] = _index.check_index(index, size, self.index_paths[i], self.paths[i])
-            if self.compressions[i] == "gzip":
+            if _compression.seeks_by_members(self.compressions[i]):
                 self._members[i] = blockgzip.checked_member_table(self.paths[i], self.index_paths[i], index)
         return self._indexes[i]
 

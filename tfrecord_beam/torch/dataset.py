@@ -320,7 +320,8 @@ class TFRecordDataset(_ShardedIterable):
         shuffle_queue_size: shuffle the file order and through a buffer of this many records.
         transform: applied to each record (or to each batch when `batch_size` is set).
         sequence_description: read SequenceExamples; yields (context, sequences).
-        compression_type: None (from the file name), "gzip" or "zlib".
+        compression_type: None (from the file name) or a codec name ("gzip", "zlib", "zstd":
+            `tfrecord_beam.compression`).
         seed: seeds file order and shuffle buffer together with epoch, rank and worker (0 when
             None, so that every rank agrees on the file order).
         batch_size: yield batches of this many records as tensors (see `_collate`): a dict, or
