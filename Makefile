@@ -10,6 +10,11 @@ TORCH_PIN ?= torch==2.13.0
 # state); each test file goes to one worker, so a module's fixture data is made once
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
+# the suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE, set in
+# many containers): pytest then rewrites and compiles ~90 test modules afresh in every worker on every
+# run (~11 s CPU a worker), and each of the ~100 job subprocesses recompiles the package it imports.
+# __pycache__ is git-ignored.
+TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
 .PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners
 
@@ -36,7 +41,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: install
-	$(PY) -m pytest -q $(XDIST)
+	$(TEST_ENV) $(PY) -m pytest -q $(XDIST)
 
 # the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
 # link, anchor or API reference fails the build (not with --quiet: it hides the warnings that --strict
@@ -66,7 +71,7 @@ test-runners: install
 	$(PY) -m pytest -m runners tests/runners -q -p no:cacheprovider
 
 test-pure: install
-	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
+	$(TEST_ENV) TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
 
 demo: $(VENV)/.demo-installed
 	$(PY) -m pipelines.demo
