@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -77,7 +78,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     try:  # a half-committed output reads as neither the old nor the new one
-        _manifest.check_no_commit_pending(patterns, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+        _fs.check_no_commit_pending(patterns)
     except _manifest.CommitInProgressError as exc:
         raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
@@ -93,6 +94,11 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
             pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
         elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
             pattern = _glob_escape(pattern)  # a local file named with [ ] * ?: itself, literally
+        if not fs.is_remote(pattern):  # Beam's local match drops a dangling symlink without a word
+            try:
+                fs.refuse_broken_links(glob.glob(pattern))
+            except FileNotFoundError as exc:
+                raise JobError(f"{what} {exc}") from None
         # FIFOs and devices a glob or directory matched are left out, by stat (never opened)
         found = [
             beam_path(f)
@@ -102,7 +108,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
-    return list(dict.fromkeys(files))  # each file once, in first-seen order
+    return fs.unique_files(files)  # each file once (however spelled), in first-seen order
 
 
 def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[str]]:

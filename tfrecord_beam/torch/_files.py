@@ -110,6 +110,8 @@ def expand_data_paths(data_path: Paths) -> List[str]:
         if incomplete:
             raise FileNotFoundError(incomplete)
         directory = not fs.is_pattern(pattern) and fs.is_dir(pattern)
+        if not directory:
+            fs.refuse_special(pattern)  # a FIFO or pipe: read as 0 records (its size), exit 0
         paths.extend(fs.data_files(pattern) if directory else fs.expand(pattern))
     if not paths:
         raise FileNotFoundError(f"no TFRecord files match {data_path!r}")
@@ -193,6 +195,18 @@ class FileSet:
         """The member table of a block-gzip file `i` (from its index), else None."""
         self.index(i)
         return self._members[i]
+
+    def fingerprint(self) -> str:
+        """What a checkpoint's positions refer to: the files' count, total size and a digest of
+        their names and sizes (names without directories, so a copy of the data elsewhere
+        resumes; a file added, removed, renamed or resized does not)."""
+        import hashlib
+
+        sizes = [info.size for info in self.infos()]
+        digest = hashlib.sha1()
+        for path, size in zip(self.paths, sizes):
+            digest.update(f"{path.rstrip('/').rsplit('/', 1)[-1]}\0{size}\n".encode("utf-8", "surrogateescape"))
+        return f"{len(self.paths)} files, {sum(sizes)} bytes, {digest.hexdigest()[:16]}"
 
     def infos(self) -> List[FileInfo]:
         """What the shard planner needs for every file."""

@@ -65,6 +65,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self.sources = sources
         for files in sources:  # load indexes (and find stale ones) once, here: workers inherit them
             files.infos()
+        self._files = [files.fingerprint() for files in sources]  # what checkpoints' positions index
         self.weights = weights
         self.infinite = infinite
         self.shuffle_queue_size = shuffle_queue_size
@@ -137,6 +138,12 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             )
         if int(state["seed"]) != self.seed:
             raise ValueError(f"state was saved with seed {state['seed']} but this dataset has seed {self.seed}")
+        saved = state.get("files")  # absent in states saved before it was recorded
+        if saved is not None and list(saved) != self._files:
+            raise ValueError(
+                f"state was saved over other files than this dataset reads (saved: {list(saved)}; now: "
+                f"{self._files}): its positions would skip or repeat records; resume over the same files"
+            )
         self._pending = copy.deepcopy(dict(state))
         self._progress = None
         self.epoch = int(state["epoch"])
@@ -147,6 +154,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             "epoch": self.epoch,
             "seed": self.seed,
             "topology": topology,
+            "files": list(self._files),
             "sources": [[0, 0] for _ in self.sources],
             "mixer": None,
         }
