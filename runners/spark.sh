@@ -84,10 +84,15 @@ start() {
     start_daemon spark-worker "$WORKER_UI_PORT" org.apache.spark.deploy.worker.Worker \
         --host 127.0.0.1 --webui-port "$WORKER_UI_PORT" --cores 2 \
         --memory "${SPARK_WORKER_MEMORY:-2g}" --work-dir "$WORK/work" "$MASTER_URL"
-    # Beam's jars first (its guava is newer than Spark's 14), then the cluster's Spark and Scala
+    # Beam's jars first (its guava is newer than Spark's 14), then the cluster's Spark and Scala;
+    # on the executors too (extraClassPath comes before Spark's jars): with Beam's jars only added
+    # to the job, an executor's first task died on Spark's guava (NoSuchMethodError:
+    # Preconditions.checkState(boolean, String, long) in GoogleCloudStorageReadOptions.<clinit>,
+    # building the pipeline options) and Spark ran it again
     start_java spark-job-server "$JOB_PORT" "$TFRB_LOGS/spark-job-server.log" \
         "-Xmx${SPARK_JOB_SERVER_HEAP:-512m}" "${OPENS[@]}" -Dspark.driver.host=127.0.0.1 \
         -Dspark.driver.bindAddress=127.0.0.1 -Dspark.executor.memory=1g -Dspark.local.dir="$WORK/tmp" \
+        -Dspark.executor.extraClassPath="$JARS/*" \
         -cp "$JARS/*:$(spark_home)/jars/*" org.apache.beam.runners.spark.SparkJobServerDriver \
         --spark-master-url="$MASTER_URL" --job-host=127.0.0.1 --job-port="$JOB_PORT" \
         --artifact-port=$((JOB_PORT + 1)) --expansion-port=$((JOB_PORT + 2)) --artifacts-dir="$WORK/artifacts"
