@@ -16,7 +16,7 @@ XDIST = -n $(TEST_WORKERS) --dist loadfile
 # __pycache__ is git-ignored.
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners
+.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners bench-runners
 
 # what the demo needs: the core, Beam and torch (no test or lint tools)
 $(VENV)/.demo-installed: setup.py pyproject.toml
@@ -69,6 +69,15 @@ runners-stop:
 
 test-runners: install
 	$(PY) -m pytest -m runners tests/runners -q -p no:cacheprovider
+
+# Issue 21 item 8: reshard (2 GiB of 16 KiB records) and parquet_to_tfrecord (6 M rows) on each
+# runner (RUNNERS' services, started here, and the FnApiRunner) in one run: wall time, records/s,
+# MiB/s, peak RSS of the whole process tree (JVMs and SDK workers included). A quick run:
+# make bench-runners BENCH_RUNNERS_ARGS="--reshard-mb 64 --rows 200000"
+BENCH_RUNNERS_ARGS ?=
+bench-runners: runners
+	$(PY) -m bench.bench_runners --runners $(subst $(eval) ,$(comma),$(strip fnapi $(filter-out s3,$(RUNNERS)))) $(BENCH_RUNNERS_ARGS)
+comma := ,
 
 test-pure: install
 	$(TEST_ENV) TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)

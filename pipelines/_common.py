@@ -62,6 +62,9 @@ def pipeline_options(beam_args: Sequence[str]):
         raise JobError("unknown argument(s), neither this job's nor Beam's: " + ", ".join("--" + u for u in unknown))
     _runner.set_default(options)
     _runner.spare_loopback_from_proxies()
+    unreachable = _runner.unreachable_job_endpoint(options)  # before anything is staged
+    if unreachable:
+        raise JobError(unreachable)
     _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 
@@ -249,8 +252,9 @@ def run_job(
             raise
         if interrupted or _is_interrupt(exc):
             done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
-            sys.stderr.write(f"{name}: interrupted {done}\n".replace(" ;", ";"))
-            return _usage.EXIT_INTERRUPTED
+            how = "terminated (SIGTERM)" if signal.SIGTERM in interrupted else "interrupted"
+            sys.stderr.write(f"{name}: {how} {done}\n".replace(" ;", ";"))
+            return EXIT_TERMINATED if signal.SIGTERM in interrupted else _usage.EXIT_INTERRUPTED
         if verbose:
             import traceback
 
@@ -266,8 +270,13 @@ def run_job(
     return int(summary.extra.get("exit_code", 0))
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM  # the shell's code for a process ended by SIGTERM
+
+
 def _on_sigint(flag: List[int]):
-    """Note SIGINT (Beam may wrap the KeyboardInterrupt it causes in its own errors)."""
+    """Note SIGINT and SIGTERM (Beam may wrap the KeyboardInterrupt they cause in its own
+    errors): a launcher stopped either way aborts its outputs (staging removed) and cancels its
+    job on a job service (`run_pipeline`), instead of dying with both left behind."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -278,7 +287,7 @@ def _on_sigint(flag: List[int]):
         _terminate_workers()  # worker processes of the runner would otherwise keep it waiting
         raise KeyboardInterrupt
 
-    return signal.signal(signal.SIGINT, handler)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _terminate_workers() -> None:
@@ -310,8 +319,8 @@ def _terminate_workers() -> None:
 
 
 def _restore_sigint(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
 
 
 def _is_interrupt(exc: BaseException) -> bool:
@@ -350,9 +359,24 @@ def run_pipeline(build: Callable[[Any], None], options) -> Any:
         build(p)
         with _runner.bounded_downloads(options):
             result = p.run()
-        result.wait_until_finish()
+        try:
+            result.wait_until_finish()
+        except BaseException:
+            _cancel(result)
+            raise
     _ran.append(result)
     return result
+
+
+def _cancel(result) -> None:
+    """Cancel a job that is still running after its launcher failed or was interrupted (on a
+    job service it would go on writing into the staging the launcher removes)."""
+    try:
+        state = str(getattr(result, "state", "") or "")
+        if not any(end in state for end in ("DONE", "FAILED", "CANCELLED", "STOPPED")):
+            result.cancel()
+    except BaseException:  # noqa: BLE001 - a runner without cancel, or a gone job service
+        pass
 
 
 _verbose = [False]

@@ -193,8 +193,7 @@ def list_names(directory: str, pattern: str = "*") -> List[str]:
     """Names of the files directly in `directory` (taken literally, whatever characters it
     holds) matching `pattern` ([] when there are none); literal parts of `pattern` go
     through `escape`."""
-    matches = FileSystems.match([join(escape(directory), pattern)])[0].metadata_list
-    return sorted(split(m.path)[1] for m in matches)
+    return sorted(split(m.path)[1] for m in _matched(join(escape(directory), pattern)))
 
 
 def file_size(path: str) -> int:
@@ -242,13 +241,22 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
             continue
         if "://" not in pattern:  # Beam's local matching misses relative globs ("data*.tfrecord")
             pattern = os.path.abspath(pattern)
-        out.extend(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
+        out.extend(sorted(m.path for m in _matched(pattern)))
     return out
 
 
 def match(pattern: str) -> List[FileMetadata]:
     """The FileMetadata (path, size) of the files a path or glob matches (none: empty list)."""
-    return list(FileSystems.match([plain(pattern)])[0].metadata_list)
+    return _matched(plain(pattern))
+
+
+def _matched(pattern: str) -> List[FileMetadata]:
+    """What Beam's FileSystems match for `pattern`, less object-store directory markers: an
+    empty object named `dir/` (pyarrow, S3 consoles and posix-backed S3 servers make them) that
+    `s3://b/dir/*` matches is a directory, never a data file. Taken for one, it would shift the
+    numbering of the real files (and so a seeded job's random streams) and be listed as an
+    input in manifests."""
+    return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
 
 
 def delete(paths: Sequence[str]) -> None:
