@@ -173,13 +173,16 @@ def run_child(spec: Dict[str, Any], env: Dict[str, str], timeout: float = 3600) 
         )
         peaks = TreePeaks()
         deadline = time.monotonic() + timeout
-        while proc.poll() is None:
-            peaks.sample(proc.pid)
-            if time.monotonic() > deadline:
+        try:
+            while proc.poll() is None:
+                peaks.sample(proc.pid)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"case {spec} ran over {timeout} s")
+                time.sleep(0.02)
+        finally:  # a timeout, or this run stopped: the case (and its workers) go too
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-                raise TimeoutError(f"case {spec} ran over {timeout} s")
-            time.sleep(0.02)
         out.seek(0)
         err.seek(0)
         text = out.read()
