@@ -16,7 +16,7 @@ XDIST = -n $(TEST_WORKERS) --dist loadfile
 # __pycache__ is git-ignored.
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners bench-runners
+.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench bench-remote clean runners runners-stop test-runners bench-runners
 
 # what the demo needs: the core, Beam and torch (no test or lint tools)
 $(VENV)/.demo-installed: setup.py pyproject.toml
@@ -121,6 +121,18 @@ test-dist: dist
 bench: install
 	$(PIP) install -q "tfrecord==1.14.6"
 	TFX_PYTHON=$(if $(wildcard $(TFX_VENV)/bin/python),$(TFX_VENV)/bin/python,) $(PY) -m bench
+
+# Training from an object store (issue 24): our torch dataset from local disk, versitygw on
+# loopback and through an emulated link, beside mosaicml-streaming. Its pins would move numpy
+# and torch, so it and torchvision (pinned to TORCH_PIN's) go in with --no-deps, their other
+# needs from the `bench-remote` extra. BENCH_REMOTE_ARGS=--quick: 16 MB per dataset.
+TORCHVISION_PIN ?= torchvision==0.28.0
+BENCH_REMOTE_ARGS ?=
+bench-remote: install
+	runners/s3.sh build
+	$(PIP) install -q -e ".[bench-remote]"
+	$(PIP) install -q --no-deps "$(TORCHVISION_PIN)" "mosaicml-streaming==0.13.0"
+	$(PY) -m bench.remote --results $(BENCH_REMOTE_ARGS)
 
 # tfx_bsl (the Parquet -> Example peer) lives in its own venv: it brings TensorFlow and its own
 # pins. `make bench-tfx` makes it; `make bench` then measures tfx_bsl beside our jobs.

@@ -106,6 +106,17 @@ setup(
         # ZSTD-compressed TFRecord files (`compression="zstd"`, `.zst`); Beam brings it too
         "zstd": [ZSTANDARD],
         "all": [BEAM, TORCH, "isal>=1.6", ZSTANDARD],
+        # bench/remote.py's peer, mosaicml-streaming, needs these to import; it and torchvision
+        # themselves go in with --no-deps (`make bench-remote`): their pins would move numpy/torch
+        "bench-remote": [
+            "transformers==4.57.6",
+            "tqdm",
+            "xxhash>=3,<4",
+            "zstd",
+            "python-snappy",
+            "brotli",
+            "catalogue",
+        ],
         # moto's standalone S3 server (on loopback, started by a test fixture) + Beam's s3://
         # support: the object-store tests run end to end without a network.
         # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy
