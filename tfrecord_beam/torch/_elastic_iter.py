@@ -91,9 +91,11 @@ def slots(
     `taken` records of each source before it."""
     total = plan.total
     count = lane.slots_in(None if total is None else total - start)
-    per_chunk = max(1, CHUNK_RECORDS // lane.unit)
+    most = max(1, CHUNK_RECORDS // lane.unit)
+    per_chunk = 1  # doubling up to `most`: the first item comes quickly, and a short run plans little
     j, g, taken = first, start, list(taken)
     while count is None or j < count:
+        per_chunk = min(most, per_chunk * 2)
         last = j + per_chunk if count is None else min(count, j + per_chunk)
         lo = start + lane.slot(j) * lane.unit
         hi = start + (lane.slot(last - 1) + 1) * lane.unit

@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.utils.data
 
@@ -143,30 +144,38 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             state["mixer"] = self._mixer.state()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> None:
         """Resume from `state_dict()` output at the next `iter()` (sets the epoch too).
 
-        With `elastic=True` it also takes a StatefulDataLoader's `state_dict()` (load it here,
-        then build the new loader over this dataset: the new loader may have other workers).
+        With `elastic=True` it also takes a StatefulDataLoader's `state_dict()`, or the list of
+        one rank's DataLoader workers' `state_dict()`s (load it here, then build the new loader
+        over this dataset: it may have other workers, ranks and batch size).
         """
-        if elastic.is_loader_state(state):
-            if not self.elastic:
-                raise ValueError(
-                    "a StatefulDataLoader state: load it into the loader (loader.load_state_dict), or "
-                    "build the dataset with elastic=True to load it here"
-                )
-            states, extra = elastic.loader_worker_states(state)
-            self._check_state(states[0])
-            self.epoch = int(states[0]["epoch"])
-            self._pending, self._progress = self._globalize(states, extra), None
-            return
-        self._check_state(state)
-        self.epoch = int(state["epoch"])
-        pending = copy.deepcopy(dict(state))
-        if self.elastic and pending["topology"] is not None and pending["topology"][3] == 1:
-            pending = self._globalize([pending], 0)  # a rank's state: a position in the global order
-        self._pending = pending
-        self._progress = None
+        if not isinstance(state, collections.abc.Mapping):  # one rank's workers' states
+            self._load_states(list(state), 0)
+        elif elastic.is_loader_state(state):
+            self._load_states(*elastic.loader_worker_states(state))
+        else:
+            self._check_state(state)
+            self.epoch = int(state["epoch"])
+            pending = copy.deepcopy(dict(state))
+            if self.elastic and pending["topology"] is not None and pending["topology"][3] == 1:
+                pending = self._globalize([pending], 0)  # a rank's state: a position in the global order
+            self._pending = pending
+            self._progress = None
+
+    def _load_states(self, states: List[Mapping[str, Any]], extra: int) -> None:
+        """Load one rank's DataLoader workers' states (`extra` items handed out after them)."""
+        if not self.elastic:
+            raise ValueError(
+                "a StatefulDataLoader state (or a list of worker states): load it into the loader "
+                "(loader.load_state_dict), or build the dataset with elastic=True to load it here"
+            )
+        if not states:
+            raise ValueError("an empty list of worker states")
+        self._check_state(states[0])
+        self.epoch = int(states[0]["epoch"])
+        self._pending, self._progress = self._globalize(states, extra), None
 
     def _check_state(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != _STATE_VERSION or len(state.get("sources", ())) != len(self.sources):

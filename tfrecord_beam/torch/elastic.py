@@ -61,6 +61,9 @@ class OrderError(ValueError):
 class SourceOrder:
     """The order of one source's records in each pass: position -> record number in the source."""
 
+    PASSES = 64  # pass block orders kept (a small source runs through many passes in a chunk)
+    WINDOW_VALUES = 1 << 20  # window permutations kept, in positions (8 MiB)
+
     def __init__(self, counts: Sequence[int], shuffle: bool, block: int, window: int, *keys: int) -> None:
         if block < 1 or window < 0:
             raise OrderError(f"block must be >= 1 and window >= 0, got {block} and {window}")
@@ -73,7 +76,7 @@ class SourceOrder:
 
     def _blocks(self, pass_number: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first record, length, end position) of each block in this pass's block order."""
-        found = self._passes.get(pass_number)
+        found = self._passes.pop(pass_number, None)
         if found is None:
             starts = np.concatenate(
                 [np.arange(a, a + n, self.block, dtype=np.int64) for a, n in zip(self.file_starts[:-1], self.counts)]
@@ -83,20 +86,18 @@ class SourceOrder:
             order = rng(*self.keys, pass_number, _BLOCK_KEY).permutation(len(starts))
             starts, lengths = starts[order], (stops - starts)[order]
             found = (starts, lengths, np.cumsum(lengths))
-            if len(self._passes) > 2:
-                self._passes.clear()
-            self._passes[pass_number] = found
+            _bound(self._passes, self.PASSES)
+        self._passes[pass_number] = found  # most recently used last
         return found
 
     def _window(self, pass_number: int, k: int) -> np.ndarray:
         key = (pass_number, k)
-        perm = self._windows.get(key)
+        perm = self._windows.pop(key, None)
         if perm is None:
             size = min(self.window, self.size - k * self.window)
             perm = rng(*self.keys, pass_number, _WINDOW_KEY, k).permutation(size)
-            if len(self._windows) > 64:
-                self._windows.clear()
-            self._windows[key] = perm
+            _bound(self._windows, max(4, self.WINDOW_VALUES // max(1, self.window)))
+        self._windows[key] = perm
         return perm
 
     def records(self, pass_number: int, positions: np.ndarray) -> np.ndarray:
@@ -118,6 +119,12 @@ class SourceOrder:
         """(file, record number in the file) of record numbers of the source."""
         f = np.searchsorted(self.file_starts, records, side="right") - 1
         return f, records - self.file_starts[f]
+
+
+def _bound(cache: Dict[Any, Any], size: int) -> None:
+    """Drop the least recently used entries of `cache` (oldest first) to make room for one."""
+    while len(cache) >= size:
+        del cache[next(iter(cache))]
 
 
 # ---------------------------------------------------------------------------------------------
