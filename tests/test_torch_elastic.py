@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -216,3 +218,228 @@ def test_lanes_share_every_slot_once():
                 lane = Lane(r, ranks, w, workers, unit)
                 owned += [lane.slot(j) for j in range(lane.slots_in(n) or 0)]
         assert sorted(owned) == list(range(-(-n // unit)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Real DataLoader workers
+
+
+def _loaders(make, ranks, workers, state=None, stateful=True, **kw):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    datasets = [make(rank=r, world_size=ranks, **kw) for r in range(ranks)]
+    if state is not None:
+        for ds in datasets:
+            ds.load_state_dict(state)
+    cls = StatefulDataLoader if stateful else torch.utils.data.DataLoader
+    return datasets, [cls(ds, batch_size=None, num_workers=workers) for ds in datasets]
+
+
+def _steps(iterators, steps=None):
+    """Ids of `steps` lockstep steps (None: to the end) over the ranks' loader iterators."""
+    out, step = [], 0
+    while steps is None or step < steps:
+        got = False
+        for it in iterators:
+            item = next(it, None)
+            if item is not None:
+                out.extend(ids_of([item]))
+                got = True
+        if not got:
+            break
+        step += 1
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("before,after", [((2, 2), (2, 3)), ((1, 2), (1, 3)), ((2, 4), (1, 4))])
+def test_stateful_dataloader_resumes_on_other_ranks_and_workers(files, before, after):
+    pytest.importorskip("torchdata.stateful_dataloader")
+    paths, indexes, ids = files
+    make = factory(paths, indexes, batch_size=3, shuffle_queue_size=9, shuffle_block=4)
+    reference, _ = lockstep(make, 1, 1)
+    _, loaders = _loaders(make, *before)
+    iterators = [iter(loader) for loader in loaders]
+    head = _steps(iterators, 3)
+    state = pickle.loads(pickle.dumps(loaders[0].state_dict()))
+    del iterators, loaders
+    _, loaders = _loaders(make, *after, state=state)
+    rest = _steps([iter(loader) for loader in loaders])
+    assert head + rest == reference
+    assert Counter(head + rest) == Counter(ids)
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_stateful_dataloader_chain_with_records_and_a_batch_size_change(files):
+    """Records batched by the DataLoader (slot_size = its batch_size), resumed twice: 2 workers,
+    then 3 with dataset batches of 5, then none."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    paths, indexes, _ = files
+    reference, _ = lockstep(factory(paths, indexes, shuffle_queue_size=9, shuffle_block=4), 1, 1)
+    first = factory(paths, indexes, shuffle_queue_size=9, shuffle_block=4, slot_size=4)()
+    loader = StatefulDataLoader(first, batch_size=4, num_workers=2)
+    it = iter(loader)
+    head = ids_of([next(it) for _ in range(5)])
+    state = loader.state_dict()
+    del it
+    second = factory(paths, indexes, shuffle_queue_size=9, shuffle_block=4, batch_size=5)()
+    second.load_state_dict(state)
+    loader = StatefulDataLoader(second, batch_size=None, num_workers=3)
+    it = iter(loader)
+    middle = ids_of([next(it) for _ in range(4)])
+    state = loader.state_dict()
+    del it
+    third = factory(paths, indexes, shuffle_queue_size=9, shuffle_block=4)()
+    third.load_state_dict(state)
+    assert head + middle + ids_of(third) == reference
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_stateful_dataloader_same_workers_through_the_loader(files):
+    """The loader's own load_state_dict (same workers): each worker resumes its own share."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    paths, indexes, _ = files
+    make = factory(paths, indexes, batch_size=2, shuffle_queue_size=5)
+    reference, _ = lockstep(make, 1, 1)
+    loader = StatefulDataLoader(make(), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = ids_of([next(it) for _ in range(7)])
+    state = loader.state_dict()
+    del it
+    again = StatefulDataLoader(make(), batch_size=None, num_workers=2)
+    again.load_state_dict(state)
+    assert head + ids_of(again) == reference
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_plain_dataloader_counts_its_batches(files):
+    paths, indexes, _ = files
+    make = factory(paths, indexes, batch_size=4, shuffle_queue_size=9, shuffle_block=4)
+    reference, _ = lockstep(make, 1, 1)
+    datasets, loaders = _loaders(make, 2, 2, stateful=False)
+    iterators = [iter(loader) for loader in loaders]
+    head = _steps(iterators, 3)
+    state = datasets[1].state_after(3)  # any rank: each has handed out 3 batches
+    assert state == datasets[0].state_after(3) and state["elastic"]["start"] == 3 * 2 * 4
+    del iterators
+    _, loaders = _loaders(make, 3, 2, state=state, stateful=False)
+    assert head + _steps([iter(loader) for loader in loaders]) == reference
+
+
+# ---------------------------------------------------------------------------------------------
+# What it needs, and wrong states
+
+
+def test_block_gzip_files_take_part(tmp_path):
+    from helpers.torch_data import payload
+
+    from tfrecord_beam import index
+    from tfrecord_beam.records import RecordWriter
+
+    paths, indexes = [], []
+    for name, ids in [("a.tfrecord.gz", range(0, 120)), ("b.tfrecord.gz", range(120, 150))]:
+        with RecordWriter(str(tmp_path / name), index_path=True, block_bytes=2048) as writer:
+            writer.write_many([payload(i) for i in ids])
+        paths.append(str(tmp_path / name))
+        indexes.append(index.default_index_path(paths[-1]))
+    make = factory(paths, indexes, batch_size=4, shuffle_queue_size=16, shuffle_block=8)
+    reference, _ = lockstep(make, 1, 1)
+    assert sorted(reference) == list(range(150))
+    head, state = lockstep(make, 2, 2, steps=4)
+    assert head + lockstep(make, 3, 1, state=state)[0] == reference
+
+
+def test_files_without_what_the_order_needs_are_refused(tmp_path, files):
+    paths, indexes, _ = files
+    plain, _, _ = write_files(tmp_path / "plain", [("u.tfrecord", 5, False)])
+    with pytest.raises(ValueError, match=r"u\.tfrecord: elastic=True needs an index"):
+        TFRecordDataset([paths[0], plain[0]], [indexes[0], None], elastic=True)
+    gz, gz_index, _ = write_files(tmp_path / "gz", [("z.tfrecord.gz", 5, True)])
+    with pytest.raises(ValueError, match=r"z\.tfrecord\.gz: .*compressed without a gzip member table"):
+        TFRecordDataset(gz, gz_index, elastic=True)
+    TFRecordDataset(plain, None)  # without elastic=True nothing changes: read as before
+
+
+def test_wrong_states_are_refused(files):
+    paths, indexes, _ = files
+    make = factory(paths, indexes, batch_size=2)
+    _, worker_states = lockstep(make, 1, 2, steps=3)
+    with pytest.raises(ValueError, match="elastic=False"):
+        TFRecordDataset(paths, indexes, seed=7).load_state_dict(worker_states[0])
+    with pytest.raises(ValueError, match="elastic=True"):
+        make().load_state_dict(TFRecordDataset(paths, indexes, seed=7).state_dict())
+    with pytest.raises(ValueError, match="seed"):
+        TFRecordDataset(paths, indexes, elastic=True, seed=8).load_state_dict(worker_states)
+    one = make()
+    one.load_state_dict(worker_states[0])  # one worker's state: only for that worker of that topology
+    with pytest.raises(ValueError, match="whole state_dict"):
+        next(one.iter_worker(0, 3))
+    with pytest.raises(ValueError, match="all of its 2 DataLoader workers"):
+        make().load_state_dict(worker_states[:1])
+    skewed = [dict(worker_states[0]), dict(worker_states[1])]
+    skewed[1] = pickle.loads(pickle.dumps(skewed[1]))
+    skewed[1]["elastic"]["consumed"] += 4  # worker 1 two items ahead: no in-order loader does that
+    with pytest.raises(ValueError, match="in-order DataLoader"):
+        make().load_state_dict(skewed)
+    with pytest.raises(ValueError, match="slot_size"):
+        TFRecordDataset(paths, indexes, elastic=True, batch_size=2, slot_size=2)
+
+
+def test_state_is_small_and_a_finished_epoch_resumes_to_nothing(files):
+    paths, indexes, ids = files
+    make = factory(paths, indexes, batch_size=5, shuffle_queue_size=9)
+    _, states = lockstep(make, 2, 1, steps=2)
+    ds = make(rank=0, world_size=2)
+    ds.load_state_dict(states)
+    assert len(pickle.dumps(ds.state_dict())) < 400
+    assert ds.state_dict()["elastic"]["start"] == 2 * 2 * 5
+    _, states = lockstep(make, 2, 3)
+    assert lockstep(make, 4, 1, state=states)[0] == []
+    nxt = make()
+    nxt.load_state_dict(states)
+    nxt.set_epoch(1)  # a new epoch: the saved position belongs to epoch 0
+    assert sorted(ids_of(nxt)) == sorted(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: any topology, any cut, any new topology and batch size
+
+_REFERENCES: Dict[Any, List[int]] = {}
+
+
+@given(
+    before=st.tuples(st.integers(1, 4), st.integers(1, 4), st.sampled_from([None, 1, 2, 3, 7])),
+    after=st.tuples(st.integers(1, 4), st.integers(1, 4), st.sampled_from([None, 1, 2, 5])),
+    steps=st.integers(0, 12),
+    shuffle=st.sampled_from([None, 1, 6, 40]),
+    weighted=st.booleans(),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_resume_delivers_the_uninterrupted_order(files, splits, before, after, steps, shuffle, weighted):
+    paths, indexes, _ = files
+    data, index = splits
+
+    def maker(batch):
+        def make(**where):
+            common = dict(shuffle_queue_size=shuffle, seed=4, batch_size=batch, elastic=True, shuffle_block=3)
+            if weighted:
+                return MultiTFRecordDataset(
+                    data, index, {"a": 2, "b": 1, "c": 1}, ["id"], infinite=False, **common, **where
+                )
+            return TFRecordDataset(paths, indexes, ["id"], **common, **where)
+
+        return make
+
+    key = (shuffle, weighted)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = lockstep(maker(None), 1, 1)[0]
+    reference = _REFERENCES[key]
+    head, state = lockstep(maker(before[2]), before[0], before[1], steps=steps)
+    rest, _ = lockstep(maker(after[2]), after[0], after[1], state=state)
+    assert head + rest == reference
+    assert len(set(reference)) == len(reference) == (85 if weighted else 87)
