@@ -443,3 +443,25 @@ def test_any_resume_delivers_the_uninterrupted_order(files, splits, before, afte
     rest, _ = lockstep(maker(after[2]), after[0], after[1], state=state)
     assert head + rest == reference
     assert len(set(reference)) == len(reference) == (85 if weighted else 87)
+
+
+def test_corrupt_records_keep_their_place_in_the_order(tmp_path):
+    """skip_corrupt: a corrupt record's position is consumed without a record; the others keep
+    their places (and without skip_corrupt it raises, naming the record)."""
+    from tfrecord_beam.errors import CorruptRecordError
+    from tfrecord_beam.index import load_index
+
+    paths, indexes, ids = write_files(tmp_path, LAYOUT)
+    offset, length = (int(v) for v in load_index(indexes[0])[5])
+    with open(paths[0], "r+b") as f:  # flip a payload byte of record 5 of the first file (id 5)
+        f.seek(offset + 12 + 3)
+        byte = f.read(1)
+        f.seek(offset + 12 + 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    make = factory(paths, indexes, batch_size=3, shuffle_queue_size=9, shuffle_block=4, skip_corrupt=True)
+    reference, _ = lockstep(make, 1, 1)
+    assert sorted(reference) == sorted(set(ids) - {5})
+    head, state = lockstep(make, 2, 2, steps=4)
+    assert head + lockstep(make, 3, 1, state=state)[0] == reference
+    with pytest.raises(CorruptRecordError, match="e0.tfrecord"):
+        lockstep(factory(paths, indexes, batch_size=3), 1, 1)
