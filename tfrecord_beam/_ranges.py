@@ -206,6 +206,7 @@ class RangeSource:
     def fetch(self, offset: int, length: int) -> bytes:
         """Bytes [offset, offset + length) by one request, retried as the module says."""
         options = self.options
+        _data_filesystem(self.path)  # the client is made once, outside the timed attempts
         started = time.monotonic()
         wait = float(options.backoff)
         last: BaseException = OSError("no attempt made")

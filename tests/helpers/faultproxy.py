@@ -18,10 +18,10 @@ import http.server
 import socket
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 Fault = Optional[Tuple[str, int]]
-FaultRule = Callable[[str, str, dict], Fault]
+FaultRule = Callable[[str, str, Any], Fault]  # (method, path, headers: an email.message.Message)
 
 _ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
@@ -75,8 +75,8 @@ class FaultProxy:
         length = int(headers.get("Content-Length", "0") or 0)
         body = handler.rfile.read(length) if length else None
         with self._lock:
-            self.requests.append((method, path, headers.get("Range") or headers.get("range")))
-        fault = self.fault(method, path, headers)
+            self.requests.append((method, path, handler.headers.get("Range")))
+        fault = self.fault(method, path, handler.headers)  # case-insensitive names
         try:
             if fault is not None and fault[0] == "stall":
                 time.sleep(fault[1])
