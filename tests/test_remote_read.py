@@ -127,3 +127,90 @@ def test_files_without_an_index_are_streamed(remote, tmp_path):
     assert parts[0] and parts[1] and sorted(parts[0] + parts[1]) == ids
     plain = TFRecordDataset(remote.uri("n.tfrecord"), None, {"id": "int"}, readahead_bytes=128 * KiB)
     assert [int(r["id"][0]) for r in plain] == ids  # per-record path too
+
+
+def test_a_committed_output_prefix_reads_its_manifest_shards_with_their_indexes(remote, proxy, tmp_path):
+    """Item 4: `TFRecordDataset("s3://bucket/out/train", None)` reads exactly the shards the
+    output's manifest lists (a leftover shard beside them is not read), by their indexes."""
+    from tfrecord_beam import digest
+    from tfrecord_beam import manifest as mf
+
+    entries, ids = [], []
+    for k in range(3):
+        name = f"train-{k:05d}-of-00003.tfrecord"
+        local = tmp_path / name
+        ids += write_local(local, 1000 * k, 400, 1 * KiB)
+        remote.upload(local, f"out/{name}")
+        records, payload_bytes, checksum = digest.file_digest(str(local))
+        entries.append(
+            mf.ShardEntry(
+                name,
+                records,
+                local.stat().st_size,
+                payload_bytes,
+                digest.format_checksum(checksum),
+                f"train-{k:05d}-of-00003.tfindex",
+            )
+        )
+    stray = tmp_path / "train-00009-of-00010.tfrecord"  # from an older run: not in the manifest
+    write_local(stray, 90000, 50, 100)
+    remote.upload(stray, "out/train-00009-of-00010.tfrecord")
+    manifest = mf.Manifest("test", "train", entries)
+    mf.write_manifest(manifest, remote.uri("out/_MANIFEST.train.json"))
+    ds = TFRecordDataset(remote.uri("out/train", via=proxy.host_port), None, batch_size=64, readahead_bytes=256 * KiB)
+    files = ds.sources[0]
+    assert [p.split("?")[0].rsplit("/", 1)[1] for p in files.paths] == [e.name for e in entries]
+    assert all(info.num_records == 400 for info in files.infos())  # indexed: split by records
+    parts = [ids_of(ds.iter_worker(w, 2)) for w in range(2)]
+    assert sorted(parts[0] + parts[1]) == ids and abs(len(parts[0]) - len(parts[1])) <= 1
+    assert not [r for r in proxy.ranged_gets("00009")]  # the stray shard never read
+    assert ds.remote_stats()["requests"] <= sum(math.ceil(e.file_bytes / (256 * KiB)) for e in entries) + 4
+
+
+def test_the_map_style_dataset_reads_remote_blocks_once_with_a_cache(remote, proxy, tmp_path):
+    from tfrecord_beam.torch import IndexedTFRecordDataset
+
+    ids, size = upload(remote, tmp_path, "m.tfrecord", 0, 1000, 1 * KiB)
+    readahead = 64 * KiB
+    ds = IndexedTFRecordDataset(
+        remote.uri("m.tfrecord", via=proxy.host_port),
+        remote.uri("m.tfindex", via=proxy.host_port),
+        {"id": "int"},
+        cache_dir=str(tmp_path / "cache"),
+        readahead_bytes=readahead,
+    )
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3)).tolist()
+    assert [int(ds[i]["id"][0]) for i in order] == [ids[i] for i in order]
+    blocks = math.ceil(size / readahead)
+    assert ds.remote_stats()["requests"] == blocks == len(proxy.ranged_gets())  # each block once
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, shuffle=True)
+    assert sorted(int(r["id"][0]) for r in loader) == ids
+    assert ds.remote_stats()["requests"] == blocks  # the workers read the cache only
+
+
+def test_memory_is_bounded_by_the_blocks_in_flight_not_the_file(remote, tmp_path):
+    """A 64 MiB file read with 2 MiB requests, 2 in flight: the reader's peak memory grows by
+    a few blocks over a 4 MiB file's, not by the file."""
+    from helpers.rss import MiB, PeakRSS
+
+    small, _ = upload(remote, tmp_path, "small.tfrecord", 0, 1000, 4 * KiB)
+    big, size = upload(remote, tmp_path, "large.tfrecord", 0, 16000, 4 * KiB)
+    assert size > 60 * MiB
+
+    def read(name: str) -> PeakRSS:
+        ds = TFRecordDataset(
+            remote.uri(f"{name}.tfrecord"),
+            remote.uri(f"{name}.tfindex"),
+            batch_size=64,
+            readahead_bytes=2 * MiB,
+            readahead_requests=2,
+        )
+        with PeakRSS() as peak:
+            count = sum(len(batch["id"]) for batch in ds.iter_worker(0, 1))
+        assert count == (len(small) if name == "small" else len(big))
+        return peak
+
+    read("small")  # warm up: allocator arenas, the S3 client
+    baseline = read("small")
+    large = read("large")
+    assert large.largest - baseline.largest < 24 * MiB, (large.largest - baseline.largest) / MiB
