@@ -14,16 +14,18 @@ from __future__ import annotations
 import collections.abc
 import copy
 import itertools
+import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.utils.data
 
+from .._ranges import RemoteOptions
 from .._read_options import ReadOptions
 from ..example import Description
 from ..iterator_utils import shuffle_iterator
 from . import _elastic_iter, _ring, elastic, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
-from ._files import CorruptCounter, FileSet, Paths
+from ._files import CorruptCounter, FileSet, Paths, RemoteCounts
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
 from .indexed import IndexedTFRecordDataset
@@ -33,6 +35,32 @@ __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
 _STATE_VERSION = 1
 RECORD_RUN = 512  # records decoded together on the per-record path
 _MIX_KEY = 0x6D6978  # separates the mixer's seed from the sources' seeds
+
+
+READAHEAD_BYTES = RemoteOptions.readahead_bytes
+READAHEAD_REQUESTS = RemoteOptions.readahead_requests
+REQUEST_TIMEOUT = RemoteOptions.timeout
+REQUEST_ATTEMPTS = RemoteOptions.attempts
+
+
+def remote_options(
+    cache_dir: Optional[str],
+    cache_limit: Optional[int],
+    readahead_bytes: int,
+    readahead_requests: int,
+    request_timeout: float,
+    request_attempts: int,
+) -> RemoteOptions:
+    """The datasets' keywords for remote files as `RemoteOptions` (validated here, in the
+    constructor, not later in a worker)."""
+    return RemoteOptions(
+        readahead_bytes=int(readahead_bytes),
+        readahead_requests=int(readahead_requests),
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        cache_limit=None if cache_limit is None else int(cache_limit),
+        timeout=float(request_timeout),
+        attempts=int(request_attempts),
+    )
 
 
 class _ShardedIterable(torch.utils.data.IterableDataset):
@@ -94,6 +122,12 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
         self._mixer: Optional[sampling.WeightedMixer] = None
         self._ring = _ring.make()  # made here, in the process that will read the batches
+
+    def remote_stats(self) -> Dict[str, int]:
+        """Remote reads so far, in this process and its DataLoader workers together:
+        `requests` (range requests sent, retries included), `bytes` (received), `cache_hits` and
+        `cache_misses` (blocks found or not in `cache_dir`), `retries`. All zero for local files."""
+        return self.sources[0].remote_counts.values()
 
     @property
     def corrupt_records(self) -> int:
@@ -364,15 +398,12 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._description_checked = True
         from .. import _described
         from ..errors import TFRecordError
-        from ..records import RecordReader
 
         files = self.sources[0]
         if not files.paths:
             return
         try:
-            payloads = list(
-                itertools.islice(iter(RecordReader(files.paths[0], files.compressions[0])), self.SAMPLE_RECORDS)
-            )
+            payloads = files.head(self.SAMPLE_RECORDS)
         except TFRecordError:
             return  # damaged data is reported when it is read, not here
         _described.check_described(
@@ -510,6 +541,14 @@ class TFRecordDataset(_ShardedIterable):
             of `shuffle_block` contiguous records shuffled, then records within windows of N.
         slot_size: (elastic, without `batch_size`) records each process hands out in turn; set
             it to the DataLoader's `batch_size` when the DataLoader batches records from workers.
+        cache_dir, cache_limit: remote files (s3://, gs://, ...) only: keep the blocks read on
+            local disk under `cache_dir` (shared by every worker and rank of the host), at
+            most `cache_limit` bytes (None: no bound), least recently used evicted first.
+        readahead_bytes, readahead_requests: remote files are read in requests of this many
+            bytes, this many in flight per worker, planned from the indexes (`remote_stats()`
+            counts them).
+        request_timeout, request_attempts: seconds one request may take, and attempts per
+            request (with backoff) before `RemoteReadError` names the object and the range.
     """
 
     def __init__(
@@ -532,6 +571,12 @@ class TFRecordDataset(_ShardedIterable):
         elastic: bool = False,
         shuffle_block: int = 1024,
         slot_size: Optional[int] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        readahead_bytes: int = READAHEAD_BYTES,
+        readahead_requests: int = READAHEAD_REQUESTS,
+        request_timeout: float = REQUEST_TIMEOUT,
+        request_attempts: int = REQUEST_ATTEMPTS,
     ) -> None:
         options = ReadOptions.dropin(
             description, sequence_description, compression_type, skip_corrupt=skip_corrupt, strict=strict
@@ -539,7 +584,10 @@ class TFRecordDataset(_ShardedIterable):
         self.data_path = data_path
         self.index_path = index_path
         self._keep_arguments(description, sequence_description, compression_type)
-        files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
+        remote = remote_options(
+            cache_dir, cache_limit, readahead_bytes, readahead_requests, request_timeout, request_attempts
+        )
+        files = FileSet(data_path, index_path, options.compression, options.skip_corrupt, remote=remote)
         super().__init__(
             [files],
             options,
@@ -562,7 +610,8 @@ class MultiTFRecordDataset(_ShardedIterable):
     Same signature as `tfrecord.torch.dataset.MultiTFRecordDataset`, plus `seed`,
     `batch_size`, `drop_last`, `rank`, `world_size`, `skip_corrupt`, `elastic`, `shuffle_block`,
     `slot_size` as in `TFRecordDataset` (elastic: the weighted draw is one seeded sequence over
-    the global stream, so the mix too is a function of the seed alone).
+    the global stream, so the mix too is a function of the seed alone), and the remote reading
+    keywords (`cache_dir`, `cache_limit`, `readahead_bytes`, ...) as in `TFRecordDataset`.
 
     Args:
         data_pattern: `data_pattern.format(split)` names each split's files: a path or a glob.
@@ -594,6 +643,12 @@ class MultiTFRecordDataset(_ShardedIterable):
         elastic: bool = False,
         shuffle_block: int = 1024,
         slot_size: Optional[int] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        readahead_bytes: int = READAHEAD_BYTES,
+        readahead_requests: int = READAHEAD_REQUESTS,
+        request_timeout: float = REQUEST_TIMEOUT,
+        request_attempts: int = REQUEST_ATTEMPTS,
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
@@ -605,6 +660,10 @@ class MultiTFRecordDataset(_ShardedIterable):
         self.splits = dict(splits)
         self._keep_arguments(description, sequence_description, compression_type)
         counter = CorruptCounter()
+        remote = remote_options(
+            cache_dir, cache_limit, readahead_bytes, readahead_requests, request_timeout, request_attempts
+        )
+        remote_counts = RemoteCounts()
         sources = [
             FileSet(
                 data_pattern.format(split),
@@ -612,6 +671,8 @@ class MultiTFRecordDataset(_ShardedIterable):
                 options.compression,
                 options.skip_corrupt,
                 counter,
+                remote,
+                remote_counts,
             )
             for split in self.splits
         ]
