@@ -465,3 +465,22 @@ def test_corrupt_records_keep_their_place_in_the_order(tmp_path):
     assert head + lockstep(make, 3, 1, state=state)[0] == reference
     with pytest.raises(CorruptRecordError, match="e0.tfrecord"):
         lockstep(factory(paths, indexes, batch_size=3), 1, 1)
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+def test_stateful_dataloader_snapshots_every_few_steps(files):
+    """snapshot_every_n_steps=3: the items handed out since the last snapshot count too."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    paths, indexes, _ = files
+    make = factory(paths, indexes, batch_size=2, shuffle_queue_size=9, shuffle_block=4)
+    reference, _ = lockstep(make, 1, 1)
+    loader = StatefulDataLoader(make(), batch_size=None, num_workers=2, snapshot_every_n_steps=3)
+    it = iter(loader)
+    head = ids_of([next(it) for _ in range(5)])
+    state = loader.state_dict()
+    assert state["_steps_since_snapshot"] == 2
+    del it
+    ds = make()
+    ds.load_state_dict(state)
+    assert head + ids_of(ds) == reference

@@ -74,6 +74,11 @@ class SourceOrder:
         self._passes: Dict[int, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._windows: Dict[Tuple[int, int], np.ndarray] = {}
 
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_passes"], state["_windows"] = {}, {}  # caches: a spawned worker rebuilds them
+        return state
+
     def _blocks(self, pass_number: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first record, length, end position) of each block in this pass's block order."""
         found = self._passes.pop(pass_number, None)
