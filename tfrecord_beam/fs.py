@@ -23,7 +23,19 @@ import os
 import socket
 import stat
 import uuid
-from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
+from typing import (
+    BinaryIO,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+)
 
 __all__ = [
     "PathLike",
@@ -34,6 +46,8 @@ __all__ = [
     "is_remote",
     "open_input",
     "file_size",
+    "FileStat",
+    "file_stat",
     "exists",
     "GLOB_CHARS",
     "is_glob",
@@ -175,6 +189,25 @@ def file_size(path: PathLike) -> int:
     if filesystem is None:
         return os.path.getsize(inner)
     return filesystem.get_file_info(inner).size
+
+
+class FileStat(NamedTuple):
+    """A file's size, and its version where the store tells one (modification time in ns)."""
+
+    size: int
+    version: Optional[int]
+
+
+def file_stat(path: PathLike) -> FileStat:
+    """Size and version of a path or URI in one call (a local file: its mtime too)."""
+    filesystem, inner = _split_uri(os.fspath(path))
+    if filesystem is None:
+        info = os.stat(inner)
+        return FileStat(info.st_size, info.st_mtime_ns)
+    found = filesystem.get_file_info(inner)
+    if found.size is None:
+        raise FileNotFoundError(f"{os.fspath(path)}: no such object")
+    return FileStat(int(found.size), found.mtime_ns)
 
 
 def exists(path: PathLike) -> bool:
