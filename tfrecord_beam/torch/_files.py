@@ -21,9 +21,9 @@ from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
 from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
 from .._readahead import ReadAheadFile
+from .._reader import RecordReader
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
-from .._reader import RecordReader
 from ..skipping import SkippingReader
 from ._counters import CorruptCounter, SharedCounts
 from ._stream import Block
