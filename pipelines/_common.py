@@ -254,7 +254,15 @@ def run_job(
             done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
             how = "terminated (SIGTERM)" if signal.SIGTERM in interrupted else "interrupted"
             sys.stderr.write(f"{name}: {how} {done}\n".replace(" ;", ";"))
-            return EXIT_TERMINATED if signal.SIGTERM in interrupted else _usage.EXIT_INTERRUPTED
+            code = EXIT_TERMINATED if signal.SIGTERM in interrupted else _usage.EXIT_INTERRUPTED
+            if argv is None and interrupted:
+                # a command stopped by a signal: its outputs are aborted; leave now. A normal exit
+                # would wait for the in-process runner's threads, which go on writing (into the
+                # staging just removed), and at times ended on a stray KeyboardInterrupt (exit -2)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            return code
         if verbose:
             import traceback
 

@@ -151,12 +151,7 @@ def launch(runner: Runner, job: str, args: Sequence[str], extra_env: Optional[Di
     the runner's FLAGS must be enough. AWS_ENDPOINT_URL points at a trap (a listener that
     counts connections): any read or write that falls back on the environment (boto3's or
     pyarrow's defaults) is an AssertionError, not a silent success with the test's keys."""
-    env = dict(os.environ)
-    env.update({k: v for k, v in runner.env.items() if k.startswith("S3_")})
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env.update(extra_env or {})
-    cmd = [runner.python, "-m", f"pipelines.{job}", *args, *runner.flags]
-    with _trapped(env, bool(runner.remote_data)) as trap:
+    with launching(runner, job, args, extra_env) as (cmd, env, trap):
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
         seconds = time.monotonic() - start
@@ -166,6 +161,21 @@ def launch(runner: Runner, job: str, args: Sequence[str], extra_env: Optional[Di
             f"the trap AWS_ENDPOINT_URL {trap.url}), not through Beam's --s3_* flags\nstderr:\n{proc.stderr[-3000:]}"
         )
     return JobRun(proc.returncode, proc.stdout, proc.stderr, seconds)
+
+
+@contextlib.contextmanager
+def launching(
+    runner: Runner, job: str, args: Sequence[str], extra_env: Optional[Dict[str, str]] = None
+) -> Iterator[Tuple[List[str], Dict[str, str], Optional[Any]]]:
+    """(command, environment, trap or None) of a launch of JOB on the runner (see `launch`),
+    for tests that start the launcher themselves (to signal it mid-job)."""
+    env = dict(os.environ)
+    env.update({k: v for k, v in runner.env.items() if k.startswith("S3_")})
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(extra_env or {})
+    cmd = [runner.python, "-m", f"pipelines.{job}", *args, *runner.flags]
+    with _trapped(env, bool(runner.remote_data)) as trap:
+        yield cmd, env, trap
 
 
 @contextlib.contextmanager

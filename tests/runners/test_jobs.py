@@ -10,6 +10,11 @@ read; each job writes to its own directory."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -299,3 +304,44 @@ def test_reshard_skip_corrupt(runner, data_for, place, timed, tmp_path_factory):
         return _dead_letters(fn_place, "out", "s")
 
     assert letters == _REFERENCE.get("skip_corrupt", runner, letters, fnapi_letters)
+
+
+def test_launcher_terminated_mid_job_leaves_nothing(runner, data_for, place):
+    """SIGTERM to the launcher while its job runs (a scheduler's timeout, a cancelled CI run):
+    exit 143 with one line, the job cancelled on the runner's job service, and nothing under
+    the output, then or after the runner let go of the job: no manifest, no shard, no staging."""
+    data = data_for(runner)
+    args = _reshard_args(data, place)
+    local = runner.name in ("fnapi", "prism", "direct-prism")
+    with rm.launching(runner, "reshard", args, {"TFRECORD_BEAM_PROGRESS_INTERVAL": "0.1"}) as (cmd, env, _):
+        job = subprocess.Popen(cmd, cwd=rm.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err: List[str] = []
+        reader = threading.Thread(target=lambda: err.extend(job.stderr), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 600
+        # running: a progress line (in-process workers), else the line saying where to watch, then a while
+        while not any(("reshard: " in line and (" of " in line if local else "watch" in line)) for line in err):
+            assert job.poll() is None, "".join(err)[-3000:]
+            assert time.monotonic() < deadline, "the job never started: " + "".join(err)[-3000:]
+            time.sleep(0.05)
+        if not local:
+            time.sleep(15)  # submitted and running on the cluster
+        assert job.poll() is None, "the job ended before it could be stopped"
+        job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=300)
+        reader.join(10)
+    lines = [line.rstrip("\n") for line in err]
+    assert code == 143, lines[-20:]
+    assert lines[-1] == "reshard: terminated (SIGTERM); the output was not committed", lines[-5:]
+    assert place.names("out") == []
+    if "FLINK_REST" in runner.env:  # the job was cancelled, not left running
+        deadline = time.monotonic() + 120
+        while _flink_jobs_running(runner):
+            assert time.monotonic() < deadline, "the Flink job still runs 120 s after its launcher stopped"
+            time.sleep(1)
+        assert place.names("out") == []  # nothing written by a worker after the launcher left
+
+
+def _flink_jobs_running(runner: rm.Runner) -> List[str]:
+    with urllib.request.urlopen(runner.env["FLINK_REST"] + "/jobs/overview", timeout=10) as answer:
+        return [j["jid"] for j in json.load(answer)["jobs"] if j["state"] in ("RUNNING", "CANCELLING", "CREATED")]
