@@ -31,6 +31,8 @@ import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from tfrecord_beam import _usage
+
 from . import _args
 
 EXAMPLES = """\
@@ -52,14 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a source glob and its weight (> 0); repeatable",
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--total_records", type=int, help="records in the output")
+    size.add_argument("--total_records", type=_usage.non_negative_int, help="records in the output")
     size.add_argument(
         "--until_exhausted",
         action="store_true",
         help="as many records as possible with no repetition: stop when the first source runs out",
     )
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
     _args.add_input_compression(parser)
     _args.add_output_compression(parser)

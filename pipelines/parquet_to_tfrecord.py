@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from tfrecord_beam import _usage
+
 from . import _args
 
 EXAMPLES = """\
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument(
         "--columns",
         nargs="+",

@@ -27,7 +27,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes
+from tfrecord_beam import _sizes, _usage
 
 from . import _args, _reshard_shuffle
 
@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--num_shards", type=int, help="number of output shards")
+    size.add_argument("--num_shards", type=_usage.positive_int, help="number of output shards")
     size.add_argument(
         "--target_shard_bytes",
-        type=int,
+        type=_usage.positive_int,
         help="pick the shard count from the input files' total size (compressed size for compressed inputs)",
     )
     parser.add_argument(
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument(
         "--split_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_SPLIT_BYTES,
         help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel",
     )

@@ -21,7 +21,7 @@ import itertools
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes
+from tfrecord_beam import _sizes, _usage
 
 from . import _args
 
@@ -36,26 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser)
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
-    parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output files (default 1)")
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
-    parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
+    parser.add_argument(
+        "--infer_records", type=_usage.positive_int, default=1000, help="records sampled to infer the schema"
+    )
     _args.add_input_compression(parser)
     parser.add_argument(
         "--split_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_SPLIT_BYTES,
         help="read uncompressed inputs in byte ranges of this size",
     )
     parser.add_argument(
         "--row_group_rows",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_ROW_GROUP_ROWS,
         help=f"rows per Parquet row group at most (default {_sizes.DEFAULT_ROW_GROUP_ROWS})",
     )
     parser.add_argument(
         "--row_group_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_ROW_GROUP_BYTES,
         help="payload bytes per row group at most: bounds the memory a writer holds "
         f"(default {_sizes.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",

@@ -219,3 +219,81 @@ def test_a_broken_symlink_in_a_directory_is_an_error_not_skipped(tmp_path, capsy
         capsys,
     )
     assert code == 1 and "symlink" in err and str(tmp_path / "in") in err
+
+
+# --- torch datasets -------------------------------------------------------------------------------
+
+
+def test_torch_dataset_refuses_a_fifo(tmp_path):
+    """`TFRecordDataset('f.tfrecord')` on a FIFO (size 0 by stat) yielded 0 records, no error."""
+    from tfrecord_beam.fs import SpecialFileError
+    from tfrecord_beam.torch import TFRecordDataset
+
+    os.mkfifo(tmp_path / "f.tfrecord")
+    with pytest.raises(SpecialFileError, match="not a regular file"):
+        TFRecordDataset(str(tmp_path / "f.tfrecord"), None)
+
+
+def test_a_checkpoint_of_other_files_is_refused(tmp_path):
+    """A state saved over 3 files (400 records in) loaded into a dataset over other files was
+    accepted: it resumed at "record 400" of whatever those files were (or yielded nothing)."""
+    from tfrecord_beam.torch import TFRecordDataset
+
+    write_files(tmp_path / "a", "part", [5, 5, 5])
+    write_files(tmp_path / "b", "part", [5, 5, 5, 5])
+    first = TFRecordDataset(str(tmp_path / "a"), None)
+    it = iter(first)
+    for _ in range(7):
+        next(it)
+    state = json.loads(json.dumps(first.state_dict()))  # as saved to disk
+    other = TFRecordDataset(str(tmp_path / "b"), None)
+    with pytest.raises(ValueError, match="other files"):
+        other.load_state_dict(state)
+    same = TFRecordDataset(str(tmp_path / "a"), None)  # the same files resume, as before
+    same.load_state_dict(state)
+    assert len(list(same)) == 8
+    moved = tmp_path / "copy"
+    os.rename(tmp_path / "a", moved)  # the same data elsewhere resumes too
+    elsewhere = TFRecordDataset(str(moved), None)
+    elsewhere.load_state_dict(state)
+    assert len(list(elsewhere)) == 8
+
+
+def test_build_index_refuses_two_files_of_one_name_into_one_output_dir(tmp_path, capsys):
+    """a/x.tfrecord and b/x.tfrecord with --output_dir idx: both indexed as idx/x.tfindex,
+    the second replacing the first; "indexed_files: 2", exit 0."""
+    from pipelines import build_index
+
+    write_files(tmp_path / "a", "x", [3])
+    write_files(tmp_path / "b", "x", [5])
+    inputs = [str(tmp_path / "a" / "x-0.tfrecord"), str(tmp_path / "b" / "x-0.tfrecord")]
+    code, _, err = run_job(build_index.main, ["--input", *inputs, "--output_dir", str(tmp_path / "idx"), *FAST], capsys)
+    assert code == 1 and "would both be indexed as" in err and inputs[0] in err
+    assert not (tmp_path / "idx").exists() or not os.listdir(tmp_path / "idx")
+
+
+# --- numbers out of range are usage errors (exit 2), before anything is read or written ----------
+
+
+@pytest.mark.parametrize(
+    "job, argv",
+    [
+        ("reshard", ["--num_shards", "2", "--split_bytes", "0"]),  # accepted, then ignored
+        ("reshard", ["--num_shards", "0"]),  # exit 1 after the output's staging was made
+        ("tfrecord_to_parquet", ["--split_bytes", "0"]),  # "range() arg 3 must not be zero"
+        ("tfrecord_to_parquet", ["--infer_records", "-5"]),  # accepted
+        ("mix", ["--total_records", "-1"]),
+        ("parquet_to_tfrecord", ["--num_shards", "-3"]),
+    ],
+)
+def test_a_count_or_size_out_of_range_is_a_usage_error(tmp_path, capsys, job, argv):
+    import importlib
+
+    main = importlib.import_module(f"pipelines.{job}").main
+    inputs = ["--source", f"{tmp_path}=1"] if job == "mix" else ["--input", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*inputs, "--output_prefix", str(tmp_path / "o" / "t"), *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"argument {argv[-2]}: must be at least" in err
+    assert not (tmp_path / "o").exists()

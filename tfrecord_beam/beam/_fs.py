@@ -197,12 +197,11 @@ def list_names(directory: str, pattern: str = "*") -> List[str]:
 
 
 def file_size(path: str) -> int:
-    """Size in bytes of one file (a local name holding [ ] * ? is that file, not a glob)."""
+    """Size in bytes of one file (a name holding [ ] * ? is that file, not a glob: Beam's
+    match reads them as glob characters on object stores too)."""
     path = plain(path)
-    if "://" not in path and _core_fs.is_glob(path):
-        import glob
-
-        path = glob.escape(path)
+    if _core_fs.is_glob(path):
+        path = escape(path)
     return FileSystems.match([path], [1])[0].metadata_list[0].size_in_bytes
 
 

@@ -39,13 +39,6 @@ UsageError = _usage.UsageError
 # -- arguments ---------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 _EXAMPLES = {
     "inspect": """examples:
   tfrecord-beam inspect data.tfrecord
@@ -98,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "feature: kind, how many records have it, values per record (min/mean/max), numeric range, "
         "a bytes sample.",
     )
-    p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
+    p.add_argument("-n", "--limit", type=_usage.positive_int, help="read at most this many records of each file")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p = _add(
@@ -109,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Print the first records of each file, decoded: bytes shortened (text shown as text), "
         "images noted by format, dimensions and size.",
     )
-    p.add_argument("-n", type=_positive, default=5, help="records per file (at least 1; default 5)")
-    p.add_argument("--max-values", type=_positive, default=8, help="values shown per feature (default 8)")
-    p.add_argument("--bytes-limit", type=_positive, default=40, help="characters shown per bytes value (default 40)")
+    p.add_argument("-n", type=_usage.positive_int, default=5, help="records per file (at least 1; default 5)")
+    p.add_argument("--max-values", type=_usage.positive_int, default=8, help="values shown per feature (default 8)")
+    p.add_argument(
+        "--bytes-limit", type=_usage.positive_int, default=40, help="characters shown per bytes value (default 40)"
+    )
 
     p = _add(
         sub,
@@ -135,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         "CRC the check goes on with the next record; after a bad length CRC it resyncs at the "
         "next valid record (uncompressed files) and goes on.",
     )
-    p.add_argument("--max-problems", type=_positive, default=100, help="stop a file after this many (default 100)")
+    p.add_argument(
+        "--max-problems", type=_usage.positive_int, default=100, help="stop a file after this many (default 100)"
+    )
     p.add_argument("--parse", action="store_true", help="also check that every payload is an Example/SequenceExample")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -149,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(string with --strings when every value is UTF-8), one value in every record -> scalar, "
         "otherwise list<...>, SequenceExample feature lists -> list<list<...>>.",
     )
-    p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
+    p.add_argument("-n", "--limit", type=_usage.positive_int, help="read at most this many records of each file")
     p.add_argument("--strings", action="store_true", help="bytes features whose values are all UTF-8 -> string")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
