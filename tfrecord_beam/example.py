@@ -284,7 +284,9 @@ def make_feature(value: Any, kind: Optional[str] = None, name: str = "?"):
     if kind == BYTES:
         return _proto.Feature(bytes_list=_proto.BytesList(value=[_as_bytes(v, name) for v in values]))
     if kind == FLOAT:
-        return _proto.Feature(float_list=_proto.FloatList(value=np.ravel(np.asarray(values, dtype=np.float32))))
+        with np.errstate(over="ignore"):  # beyond float32's range: +-inf, as TensorFlow stores it (no warning)
+            floats = np.ravel(np.asarray(values, dtype=np.float32))
+        return _proto.Feature(float_list=_proto.FloatList(value=floats))
     return _proto.Feature(int64_list=_proto.Int64List(value=_int_values(values, name)))
 
 
