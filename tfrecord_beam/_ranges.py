@@ -88,25 +88,29 @@ class RemoteStats:
 # The object store client, its own retries off
 
 
-_filesystems: Dict[Tuple[int, str], Any] = {}
+_filesystems: Dict[Tuple[int, str], Tuple[Any, str]] = {}  # (pid, path) -> (client, path inside)
+_clients: Dict[Tuple[int, str], Any] = {}  # (pid, query + authority) -> single-attempt S3 client
 
 
-def _data_filesystem(path: str):
-    """(pyarrow filesystem, path inside it) for reading ranges of `path`: for S3, a client like
-    the one `fs` opens but making one attempt per request (the retries are ours)."""
+def _data_filesystem(path: str) -> Tuple[Any, str]:
+    """(pyarrow filesystem, path inside it) for reading ranges of `path`, made once per
+    process and path (making a client costs milliseconds): for S3, a client like the one `fs`
+    opens but making one attempt per request (the retries are ours)."""
+    found = _filesystems.get((os.getpid(), path))
+    if found is not None:
+        return found
     filesystem, inner = fs._split_uri(path)
-    if filesystem is None:
-        return None, inner
-    from pyarrow import fs as pafs
+    if filesystem is not None:
+        from pyarrow import fs as pafs
 
-    if not isinstance(filesystem, pafs.S3FileSystem):
-        return filesystem, inner
-    base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
-    key = (os.getpid(), base)
-    found = _filesystems.get(key)
-    if found is None:
-        found = _filesystems[key] = _single_attempt_s3(filesystem)
-    return found, inner
+        if isinstance(filesystem, pafs.S3FileSystem):
+            base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
+            client = _clients.get((os.getpid(), base))
+            if client is None:
+                client = _clients[(os.getpid(), base)] = _single_attempt_s3(filesystem)
+            filesystem = client
+    found = _filesystems[(os.getpid(), path)] = (filesystem, inner)
+    return found
 
 
 def _single_attempt_s3(filesystem):
