@@ -189,8 +189,9 @@ class RangeSource:
     def cache_key(self, offset: int, length: int) -> str:
         return f"{self.path}|{self.size}|{self.version}|{offset}|{length}"
 
-    def read_block(self, g: int) -> bytes:
-        """Block `g`: from the cache when it holds it, else one request (retried)."""
+    def read_block(self, g: int, write_behind: bool = False) -> bytes:
+        """Block `g`: from the cache when it holds it, else one request (retried), then kept
+        in the cache (`write_behind`: by the cache's writer thread; call `flush` later)."""
         offset, length = self.block_range(g)
         if length <= 0:
             return b""
@@ -203,8 +204,13 @@ class RangeSource:
             self.stats.add("cache_misses")
         data = self.fetch(offset, length)
         if self.cache is not None:
-            self.cache.put(key, data)
+            (self.cache.put_soon if write_behind else self.cache.put)(key, data)
         return data
+
+    def flush(self) -> None:
+        """Wait for the cache entries written behind (`read_block(write_behind=True)`)."""
+        if self.cache is not None:
+            self.cache.flush()
 
     # -- requests ------------------------------------------------------------------------------
     def fetch(self, offset: int, length: int) -> bytes:
