@@ -14,6 +14,10 @@ entries (by modification time, which every hit refreshes) are deleted until the 
 An entry larger than the limit is not kept. A reader that has an entry open when it is evicted
 still reads it whole (POSIX unlink). What is being written at the moment (a few blocks per
 reader) is not counted until it is renamed in.
+
+`put_soon` hands the write to this process's writer thread (at most `_PENDING` entries wait,
+so memory stays bounded), so a reader does not wait for the disk before it decodes what it
+fetched; `flush` waits until they are written (the read-ahead reader calls it when it closes).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import queue
 import struct
+import threading
 import uuid
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import google_crc32c
 
@@ -32,6 +38,9 @@ from . import fs
 
 __all__ = ["RangeCache", "ENTRY_SUFFIX"]
 
+_PENDING = 2  # entries waiting for the writer thread, at most
+_writer: Tuple[int, Optional["queue.Queue[Any]"]] = (-1, None)
+_writer_lock = threading.Lock()
 _MAGIC = b"TFRBRC01"
 _HEADER = struct.Struct("<8sQI4x")  # magic, data length, crc32c of the data, padding
 ENTRY_SUFFIX = ".blk"
@@ -97,6 +106,17 @@ class RangeCache:
             with contextlib.suppress(OSError):
                 os.remove(temp)
 
+    def put_soon(self, key: str, data: bytes) -> None:
+        """`put` on this process's writer thread (waits while `_PENDING` entries are queued)."""
+        _queue().put((self, key, data))
+
+    @staticmethod
+    def flush() -> None:
+        """Wait until every entry this process queued with `put_soon` is written (or dropped)."""
+        pid, pending = _writer
+        if pending is not None and pid == os.getpid():
+            pending.join()
+
     def entries(self) -> List[Tuple[int, int, str]]:
         """(last use in ns, bytes, path) of every complete entry."""
         out = []
@@ -134,3 +154,27 @@ class RangeCache:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _queue() -> "queue.Queue[Any]":
+    """This process's queue of entries to write, and its writer thread (a forked child starts
+    its own: the parent's thread is not there)."""
+    global _writer
+    with _writer_lock:
+        pid, pending = _writer
+        if pending is None or pid != os.getpid():
+            pending = queue.Queue(_PENDING)
+            threading.Thread(target=_write_entries, args=(pending,), name="tfrb-cache-writer", daemon=True).start()
+            _writer = (os.getpid(), pending)
+        return pending
+
+
+def _write_entries(pending: "queue.Queue[Any]") -> None:
+    while True:
+        cache, key, data = pending.get()
+        try:
+            cache.put(key, data)
+        except Exception:  # noqa: BLE001 - a cache that cannot write costs the cache, not the read
+            pass
+        finally:
+            pending.task_done()

@@ -88,25 +88,29 @@ class RemoteStats:
 # The object store client, its own retries off
 
 
-_filesystems: Dict[Tuple[int, str], Any] = {}
+_filesystems: Dict[Tuple[int, str], Tuple[Any, str]] = {}  # (pid, path) -> (client, path inside)
+_clients: Dict[Tuple[int, str], Any] = {}  # (pid, query + authority) -> single-attempt S3 client
 
 
-def _data_filesystem(path: str):
-    """(pyarrow filesystem, path inside it) for reading ranges of `path`: for S3, a client like
-    the one `fs` opens but making one attempt per request (the retries are ours)."""
+def _data_filesystem(path: str) -> Tuple[Any, str]:
+    """(pyarrow filesystem, path inside it) for reading ranges of `path`, made once per
+    process and path (making a client costs milliseconds): for S3, a client like the one `fs`
+    opens but making one attempt per request (the retries are ours)."""
+    found = _filesystems.get((os.getpid(), path))
+    if found is not None:
+        return found
     filesystem, inner = fs._split_uri(path)
-    if filesystem is None:
-        return None, inner
-    from pyarrow import fs as pafs
+    if filesystem is not None:
+        from pyarrow import fs as pafs
 
-    if not isinstance(filesystem, pafs.S3FileSystem):
-        return filesystem, inner
-    base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
-    key = (os.getpid(), base)
-    found = _filesystems.get(key)
-    if found is None:
-        found = _filesystems[key] = _single_attempt_s3(filesystem)
-    return found, inner
+        if isinstance(filesystem, pafs.S3FileSystem):
+            base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
+            client = _clients.get((os.getpid(), base))
+            if client is None:
+                client = _clients[(os.getpid(), base)] = _single_attempt_s3(filesystem)
+            filesystem = client
+    found = _filesystems[(os.getpid(), path)] = (filesystem, inner)
+    return found
 
 
 def _single_attempt_s3(filesystem):
@@ -185,8 +189,9 @@ class RangeSource:
     def cache_key(self, offset: int, length: int) -> str:
         return f"{self.path}|{self.size}|{self.version}|{offset}|{length}"
 
-    def read_block(self, g: int) -> bytes:
-        """Block `g`: from the cache when it holds it, else one request (retried)."""
+    def read_block(self, g: int, write_behind: bool = False) -> bytes:
+        """Block `g`: from the cache when it holds it, else one request (retried), then kept
+        in the cache (`write_behind`: by the cache's writer thread; call `flush` later)."""
         offset, length = self.block_range(g)
         if length <= 0:
             return b""
@@ -199,8 +204,13 @@ class RangeSource:
             self.stats.add("cache_misses")
         data = self.fetch(offset, length)
         if self.cache is not None:
-            self.cache.put(key, data)
+            (self.cache.put_soon if write_behind else self.cache.put)(key, data)
         return data
+
+    def flush(self) -> None:
+        """Wait for the cache entries written behind (`read_block(write_behind=True)`)."""
+        if self.cache is not None:
+            self.cache.flush()
 
     # -- requests ------------------------------------------------------------------------------
     def fetch(self, offset: int, length: int) -> bytes:

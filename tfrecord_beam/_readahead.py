@@ -6,7 +6,8 @@ records of a shard's piece, or the gzip members holding them). It asks for the g
 thread pool, and serves `read` / `seek` from them: one request per `readahead_bytes`, never one
 per record, and memory bounded by the blocks in flight plus the two last read (a record that
 straddles two blocks is read again from the earlier one without a new request). Reads outside
-the planned range (a peek past its end, a resync) fetch the block they need, once.
+the planned range (a peek past its end, a resync) fetch the block they need, once. Blocks
+read ahead go into the cache on its writer thread; `close` waits until they are written.
 
 The record readers (`RecordReader`, `SkippingReader`, `blockgzip.open_at`) read it as any
 seekable binary file, so CRC checks, error messages and skipping stay theirs.
@@ -107,6 +108,8 @@ class ReadAheadFile(io.RawIOBase):
             future.cancel()
         self._queue.clear()
         self._recent.clear()
+        if not self.closed:
+            self.source.flush()  # what was fetched is in the cache before the next reader looks
         super().close()
 
     # -- blocks --------------------------------------------------------------------------------
@@ -135,5 +138,5 @@ class ReadAheadFile(io.RawIOBase):
         pool = None
         while len(self._queue) < self._in_flight and self._next <= self._last:
             pool = pool or _executor()
-            self._queue.append((self._next, pool.submit(self.source.read_block, self._next)))
+            self._queue.append((self._next, pool.submit(self.source.read_block, self._next, True)))
             self._next += 1
