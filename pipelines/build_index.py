@@ -57,13 +57,13 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from tfrecord_beam import _usage, blockgzip, fs
 from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
-from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
+from tfrecord_beam.jobs import walk_frames
 
 from . import _common
 from ._common import Summary

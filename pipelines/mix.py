@@ -16,7 +16,7 @@ counts and checkpoints, no payloads read); the selection is planned per block of
 65,536 records (how many of a source's sampled records fall in each block is drawn
 hypergeometrically, then which ones inside the block); readers copy the selected framed
 records into temporary runs sorted by (shard, bucket, random key); each shard is written
-bucket by bucket in key order (a uniform shuffle, `tfrecord_beam._bucketed`).
+bucket by bucket in key order (a uniform shuffle, `tfrecord_beam.jobs`).
 
 With --skip_corrupt the survey reads every byte (both CRCs checked) and steps over corrupt
 records, which are listed in OUTPUT_DIR/_CORRUPT.NAME.jsonl and counted in the summary and
@@ -73,13 +73,11 @@ _args.parse_then_load(__name__, build_parser)
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import _bucketed
-from tfrecord_beam._copy import piece_chunks
-from tfrecord_beam._plan import FileSurvey, Piece
-from tfrecord_beam._walk import add_digests, frame_digest
+from tfrecord_beam import jobs
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.jobs import FileSurvey, Piece, add_digests, frame_digest, piece_chunks
 
 from . import _common
 from ._common import JobError, Summary
@@ -210,7 +208,7 @@ def plan_mix(
         if wanted[g] and not available[g]:
             raise JobError(f"source {g} has no records but {wanted[g]} were asked of it")
     shard_bytes = sum(w * m for w, m in zip(wanted, mean)) / num_shards
-    buckets = _bucketed.buckets_for(shard_bytes)
+    buckets = jobs.buckets_for(shard_bytes)
     offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
     tasks: List[Task] = []
     for g in range(groups):
@@ -270,7 +268,7 @@ class SelectFn(beam.DoFn):
 
     def process(self, task: Task):
         counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
-        spiller = _bucketed.RunSpiller(
+        spiller = jobs.RunSpiller(
             self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs",
             task.number,
             task.group,
@@ -291,7 +289,7 @@ class SelectFn(beam.DoFn):
             yield table.shard, table
 
     def _select_block(
-        self, task: Task, block: Block, spiller: _bucketed.RunSpiller, counter: _progress.ProgressFile
+        self, task: Task, block: Block, spiller: jobs.RunSpiller, counter: _progress.ProgressFile
     ) -> Tuple[int, int, int]:
         """Stream one block's frames and spill each record as often as it is taken, keyed; the
         digest of what was selected."""
@@ -330,7 +328,7 @@ class SelectFn(beam.DoFn):
     def _spill(
         self,
         task: Task,
-        spiller: _bucketed.RunSpiller,
+        spiller: jobs.RunSpiller,
         keys,
         framed,
         sizes: np.ndarray,
@@ -341,7 +339,7 @@ class SelectFn(beam.DoFn):
         the shard of its occurrence, in bounded batches however often a record is repeated."""
         starts = np.cumsum(sizes) - sizes
         ends = np.cumsum(sizes[picked])
-        cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+        cuts = np.searchsorted(ends, np.arange(jobs.RUN_BYTES // 2, int(ends[-1]), jobs.RUN_BYTES // 2))
         for part in np.split(np.arange(len(picked)), cuts):
             if not len(part):
                 continue
@@ -358,7 +356,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = _bucketed.write_merged(tables, writer, _fs.open_input, counter.add)
+        digest, groups = jobs.write_merged(tables, writer, _fs.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,

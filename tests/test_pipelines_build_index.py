@@ -79,7 +79,7 @@ def test_a_flipped_length_is_never_indexed(tmp_path, capsys, runner):
 
 def test_large_records_are_walked_by_their_headers(tmp_path, capsys):
     """Records bigger than the walker's seek threshold (payloads skipped), mixed with small ones."""
-    from tfrecord_beam._walk import SEEK_FRAME_BYTES
+    from tfrecord_beam.jobs._walk import SEEK_FRAME_BYTES
     from tfrecord_beam.records import write_records
 
     sizes = [10, SEEK_FRAME_BYTES * 3, 5, SEEK_FRAME_BYTES, SEEK_FRAME_BYTES * 700, 0, 3] * 3
