@@ -395,7 +395,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
     dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
-    manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
+    manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
     try:
         _run_pipeline(args, options, inputs, weights, wanted, spec, spill_dir, total_bytes, dead_letters)
         plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
@@ -516,6 +516,11 @@ def _planner(
     return plan
 
 
+def _inside_manifest(staged) -> str:
+    """The name of the default manifest, committed with the shards (NAME.manifest.json)."""
+    return staged.name + ".manifest.json"
+
+
 def _manifest(
     args: argparse.Namespace,
     sources: Sequence[Tuple[str, float]],
@@ -566,9 +571,9 @@ def _commit(
     """Commit the shards; the default manifest (`inside`) lies beside them, staged and committed
     with them, one named by --manifest is written after the commit. (final paths, corrupt-record summary)."""
     if inside:
-        _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+        _common.write_json(staged.temp_path(_inside_manifest(staged)), manifest)
     finals, corrupt = _common.commit_shards(
-        staged, spec, results, [staged.name + ".manifest.json"] if inside else (), details={"mix": manifest}
+        staged, spec, results, [_inside_manifest(staged)] if inside else (), details={"mix": manifest}
     )
     if not inside:
         _common.write_json(manifest_path, manifest)
