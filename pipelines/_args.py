@@ -36,7 +36,7 @@ inputs:
   [ ] * ?; stdin, pipes and FIFOs are refused (in a directory: left out, never opened).
   A directory means its data files, or the one committed output it holds (no other data files
   beside it); two outputs, or an output beside loose files, are refused. An output's prefix
-  (out/train) means that output. (README: "Arguments, paths and exit status".)
+  (out/train) means that output. (docs/jobs.md: "Arguments, paths and exit status".)
 """
 
 TFRECORD_INPUT = "input files, globs or directories (their *.tfrecord* files); one or more, repeatable"

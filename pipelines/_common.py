@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -61,6 +62,9 @@ def pipeline_options(beam_args: Sequence[str]):
         raise JobError("unknown argument(s), neither this job's nor Beam's: " + ", ".join("--" + u for u in unknown))
     _runner.set_default(options)
     _runner.spare_loopback_from_proxies()
+    unreachable = _runner.unreachable_job_endpoint(options)  # before anything is staged
+    if unreachable:
+        raise JobError(unreachable)
     _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 
@@ -77,7 +81,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     try:  # a half-committed output reads as neither the old nor the new one
-        _manifest.check_no_commit_pending(patterns, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+        _fs.check_no_commit_pending(patterns)
     except _manifest.CommitInProgressError as exc:
         raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
@@ -93,6 +97,11 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
             pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
         elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
             pattern = _glob_escape(pattern)  # a local file named with [ ] * ?: itself, literally
+        if not fs.is_remote(pattern):  # Beam's local match drops a dangling symlink without a word
+            try:
+                fs.refuse_broken_links(glob.glob(pattern))
+            except FileNotFoundError as exc:
+                raise JobError(f"{what} {exc}") from None
         # FIFOs and devices a glob or directory matched are left out, by stat (never opened)
         found = [
             beam_path(f)
@@ -102,7 +111,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
-    return list(dict.fromkeys(files))  # each file once, in first-seen order
+    return fs.unique_files(files)  # each file once (however spelled), in first-seen order
 
 
 def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[str]]:
@@ -243,8 +252,9 @@ def run_job(
             raise
         if interrupted or _is_interrupt(exc):
             done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
-            sys.stderr.write(f"{name}: interrupted {done}\n".replace(" ;", ";"))
-            return _usage.EXIT_INTERRUPTED
+            how = "terminated (SIGTERM)" if signal.SIGTERM in interrupted else "interrupted"
+            sys.stderr.write(f"{name}: {how} {done}\n".replace(" ;", ";"))
+            return EXIT_TERMINATED if signal.SIGTERM in interrupted else _usage.EXIT_INTERRUPTED
         if verbose:
             import traceback
 
@@ -260,8 +270,13 @@ def run_job(
     return int(summary.extra.get("exit_code", 0))
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM  # the shell's code for a process ended by SIGTERM
+
+
 def _on_sigint(flag: List[int]):
-    """Note SIGINT (Beam may wrap the KeyboardInterrupt it causes in its own errors)."""
+    """Note SIGINT and SIGTERM (Beam may wrap the KeyboardInterrupt they cause in its own
+    errors): a launcher stopped either way aborts its outputs (staging removed) and cancels its
+    job on a job service (`run_pipeline`), instead of dying with both left behind."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -272,7 +287,7 @@ def _on_sigint(flag: List[int]):
         _terminate_workers()  # worker processes of the runner would otherwise keep it waiting
         raise KeyboardInterrupt
 
-    return signal.signal(signal.SIGINT, handler)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _terminate_workers() -> None:
@@ -304,8 +319,8 @@ def _terminate_workers() -> None:
 
 
 def _restore_sigint(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
 
 
 def _is_interrupt(exc: BaseException) -> bool:
@@ -344,9 +359,24 @@ def run_pipeline(build: Callable[[Any], None], options) -> Any:
         build(p)
         with _runner.bounded_downloads(options):
             result = p.run()
-        result.wait_until_finish()
+        try:
+            result.wait_until_finish()
+        except BaseException:
+            _cancel(result)
+            raise
     _ran.append(result)
     return result
+
+
+def _cancel(result) -> None:
+    """Cancel a job that is still running after its launcher failed or was interrupted (on a
+    job service it would go on writing into the staging the launcher removes)."""
+    try:
+        state = str(getattr(result, "state", "") or "")
+        if not any(end in state for end in ("DONE", "FAILED", "CANCELLED", "STOPPED")):
+            result.cancel()
+    except BaseException:  # noqa: BLE001 - a runner without cancel, or a gone job service
+        pass
 
 
 _verbose = [False]

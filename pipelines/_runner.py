@@ -146,3 +146,41 @@ def rpc_error_line(exc: BaseException) -> Optional[str]:
             return f"the job service stopped answering (gRPC {name}: {details}); is it still running?"
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+#: how long a job waits for its --job_endpoint to accept a connection (env TFRECORD_BEAM_ENDPOINT_WAIT)
+ENDPOINT_WAIT_S = 20.0
+
+
+def unreachable_job_endpoint(options, wait_s: Optional[float] = None) -> Optional[str]:
+    """A one-line reason when the options name a job service (--job_endpoint HOST:PORT) that
+    accepts no TCP connection within `wait_s` seconds, else None. Beam itself waits
+    --job_server_timeout (300 s by default) for a service that is not there, then fails with
+    a gRPC timeout that names no endpoint."""
+    import socket
+    import time
+
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    if not endpoint or endpoint == "embed":
+        return None
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit():
+        return f"--job_endpoint={endpoint}: expected HOST:PORT"
+    host = host.strip("[]") or "localhost"
+    if wait_s is None:
+        wait_s = float(os.environ.get("TFRECORD_BEAM_ENDPOINT_WAIT", ENDPOINT_WAIT_S))
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(5.0, max(wait_s, 0.1))):
+                return None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+        if time.monotonic() >= deadline:
+            return (
+                f"no job service at --job_endpoint={endpoint} ({reason}, waited {wait_s:.0f} s): "
+                "start the runner (make runners) or fix the flag"
+            )
+        time.sleep(0.5)

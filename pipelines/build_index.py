@@ -67,7 +67,7 @@ from tfrecord_beam.index import default_index_path, format_index
 from tfrecord_beam.jobs import walk_frames
 
 from . import _common
-from ._common import Summary
+from ._common import JobError, Summary
 
 
 def index_target(data_path: str, output_dir: Optional[str]) -> str:
@@ -77,6 +77,20 @@ def index_target(data_path: str, output_dir: Optional[str]) -> str:
         return default
     join = posixpath.join if "://" in output_dir else os.path.join
     return join(output_dir, posixpath.basename(default))
+
+
+def _check_one_index_each(files: Sequence[str], output_dir: Optional[str]) -> None:
+    """JobError when two inputs would write one index (same file name, --output_dir): the
+    second would silently replace the first's."""
+    seen: dict = {}
+    for f in files:
+        target = index_target(f, output_dir)
+        if target in seen:
+            raise JobError(
+                f"--output_dir: {seen[target]} and {f} would both be indexed as {target} (the same file "
+                "name); index them into different directories (nothing written)"
+            )
+        seen[target] = f
 
 
 def index_file(
@@ -170,6 +184,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     if args.output_dir:
         args.output_dir = _common.beam_path(args.output_dir)
+    _check_one_index_each(files, args.output_dir)
     targets = sorted({_fs.split(index_target(f, args.output_dir))[0] for f in files})
     for directory in targets:  # before any work: every place an index goes must be writable
         _commit.check_writable(directory)

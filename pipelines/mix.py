@@ -26,6 +26,7 @@ the manifest; a source's available records are its intact ones, and only those a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -384,6 +385,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     then write the manifest and commit the shards (`_manifest`, `_commit`)."""
     sources = parse_sources(args.source)
     _check_sizes(args)
+    if args.manifest is not None:
+        check_manifest_path(args.manifest, args.overwrite)
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     inputs = _expand_sources(sources)
     weights = [w for _, w in sources]
@@ -425,6 +428,32 @@ def run(args: argparse.Namespace, options) -> Summary:
         bytes=sum(r["file_bytes"] for r in results),
         extra=extra,
     )
+
+
+#: the keys every mix manifest has (`_manifest`): a file without them is not one
+_MANIFEST_KEYS = {"mode", "seed", "sources", "shards", "checksum"}
+_MANIFEST_MAX_BYTES = 64 << 20
+
+
+def check_manifest_path(path: str, overwrite: bool) -> None:
+    """JobError unless --manifest may be written: nothing there, or an earlier mix's manifest
+    with --overwrite. Never a data file (an input among them) or a directory; checked before
+    any work, since the manifest is written after the commit."""
+    if _fs.is_dir(path):
+        raise JobError(f"--manifest {path}: a directory; give a file path such as out/mix.manifest.json")
+    if not _fs.exists(path):
+        return
+    is_manifest = False
+    try:
+        if _fs.file_size(path) <= _MANIFEST_MAX_BYTES:
+            old = json.loads(_fs.read_bytes(path).decode("utf-8"))
+            is_manifest = isinstance(old, dict) and _MANIFEST_KEYS <= set(old)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    if not is_manifest:
+        raise JobError(f"--manifest {path}: a file that is not a mix manifest is there; refusing to overwrite it")
+    if not overwrite:
+        raise JobError(f"--manifest {path}: the manifest of an earlier mix is there; pass --overwrite to replace it")
 
 
 def _check_sizes(args: argparse.Namespace) -> None:

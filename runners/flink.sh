@@ -20,7 +20,8 @@
 # FLINK_REST_PORT (8281), FLINK_RPC_PORT (6223), FLINK_BLOB_PORT (6224), FLINK_TM_PORT0 (6230:
 # TaskManager N uses PORT0+2N-2 for RPC and the next for data), FLINK_JOB_PORT (8297, then
 # +1 artifacts, +2 expansion), FLINK_S3_BUCKET (tfrb-flink),
-# FLINK_TM_MEMORY (1024m), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m).
+# FLINK_TM_MEMORY (1024m), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m),
+# FLINK_SLOT_TIMEOUT_MS (60000: a job waiting for a slot fails after that).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/portable.sh"
 
@@ -42,25 +43,10 @@ flink_home() {
 }
 
 build_flink() {
-    if [[ -f $FLINK_VENV/.tfrb-ready ]]; then
-        say "flink $FLINK_VERSION: cached at $(flink_home)"
-        return
-    fi
     # --no-deps: only the distribution bundled in the wheels (bin/, lib/, conf/) is used;
     # apache-flink's own Python dependencies (an old apache-beam) are not needed to run a cluster.
-    say "flink $FLINK_VERSION: pip install --no-deps apache-flink==$FLINK_VERSION into $FLINK_VENV"
-    local base
-    base=$("$(tfrb_python)" -c 'import sys; print(sys.base_prefix)')/bin/python3
-    rm -rf "$FLINK_VENV"
-    "$base" -m venv "$FLINK_VENV"
-    "$FLINK_VENV/bin/pip" install -q --no-deps "apache-flink==$FLINK_VERSION" \
-        "apache-flink-libraries==$FLINK_VERSION" >"$TFRB_LOGS/flink-venv.log" 2>&1 ||
-        { log_tail "$TFRB_LOGS/flink-venv.log"; die "pip install apache-flink failed"; }
-    FLINK_VENV_PY=$FLINK_VENV/bin/python
-    local home
-    home=$("$FLINK_VENV_PY" -c 'import os, pyflink; print(os.path.dirname(pyflink.__file__))')
-    [[ $home == "$(flink_home)" && -x $home/bin/jobmanager.sh ]] || die "no bin/jobmanager.sh in $home"
-    touch "$FLINK_VENV/.tfrb-ready"
+    cached_venv "$FLINK_VENV" --no-deps "apache-flink==$FLINK_VERSION" "apache-flink-libraries==$FLINK_VERSION"
+    [[ -x $(flink_home)/bin/jobmanager.sh ]] || die "no bin/jobmanager.sh in $(flink_home)"
 }
 
 build() {
@@ -101,6 +87,8 @@ web.tmpdir: $WORK/tmp
 heartbeat.interval: 2000
 heartbeat.timeout: 10000
 restart-strategy.type: none
+# a job waiting for a slot (a TaskManager killed, not yet back) fails after a minute, not five
+slot.request.timeout: ${FLINK_SLOT_TIMEOUT_MS:-60000}
 EOF
     } >"$CONF/config.yaml"
 }
@@ -114,8 +102,7 @@ tm_count() {
 
 start_jobmanager() {
     local pid
-    pid=$(cat "$TFRB_STATE/flink-jobmanager.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$REST_PORT"; then
+    if pid=$(running_pid flink-jobmanager) && port_open 127.0.0.1 "$REST_PORT"; then
         say "flink-jobmanager: already running (pid $pid)"
         return
     fi
@@ -128,8 +115,7 @@ start_jobmanager() {
 
 start_taskmanager() {
     local n=$1 pid rpc=$((TM_PORT0 + 2 * $1 - 2))
-    pid=$(cat "$TFRB_STATE/flink-taskmanager$n.pid" 2>/dev/null || true)
-    if pid_alive "$pid"; then
+    if pid=$(running_pid "flink-taskmanager$n"); then
         say "flink-taskmanager$n: already running (pid $pid)"
         return
     fi
@@ -147,7 +133,7 @@ wait_taskmanagers() {
     local want=$1 deadline=$((SECONDS + 180)) n
     while (($(tm_count) < want)); do
         for n in $(seq 1 $TASKMANAGERS); do
-            pid_alive "$(cat "$TFRB_STATE/flink-taskmanager$n.pid" 2>/dev/null || true)" || {
+            running_pid "flink-taskmanager$n" >/dev/null || {
                 log_tail "$TFRB_LOGS/flink-taskmanager$n.log"
                 die "flink-taskmanager$n exited"
             }
@@ -198,8 +184,7 @@ start) start ;;
 stop) stop ;;
 flags) echo "flink: $(state_flags flink || die "flink is not started: run runners/flink.sh start (or make runners)")" ;;
 kill-taskmanager)
-    pid=$(cat "$TFRB_STATE/flink-taskmanager${2:?N}.pid" 2>/dev/null || true)
-    pid_alive "$pid" || die "flink-taskmanager$2 is not running"
+    pid=$(running_pid "flink-taskmanager${2:?N}") || die "flink-taskmanager$2 is not running"
     kill -KILL -- "-$pid"
     say "flink-taskmanager$2 killed (pid $pid)"
     ;;

@@ -39,6 +39,27 @@ beam_version() {
     "${1:-$(tfrb_python)}" -c 'import importlib.metadata as m, sys; sys.stdout.write(m.version("apache-beam"))' 2>/dev/null
 }
 
+# cached_venv DIR PIP-ARGS...: a venv at DIR, made from the base interpreter of tfrb_python,
+# with `pip install PIP-ARGS`, once: DIR/.tfrb-ready marks a complete one (a build that failed
+# or was interrupted is redone from scratch). Its pip output goes to .runners/logs/NAME-venv.log.
+cached_venv() {
+    local dir=$1 name
+    shift
+    name=$(basename "$dir")
+    if [[ -f $dir/.tfrb-ready ]]; then
+        say "$name: venv cached at $dir"
+        return
+    fi
+    local log=$TFRB_LOGS/$name-venv.log base
+    say "$name: pip install $* into $dir (minutes when cold)"
+    base=$("$(tfrb_python)" -c 'import sys; print(sys.base_prefix)')/bin/python3
+    rm -rf "$dir"
+    "$base" -m venv "$dir"
+    "$dir/bin/pip" install -q "$@" >"$log" 2>&1 ||
+        { log_tail "$log"; die "pip install into $dir failed (log $log)"; }
+    touch "$dir/.tfrb-ready"
+}
+
 say() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
@@ -114,7 +135,7 @@ wait_for_port() {
     local pid deadline=$((SECONDS + timeout))
     pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
     until port_open "$host" "$port"; do
-        if [[ -n $pid ]] && ! pid_alive "$pid"; then
+        if [[ -n $pid ]] && ! running_pid "$name" >/dev/null; then
             say "$name (pid $pid) exited before $host:$port accepted connections"
             [[ -n $log ]] && log_tail "$log"
             return 1

@@ -24,19 +24,8 @@ BEAM_PY=$BEAM_VENV/bin/python
 # build_beam_venv: the pinned job/worker interpreter with this project's core dependencies
 # (the code itself comes from the checkout through PYTHONPATH).
 build_beam_venv() {
-    if [[ -f $BEAM_VENV/.tfrb-ready ]]; then
-        say "beam $BEAM_JOB_VERSION venv: cached at $BEAM_VENV"
-        return
-    fi
-    say "beam $BEAM_JOB_VERSION venv: pip install apache-beam[aws]==$BEAM_JOB_VERSION (minutes when cold)"
-    local base
-    base=$("$(tfrb_python)" -c 'import sys; print(sys.base_prefix)')/bin/python3
-    rm -rf "$BEAM_VENV"
-    "$base" -m venv "$BEAM_VENV"
-    "$BEAM_VENV/bin/pip" install -q "apache-beam[aws]==$BEAM_JOB_VERSION" "numpy>=1.22" "protobuf>=4.21,<7" \
-        "google-crc32c>=1.5" "pyarrow>=12" "isal>=1.6" >"$TFRB_LOGS/beam-venv.log" 2>&1 ||
-        { log_tail "$TFRB_LOGS/beam-venv.log"; die "pip install into $BEAM_VENV failed"; }
-    touch "$BEAM_VENV/.tfrb-ready"
+    cached_venv "$BEAM_VENV" "apache-beam[aws]==$BEAM_JOB_VERSION" "numpy>=1.22" "protobuf>=4.21,<7" \
+        "google-crc32c>=1.5" "pyarrow>=12" "isal>=1.6"
 }
 
 # build_job_server NAME POM: copy POM's dependencies into $TFRB_CACHE/jars/NAME-beam-VERSION
@@ -97,14 +86,17 @@ EOF
 start_worker_pool() {
     local name=$1 port=$2 log=$TFRB_LOGS/$1.log
     local pid
-    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$port"; then
+    if pid=$(running_pid "$name") && port_open 127.0.0.1 "$port"; then
         say "$name: already running (pid $pid) on 127.0.0.1:$port"
         return
     fi
     port_free_or_die "$name" 127.0.0.1 "$port"
     local hide=("$TFRB_ROOT/.runners")
-    [[ -n ${S3_DATA:-} && -d $S3_DATA ]] && hide+=("$S3_DATA")
+    # the S3 server's data, unless it is already under .runners/ (a mount point inside a
+    # tmpfs just mounted over .runners/ no longer exists)
+    if [[ -n ${S3_DATA:-} && -d $S3_DATA && $S3_DATA/ != "$TFRB_ROOT/.runners/"* ]]; then
+        hide+=("$S3_DATA")
+    fi
     # Each worker starts through runners/sdk_worker.sh (namespaces of its own) and sdk_boot.py
     # (the pipeline options from the provision service, as the SDK container's boot does).
     # pid 1 of the pool's namespace is bash: it forwards SIGTERM to the pool (an init ignores
@@ -154,8 +146,7 @@ write_portable_state() {
 start_java() {
     local name=$1 port=$2 log=$3 pid
     shift 3
-    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
-    if pid_alive "$pid" && port_open 127.0.0.1 "$port"; then
+    if pid=$(running_pid "$name") && port_open 127.0.0.1 "$port"; then
         say "$name: already running (pid $pid)"
         return
     fi

@@ -16,7 +16,8 @@
 # Environment: TFRB_CACHE, TFRB_SPARK_VERSION (3.5.7), TFRB_BEAM_JOB_VERSION (2.70.0),
 # SPARK_MASTER_PORT (7377), SPARK_MASTER_UI_PORT (8380), SPARK_WORKER_UI_PORT (8381),
 # SPARK_JOB_PORT (8397, then +1 artifacts, +2 expansion), SPARK_WORKER_POOL_PORT (50200),
-# SPARK_S3_BUCKET (tfrb-spark), SPARK_WORKER_MEMORY (2g), SPARK_JOB_SERVER_HEAP (512m).
+# SPARK_S3_BUCKET (tfrb-spark), SPARK_WORKER_MEMORY (2g), SPARK_JOB_SERVER_HEAP (512m),
+# SPARK_ENVIRONMENT_CACHE_MS (60000: how long an idle SDK worker is kept for the next stage).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/portable.sh"
 
@@ -46,19 +47,8 @@ spark_home() {
 }
 
 build_spark() {
-    if [[ -f $SPARK_VENV/.tfrb-ready ]]; then
-        say "spark $SPARK_VERSION: cached at $(spark_home)"
-        return
-    fi
-    say "spark $SPARK_VERSION: pip install --no-deps pyspark==$SPARK_VERSION into $SPARK_VENV"
-    local base
-    base=$("$(tfrb_python)" -c 'import sys; print(sys.base_prefix)')/bin/python3
-    rm -rf "$SPARK_VENV"
-    "$base" -m venv "$SPARK_VENV"
-    "$SPARK_VENV/bin/pip" install -q --no-deps "pyspark==$SPARK_VERSION" >"$TFRB_LOGS/spark-venv.log" 2>&1 ||
-        { log_tail "$TFRB_LOGS/spark-venv.log"; die "pip install pyspark failed"; }
+    cached_venv "$SPARK_VENV" --no-deps "pyspark==$SPARK_VERSION"
     [[ -x $(spark_home)/bin/spark-class ]] || die "no bin/spark-class in $(spark_home)"
-    touch "$SPARK_VENV/.tfrb-ready"
 }
 
 build() {
@@ -74,8 +64,7 @@ SPARK_ENV=(env SPARK_HOME="$(spark_home)" SPARK_CONF_DIR="$WORK/conf" SPARK_LOG_
 start_daemon() {
     local name=$1 port=$2 pid
     shift 2
-    pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
-    if pid_alive "$pid"; then
+    if pid=$(running_pid "$name"); then
         say "$name: already running (pid $pid)"
         return
     fi
@@ -95,15 +84,24 @@ start() {
     start_daemon spark-worker "$WORKER_UI_PORT" org.apache.spark.deploy.worker.Worker \
         --host 127.0.0.1 --webui-port "$WORKER_UI_PORT" --cores 2 \
         --memory "${SPARK_WORKER_MEMORY:-2g}" --work-dir "$WORK/work" "$MASTER_URL"
-    # Beam's jars first (its guava is newer than Spark's 14), then the cluster's Spark and Scala
+    # Beam's jars first (its guava is newer than Spark's 14), then the cluster's Spark and Scala;
+    # on the executors too (extraClassPath comes before Spark's jars): with Beam's jars only added
+    # to the job, an executor's first task died on Spark's guava (NoSuchMethodError:
+    # Preconditions.checkState(boolean, String, long) in GoogleCloudStorageReadOptions.<clinit>,
+    # building the pipeline options) and Spark ran it again
     start_java spark-job-server "$JOB_PORT" "$TFRB_LOGS/spark-job-server.log" \
         "-Xmx${SPARK_JOB_SERVER_HEAP:-512m}" "${OPENS[@]}" -Dspark.driver.host=127.0.0.1 \
         -Dspark.driver.bindAddress=127.0.0.1 -Dspark.executor.memory=1g -Dspark.local.dir="$WORK/tmp" \
+        -Dspark.executor.extraClassPath="$JARS/*" \
         -cp "$JARS/*:$(spark_home)/jars/*" org.apache.beam.runners.spark.SparkJobServerDriver \
         --spark-master-url="$MASTER_URL" --job-host=127.0.0.1 --job-port="$JOB_PORT" \
         --artifact-port=$((JOB_PORT + 1)) --expansion-port=$((JOB_PORT + 2)) --artifacts-dir="$WORK/artifacts"
     start_worker_pool spark-workers "$WORKER_PORT"
+    # Spark's runner releases a stage's SDK worker when the stage ends (environment cache 0):
+    # each of a job's ten or so stages then waited for a fresh worker (a Python start, Beam's
+    # imports); kept a minute, one worker serves the stages that follow.
     local env_flags="--environment_type=EXTERNAL --environment_config=127.0.0.1:$WORKER_PORT"
+    env_flags+=" --environment_cache_millis=${SPARK_ENVIRONMENT_CACHE_MS:-60000}"
     write_portable_state spark "$(portable_flags "$JOB_PORT" "$env_flags")" "$BUCKET" SPARK_MASTER="$MASTER_URL" \
         SPARK_UI="http://127.0.0.1:$MASTER_UI_PORT" SPARK_VERSION="$SPARK_VERSION"
     say "spark: ready in $((SECONDS - started))s (UI http://127.0.0.1:$MASTER_UI_PORT)"

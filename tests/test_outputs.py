@@ -546,3 +546,44 @@ def test_torch_skip_corrupt_counts_across_workers(tmp_path):
     )
     mapped = IndexedTFRecordDataset(str(path), None, {"i": "int"}, skip_corrupt=True)
     assert len(mapped) == 298 and mapped.corrupt_records == 2
+
+
+def test_a_launcher_stopped_by_sigterm_mid_job_aborts_its_output(tmp_path):
+    """`kill PID` (a scheduler's timeout, systemd, a CI runner cancelling) of a launcher in the
+    middle of its pipeline: one line, exit 143, and nothing under the output that looks
+    complete or is left over (no manifest, no shard, no staging). It used to die at once, its
+    staging (and on a job service, its still-running job) left behind."""
+    import threading
+    import time
+
+    chunk = [bytes([i % 251]) * 4096 for i in range(2000)]
+    (tmp_path / "in").mkdir()
+    for k in range(8):
+        write_records(str(tmp_path / "in" / f"x-{k}.tfrecord"), chunk)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_PROGRESS_INTERVAL="0.1")
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.reshard", "--input", str(tmp_path / "in"), "--output_prefix", str(out / "r")]
+        + ["--num_shards", "4", "--shuffle", "--runner=FnApiRunner"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    err: list = []
+    reader = threading.Thread(target=lambda: err.extend(job.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any(" of " in line and "records" in line for line in err):  # a progress line: it is running
+        assert job.poll() is None, "".join(err)[-3000:]
+        assert time.monotonic() < deadline, "no progress line after 300 s"
+        time.sleep(0.05)
+    assert stagings(out), "the staging should exist while the job runs"
+    job.send_signal(signal.SIGTERM)
+    code = job.wait(timeout=120)
+    reader.join(10)
+    lines = [line.rstrip("\n") for line in err]
+    assert code == 143, lines[-20:]
+    assert lines[-1] == "reshard: terminated (SIGTERM); the output was not committed", lines[-5:]
+    assert entries(out) == [], entries(out)  # nothing that looks complete, nothing left over

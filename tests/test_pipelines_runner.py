@@ -282,3 +282,61 @@ def _wrapped(exc: BaseException) -> BaseException:
             raise RuntimeError("Pipeline failed") from inner
     except RuntimeError as outer:
         return outer
+
+
+def test_a_dead_job_endpoint_fails_fast_with_one_line_naming_it(tmp_path):
+    """--job_endpoint naming a port nothing listens on: Beam waits --job_server_timeout (300 s
+    by default) and then fails with a gRPC timeout naming no endpoint; the job says in one line,
+    within seconds, which endpoint it could not reach, and stages nothing."""
+    write_files(tmp_path / "in", "a", [10])
+    port = _closed_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TFRECORD_BEAM_ENDPOINT_WAIT="3")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.reshard", "--input", str(tmp_path / "in"), "--output_prefix"]
+        + [
+            str(tmp_path / "out" / "r"),
+            "--num_shards",
+            "1",
+            "--runner=PortableRunner",
+            f"--job_endpoint=127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - start
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert lines == [
+        f"reshard: error: no job service at --job_endpoint=127.0.0.1:{port} (Connection refused, waited 3 s): "
+        "start the runner (make runners) or fix the flag"
+    ], lines
+    assert took < 30, took
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_the_endpoint_check_waits_for_a_service_still_starting():
+    """A job service that starts listening within the wait is found (a launch racing `make runners`)."""
+    import threading
+    from types import SimpleNamespace
+
+    port = _closed_port()
+    server = socket.socket()
+
+    def listen_later():
+        time.sleep(1.0)
+        server.bind(("127.0.0.1", port))
+        server.listen(1)
+
+    options = SimpleNamespace(view_as=lambda cls: SimpleNamespace(job_endpoint=f"localhost:{port}"))
+    threading.Thread(target=listen_later, daemon=True).start()
+    try:
+        assert _runner.unreachable_job_endpoint(options, wait_s=15) is None
+    finally:
+        server.close()
+    assert _runner.unreachable_job_endpoint(options, wait_s=0) is not None  # closed again: refused
+    bad = SimpleNamespace(view_as=lambda cls: SimpleNamespace(job_endpoint="nocolon"))
+    assert "expected HOST:PORT" in _runner.unreachable_job_endpoint(bad, wait_s=0)

@@ -31,10 +31,12 @@ def _env(checkout: Path, **extra: str) -> dict:
     return env
 
 
-def _bash(checkout: Path, script: str, **extra: str) -> subprocess.CompletedProcess:
+def _bash(checkout: Path, script: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess:
     """Run bash SCRIPT with the copied lib.sh sourced."""
     code = f'source "{checkout}/runners/lib.sh"\n{script}'
-    return subprocess.run(["bash", "-c", code], env=_env(checkout, **extra), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", code], env=_env(checkout, **extra), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -145,3 +147,56 @@ def test_prism_start_refuses_a_port_taken_by_someone_else(checkout):
     assert run.returncode != 0
     assert f"127.0.0.1:{port} is already in use" in run.stderr
     assert not (checkout / ".runners" / "state" / "prism.env").exists()
+
+
+@pytest.mark.parametrize("script", ["s3.sh", "flink.sh", "spark.sh"])
+def test_every_service_stop_leaves_alone_a_stale_pid(checkout, stranger, script):
+    """s3, flink and spark keep their pids as lib.sh does (pid + start time): a pid file naming
+    someone else's process is left alone by `stop` (it used to be signalled when merely alive)."""
+    state = checkout / ".runners" / "state"
+    state.mkdir(parents=True)
+    names = {"s3.sh": ["s3"], "flink.sh": ["flink-jobmanager", "flink-taskmanager1"], "spark.sh": ["spark-master"]}
+    for name in names[script]:
+        (state / f"{name}.pid").write_text(f"{stranger.pid}\n")
+        (state / f"{name}.starttime").write_text("1\n")  # ours started at another time
+    stopped = subprocess.run(
+        [str(checkout / "runners" / script), "stop"], env=_env(checkout), capture_output=True, text=True, timeout=60
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    time.sleep(0.3)
+    assert _alive(stranger.pid), f"{script} stop killed a process it did not start"
+    assert "not the one started" in stopped.stderr
+
+
+def test_flink_kill_taskmanager_refuses_a_stale_pid(checkout, stranger):
+    state = checkout / ".runners" / "state"
+    state.mkdir(parents=True)
+    (state / "flink-taskmanager1.pid").write_text(f"{stranger.pid}\n")
+    (state / "flink-taskmanager1.starttime").write_text("1\n")
+    run = subprocess.run(
+        [str(checkout / "runners" / "flink.sh"), "kill-taskmanager", "1"],
+        env=_env(checkout),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode != 0 and "not running" in run.stderr
+    assert _alive(stranger.pid)
+
+
+def test_cached_venv_is_made_once_and_a_failed_build_is_not_taken_for_one(checkout, tmp_path):
+    ready = tmp_path / "venvs" / "ready"
+    ready.mkdir(parents=True)
+    (ready / ".tfrb-ready").touch()
+    cached = _bash(checkout, f'cached_venv "{ready}" no-such-package-anywhere')
+    assert cached.returncode == 0 and "venv cached" in cached.stderr, cached.stderr
+    broken = tmp_path / "venvs" / "broken"
+    failed = _bash(
+        checkout,
+        f'cached_venv "{broken}" --no-index --find-links "{tmp_path}" no-such-package-anywhere',
+        600,
+        PIP_NO_INPUT="1",
+    )
+    assert failed.returncode != 0 and "pip install into" in failed.stderr, failed.stderr
+    assert not (broken / ".tfrb-ready").exists()
+    assert (checkout / ".runners" / "logs" / "broken-venv.log").read_text()  # pip's answer kept

@@ -23,7 +23,19 @@ import os
 import socket
 import stat
 import uuid
-from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
+from typing import (
+    BinaryIO,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+)
 
 __all__ = [
     "PathLike",
@@ -34,6 +46,8 @@ __all__ = [
     "is_remote",
     "open_input",
     "file_size",
+    "FileStat",
+    "file_stat",
     "exists",
     "GLOB_CHARS",
     "is_glob",
@@ -177,6 +191,25 @@ def file_size(path: PathLike) -> int:
     return filesystem.get_file_info(inner).size
 
 
+class FileStat(NamedTuple):
+    """A file's size, and its version where the store tells one (modification time in ns)."""
+
+    size: int
+    version: Optional[int]
+
+
+def file_stat(path: PathLike) -> FileStat:
+    """Size and version of a path or URI in one call (a local file: its mtime too)."""
+    filesystem, inner = _split_uri(os.fspath(path))
+    if filesystem is None:
+        info = os.stat(inner)
+        return FileStat(info.st_size, info.st_mtime_ns)
+    found = filesystem.get_file_info(inner)
+    if found.size is None:
+        raise FileNotFoundError(f"{os.fspath(path)}: no such object")
+    return FileStat(int(found.size), found.mtime_ns)
+
+
 def exists(path: PathLike) -> bool:
     """Whether a path or URI names an existing file."""
     filesystem, inner = _split_uri(os.fspath(path))
@@ -248,7 +281,9 @@ def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
         filesystem, inner = _split_uri(pattern)
         if filesystem is None:
             prefix = "file://" if pattern.startswith("file://") else ""
-            out.extend(prefix + p for p in sorted(_glob.glob(inner)) if os.path.isfile(p))
+            found = sorted(_glob.glob(inner))
+            refuse_broken_links(found)
+            out.extend(prefix + p for p in found if os.path.isfile(p))
         else:
             out.extend(_remote_glob(pattern, filesystem, inner))
     return out
@@ -310,6 +345,7 @@ def data_files(target: PathLike) -> List[str]:
             candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
         else:
             found = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
+            refuse_broken_links(found)
             candidates = [p for p in found if os.path.isfile(p)]  # stat: FIFOs, sockets left out
     else:
         refuse_special(target)
@@ -322,6 +358,40 @@ def is_sidecar(path: str) -> bool:
     are not data."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return path.endswith(".tfindex") or name.startswith((".", "_"))
+
+
+def refuse_broken_links(paths: Iterable[str]) -> None:
+    """FileNotFoundError naming the local symlinks among `paths` that lead nowhere (a target
+    that is gone, or a loop). A directory listing or glob that dropped them would read a
+    silent subset of the data it was pointed at."""
+    broken = [p for p in paths if not is_remote(p) and os.path.islink(_local(p)) and not os.path.exists(_local(p))]
+    if broken:
+        shown = ", ".join(f"{p} -> {os.readlink(_local(p))}" for p in broken[:3])
+        more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+        raise FileNotFoundError(
+            f"{broken[0]}: a symlink to a file that is not there (or a symlink loop): {shown}{more}; "
+            "fix or remove the link (nothing was read)"
+        )
+
+
+def unique_files(paths: Iterable[str]) -> List[str]:
+    """`paths` with each file once, in first-seen order. A local file is one file however it
+    is spelled (relative or absolute, through `..`, or a symlink to it): read twice, its
+    records would be counted or copied twice. Remote paths are compared as written."""
+    seen = set()
+    out = []
+    for path in paths:
+        key: object = path
+        if not is_remote(path):
+            try:
+                info = os.stat(_local(path))
+                key = (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                key = os.path.abspath(_local(path))
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
 
 
 def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:

@@ -12,17 +12,19 @@ TFRB_RUNNERS=a,b picks some of them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import digest, fs
 from tfrecord_beam import manifest as mf
@@ -143,15 +145,47 @@ class JobRun:
 
 def launch(runner: Runner, job: str, args: Sequence[str], extra_env: Optional[Dict[str, str]] = None) -> JobRun:
     """Run `python -m pipelines.JOB ARGS FLAGS` with the runner's interpreter and flags, from
-    the repository root (its code is what the launcher and LOOPBACK workers import)."""
+    the repository root (its code is what the launcher and LOOPBACK workers import).
+
+    A job whose data lives in S3 gets no AWS_* credentials or endpoint: Beam's --s3_* flags of
+    the runner's FLAGS must be enough. AWS_ENDPOINT_URL points at a trap (a listener that
+    counts connections): any read or write that falls back on the environment (boto3's or
+    pyarrow's defaults) is an AssertionError, not a silent success with the test's keys."""
     env = dict(os.environ)
-    env.update({k: v for k, v in runner.env.items() if k.startswith(("AWS_", "S3_"))})
+    env.update({k: v for k, v in runner.env.items() if k.startswith("S3_")})
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(extra_env or {})
     cmd = [runner.python, "-m", f"pipelines.{job}", *args, *runner.flags]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    return JobRun(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    with _trapped(env, bool(runner.remote_data)) as trap:
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+        seconds = time.monotonic() - start
+    if trap is not None and trap.connections:
+        raise AssertionError(
+            f"{job} on {runner.name} reached S3 through the environment ({trap.connections} connection(s) to "
+            f"the trap AWS_ENDPOINT_URL {trap.url}), not through Beam's --s3_* flags\nstderr:\n{proc.stderr[-3000:]}"
+        )
+    return JobRun(proc.returncode, proc.stdout, proc.stderr, seconds)
+
+
+@contextlib.contextmanager
+def _trapped(env: Dict[str, str], remote: bool) -> Iterator[Optional[Any]]:
+    """For a job on S3 data: env without AWS_* and with the trap endpoint (yielded), else None."""
+    if not remote:
+        yield None
+        return
+    from helpers import s3server
+
+    trap = s3server.TrapEndpoint()
+    try:
+        with tempfile.TemporaryDirectory() as home:
+            changes = s3server.trap_environment(trap, Path(home))
+            for key in [k for k in env if k.startswith("AWS_")]:
+                del env[key]
+            env.update({k: v for k, v in changes.items() if v is not None})
+            yield trap
+    finally:
+        trap.close()
 
 
 def input_digest(paths: Sequence[str]) -> tuple:

@@ -216,10 +216,6 @@ def _mix_args(data, place) -> List[str]:
     ]
 
 
-# runners whose mix output is exact but not the FnApiRunner's shard for shard (open, issue 21)
-_MIX_ORDER_DIFFERS = {"flink"}
-
-
 def test_mix(runner, data_for, place, timed, tmp_path_factory):
     data = data_for(runner)
     args = _mix_args(data, place)
@@ -235,14 +231,8 @@ def test_mix(runner, data_for, place, timed, tmp_path_factory):
         fn_place = _on_fnapi(tmp_path_factory, data_for, "mix", _mix_args)
         return rm.payloads_of(fn_place, "out", "m")
 
-    same = shards == _REFERENCE.get("mix", runner, shards, fnapi_shards)  # a pure function of the seed and the inputs
-    if runner.name in _MIX_ORDER_DIFFERS:
-        # Known and open (issue 21): on Flink, mix's selection is exact (checked above) but its
-        # shards differ from the FnApiRunner's for the same seed. Strict: a match fails here, so
-        # the entry is removed once it is fixed.
-        assert not same, f"mix on {runner.name} now matches the FnApiRunner: remove it from _MIX_ORDER_DIFFERS"
-        pytest.xfail(f"mix on {runner.name}: same records and counts, shards differ from the FnApiRunner's (issue 21)")
-    assert same
+    # a pure function of the seed and the inputs, on every runner and Beam version
+    assert shards == _REFERENCE.get("mix", runner, shards, fnapi_shards)
 
 
 def test_parquet_to_tfrecord(runner, data_for, place, timed):

@@ -8,12 +8,13 @@ imports this module instead, never both. `file://` URIs become plain local paths
 from __future__ import annotations
 
 import contextlib
+import glob as _glob
 import io
 import os
 import uuid
 from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
@@ -173,10 +174,26 @@ def split(path: str) -> Tuple[str, str]:
     return FileSystems.split(plain(path))
 
 
+def escape(path: str) -> str:
+    """`path` as a glob matching only itself: Beam's match (and its local delete) read
+    [ ] * ? as glob characters, also in a directory or name that merely holds them."""
+    return _glob.escape(plain(path))
+
+
+def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
+    """`manifest.check_no_commit_pending` through Beam's FileSystems (pipeline options apply):
+    CommitInProgressError when a pattern reaches into an output whose commit has begun and not
+    finished (it holds old and new shards at once)."""
+    from .. import manifest
+
+    manifest.check_no_commit_pending(patterns, glob=expand, read_bytes=read_bytes, is_dir=is_dir)
+
+
 def list_names(directory: str, pattern: str = "*") -> List[str]:
-    """Names of the files directly in `directory` matching `pattern` ([] when there are none)."""
-    matches = FileSystems.match([join(directory, pattern)])[0].metadata_list
-    return sorted(split(m.path)[1] for m in matches)
+    """Names of the files directly in `directory` (taken literally, whatever characters it
+    holds) matching `pattern` ([] when there are none); literal parts of `pattern` go
+    through `escape`."""
+    return sorted(split(m.path)[1] for m in _matched(join(escape(directory), pattern)))
 
 
 def file_size(path: str) -> int:
@@ -224,19 +241,48 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
             continue
         if "://" not in pattern:  # Beam's local matching misses relative globs ("data*.tfrecord")
             pattern = os.path.abspath(pattern)
-        out.extend(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
+        out.extend(sorted(m.path for m in _matched(pattern)))
     return out
 
 
 def match(pattern: str) -> List[FileMetadata]:
     """The FileMetadata (path, size) of the files a path or glob matches (none: empty list)."""
-    return list(FileSystems.match([plain(pattern)])[0].metadata_list)
+    return _matched(plain(pattern))
+
+
+def _matched(pattern: str) -> List[FileMetadata]:
+    """What Beam's FileSystems match for `pattern`, less object-store directory markers: an
+    empty object named `dir/` (pyarrow, S3 consoles and posix-backed S3 servers make them) that
+    `s3://b/dir/*` matches is a directory, never a data file. Taken for one, it would shift the
+    numbering of the real files (and so a seeded job's random streams) and be listed as an
+    input in manifests."""
+    return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
 
 
 def delete(paths: Sequence[str]) -> None:
-    """Delete files or directories (recursively); missing ones are an error, as in Beam."""
-    if paths:
-        FileSystems.delete([plain(p) for p in paths])
+    """Delete exactly these files or directories (recursively); missing ones are an error, as
+    in Beam. Beam's local delete matches each path as a glob (`out/*-00000-of-00002.tfrecord`
+    would take every output's shard, and misses a name holding [ ]): local paths are deleted
+    here by name; object stores delete the names as given."""
+    remote = [p for p in (plain(q) for q in paths) if "://" in p]
+    if remote:
+        FileSystems.delete(remote)
+    for path in (plain(q) for q in paths):
+        if "://" not in path:
+            _delete_local(path)
+
+
+def _delete_local(path: str) -> None:
+    """Delete one local file or directory tree, by its exact name (BeamIOError when missing)."""
+    import shutil
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    except OSError as exc:
+        raise BeamIOError("Delete operation failed", {path: exc}) from None
 
 
 def delete_dir(path: str) -> None:
@@ -248,7 +294,7 @@ def delete_dir(path: str) -> None:
             FileSystems.delete([path])
         return
     if FileSystems.exists(path):
-        FileSystems.delete([path])
+        _delete_local(path)
 
 
 # Object stores whose objects appear whole when their upload completes (on close) and never

@@ -179,7 +179,9 @@ def write_result(directory: str, name: str, value: dict) -> None:
 
 def read_results(directory: str) -> List[dict]:
     """Every result `write_result` wrote under `directory` (any order; [] when none)."""
-    return [json.loads(_fs.read_bytes(found.path).decode("utf-8")) for found in _fs.match(directory + "/*.json")]
+    return [
+        json.loads(_fs.read_bytes(found.path).decode("utf-8")) for found in _fs.match(_fs.escape(directory) + "/*.json")
+    ]
 
 
 class ChecksumMismatch(Exception):

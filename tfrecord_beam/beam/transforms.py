@@ -176,6 +176,7 @@ class _MatchDataFiles(beam.DoFn):
         if isinstance(element, FileMetadata):
             yield from _sidecars.without_indexes(None, [element], lambda m: m.path)
         else:
+            _fs.check_no_commit_pending(element)  # a half-committed output: neither old nor new
             yield from _sidecars.without_indexes(element, _fs.match(element), lambda m: m.path)
 
 

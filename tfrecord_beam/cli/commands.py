@@ -110,7 +110,7 @@ def _expand(patterns: List[str]) -> List[str]:
         if not matched:
             raise UsageError(f"no TFRecord files match {pattern!r}")
         files.extend(matched)
-    return files
+    return fs.unique_files(files)  # each file once, however it was named
 
 
 def _note_unfinished(target: str) -> None:
