@@ -81,6 +81,7 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
                 verify,
                 dead_letters=dead_letters,
                 progress_dir=reporter.directory,
+                what="reshard --shuffle",
             )
 
         _common.run_pipeline(build, options)

@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check every payload CRC (reads all the data; length CRCs are always checked)",
     )
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
-    _compression.add_argument(parser, "--compression", default="auto", auto=True, what="input codec")
+    # --compression: the name before the jobs agreed on --input_compression (still accepted)
+    _args.add_input_compression(parser, "--compression")
     return parser
 
 
@@ -57,13 +58,13 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from tfrecord_beam import _usage, blockgzip, fs
 from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
-from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
+from tfrecord_beam.jobs import walk_frames
 
 from . import _common
 from ._common import JobError, Summary
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     todo = [f for f in files if f not in set(skipped)]
     total = sum(_fs.file_size(f) for f in todo)
     _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
-    verify, output_dir, compression = args.verify, args.output_dir, args.compression
+    verify, output_dir, compression = args.verify, args.output_dir, args.input_compression
     tasks = list(enumerate(todo))
 
     def build(p):

@@ -16,7 +16,7 @@ counts and checkpoints, no payloads read); the selection is planned per block of
 65,536 records (how many of a source's sampled records fall in each block is drawn
 hypergeometrically, then which ones inside the block); readers copy the selected framed
 records into temporary runs sorted by (shard, bucket, random key); each shard is written
-bucket by bucket in key order (a uniform shuffle, `tfrecord_beam._bucketed`).
+bucket by bucket in key order (a uniform shuffle, `tfrecord_beam.jobs`).
 
 With --skip_corrupt the survey reads every byte (both CRCs checked) and steps over corrupt
 records, which are listed in OUTPUT_DIR/_CORRUPT.NAME.jsonl and counted in the summary and
@@ -76,13 +76,11 @@ _args.parse_then_load(__name__, build_parser)
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import _bucketed
-from tfrecord_beam._copy import piece_chunks
-from tfrecord_beam._plan import FileSurvey, Piece
-from tfrecord_beam._walk import add_digests, frame_digest
+from tfrecord_beam import jobs
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.jobs import FileSurvey, Piece, add_digests, frame_digest, piece_chunks
 
 from . import _common
 from ._common import JobError, Summary
@@ -213,7 +211,7 @@ def plan_mix(
         if wanted[g] and not available[g]:
             raise JobError(f"source {g} has no records but {wanted[g]} were asked of it")
     shard_bytes = sum(w * m for w, m in zip(wanted, mean)) / num_shards
-    buckets = _bucketed.buckets_for(shard_bytes)
+    buckets = jobs.buckets_for(shard_bytes)
     offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
     tasks: List[Task] = []
     for g in range(groups):
@@ -273,7 +271,7 @@ class SelectFn(beam.DoFn):
 
     def process(self, task: Task):
         counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
-        spiller = _bucketed.RunSpiller(
+        spiller = jobs.RunSpiller(
             self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs",
             task.number,
             task.group,
@@ -294,7 +292,7 @@ class SelectFn(beam.DoFn):
             yield table.shard, table
 
     def _select_block(
-        self, task: Task, block: Block, spiller: _bucketed.RunSpiller, counter: _progress.ProgressFile
+        self, task: Task, block: Block, spiller: jobs.RunSpiller, counter: _progress.ProgressFile
     ) -> Tuple[int, int, int]:
         """Stream one block's frames and spill each record as often as it is taken, keyed; the
         digest of what was selected."""
@@ -333,7 +331,7 @@ class SelectFn(beam.DoFn):
     def _spill(
         self,
         task: Task,
-        spiller: _bucketed.RunSpiller,
+        spiller: jobs.RunSpiller,
         keys,
         framed,
         sizes: np.ndarray,
@@ -344,7 +342,7 @@ class SelectFn(beam.DoFn):
         the shard of its occurrence, in bounded batches however often a record is repeated."""
         starts = np.cumsum(sizes) - sizes
         ends = np.cumsum(sizes[picked])
-        cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+        cuts = np.searchsorted(ends, np.arange(jobs.RUN_BYTES // 2, int(ends[-1]), jobs.RUN_BYTES // 2))
         for part in np.split(np.arange(len(picked)), cuts):
             if not len(part):
                 continue
@@ -361,7 +359,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = _bucketed.write_merged(tables, writer, _fs.open_input, counter.add)
+        digest, groups = jobs.write_merged(tables, writer, _fs.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,
@@ -402,7 +400,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
     dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
-    manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
+    manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
     try:
         _run_pipeline(args, options, inputs, weights, wanted, spec, spill_dir, total_bytes, dead_letters)
         plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
@@ -549,6 +547,11 @@ def _planner(
     return plan
 
 
+def _inside_manifest(staged) -> str:
+    """The name of the default manifest, committed with the shards (NAME.manifest.json)."""
+    return staged.name + ".manifest.json"
+
+
 def _manifest(
     args: argparse.Namespace,
     sources: Sequence[Tuple[str, float]],
@@ -599,9 +602,9 @@ def _commit(
     """Commit the shards; the default manifest (`inside`) lies beside them, staged and committed
     with them, one named by --manifest is written after the commit. (final paths, corrupt-record summary)."""
     if inside:
-        _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+        _common.write_json(staged.temp_path(_inside_manifest(staged)), manifest)
     finals, corrupt = _common.commit_shards(
-        staged, spec, results, [staged.name + ".manifest.json"] if inside else (), details={"mix": manifest}
+        staged, spec, results, [_inside_manifest(staged)] if inside else (), details={"mix": manifest}
     )
     if not inside:
         _common.write_json(manifest_path, manifest)

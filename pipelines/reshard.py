@@ -80,9 +80,9 @@ _args.parse_then_load(__name__, build_parser)
 
 import apache_beam as beam
 
-from tfrecord_beam._plan import plan_contiguous
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
+from tfrecord_beam.jobs import plan_contiguous
 
 from . import _common
 from ._common import JobError, Summary

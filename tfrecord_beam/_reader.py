@@ -27,7 +27,7 @@ from ._engine._common import (
     STATUS_INCOMPLETE,
 )
 from ._resync import Resync
-from ._streams import DecodingReader
+from ._streams import DecodingReader, skip_bytes
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError
 
 __all__ = ["RecordReader", "RecordChunk", "Source", "BadPayload", "DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_RECORD_SIZE"]
@@ -203,10 +203,10 @@ class RecordReader:
         members = self._member_table(start)
         if members is not None:
             stream, at = blockgzip.open_at(raw, members, start, self.path, self.end_offset)
-            _skip(stream, start - at)
+            skip_bytes(stream, start - at)
             return stream, total
         stream = _compression.open_reader(raw, self.compression, self.path)
-        _skip(stream, start)
+        skip_bytes(stream, start)
         return stream, total
 
     def _member_table(self, start: int):
@@ -465,16 +465,3 @@ def _read_at_least(stream, want: int, prefix: bytes = b"") -> bytes:
     if len(parts) == 1:
         return parts[0]
     return b"".join(parts)
-
-
-def _skip(stream, count: int) -> None:
-    if count <= 0:
-        return
-    if isinstance(stream, DecodingReader):
-        stream.skip(count)
-        return
-    while count > 0:
-        got = stream.read(min(count, DEFAULT_CHUNK_SIZE))
-        if not got:
-            return
-        count -= len(got)

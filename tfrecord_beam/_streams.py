@@ -77,6 +77,16 @@ def _consumed(inflater, fed: int) -> int:
     return fed - len(inflater.unconsumed_tail)
 
 
+def skip_bytes(stream: Any, count: int) -> None:
+    """Read and drop `count` bytes of any stream with `read(n)` (a decompressed stream, or a
+    raw file that cannot seek): the one loop for skipping forward without seeking."""
+    while count > 0:
+        got = stream.read(min(count, _READ_SIZE))
+        if not got:
+            return
+        count -= len(got)
+
+
 class DecodingReader:
     """The interface of a decompressed stream that the record reader relies on.
 
@@ -118,11 +128,7 @@ class DecodingReader:
 
     def skip(self, count: int) -> None:
         """Discard `count` decompressed bytes (seeking in a compressed stream)."""
-        while count > 0:
-            got = self.read(min(count, _READ_SIZE))
-            if not got:
-                return
-            count -= len(got)
+        skip_bytes(self, count)
 
     def max_remaining(self) -> Optional[int]:
         """An upper bound on the uncompressed bytes still to come (None: unknown)."""

@@ -25,6 +25,12 @@ from ._resync import (
     header_length,
 )
 from ._writer import WRITE_BUFFER_SIZE, RecordWriter
+from .errors import (  # noqa: F401 - importable from here before the split into _reader / _writer
+    CorruptRecordError,
+    CorruptStreamError,
+    TruncatedRecordError,
+    UnclosedWriterWarning,
+)
 
 __all__ = [
     "RecordReader",

@@ -26,7 +26,7 @@ from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
 from ..skipping import SkippingReader
 from ._counters import CorruptCounter, SharedCounts
-from ._stream import Block
+from ._stream import Block, drop_first
 from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 
 Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
@@ -376,8 +376,6 @@ class FileSet:
                 piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
                 skip = 0
             for block in self.read(piece):
-                if skip >= len(block):
-                    skip -= len(block)
-                    continue
-                yield block.part(slice(skip, None)) if skip else block
-                skip = 0
+                block, skip = drop_first(block, skip)
+                if block is not None:
+                    yield block

@@ -15,15 +15,15 @@ from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
-from . import blockgzip
-from . import compression as _compression
-from ._engine._common import FRAME_OVERHEAD
+from .. import blockgzip
+from .. import compression as _compression
+from .._engine._common import FRAME_OVERHEAD
+from ..errors import CorruptRecordError
+from ..fs import AtomicOutput
+from ..records import RecordReader, RecordWriter
+from ..skipping import SkippingReader
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
-from .errors import CorruptRecordError
-from .fs import AtomicOutput
-from .records import RecordReader, RecordWriter
-from .skipping import SkippingReader
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
