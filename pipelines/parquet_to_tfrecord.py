@@ -8,7 +8,7 @@ writer streams its pieces, one record batch at a time, through the encoder
 whatever the input size. Shard k holds rows in input order. The schema is checked before the
 pipeline starts (unknown or unsupported columns fail at once), and the job checks that every
 shard holds exactly the rows planned for it. See the type mapping table in
-`tfrecord_beam/arrow.py` (and the README).
+`tfrecord_beam/arrow.py` (and docs/python.md, "Arrow and Examples").
 """
 
 from __future__ import annotations

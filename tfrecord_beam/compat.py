@@ -1,7 +1,7 @@
 """The `tfrecord` package's API (loaders, TFRecordWriter) as thin functions over our modules.
 
 Same names, parameters and return conventions; differences (all fixes) are listed in the
-README's "Coming from `tfrecord`" section: CRCs are checked, missing features do not crash,
+docs/python.md's "Coming from the `tfrecord` package" section: CRCs are checked, missing features do not crash,
 an index without a shard reads from the first record, every yielded record is its own
 buffer, compressed files are inflated once per pass, and sharding without an index gives
 each record to exactly one shard.
