@@ -1,6 +1,7 @@
 """An independent attacker's sweep over every command, dataset and transform (issue 22, "go
-beyond the list"): each test is an attack that broke before its fix (docs/incoming/attack.md
-lists every attack tried, held or fixed)."""
+beyond the list"): each test is an attack that broke before its fix. What users see is in
+docs/jobs.md ("Arguments, paths and exit status"); the table of every attack tried, held or
+fixed, was docs/incoming/attack.md (in git history: `git log -- docs/incoming/attack.md`)."""
 
 from __future__ import annotations
 
