@@ -183,3 +183,17 @@ def test_a_range_is_read_without_fetching_a_whole_chunk_past_its_end(remote, pro
     blocks = -(-local.stat().st_size // READAHEAD)
     # the blocks once, the first few again for the description check, one per elastic read range
     assert ds.remote_stats()["requests"] == len(proxy.ranged_gets()) <= blocks + 5 + (8 if elastic else 0)
+
+
+def test_a_cache_limit_below_one_block_keeps_nothing_and_reads_go_on(tmp_path):
+    from tfrecord_beam._rangecache import RangeCache
+
+    cache = RangeCache(str(tmp_path), limit=100)
+    cache.put("k", b"x" * 1000)
+    assert cache.get("k", 1000) is None and cache.size() == 0
+    assert [p.name for p in (tmp_path / "ranges").iterdir() if not p.name.startswith(".lock")] == []
+    roomy = RangeCache(str(tmp_path), limit=3000)
+    for k in range(5):
+        roomy.put(f"k{k}", bytes([k]) * 1000)
+        assert roomy.size() <= 3000
+    assert roomy.get("k4", 1000) == bytes([4]) * 1000
