@@ -7,6 +7,9 @@
 * `state_dict()` / `load_state_dict()` resume a run mid-epoch without repeating or skipping a
   record (directly with `num_workers=0`, or through torchdata's `StatefulDataLoader`).
 * `batch_size=` yields ready batches of tensors decoded in one go (layout in `_collate`).
+* `elastic=True` (opt-in): one global record order per epoch, from the record counts and the
+  seed alone, shared out round-robin to ranks x workers; a state is a position in it and
+  resumes on any ranks x workers and batch size (`elastic`, `_elastic_iter`).
 """
 
 from __future__ import annotations
