@@ -10,8 +10,13 @@ TORCH_PIN ?= torch==2.13.0
 # state); each test file goes to one worker, so a module's fixture data is made once
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
+# the suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE, set in
+# many containers): pytest then rewrites and compiles ~90 test modules afresh in every worker on every
+# run (~11 s CPU a worker), and each of the ~100 job subprocesses recompiles the package it imports.
+# __pycache__ is git-ignored.
+TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lint test test-pure test-oldest dist test-dist demo bench clean runners runners-stop test-runners bench-runners
+.PHONY: install lint docs test test-pure test-oldest dist test-dist demo bench bench-remote clean runners runners-stop test-runners bench-runners
 
 # what the demo needs: the core, Beam and torch (no test or lint tools)
 $(VENV)/.demo-installed: setup.py pyproject.toml
@@ -24,7 +29,7 @@ $(VENV)/.demo-installed: setup.py pyproject.toml
 
 # everything: the extras, the test and lint tools
 $(VENV)/.installed: $(VENV)/.demo-installed
-	$(PIP) install -q -e ".[all,test,lint]"
+	$(PIP) install -q -e ".[all,test,lint,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -36,7 +41,13 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: install
-	$(PY) -m pytest -q $(XDIST)
+	$(TEST_ENV) $(PY) -m pytest -q $(XDIST)
+
+# the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
+# link, anchor or API reference fails the build (not with --quiet: it hides the warnings that --strict
+# counts). The pages' Python blocks run in tests/test_docs_pages.py, the README's in tests/test_readme.py.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # The runner matrix (issue 21). `make runners` builds (into $${TFRB_CACHE:-~/.cache/tfrecord_beam})
 # and starts, in the background on loopback, every service whose script is in runners/ (s3 first:
@@ -69,12 +80,12 @@ bench-runners: runners
 comma := ,
 
 test-pure: install
-	TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
+	$(TEST_ENV) TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
 
 demo: $(VENV)/.demo-installed
 	$(PY) -m pipelines.demo
 
-# The oldest supported apache-beam, pyarrow, numpy and protobuf (README "Supported versions"
+# The oldest supported apache-beam, pyarrow, numpy and protobuf (docs/index.md "Supported versions"
 # says why each) in a second venv, cached, running this checkout's code (PYTHONPATH; the
 # compiled core built by `install` against numpy 2 headers loads on numpy 1.x too). torch is
 # the main venv's, seen through a .pth after the venv's own packages: a second multi-GB torch
@@ -111,6 +122,18 @@ bench: install
 	$(PIP) install -q "tfrecord==1.14.6"
 	TFX_PYTHON=$(if $(wildcard $(TFX_VENV)/bin/python),$(TFX_VENV)/bin/python,) $(PY) -m bench
 
+# Training from an object store (issue 24): our torch dataset from local disk, versitygw on
+# loopback and through an emulated link, beside mosaicml-streaming. Its pins would move numpy
+# and torch, so it and torchvision (pinned to TORCH_PIN's) go in with --no-deps, their other
+# needs from the `bench-remote` extra. BENCH_REMOTE_ARGS=--quick: 16 MB per dataset.
+TORCHVISION_PIN ?= torchvision==0.28.0
+BENCH_REMOTE_ARGS ?=
+bench-remote: install
+	runners/s3.sh build
+	$(PIP) install -q -e ".[bench-remote]"
+	$(PIP) install -q --no-deps "$(TORCHVISION_PIN)" "mosaicml-streaming==0.13.0"
+	$(PY) -m bench.remote --results $(BENCH_REMOTE_ARGS)
+
 # tfx_bsl (the Parquet -> Example peer) lives in its own venv: it brings TensorFlow and its own
 # pins. `make bench-tfx` makes it; `make bench` then measures tfx_bsl beside our jobs.
 TFX_VENV ?= .bench_venvs/tfx
@@ -121,7 +144,7 @@ bench-tfx: $(TFX_VENV)/bin/python
 .PHONY: bench-tfx
 
 clean:
-	rm -rf build dist *.egg-info tfrecord_beam/_native/*.so .pytest_cache
+	rm -rf build dist site *.egg-info tfrecord_beam/_native/*.so .pytest_cache
 
 # Bounded libFuzzer run (ASan+UBSan) over the compiled core's plain-C layer; needs clang.
 FUZZ_SECONDS ?= 60

@@ -59,7 +59,7 @@ def _extensions():
     ]
 
 
-# Supported ranges (README "Supported versions" says why each floor; `make test-oldest` runs a
+# Supported ranges (docs/index.md "Supported versions" says why each floor; `make test-oldest` runs a
 # reduced suite on the floors of Beam, pyarrow, numpy and protobuf, `make test` on the newest).
 # torch: a range, never a pin; the Makefile installs the CPU/CUDA build this machine should
 # use first, so pip keeps it (a bare `torch` would pull a multi-GB CUDA build).
@@ -75,6 +75,7 @@ BEAM_GCP = "apache-beam[gcp]>=2.70,<2.78"
 NUMPY = "numpy>=1.23.2,<3"
 PROTOBUF = "protobuf>=4.25,<7"
 PYARROW = "pyarrow>=14"
+ZSTANDARD = "zstandard>=0.18"  # Beam's own floor
 
 setup(
     name="tfrecord_beam",
@@ -102,11 +103,27 @@ setup(
         "fsspec": ["fsspec>=2023.1"],
         "torch": [TORCH],
         "fast": ["isal>=1.6"],
-        "all": [BEAM, TORCH, "isal>=1.6"],
+        # ZSTD-compressed TFRecord files (`compression="zstd"`, `.zst`); Beam brings it too
+        "zstd": [ZSTANDARD],
+        "all": [BEAM, TORCH, "isal>=1.6", ZSTANDARD],
+        # bench/remote.py's peer, mosaicml-streaming, needs these to import; it and torchvision
+        # themselves go in with --no-deps (`make bench-remote`): their pins would move numpy/torch
+        "bench-remote": [
+            "transformers==4.57.6",
+            "tqdm",
+            "xxhash>=3,<4",
+            "zstd",
+            "python-snappy",
+            "brotli",
+            "catalogue",
+        ],
         # moto's standalone S3 server (on loopback, started by a test fixture) + Beam's s3://
         # support: the object-store tests run end to end without a network.
         # `make lint` (run by .ci/run before the tests): ruff's linter and formatter, mypy
         "lint": ["ruff==0.17.6", "mypy==2.4.1"],
+        # `make docs` (run by .ci/run): the site in docs/, built by mkdocs --strict, with an API
+        # reference from the docstrings
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
         "test": [
             "pytest>=7",
             "pytest-xdist>=3",

@@ -294,16 +294,58 @@ def run(
                 text += table(
                     f"mix two sources 3:1 into {SHARDS} shards, {label} records, {records:,} out", rows, times
                 )
+            if "mix_vs_shuffle" in jobs and payload >= 1024:
+                text += mix_vs_shuffle(files, records, nbytes, label, tmp, repeats)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return text
+
+
+def mix_vs_shuffle(files: List[Path], records: int, nbytes: int, label: str, tmp: Path, repeats: int) -> str:
+    """mix 3:1 (as many records out as in) against reshard --shuffle of the same files into the
+    same shards, 1 worker, runs interleaved (mix, shuffle, mix, ...) so that both see the same
+    load; the 1-minute load average before each pair is printed beside the medians."""
+    a = str(files[0].parent / "in-[0-5].tfrecord")
+    b = str(files[0].parent / "in-[67].tfrecord")
+    pattern = str(files[0].parent / "in-*.tfrecord")
+    mix_args = ["--source", a + "=3", "--source", b + "=1", "--total_records", records]
+    mix_args += ["--output_prefix", tmp / "mx" / "m", "--num_shards", SHARDS, "--seed", 1, *ONE]
+    shuffle_args = ["--input", pattern, "--output_prefix", tmp / "sh" / "s", "--num_shards", SHARDS]
+    shuffle_args += ["--shuffle", "--seed", 1, *ONE]
+    runs = {"mix": [], "shuffle": []}
+    loads = []
+    for _ in range(repeats):
+        loads.append(os.getloadavg()[0])
+        runs["mix"].append(measure("mix", *mix_args))
+        shutil.rmtree(tmp / "mx", ignore_errors=True)
+        runs["shuffle"].append(measure("reshard", *shuffle_args))
+        shutil.rmtree(tmp / "sh", ignore_errors=True)
+    rows = []
+    for what, key in (("mix 3:1 (select, shuffle within shards, proof)", "mix"), ("reshard --shuffle", "shuffle")):
+        seconds = float(np.median([r[0] for r in runs[key]]))
+        cpu = float(np.median([r[2] for r in runs[key]]))
+        peak = max(r[1] for r in runs[key])
+        rows.append(_row(f"{what}, 1 worker", seconds, peak, nbytes, records, cpu=cpu))
+    each = "; ".join(
+        f"mix {m[0]:.1f} s / shuffle {s[0]:.1f} s (load {ld:.1f})"
+        for m, s, ld in zip(runs["mix"], runs["shuffle"], loads)
+    )
+    print(f"runs: {each}")
+    return print_table(
+        f"mix 3:1 vs reshard --shuffle into {SHARDS} shards, {label} records, {nbytes / 1e9:.2f} GB, "
+        f"medians of {repeats} interleaved runs, load {min(loads):.1f}-{max(loads):.1f}",
+        HEADER[:-1],
+        [r[:-1] for r in rows],
+    )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=2.0, help="GB per input set (default 2)")
     parser.add_argument("--small", action="store_true", help="0.2 GB per input set (a quick run)")
-    parser.add_argument("--jobs", default="reshard,build_index,mix", help="comma-separated subset")
+    parser.add_argument(
+        "--jobs", default="reshard,build_index,mix", help="comma-separated subset (also: mix_vs_shuffle)"
+    )
     parser.add_argument("--skip-plain", action="store_true", help="skip the plain loops")
     parser.add_argument(
         "--workdir",

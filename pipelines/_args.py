@@ -13,6 +13,7 @@ import sys
 from typing import Callable, List, Optional, Sequence
 
 from tfrecord_beam import _usage
+from tfrecord_beam import compression as _compression
 
 OUTPUTS_HELP = """\
 outputs:
@@ -35,7 +36,7 @@ inputs:
   [ ] * ?; stdin, pipes and FIFOs are refused (in a directory: left out, never opened).
   A directory means its data files, or the one committed output it holds (no other data files
   beside it); two outputs, or an output beside loose files, are refused. An output's prefix
-  (out/train) means that output. (README: "Arguments, paths and exit status".)
+  (out/train) means that output. (docs/jobs.md: "Arguments, paths and exit status".)
 """
 
 TFRECORD_INPUT = "input files, globs or directories (their *.tfrecord* files); one or more, repeatable"
@@ -45,6 +46,16 @@ PARQUET_INPUT = "Parquet files, globs or directories (their *.parquet files); on
 def add_input(parser: argparse.ArgumentParser, help_text: str = TFRECORD_INPUT) -> None:
     """The --input flag every job takes (one or more values, repeatable: all are one input)."""
     parser.add_argument("--input", action="extend", nargs="+", required=True, metavar="PATH", help=help_text)
+
+
+def add_input_compression(parser: argparse.ArgumentParser, *aliases: str) -> None:
+    """--input_compression: the codec of the input files (choices from `compression`'s table)."""
+    _compression.add_argument(parser, "--input_compression", *aliases, default="auto", auto=True, what="input codec")
+
+
+def add_output_compression(parser: argparse.ArgumentParser) -> None:
+    """--output_compression: the codec the shards are written with (choices from the table)."""
+    _compression.add_argument(parser, "--output_compression", default="none", auto=False, what="output codec")
 
 
 def make_parser(prog: str, description: str, examples: str, outputs: bool = True) -> argparse.ArgumentParser:

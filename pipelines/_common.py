@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfrecord_beam import _usage, fs
+from tfrecord_beam import compression as _compression
 from tfrecord_beam import manifest as _manifest
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
@@ -31,7 +33,6 @@ from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam.commit import OutputError
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
 
 from . import _args, _runner
 from ._summary import Summary, process_start
@@ -80,7 +81,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     try:  # a half-committed output reads as neither the old nor the new one
-        _manifest.check_no_commit_pending(patterns, glob=_fs.expand, read_bytes=_fs.read_bytes, is_dir=_fs.is_dir)
+        _fs.check_no_commit_pending(patterns)
     except _manifest.CommitInProgressError as exc:
         raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
@@ -96,6 +97,11 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
             pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
         elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
             pattern = _glob_escape(pattern)  # a local file named with [ ] * ?: itself, literally
+        if not fs.is_remote(pattern):  # Beam's local match drops a dangling symlink without a word
+            try:
+                fs.refuse_broken_links(glob.glob(pattern))
+            except FileNotFoundError as exc:
+                raise JobError(f"{what} {exc}") from None
         # FIFOs and devices a glob or directory matched are left out, by stat (never opened)
         found = [
             beam_path(f)
@@ -105,7 +111,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
         files.extend(found)
-    return list(dict.fromkeys(files))  # each file once, in first-seen order
+    return fs.unique_files(files)  # each file once (however spelled), in first-seen order
 
 
 def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[str]]:
@@ -156,9 +162,9 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     return output
 
 
-def dead_letters(args: argparse.Namespace, output: _commit.Output):
+def dead_letters(skip_corrupt: bool, output: _commit.Output):
     """The dead-letter writer for --skip_corrupt (None without it: corrupt data fails the job)."""
-    return output.dead_letters() if getattr(args, "skip_corrupt", False) else None
+    return output.dead_letters() if skip_corrupt else None
 
 
 def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> Dict[str, Any]:
@@ -438,10 +444,10 @@ def parse_kv(items: Sequence[str], flag: str, form: str = "NAME=VALUE", sep: str
 # Shard outputs shared by reshard, mix and parquet_to_tfrecord
 
 
-def output_spec(output_prefix: str, num_shards: int, compression: Optional[str], staged, write_index: bool):
-    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib] inside the staging dir."""
-    kind = resolve_compression(None, compression)
-    suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zlib"}[kind]
+def output_spec(num_shards: int, compression: Optional[str], staged, write_index: bool):
+    """ShardSpec for PREFIX-SSSSS-of-NNNNN.tfrecord[.gz|.zlib|.zst] inside the staging dir."""
+    kind = _compression.resolve(None, compression)
+    suffix = ".tfrecord" + _compression.suffix(kind)
     return _stages.ShardSpec(staged.temp_dir, staged.name, num_shards, suffix, kind, write_index)
 
 

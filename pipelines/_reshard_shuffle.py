@@ -9,6 +9,8 @@ Beam loads, takes the options from here.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Optional
 
 from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
 
@@ -26,9 +28,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int):
-    """Shuffle `files` into `num_shards` shards under args.output_prefix; (results, check,
-    finals, corrupt) as `_common.finish` gives them, and the shuffle's summary line."""
+@dataclass(frozen=True)
+class Settings:
+    """What the shuffle step needs from reshard's flags (built once by reshard from them)."""
+
+    seed: Optional[int]
+    buffer_bytes: int  # --shuffle_buffer_bytes
+    split_bytes: int
+    input_compression: Optional[str]  # a spelling for `compression.resolve`, per file
+    output_compression: Optional[str]
+    write_index: bool
+    verify: bool
+    skip_corrupt: bool
+
+
+def run(settings: Settings, options, staged, files, total_bytes: int, num_shards: int):
+    """Shuffle `files` into `num_shards` shards of the staged output; (results, check, finals,
+    corrupt) as `_common.finish` gives them, and the shuffle's summary line."""
     from tfrecord_beam.beam import _fs, _progress
     from tfrecord_beam.beam import shuffle as _shuffle
     from tfrecord_beam.beam import stages as _stages
@@ -36,20 +52,18 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
     from . import _common
     from ._common import JobError
 
-    if args.balance != "records":
-        raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")
-    if args.shuffle_buffer_bytes < 1 << 16:
+    if settings.buffer_bytes < 1 << 16:
         raise JobError("--shuffle_buffer_bytes must be at least 65536")
-    ranges = _stages.plan_ranges(files, args.split_bytes, args.input_compression)
-    plan = _shuffle.plan_buckets(_shuffle.estimated_bytes(ranges), num_shards, args.shuffle_buffer_bytes)
-    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    ranges = _stages.plan_ranges(files, settings.split_bytes, settings.input_compression)
+    plan = _shuffle.plan_buckets(_shuffle.estimated_bytes(ranges), num_shards, settings.buffer_bytes)
+    spec = _common.output_spec(num_shards, settings.output_compression, staged, settings.write_index)
     work_dir = staged.temp_path("_shuffle")
     _common.progress(
         f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
-        f"shards through {plan.buckets} buckets of ~{args.shuffle_buffer_bytes // 2:,} bytes (seed {args.seed})"
+        f"shards through {plan.buckets} buckets of ~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
     )
-    verify = not args.no_verify
-    dead_letters = _common.dead_letters(args, staged)  # --skip_corrupt: listed, not fatal
+    verify = settings.verify
+    dead_letters = _common.dead_letters(settings.skip_corrupt, staged)  # --skip_corrupt: listed, not fatal
 
     estimate = _shuffle.estimated_bytes(ranges)
     with _progress.reporter("reshard --shuffle", options, _common.progress) as reporter:
@@ -61,17 +75,18 @@ def run(args: argparse.Namespace, options, staged, files, total_bytes: int, num_
                 p,
                 ranges,
                 spec,
-                args.seed,
+                settings.seed,
                 plan,
                 work_dir,
                 verify,
                 dead_letters=dead_letters,
                 progress_dir=reporter.directory,
+                what="reshard --shuffle",
             )
 
         _common.run_pipeline(build, options)
     if _fs.exists(work_dir):
         _fs.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
-    note = f"seed {args.seed}, {plan.buckets} buckets, buffer {args.shuffle_buffer_bytes:,} bytes"
+    note = f"seed {settings.seed}, {plan.buckets} buckets, buffer {settings.buffer_bytes:,} bytes"
     return results, check, finals, corrupt, note

@@ -17,6 +17,8 @@ import posixpath
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from tfrecord_beam import compression as _compression
+
 from . import _args
 
 EXAMPLES = """\
@@ -41,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check every payload CRC (reads all the data; length CRCs are always checked)",
     )
     parser.add_argument("--skip_existing", action="store_true", help="leave files that already have an index alone")
-    parser.add_argument("--compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    # --compression: the name before the jobs agreed on --input_compression (still accepted)
+    _args.add_input_compression(parser, "--compression")
     return parser
 
 
@@ -55,17 +58,16 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from tfrecord_beam import _usage, blockgzip, fs
 from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
-from tfrecord_beam._walk import walk_frames
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.jobs import walk_frames
 
 from . import _common
-from ._common import Summary
+from ._common import JobError, Summary
 
 
 def index_target(data_path: str, output_dir: Optional[str]) -> str:
@@ -75,6 +77,20 @@ def index_target(data_path: str, output_dir: Optional[str]) -> str:
         return default
     join = posixpath.join if "://" in output_dir else os.path.join
     return join(output_dir, posixpath.basename(default))
+
+
+def _check_one_index_each(files: Sequence[str], output_dir: Optional[str]) -> None:
+    """JobError when two inputs would write one index (same file name, --output_dir): the
+    second would silently replace the first's."""
+    seen: dict = {}
+    for f in files:
+        target = index_target(f, output_dir)
+        if target in seen:
+            raise JobError(
+                f"--output_dir: {seen[target]} and {f} would both be indexed as {target} (the same file "
+                "name); index them into different directories (nothing written)"
+            )
+        seen[target] = f
 
 
 def index_file(
@@ -88,7 +104,7 @@ def index_file(
     number, path = task
     counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
-    kind = resolve_compression(path, compression)
+    kind = _compression.resolve(path, compression)
     records = 0
     try:
         with _fs.open_input(path) as raw, _fs.atomic_output(index_target(path, output_dir)) as (handle, commit):
@@ -168,6 +184,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input)
     if args.output_dir:
         args.output_dir = _common.beam_path(args.output_dir)
+    _check_one_index_each(files, args.output_dir)
     targets = sorted({_fs.split(index_target(f, args.output_dir))[0] for f in files})
     for directory in targets:  # before any work: every place an index goes must be writable
         _commit.check_writable(directory)
@@ -178,7 +195,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     todo = [f for f in files if f not in set(skipped)]
     total = sum(_fs.file_size(f) for f in todo)
     _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
-    verify, output_dir, compression = args.verify, args.output_dir, args.compression
+    verify, output_dir, compression = args.verify, args.output_dir, args.input_compression
     tasks = list(enumerate(todo))
 
     def build(p):

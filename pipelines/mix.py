@@ -16,7 +16,7 @@ counts and checkpoints, no payloads read); the selection is planned per block of
 65,536 records (how many of a source's sampled records fall in each block is drawn
 hypergeometrically, then which ones inside the block); readers copy the selected framed
 records into temporary runs sorted by (shard, bucket, random key); each shard is written
-bucket by bucket in key order (a uniform shuffle, `tfrecord_beam._bucketed`).
+bucket by bucket in key order (a uniform shuffle, `tfrecord_beam.jobs`).
 
 With --skip_corrupt the survey reads every byte (both CRCs checked) and steps over corrupt
 records, which are listed in OUTPUT_DIR/_CORRUPT.NAME.jsonl and counted in the summary and
@@ -26,9 +26,12 @@ the manifest; a source's available records are its intact ones, and only those a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from tfrecord_beam import _usage
 
 from . import _args
 
@@ -51,17 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a source glob and its weight (> 0); repeatable",
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--total_records", type=int, help="records in the output")
+    size.add_argument("--total_records", type=_usage.non_negative_int, help="records in the output")
     size.add_argument(
         "--until_exhausted",
         action="store_true",
         help="as many records as possible with no repetition: stop when the first source runs out",
     )
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_input_compression(parser)
+    _args.add_output_compression(parser)
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
@@ -73,13 +76,11 @@ _args.parse_then_load(__name__, build_parser)
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import _bucketed
-from tfrecord_beam._copy import piece_chunks
-from tfrecord_beam._plan import FileSurvey, Piece
-from tfrecord_beam._walk import add_digests, frame_digest
+from tfrecord_beam import jobs
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
+from tfrecord_beam.jobs import FileSurvey, Piece, add_digests, frame_digest, piece_chunks
 
 from . import _common
 from ._common import JobError, Summary
@@ -210,7 +211,7 @@ def plan_mix(
         if wanted[g] and not available[g]:
             raise JobError(f"source {g} has no records but {wanted[g]} were asked of it")
     shard_bytes = sum(w * m for w, m in zip(wanted, mean)) / num_shards
-    buckets = _bucketed.buckets_for(shard_bytes)
+    buckets = jobs.buckets_for(shard_bytes)
     offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
     tasks: List[Task] = []
     for g in range(groups):
@@ -270,7 +271,7 @@ class SelectFn(beam.DoFn):
 
     def process(self, task: Task):
         counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
-        spiller = _bucketed.RunSpiller(
+        spiller = jobs.RunSpiller(
             self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs",
             task.number,
             task.group,
@@ -291,7 +292,7 @@ class SelectFn(beam.DoFn):
             yield table.shard, table
 
     def _select_block(
-        self, task: Task, block: Block, spiller: _bucketed.RunSpiller, counter: _progress.ProgressFile
+        self, task: Task, block: Block, spiller: jobs.RunSpiller, counter: _progress.ProgressFile
     ) -> Tuple[int, int, int]:
         """Stream one block's frames and spill each record as often as it is taken, keyed; the
         digest of what was selected."""
@@ -330,7 +331,7 @@ class SelectFn(beam.DoFn):
     def _spill(
         self,
         task: Task,
-        spiller: _bucketed.RunSpiller,
+        spiller: jobs.RunSpiller,
         keys,
         framed,
         sizes: np.ndarray,
@@ -341,7 +342,7 @@ class SelectFn(beam.DoFn):
         the shard of its occurrence, in bounded batches however often a record is repeated."""
         starts = np.cumsum(sizes) - sizes
         ends = np.cumsum(sizes[picked])
-        cuts = np.searchsorted(ends, np.arange(_bucketed.RUN_BYTES // 2, int(ends[-1]), _bucketed.RUN_BYTES // 2))
+        cuts = np.searchsorted(ends, np.arange(jobs.RUN_BYTES // 2, int(ends[-1]), jobs.RUN_BYTES // 2))
         for part in np.split(np.arange(len(picked)), cuts):
             if not len(part):
                 continue
@@ -358,7 +359,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = _bucketed.write_merged(tables, writer, _fs.open_input, counter.add)
+        digest, groups = jobs.write_merged(tables, writer, _fs.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,
@@ -386,18 +387,20 @@ def run(args: argparse.Namespace, options) -> Summary:
     then write the manifest and commit the shards (`_manifest`, `_commit`)."""
     sources = parse_sources(args.source)
     _check_sizes(args)
+    if args.manifest is not None:
+        check_manifest_path(args.manifest, args.overwrite)
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
     inputs = _expand_sources(sources)
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
     total_bytes = sum(_fs.file_size(f) for f in inputs.files)
-    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
-    dead_letters = _common.dead_letters(args, staged)
+    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
-    manifest_path = args.manifest or (args.output_prefix + ".manifest.json")
+    manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
     try:
         _run_pipeline(args, options, inputs, weights, wanted, spec, spill_dir, total_bytes, dead_letters)
         plan_result = [r for r in _common.read_json_results(staged, "_results") if "available" in r][0]
@@ -427,6 +430,32 @@ def run(args: argparse.Namespace, options) -> Summary:
         bytes=sum(r["file_bytes"] for r in results),
         extra=extra,
     )
+
+
+#: the keys every mix manifest has (`_manifest`): a file without them is not one
+_MANIFEST_KEYS = {"mode", "seed", "sources", "shards", "checksum"}
+_MANIFEST_MAX_BYTES = 64 << 20
+
+
+def check_manifest_path(path: str, overwrite: bool) -> None:
+    """JobError unless --manifest may be written: nothing there, or an earlier mix's manifest
+    with --overwrite. Never a data file (an input among them) or a directory; checked before
+    any work, since the manifest is written after the commit."""
+    if _fs.is_dir(path):
+        raise JobError(f"--manifest {path}: a directory; give a file path such as out/mix.manifest.json")
+    if not _fs.exists(path):
+        return
+    is_manifest = False
+    try:
+        if _fs.file_size(path) <= _MANIFEST_MAX_BYTES:
+            old = json.loads(_fs.read_bytes(path).decode("utf-8"))
+            is_manifest = isinstance(old, dict) and _MANIFEST_KEYS <= set(old)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    if not is_manifest:
+        raise JobError(f"--manifest {path}: a file that is not a mix manifest is there; refusing to overwrite it")
+    if not overwrite:
+        raise JobError(f"--manifest {path}: the manifest of an earlier mix is there; pass --overwrite to replace it")
 
 
 def _check_sizes(args: argparse.Namespace) -> None:
@@ -518,6 +547,11 @@ def _planner(
     return plan
 
 
+def _inside_manifest(staged) -> str:
+    """The name of the default manifest, committed with the shards (NAME.manifest.json)."""
+    return staged.name + ".manifest.json"
+
+
 def _manifest(
     args: argparse.Namespace,
     sources: Sequence[Tuple[str, float]],
@@ -568,9 +602,9 @@ def _commit(
     """Commit the shards; the default manifest (`inside`) lies beside them, staged and committed
     with them, one named by --manifest is written after the commit. (final paths, corrupt-record summary)."""
     if inside:
-        _common.write_json(staged.temp_path(staged.name + ".manifest.json"), manifest)
+        _common.write_json(staged.temp_path(_inside_manifest(staged)), manifest)
     finals, corrupt = _common.commit_shards(
-        staged, spec, results, [staged.name + ".manifest.json"] if inside else (), details={"mix": manifest}
+        staged, spec, results, [_inside_manifest(staged)] if inside else (), details={"mix": manifest}
     )
     if not inside:
         _common.write_json(manifest_path, manifest)

@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from tfrecord_beam import _usage
+
 from . import _args
 
 EXAMPLES = """\
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument(
         "--columns",
         nargs="+",
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="decimal columns as float32, or as their text (default: error)",
     )
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_output_compression(parser)
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     return parser
 
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError(f"cannot read a Parquet footer: {exc}") from None
     rows = sum(sum(counts) for _, counts in groups)
     plan = _parquet.plan_shards(groups, args.num_shards)
-    spec = _common.output_spec(args.output_prefix, args.num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)
     _common.progress(
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     def build(p):
         _parquet.parquet_to_shards(
-            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args, staged)
+            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args.skip_corrupt, staged)
         )
 
     _common.run_pipeline(build, options)

@@ -27,7 +27,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes
+from tfrecord_beam import _sizes, _usage
 
 from . import _args, _reshard_shuffle
 
@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--num_shards", type=int, help="number of output shards")
+    size.add_argument("--num_shards", type=_usage.positive_int, help="number of output shards")
     size.add_argument(
         "--target_shard_bytes",
-        type=int,
+        type=_usage.positive_int,
         help="pick the shard count from the input files' total size (compressed size for compressed inputs)",
     )
     parser.add_argument(
@@ -62,13 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shuffle", action="store_true", help="randomly permute records across and within shards")
     parser.add_argument("--seed", type=int, default=0, help="seed for --shuffle (same seed, same output)")
     _reshard_shuffle.add_arguments(parser)
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
-    parser.add_argument("--output_compression", default="none", help="none, gzip or zlib")
+    _args.add_input_compression(parser)
+    _args.add_output_compression(parser)
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument(
         "--split_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_SPLIT_BYTES,
         help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel",
     )
@@ -80,9 +80,9 @@ _args.parse_then_load(__name__, build_parser)
 
 import apache_beam as beam
 
-from tfrecord_beam._plan import plan_contiguous
 from tfrecord_beam.beam import _fs, _progress
 from tfrecord_beam.beam import planned as _planned
+from tfrecord_beam.jobs import plan_contiguous
 
 from . import _common
 from ._common import JobError, Summary
@@ -90,13 +90,13 @@ from ._common import JobError, Summary
 
 def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: int, num_shards: int) -> Summary:
     """Unshuffled reshard: survey, plan contiguous ranges, stream each shard (see the module doc)."""
-    spec = _common.output_spec(args.output_prefix, num_shards, args.output_compression, staged, not args.no_index)
+    spec = _common.output_spec(num_shards, args.output_compression, staged, not args.no_index)
     _common.progress(
         f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
         f"contiguous, balanced by {args.balance}"
     )
     balance, compression = args.balance, args.input_compression
-    dead_letters = _common.dead_letters(args, staged)
+    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
     with _progress.reporter("reshard", options, _common.progress) as reporter:
         _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
@@ -161,8 +161,20 @@ def run(args: argparse.Namespace, options) -> Summary:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
     if args.shuffle:  # an external shuffle through bounded temporary buckets
+        if args.balance != "records":
+            raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")
+        settings = _reshard_shuffle.Settings(
+            seed=args.seed,
+            buffer_bytes=args.shuffle_buffer_bytes,
+            split_bytes=args.split_bytes,
+            input_compression=args.input_compression,
+            output_compression=args.output_compression,
+            write_index=not args.no_index,
+            verify=not args.no_verify,
+            skip_corrupt=args.skip_corrupt,
+        )
         results, check, finals, corrupt, note = _reshard_shuffle.run(
-            args, options, staged, files, total_bytes, num_shards
+            settings, options, staged, files, total_bytes, num_shards
         )
         return _summary(
             results,

@@ -21,7 +21,7 @@ import itertools
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes
+from tfrecord_beam import _sizes, _usage
 
 from . import _args
 
@@ -36,26 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser)
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
-    parser.add_argument("--num_shards", type=int, default=1, help="output files (default 1)")
+    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output files (default 1)")
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
-    parser.add_argument("--infer_records", type=int, default=1000, help="records sampled to infer the schema")
-    parser.add_argument("--input_compression", default="auto", help="auto (from file names), none, gzip, zlib")
+    parser.add_argument(
+        "--infer_records", type=_usage.positive_int, default=1000, help="records sampled to infer the schema"
+    )
+    _args.add_input_compression(parser)
     parser.add_argument(
         "--split_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_SPLIT_BYTES,
         help="read uncompressed inputs in byte ranges of this size",
     )
     parser.add_argument(
         "--row_group_rows",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_ROW_GROUP_ROWS,
         help=f"rows per Parquet row group at most (default {_sizes.DEFAULT_ROW_GROUP_ROWS})",
     )
     parser.add_argument(
         "--row_group_bytes",
-        type=int,
+        type=_usage.positive_int,
         default=_sizes.DEFAULT_ROW_GROUP_BYTES,
         help="payload bytes per row group at most: bounds the memory a writer holds "
         f"(default {_sizes.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
@@ -69,12 +71,12 @@ _args.parse_then_load(__name__, build_parser)
 import pyarrow as pa
 
 from tfrecord_beam import _described
+from tfrecord_beam import compression as _compression
 from tfrecord_beam.arrow import examples_to_record_batch
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.manifest import ShardEntry
-from tfrecord_beam.records import resolve_compression
 from tfrecord_beam.skipping import SkippingReader
 
 from . import _common
@@ -101,7 +103,7 @@ def infer_schema(
 
     def sample():
         for path in files:
-            kind = resolve_compression(path, compression)
+            kind = _compression.resolve(path, compression)
             reader = SkippingReader(
                 path, kind, open_file=lambda path=path: _fs.open_input(path), skip_corrupt=skip_corrupt
             )
@@ -164,7 +166,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             staged.temp_path("_results"),
             args.row_group_rows,
             args.row_group_bytes,
-            dead_letters=_common.dead_letters(args, staged),
+            dead_letters=_common.dead_letters(args.skip_corrupt, staged),
         )
 
     _common.run_pipeline(build, options)

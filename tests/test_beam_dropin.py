@@ -18,7 +18,6 @@ pytest.importorskip("apache_beam")
 import apache_beam as beam  # noqa: E402
 from apache_beam import coders  # noqa: E402
 from apache_beam.io import tfrecordio  # noqa: E402
-from apache_beam.io.filesystem import CompressionTypes  # noqa: E402
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
@@ -26,9 +25,10 @@ from apache_beam.testing.test_stream import TestStream as _TestStream  # noqa: E
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 from apache_beam.transforms import window  # noqa: E402
 from apache_beam.transforms.display import DisplayData  # noqa: E402
+from helpers import codecs  # noqa: E402
 from helpers.beam_data import plain_payloads, write_file  # noqa: E402
 
-from tfrecord_beam import records  # noqa: E402
+from tfrecord_beam import compression, records  # noqa: E402
 from tfrecord_beam.beam import ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
 from tfrecord_beam.errors import CorruptRecordError  # noqa: E402
 from tfrecord_beam.index import default_index_path, verify_index  # noqa: E402
@@ -102,8 +102,10 @@ def test_output_type_hints():
 
 
 # -- compression ------------------------------------------------------------------------------
-@pytest.mark.parametrize("suffix, magic", [(".gz", b"\x1f\x8b"), (".tfrecord.deflate", b"\x78")])
-def test_compressed_suffix_auto_and_explicit(tmp_path, suffix, magic):
+@pytest.mark.parametrize("kind", codecs.COMPRESSED)
+def test_compressed_suffix_auto_and_explicit(tmp_path, kind):
+    codec = compression.CODECS[kind]
+    suffix, magic = codec.beam_suffix, codec.magic  # the suffix Beam's AUTO reads as the codec
     prefix = str(tmp_path / "result")
     with _pipeline() as p:
         _ = p | beam.Create(plain_payloads(20)) | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=1)
@@ -112,12 +114,11 @@ def test_compressed_suffix_auto_and_explicit(tmp_path, suffix, magic):
     shard = os.path.join(tmp_path, name)
     with open(shard, "rb") as handle:
         assert handle.read(1) == magic[:1]
-    kind = "gzip" if suffix == ".gz" else "zlib"
     assert list(records.read_records(shard, kind)) == plain_payloads(20)
     verify_index(default_index_path(shard), shard)
     renamed = str(tmp_path / "renamed.bin")
     os.rename(shard, renamed)  # no suffix: AUTO reads it as uncompressed, so say what it is
-    beam_kind = CompressionTypes.GZIP if kind == "gzip" else CompressionTypes.DEFLATE
+    beam_kind = codec.beam_type
     with _pipeline() as p:
         auto = p | "Auto" >> ReadFromTFRecord(prefix + "-*")
         assert_that(auto, equal_to([]), label="nothing left under the prefix")

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfrecord_beam as tfb
-from tfrecord_beam import example, index, records
+from tfrecord_beam import _writer, example, index, records
 from tfrecord_beam._engine import _framing
 
 KINDS = ["byte", "float", "int", "bytes", "int64", "float32", " Int", "BYTES", "x"]
@@ -186,7 +186,7 @@ def test_errors_come_from_the_python_path(tmp_path):
 def test_buffered_writes_keep_order_counts_offsets_and_index(tmp_path, compression, monkeypatch):
     """Single writes (buffered), batches (unbuffered) and records larger than the buffer, mixed:
     the file holds them in call order, and the index, offset and count agree."""
-    monkeypatch.setattr(records, "WRITE_BUFFER_SIZE", 256)
+    monkeypatch.setattr(_writer, "WRITE_BUFFER_SIZE", 256)
     path = tmp_path / ("d.tfrecord" + (".gz" if compression else ""))
     rng = np.random.default_rng(0)
     expected = []

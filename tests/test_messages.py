@@ -8,6 +8,7 @@ import gzip
 import re
 
 import pytest
+from helpers import codecs
 
 from tfrecord_beam import _engine, records
 from tfrecord_beam.cli.verify import verify_file
@@ -35,12 +36,15 @@ def _read_error(path, error=CorruptRecordError, **kwargs):
         (b"\x89PNG\r\n\x1a\n" + bytes(40), "PNG image"),
         (b"PAR1" + bytes(40) + b"PAR1", "Parquet file (PAR1 magic)"),
         (b"GZIP", "gzip data: name the file *.gz"),  # replaced by a real gzip stream below
+        (b"ZSTD", "zstd data: name the file *.zst or pass compression='zstd'"),  # and a zstd stream
         (b"a,b,c\n1,2,3\n4,5,6\n", "text"),
     ],
 )
 def test_a_file_that_is_not_tfrecord_says_what_it_looks_like(tmp_path, head, looks):
     if head == b"GZIP":
         head = gzip.compress(_good_bytes(tmp_path))
+    if head == b"ZSTD":
+        head = codecs.compress("zstd", _good_bytes(tmp_path))
     path = tmp_path / "not-really.tfrecord"
     path.write_bytes(head)
     err = _read_error(path)

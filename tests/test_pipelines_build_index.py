@@ -79,7 +79,7 @@ def test_a_flipped_length_is_never_indexed(tmp_path, capsys, runner):
 
 def test_large_records_are_walked_by_their_headers(tmp_path, capsys):
     """Records bigger than the walker's seek threshold (payloads skipped), mixed with small ones."""
-    from tfrecord_beam._walk import SEEK_FRAME_BYTES
+    from tfrecord_beam.jobs._walk import SEEK_FRAME_BYTES
     from tfrecord_beam.records import write_records
 
     sizes = [10, SEEK_FRAME_BYTES * 3, 5, SEEK_FRAME_BYTES, SEEK_FRAME_BYTES * 700, 0, 3] * 3
@@ -93,3 +93,15 @@ def test_large_records_are_walked_by_their_headers(tmp_path, capsys):
 def test_no_matching_files(tmp_path, capsys):
     code, _, err = run_job(job.main, ["--input", str(tmp_path / "none*")] + FAST, capsys)
     assert code == 1 and "matches no files" in err
+
+
+@pytest.mark.parametrize("flag", ["--input_compression", "--compression"])  # the jobs' name, and the old one
+def test_input_compression_flag_and_its_old_name(tmp_path, capsys, flag):
+    from tfrecord_beam.records import write_records
+
+    data = str(tmp_path / "z.bin")  # no suffix: the flag says what it is
+    write_records(data, [b"a", b"bb", b"ccc"], compression="zstd")
+    code, out, err = run_job(job.main, ["--input", data, flag, "ZST"] + FAST, capsys)
+    assert code == 0, err
+    assert summary_json(out)["records"] == 3
+    assert np.array_equal(load_index(data + ".tfindex"), build_index(data, "zstd"))

@@ -221,8 +221,8 @@ def test_selection_and_shards_do_not_depend_on_arrival_order(tmp_path):
     the tasks the readers and the segment tables each shard writer in whatever order a runner
     delivers them (Flink, Spark and Prism differ from the FnApiRunner); here every stage's
     input is permuted and the shards must come out byte for byte the same."""
-    from tfrecord_beam._plan import survey
     from tfrecord_beam.beam import stages
+    from tfrecord_beam.jobs._plan import survey
 
     counts = {0: [150, 90, 60], 1: [40]}  # source 1 repeated 3x plus a sample
     files = []

@@ -3,9 +3,11 @@
 from collections import Counter
 
 import pytest
+from helpers import codecs
 from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 
 from pipelines import reshard
+from tfrecord_beam import compression
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.digest import payload_digest
 from tfrecord_beam.errors import CorruptRecordError
@@ -64,7 +66,8 @@ def test_shuffle_is_deterministic_for_a_seed(tmp_path, capsys):
     assert Counter(flat) == Counter(data) and flat != data
 
 
-def test_compression_in_and_out_and_target_bytes(tmp_path, capsys):
+@pytest.mark.parametrize("kind", codecs.STREAMS)  # GZIP out: test_pipelines_blockgzip
+def test_compression_in_and_out_and_target_bytes(tmp_path, capsys, kind):
     data = write_files(tmp_path / "in", "z", [400, 100], suffix=".tfrecord.gz")
     out = tmp_path / "out"
     code, stdout, err = run_job(
@@ -77,7 +80,7 @@ def test_compression_in_and_out_and_target_bytes(tmp_path, capsys):
             "--target_shard_bytes",
             "2000",
             "--output_compression",
-            "zlib",
+            kind,
             "--balance",
             "bytes",
         ]
@@ -88,9 +91,9 @@ def test_compression_in_and_out_and_target_bytes(tmp_path, capsys):
     n = summary_json(stdout)["output_shards"]
     total = sum(p.stat().st_size for p in (tmp_path / "in").iterdir())
     assert n == -(-total // 2000) > 1
-    shards = read_shards(out, "y-*.tfrecord.zlib")
+    shards = read_shards(out, "y-*.tfrecord" + compression.suffix(kind))
     assert len(shards) == n and Counter(p for s in shards for p in s) == Counter(data)
-    for shard in out.glob("y-*.tfrecord.zlib"):
+    for shard in out.glob("y-*.tfrecord" + compression.suffix(kind)):
         verify_index(str(shard) + ".tfindex", str(shard))
 
 

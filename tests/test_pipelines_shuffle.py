@@ -13,9 +13,9 @@ import pytest
 from helpers.jobs import FAST, MULTI, entries, read_shards, run_job, summary_json, write_files
 
 from pipelines import reshard
-from tfrecord_beam import _bucketed
 from tfrecord_beam.beam import shuffle as sh
 from tfrecord_beam.errors import CorruptRecordError
+from tfrecord_beam.jobs import _bucketed
 from tfrecord_beam.records import read_records, write_records
 
 

@@ -16,10 +16,10 @@ import pytest
 from helpers.jobs import FAST, MULTI, payloads, run_job, summary_json
 
 from pipelines import mix, reshard
-from tfrecord_beam import _plan
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index
+from tfrecord_beam.jobs import _plan
 from tfrecord_beam.records import read_records, write_records
 from tfrecord_beam.skipping import SkippingReader
 
@@ -226,7 +226,7 @@ def test_mix_skip_corrupt_selects_among_the_intact_records(damaged, tmp_path, ca
 
 @pytest.mark.parametrize("skip", [False, True])
 def test_a_copy_fails_when_its_file_lost_records_after_the_survey(tmp_path, skip):
-    from tfrecord_beam._copy import piece_chunks
+    from tfrecord_beam.jobs._copy import piece_chunks
 
     path = tmp_path / "a.tfrecord"
     write_records(str(path), payloads(50))

@@ -12,11 +12,12 @@ from typing import List
 import numpy as np
 import pytest
 
-from tfrecord_beam import _copy, _plan, blockgzip
+from tfrecord_beam import blockgzip
 from tfrecord_beam import fs as core_fs
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.index import load_index, verify_index
+from tfrecord_beam.jobs import _copy, _plan
 from tfrecord_beam.records import RecordWriter, read_records
 
 BLOCK = 4096  # small members: many per file

@@ -9,11 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from tfrecord_beam import _bucketed, _copy, _engine, _plan, _walk
+from tfrecord_beam import _engine
 from tfrecord_beam import fs as core_fs
 from tfrecord_beam._engine import _framing
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.index import build_index, load_index
+from tfrecord_beam.jobs import _bucketed, _copy, _plan, _walk
 from tfrecord_beam.records import RecordReader, RecordWriter, write_records
 
 

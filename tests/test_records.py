@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import codecs
 from helpers.fixtures import FIXTURES
 
 from tfrecord_beam import records
@@ -20,7 +21,7 @@ from tfrecord_beam.records import RecordReader, RecordWriter, find_record_start,
 PAYLOADS = [b"", b"a", b"hello world" * 3, bytes(range(256)) * 40, b"\x00" * 5000]
 
 
-@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+@pytest.mark.parametrize("compression", codecs.ALL)
 def test_round_trip_each_compression(tmp_path, compression):
     path = tmp_path / "data.tfrecord"
     with RecordWriter(path, compression) as writer:
@@ -29,7 +30,7 @@ def test_round_trip_each_compression(tmp_path, compression):
     assert list(RecordReader(path, compression)) == PAYLOADS
 
 
-@pytest.mark.parametrize("suffix,kind", [(".gz", "gzip"), (".zlib", "zlib"), (".tfrecord", None), (".deflate", "zlib")])
+@pytest.mark.parametrize("suffix,kind", [*codecs.SUFFIXES, (".tfrecord", None), (".GZ", "gzip")])
 def test_auto_compression_from_the_name(tmp_path, suffix, kind):
     assert resolve_compression("x" + suffix, "auto") == kind
     path = tmp_path / ("data" + suffix)
@@ -37,9 +38,14 @@ def test_auto_compression_from_the_name(tmp_path, suffix, kind):
     raw = path.read_bytes()
     if kind == "gzip":
         assert raw[:2] == b"\x1f\x8b"
-        raw = gzip.decompress(raw)
+        raw = gzip.decompress(raw)  # another tool's reader reads it
     elif kind == "zlib":
         raw = zlib.decompress(raw)
+    elif kind == "zstd":
+        import zstandard
+
+        assert raw[:4] == b"\x28\xb5\x2f\xfd"
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     assert raw == _framing.frame_records(PAYLOADS)
     assert list(records.read_records(path)) == PAYLOADS
 
@@ -133,7 +139,7 @@ def test_offsets_and_ranges(tmp_path):
     assert list(RecordReader(path, start_offset=offsets[4])) == PAYLOADS[4:]
 
 
-@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+@pytest.mark.parametrize("compression", codecs.COMPRESSED)
 def test_start_offset_in_a_compressed_stream(tmp_path, compression):
     path = tmp_path / "d.tfrecord"
     records.write_records(str(path), PAYLOADS, compression=compression)

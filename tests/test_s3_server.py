@@ -370,3 +370,28 @@ def test_core_globs_keep_the_keys_of_a_uri(s3_server, s3_bucket, s3_trap):
     found = fs.expand(keys_at + "d-*.tfrecord" + s3_server.query)
     assert found == [keys_at + f"d-{k}.tfrecord" + s3_server.query for k in range(2)]
     assert [p for f in found for p in read_records(f)] == payloads(10)
+
+
+def test_outputs_named_with_glob_characters_on_s3(bucket, capsys):
+    """The attack sweep's glob-named outputs (issue 22) on an object store: `*` replaced with
+    --overwrite leaves output `b` whole, and `a[x]` commits, releases its lock and is seen
+    as there by the next run."""
+    from pipelines import reshard
+
+    upload_inputs(bucket, "in", [4, 5])
+
+    def run(prefix: str, shards: int, *extra: str):
+        argv = ["--input", bucket.uri("in/*.tfrecord"), "--output_prefix", bucket.uri(prefix), "--num_shards"]
+        return run_job(reshard.main, [*argv, str(shards), *extra, *bucket.flags], capsys)
+
+    for prefix, shards, extra in [("g/b", 1, ()), ("g/*", 2, ()), ("g/*", 1, ("--overwrite",)), ("g/a[x]", 1, ())]:
+        code, _, err = run(prefix, shards, *extra)
+        assert code == 0, (prefix, err)
+    assert bucket.keys("g/") == sorted(
+        ["_MANIFEST.b.json", "_MANIFEST.*.json", "_MANIFEST.a[x].json"]
+        + shard_names("b", 1)
+        + shard_names("*", 1)
+        + shard_names("a[x]", 1)
+    )
+    code, _, err = run("g/a[x]", 1)
+    assert code == 1 and "another run is there" in err

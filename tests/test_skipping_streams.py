@@ -4,15 +4,15 @@ records after it are kept; damage to a length still ends the file (no resync in 
 
 from __future__ import annotations
 
-import gzip
-import zlib
+import functools
 from pathlib import Path
 
 import pytest
+from helpers import codecs
 from helpers.jobs import FAST, payloads, run_job, summary_json
 
 from pipelines import reshard
-from tfrecord_beam import fs
+from tfrecord_beam import compression, fs
 from tfrecord_beam._engine import frame_records
 from tfrecord_beam._tfindex import frame_index
 from tfrecord_beam.errors import CorruptRecordError
@@ -20,7 +20,7 @@ from tfrecord_beam.records import RecordReader
 from tfrecord_beam.skipping import SkippingReader
 
 N = 600
-COMPRESS = {"gzip": (".gz", gzip.compress), "zlib": (".zlib", zlib.compress)}
+COMPRESS = {kind: (compression.suffix(kind), functools.partial(codecs.compress, kind)) for kind in codecs.COMPRESSED}
 
 
 def _damaged(directory: Path, kind: str):

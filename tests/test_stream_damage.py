@@ -17,14 +17,16 @@ import tracemalloc
 import zlib
 
 import pytest
+from helpers import codecs
 
 from tfrecord_beam import _streams, records
 from tfrecord_beam._engine import _framing
+from tfrecord_beam.compression import suffix
 from tfrecord_beam.errors import CorruptRecordError, TruncatedRecordError
 from tfrecord_beam.records import RecordReader
 
 COMPRESS = {"gzip": gzip.compress, "zlib": zlib.compress}
-SUFFIX = {"gzip": ".tfrecord.gz", "zlib": ".tfrecord.zlib"}
+SUFFIX = {"gzip": ".tfrecord.gz", "zlib": ".tfrecord.zlib"}  # the deflate streams (zstd: test_zstd)
 
 
 def _read_until_error(path, **kwargs):
@@ -46,12 +48,12 @@ def _header(length: int) -> bytes:
 # -- item 1: damage keeps the records before it ---------------------------------------------------
 
 
-@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+@pytest.mark.parametrize("compression", codecs.COMPRESSED)
 def test_garbage_after_the_stream_keeps_every_record_before_it(tmp_path, engine, inflater, compression):
     payloads = [b"record-%02d-" % i * 7 for i in range(10)]
     stream = _framing.frame_records(payloads)
-    path = tmp_path / ("d" + SUFFIX[compression])
-    blob = COMPRESS[compression](stream)
+    path = tmp_path / ("d.tfrecord" + suffix(compression))
+    blob = codecs.compress(compression, stream)
     path.write_bytes(blob + b"GARBAGE-GARBAGE")
     got, err = _read_until_error(path)
     assert got == payloads

@@ -22,6 +22,10 @@ from tfrecord_beam.example import encode_example  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 
+# these tests describe features absent from their files on purpose (they must decode as missing);
+# the warning that names such features is tested in test_described_features and test_torch_sample_collate
+pytestmark = pytest.mark.filterwarnings("ignore::tfrecord_beam._described.FeatureNameWarning")
+
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):

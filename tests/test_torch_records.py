@@ -22,6 +22,10 @@ from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch import dataset as dataset_module  # noqa: E402
 from tfrecord_beam.torch._collate import Sample  # noqa: E402
 
+# these tests describe features absent from their files on purpose (they must decode as missing);
+# the warning that names such features is tested in test_described_features and test_torch_sample_collate
+pytestmark = pytest.mark.filterwarnings("ignore::tfrecord_beam._described.FeatureNameWarning")
+
 DESC = {"id": "int", "vals": "float", "name": "byte", "pad": "byte", "tags": "byte", "absent": "float"}
 
 

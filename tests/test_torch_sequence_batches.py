@@ -33,6 +33,10 @@ from tfrecord_beam.index import create_index  # noqa: E402
 from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import MultiTFRecordDataset, SequenceBatch, TFRecordDataset  # noqa: E402
 
+# these tests describe features absent from their files on purpose (they must decode as missing);
+# the warning that names such features is tested in test_described_features and test_torch_sample_collate
+pytestmark = pytest.mark.filterwarnings("ignore::tfrecord_beam._described.FeatureNameWarning")
+
 CONTEXT = {"id": "int", "label": "float", "name": "byte", "tags": "byte"}
 LISTS = {"tokens": "int", "weights": "float", "words": "byte", "nowhere": "float", "nothing": "byte"}
 

@@ -13,6 +13,7 @@ from typing import BinaryIO, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import compression as _compression
 from ._streams import INFLATERS
 from .blockgzip import _EXTRA, DEFAULT_BLOCK_BYTES, HEADER_PREFIX, MemberTable, from_members
 
@@ -101,10 +102,11 @@ def compressor_for(
     """
     if compression is None:
         return None
+    members = _compression.seeks_by_members(compression)
     if block_bytes is None:
-        block_bytes = DEFAULT_BLOCK_BYTES if compression == "gzip" and with_index else 0
+        block_bytes = DEFAULT_BLOCK_BYTES if members and with_index else 0
     if not block_bytes:
         return None
-    if compression != "gzip":
-        raise ValueError(f"{path}: block_bytes needs GZIP compression (got {compression}); ZLIB has no members")
+    if not members:
+        raise ValueError(f"{path}: block_bytes needs GZIP compression (got {compression}, which has no members)")
     return BlockCompressor(out, block_bytes, level)

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 from typing import Optional
 
+from . import compression as _compression
 from ._engine._common import HEADER_SIZE
 
-# Leading bytes of formats that end up where a TFRecord was expected, and what to say.
-_MAGIC = (
-    (b"\x1f\x8b", "gzip data: name the file *.gz or pass compression='gzip'"),
+# Leading bytes of formats that end up where a TFRecord was expected, and what to say: first
+# the codecs a TFRecord file may be wrapped in (zlib's one-byte magic has its own check below).
+_CODEC_MAGIC = tuple(
+    (codec.magic, f"{codec.name} data: name the file *{codec.suffixes[0]} or pass compression={codec.name!r}")
+    for codec in _compression.CODECS.values()
+    if len(codec.magic) > 1
+)
+_MAGIC = _CODEC_MAGIC + (
     (b"PAR1", "a Parquet file (PAR1 magic)"),
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
     (b"\xff\xd8\xff", "a JPEG image"),
     (b"GIF8", "a GIF image"),
     (b"PK\x03\x04", "a ZIP archive"),
     (b"BZh", "bzip2 data"),
-    (b"\x28\xb5\x2f\xfd", "Zstandard data"),
     (b"\xfd7zXZ\x00", "xz data"),
     (b"\x04\x22\x4d\x18", "LZ4 data"),
     (b"ARROW1", "an Arrow IPC file"),

@@ -24,8 +24,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from .compression import normalize as normalize_compression
 from .example import Description, has_all_kinds, normalize_description
-from .records import normalize_compression
 
 __all__ = ["ReadOptions", "dropin_compression"]
 
@@ -36,7 +36,7 @@ def dropin_compression(compression_type: Optional[str]) -> Optional[str]:
     """A `tfrecord`-package style `compression_type` as the core's compression setting.
 
     The one translation between the two meanings of None: None -> "auto" (gzip / zlib from
-    the file name, else uncompressed); any other spelling normalised ("GZIP" -> "gzip",
+    the file name, else uncompressed); any other spelling normalised (`compression.normalize`: "GZIP" -> "gzip",
     "none" -> None). Raises ValueError for an unknown name.
     """
     if compression_type is None:
@@ -62,7 +62,7 @@ class ReadOptions:
         sequence_description: the SequenceExample feature lists, normalised the same way.
         sequence: whether records are SequenceExamples. Defaults to "a sequence description
             was given" (`sequence_description is not None`, so `[]` means every list).
-        compression: the core's setting: None (uncompressed), "gzip", "zlib" or "auto" (from
+        compression: the core's setting: None (uncompressed), a codec name or "auto" (from
             the file name). Edges with the `tfrecord` package's meaning of None build it with
             `ReadOptions.dropin(...)`.
         verify: check both CRCs of every record.

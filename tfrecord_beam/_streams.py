@@ -1,4 +1,6 @@
-"""Uncompressed byte streams over a (possibly GZIP or ZLIB compressed) binary file object.
+"""Uncompressed byte streams over a (possibly compressed) binary file object: the interface
+every codec's reader offers (`DecodingReader`) and the GZIP / ZLIB one (`InflatingReader`).
+Which reader a codec uses is in the codec table (`compression`).
 
 Inflating uses ISA-L (`isal`, ~2.3x zlib's speed here) when it is installed, else zlib; both
 produce the same bytes. `TFRECORD_BEAM_INFLATE=zlib` forces zlib.
@@ -75,7 +77,77 @@ def _consumed(inflater, fed: int) -> int:
     return fed - len(inflater.unconsumed_tail)
 
 
-class InflatingReader:
+def skip_bytes(stream: Any, count: int) -> None:
+    """Read and drop `count` bytes of any stream with `read(n)` (a decompressed stream, or a
+    raw file that cannot seek): the one loop for skipping forward without seeking."""
+    while count > 0:
+        got = stream.read(min(count, _READ_SIZE))
+        if not got:
+            return
+        count -= len(got)
+
+
+class DecodingReader:
+    """The interface of a decompressed stream that the record reader relies on.
+
+    `read(n)` / `read_pieces(n)` return up to n uncompressed bytes (fewer only at the end or
+    at damage); `position` is the uncompressed offset of the next byte; once `read` returns
+    b"", `complete` tells whether the compressed stream ended properly and `damage` holds the
+    error that stopped it (raised by the next `read`); `trailing` the bytes after the last
+    whole member that decoded to nothing (or None); `max_remaining()` bounds what is still to
+    come (None: unknown). Subclasses implement `_inflate_some(want)` and set `_ended`.
+    """
+
+    position: int = 0
+    complete: bool = True
+    damage: Optional[CorruptStreamError] = None
+    compressed_size: Optional[int] = None
+    _ended: bool = False
+    _raw: BinaryIO
+
+    def read(self, size: int) -> bytes:
+        pieces = self.read_pieces(size)
+        if len(pieces) == 1:
+            return pieces[0]
+        return b"".join(pieces)
+
+    def read_pieces(self, size: int) -> List[bytes]:
+        """Up to `size` bytes (fewer only at the end or at damage) as a list of pieces, so a
+        caller can join them once with what it already holds."""
+        pieces: List[bytes] = []
+        have = 0
+        while have < size and not self._ended:
+            data = self._inflate_some(size - have)
+            if data:
+                pieces.append(data)
+                have += len(data)
+        if not pieces and self.damage is not None:
+            raise self.damage  # the bytes before the damage went out with earlier reads
+        self.position += have
+        return pieces
+
+    def skip(self, count: int) -> None:
+        """Discard `count` decompressed bytes (seeking in a compressed stream)."""
+        skip_bytes(self, count)
+
+    def max_remaining(self) -> Optional[int]:
+        """An upper bound on the uncompressed bytes still to come (None: unknown)."""
+        return None
+
+    @property
+    def trailing(self) -> Optional[bytes]:
+        """Bytes after the last whole member that decoded to nothing, when the stream ended
+        incomplete there; else None."""
+        return None
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def _inflate_some(self, want: int) -> bytes:
+        raise NotImplementedError
+
+
+class InflatingReader(DecodingReader):
     """A `read(n)` view of the decompressed stream; concatenated gzip members are followed.
 
     `complete` tells, once `read` returns b"", whether the compressed stream ended properly;
@@ -132,27 +204,6 @@ class InflatingReader:
         )
 
     # -- reading ----------------------------------------------------------------------------
-    def read(self, size: int) -> bytes:
-        pieces = self.read_pieces(size)
-        if len(pieces) == 1:
-            return pieces[0]
-        return b"".join(pieces)
-
-    def read_pieces(self, size: int) -> List[bytes]:
-        """Up to `size` bytes (fewer only at the end or at damage) as a list of pieces, so a
-        caller can join them once with what it already holds."""
-        pieces: List[bytes] = []
-        have = 0
-        while have < size and not self._ended:
-            data = self._inflate_some(size - have)
-            if data:
-                pieces.append(data)
-                have += len(data)
-        if not pieces and self.damage is not None:
-            raise self.damage  # the bytes before the damage went out with earlier reads
-        self.position += have
-        return pieces
-
     def max_remaining(self) -> Optional[int]:
         """An upper bound on the uncompressed bytes still to come (None when the compressed
         size is unknown): what is left of the file times deflate's maximum ratio."""
@@ -160,17 +211,6 @@ class InflatingReader:
             return None
         left = max(self.compressed_size - (self._block_offset + self._at), 0)
         return left * DEFLATE_MAX_RATIO + _INFLATER_SLACK
-
-    def skip(self, count: int) -> None:
-        """Discard `count` decompressed bytes (seeking in a compressed stream)."""
-        while count > 0:
-            got = self.read(min(count, _READ_SIZE))
-            if not got:
-                return
-            count -= len(got)
-
-    def close(self) -> None:
-        self._raw.close()
 
     # -- internals --------------------------------------------------------------------------
     def _offset(self) -> int:
@@ -355,21 +395,3 @@ def _longest_good_prefix(z, data) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def open_stream(raw: BinaryIO, compression: Optional[str], path: Optional[str] = None):
-    """Wrap a raw binary file in a decompressing reader when `compression` asks for it."""
-    if compression is None:
-        return raw
-    return InflatingReader(raw, compression, path)
-
-
-def read_at(raw: BinaryIO, compression: Optional[str], offset: int, size: int) -> bytes:
-    """`size` bytes of the uncompressed stream at `offset` (a compressed file is inflated from
-    its start: it cannot be entered mid-way without a member table)."""
-    if compression is None:
-        raw.seek(offset)
-        return raw.read(size)
-    stream = open_stream(raw, compression)
-    stream.skip(offset)
-    return stream.read(size)

@@ -11,14 +11,16 @@ indexes beside data) and `index` (which builds and verifies them from data files
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _engine, fs
 from ._engine import _index_text
-from .blockgzip import MemberTable
 from .errors import IndexMismatchError, OverwriteRefusedError
+
+if TYPE_CHECKING:  # blockgzip finds a data file's index by `default_index_path`: it imports us
+    from .blockgzip import MemberTable
 
 INDEX_SUFFIX = ".tfindex"
 _DATA_SUFFIXES = (".tfrecord", ".tfrecords")
@@ -259,7 +261,7 @@ class IndexStream:
             self._handle.write(format_index(index))
             self.offset = int(index[-1, 0] + index[-1, 1])
 
-    def finish(self, members: Optional[MemberTable] = None) -> fs.Commit:
+    def finish(self, members: Optional["MemberTable"] = None) -> fs.Commit:
         """Finish the temporary file (with a block-gzip member table after the records) without
         moving it; returns the commit whose `move()` puts it in place (`_publish` orders moves)."""
         if members is not None:

@@ -25,6 +25,27 @@ EXIT_HELP = (
 )
 
 
+def positive_int(text: str) -> int:
+    """argparse type for counts and sizes: a whole number >= 1 (0 shards, -5 bytes per range:
+    a usage error naming the flag, before anything is read or written)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+    return value
+
+
 class UsageError(Exception):
     """Bad arguments found after parsing (exit status 2)."""
 

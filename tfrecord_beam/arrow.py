@@ -183,7 +183,10 @@ def _leaf_values(name: str, arr: pa.Array, kind: str, row_of, decimal_as: Option
     if kind == FLOAT:
         if pa.types.is_decimal(t):
             arr = arr.cast(pa.float64())
-        return arr.to_numpy(zero_copy_only=False).astype(np.float32), None
+        # a float64 beyond float32's range rounds to +-inf, as TensorFlow's float_list stores it;
+        # numpy's overflow warning would name this line, not the value, and is not a failure
+        with np.errstate(over="ignore"):
+            return arr.to_numpy(zero_copy_only=False).astype(np.float32), None
     if pa.types.is_null(t):
         return np.zeros(0, dtype=np.int64), None
     if pa.types.is_date32(t) or pa.types.is_time32(t):

@@ -36,6 +36,7 @@ import numpy as np
 
 from . import fs
 from ._streams import DEFAULT_INFLATER, INFLATERS, InflatingReader
+from ._tfindex import default_index_path
 from .errors import CorruptRecordError, IndexMismatchError
 
 __all__ = [
@@ -208,8 +209,6 @@ def member_table_for(
     data_path, index_path=None, opener: Callable[[str], BinaryIO] = fs.open_input, file_size: Optional[int] = None
 ) -> Optional[MemberTable]:
     """The checked member table of a GZIP data file from its index (default: beside it), or None."""
-    from .index import default_index_path
-
     ipath = os.fspath(index_path) if index_path is not None else default_index_path(data_path)
     table = load_member_table(ipath, opener)
     if table is None:

@@ -19,12 +19,13 @@ import typing
 import numpy as np
 
 from . import _engine, blockgzip, fs, iterator_utils
+from . import compression as _compression
 from . import example as _example
 from . import index as _index
 from ._read_options import ReadOptions, dropin_compression
+from .compression import resolve as _resolve
 from .errors import DecodeError, FeatureKindError
 from .records import RecordChunk, RecordReader, RecordWriter
-from .records import resolve_compression as _resolve
 
 Description = _example.Description
 
@@ -114,7 +115,11 @@ def _shard_chunks(
         kind = _resolve(data_path, compression)
         if kind is None:
             _index.check_index(index, fs.file_size(data_path), index_path, data_path)
-        members = blockgzip.checked_member_table(data_path, index_path, index) if kind == "gzip" else None
+        members = (
+            blockgzip.checked_member_table(data_path, index_path, index)
+            if _compression.seeks_by_members(kind)
+            else None
+        )
         first, last, start, end = _index.shard_range(index, shard_idx, shard_count)
         if first == last:
             return

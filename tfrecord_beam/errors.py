@@ -13,6 +13,7 @@ __all__ = [
     "IndexMismatchError",
     "OverwriteRefusedError",
     "SplitPointError",
+    "RemoteReadError",
     "DecodeError",
     "FeatureKindError",
     "UnclosedWriterWarning",
@@ -139,6 +140,12 @@ class SplitPointError(TFRecordError):
 
     Not a CorruptRecordError: the data may be intact, and skipping it would lose records.
     """
+
+
+class RemoteReadError(TFRecordError):
+    """A byte range of a remote object could not be read: every attempt failed (5xx answers,
+    stalls past the timeout, cut connections), or the object is missing or refused. `offset`
+    is where the range starts; the reason names the range, the attempts and the last cause."""
 
 
 class DecodeError(TFRecordError):

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from . import _engine, _proto
 from ._engine._common import BYTES, FLOAT, INT, KIND_FIELD
+from ._engine._values import as_decoded, empty_value  # noqa: F401 (the convention, re-exported)
 from .errors import DecodeError, FeatureKindError  # noqa: F401 (re-exported)
 
 KINDS = (BYTES, FLOAT, INT)
@@ -94,13 +95,6 @@ def has_all_kinds(description: Optional[Mapping[str, Optional[str]]]) -> bool:
     return description is not None and len(description) > 0 and all(description.values())
 
 
-_EMPTY = {
-    FLOAT: lambda: np.zeros(0, dtype=np.float32),
-    INT: lambda: np.zeros(0, dtype=np.int64),
-    BYTES: lambda: np.array([], dtype=object),
-}
-
-
 def feature_kind(feature) -> Optional[str]:
     """The kind set in a Feature message, or None when no kind is set."""
     oneof = feature.WhichOneof("kind")
@@ -113,25 +107,6 @@ def feature_values(feature) -> Tuple[Optional[str], list]:
     if kind is None:
         return None, []
     return kind, list(getattr(feature, KIND_TO_FIELD[kind]).value)
-
-
-def empty_value(kind: str) -> Any:
-    """What a described but missing (or kind-less) feature decodes to: an empty array."""
-    return _EMPTY[kind]()
-
-
-def as_decoded(kind: str, values) -> Any:
-    """Values of one feature in the decoded convention (see the module docstring)."""
-    if kind == FLOAT:
-        return np.array(values, dtype=np.float32)
-    if kind == INT:
-        return np.array(values, dtype=np.int64)
-    values = list(values)
-    if len(values) == 1:
-        return values[0]
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = values
-    return arr
 
 
 class _Where:
@@ -155,7 +130,7 @@ def _decode_one(feature, wanted: Optional[str], name: str, where: _Where, strict
         if strict:
             what = "is missing" if feature is None else "has no kind set"
             raise KeyError(f"{where.name()}: feature {name!r} {what}")
-        return _EMPTY[wanted]() if wanted else None
+        return empty_value(wanted) if wanted else None
     if wanted is not None and kind != wanted:
         raise FeatureKindError(
             where.path,
@@ -309,7 +284,9 @@ def make_feature(value: Any, kind: Optional[str] = None, name: str = "?"):
     if kind == BYTES:
         return _proto.Feature(bytes_list=_proto.BytesList(value=[_as_bytes(v, name) for v in values]))
     if kind == FLOAT:
-        return _proto.Feature(float_list=_proto.FloatList(value=np.ravel(np.asarray(values, dtype=np.float32))))
+        with np.errstate(over="ignore"):  # beyond float32's range: +-inf, as TensorFlow stores it (no warning)
+            floats = np.ravel(np.asarray(values, dtype=np.float32))
+        return _proto.Feature(float_list=_proto.FloatList(value=floats))
     return _proto.Feature(int64_list=_proto.Int64List(value=_int_values(values, name)))
 
 

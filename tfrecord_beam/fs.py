@@ -22,8 +22,23 @@ import mmap
 import os
 import socket
 import stat
+import urllib.parse
 import uuid
-from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+)
 
 __all__ = [
     "PathLike",
@@ -34,6 +49,8 @@ __all__ = [
     "is_remote",
     "open_input",
     "file_size",
+    "FileStat",
+    "file_stat",
     "exists",
     "GLOB_CHARS",
     "is_glob",
@@ -84,12 +101,52 @@ def _split_uri(path: str):
     return _from_uri(path)
 
 
+# Object-store filesystems made by `_from_uri`, per process (a client made before a fork is not
+# used after it) and per bucket, query string and the environment that configures the client:
+# pyarrow's FileSystem.from_uri resolves the bucket's region and builds a client, 0.25-3 s a call,
+# and a training epoch asks for the same bucket dozens of times.
+_CACHED_SCHEMES = ("s3", "gs", "gcs")
+_CLIENT_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+_filesystems: Dict[Tuple[Any, ...], Any] = {}
+
+
 def _from_uri(uri: str):
     """pyarrow's (filesystem, path) for a URI (one place, so tests can stand in a local one).
 
-    Schemes pyarrow does not know go to fsspec (when installed), wrapped as a pyarrow
-    filesystem; the error names the URI when neither knows the scheme.
+    Object-store filesystems are made once per process, bucket, query string and client
+    environment (see `_filesystems`). Schemes pyarrow does not know go to fsspec (when
+    installed), wrapped as a pyarrow filesystem; the error names the URI when neither knows
+    the scheme.
     """
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme not in _CACHED_SCHEMES:
+        return _make_filesystem(uri)
+    base, query = split_query(uri)
+    bucket, _, key = base.split("://", 1)[1].partition("/")
+    inner = urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
+    cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
+    filesystem = _filesystems.get(cache_key)
+    if filesystem is not None:
+        return filesystem, inner
+    filesystem, made_inner = _make_filesystem(uri)
+    if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
+        _filesystems[cache_key] = filesystem
+    return filesystem, made_inner
+
+
+def _make_filesystem(uri: str):
+    """A new (filesystem, path) for `uri` from pyarrow, else fsspec."""
     from pyarrow import fs as pafs
 
     try:
@@ -177,6 +234,25 @@ def file_size(path: PathLike) -> int:
     return filesystem.get_file_info(inner).size
 
 
+class FileStat(NamedTuple):
+    """A file's size, and its version where the store tells one (modification time in ns)."""
+
+    size: int
+    version: Optional[int]
+
+
+def file_stat(path: PathLike) -> FileStat:
+    """Size and version of a path or URI in one call (a local file: its mtime too)."""
+    filesystem, inner = _split_uri(os.fspath(path))
+    if filesystem is None:
+        info = os.stat(inner)
+        return FileStat(info.st_size, info.st_mtime_ns)
+    found = filesystem.get_file_info(inner)
+    if found.size is None:
+        raise FileNotFoundError(f"{os.fspath(path)}: no such object")
+    return FileStat(int(found.size), found.mtime_ns)
+
+
 def exists(path: PathLike) -> bool:
     """Whether a path or URI names an existing file."""
     filesystem, inner = _split_uri(os.fspath(path))
@@ -248,7 +324,9 @@ def expand(patterns: Union[PathLike, Iterable[PathLike]]) -> List[str]:
         filesystem, inner = _split_uri(pattern)
         if filesystem is None:
             prefix = "file://" if pattern.startswith("file://") else ""
-            out.extend(prefix + p for p in sorted(_glob.glob(inner)) if os.path.isfile(p))
+            found = sorted(_glob.glob(inner))
+            refuse_broken_links(found)
+            out.extend(prefix + p for p in found if os.path.isfile(p))
         else:
             out.extend(_remote_glob(pattern, filesystem, inner))
     return out
@@ -310,6 +388,7 @@ def data_files(target: PathLike) -> List[str]:
             candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
         else:
             found = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
+            refuse_broken_links(found)
             candidates = [p for p in found if os.path.isfile(p)]  # stat: FIFOs, sockets left out
     else:
         refuse_special(target)
@@ -322,6 +401,40 @@ def is_sidecar(path: str) -> bool:
     are not data."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return path.endswith(".tfindex") or name.startswith((".", "_"))
+
+
+def refuse_broken_links(paths: Iterable[str]) -> None:
+    """FileNotFoundError naming the local symlinks among `paths` that lead nowhere (a target
+    that is gone, or a loop). A directory listing or glob that dropped them would read a
+    silent subset of the data it was pointed at."""
+    broken = [p for p in paths if not is_remote(p) and os.path.islink(_local(p)) and not os.path.exists(_local(p))]
+    if broken:
+        shown = ", ".join(f"{p} -> {os.readlink(_local(p))}" for p in broken[:3])
+        more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+        raise FileNotFoundError(
+            f"{broken[0]}: a symlink to a file that is not there (or a symlink loop): {shown}{more}; "
+            "fix or remove the link (nothing was read)"
+        )
+
+
+def unique_files(paths: Iterable[str]) -> List[str]:
+    """`paths` with each file once, in first-seen order. A local file is one file however it
+    is spelled (relative or absolute, through `..`, or a symlink to it): read twice, its
+    records would be counted or copied twice. Remote paths are compared as written."""
+    seen = set()
+    out = []
+    for path in paths:
+        key: object = path
+        if not is_remote(path):
+            try:
+                info = os.stat(_local(path))
+                key = (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                key = os.path.abspath(_local(path))
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
 
 
 def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:

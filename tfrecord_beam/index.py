@@ -15,6 +15,7 @@ from typing import Iterable, Optional, Tuple
 import numpy as np
 
 from . import _diagnose, _engine, fs
+from . import compression as _compression
 from ._engine._common import (
     FOOTER_SIZE,
     FRAME_OVERHEAD,
@@ -40,7 +41,7 @@ from ._tfindex import (  # noqa: F401 - the format's names, re-exported where us
 )
 from .blockgzip import table_from_data
 from .errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError
-from .records import RecordReader, resolve_compression
+from .records import RecordReader
 
 __all__ = [
     "build_index",
@@ -74,7 +75,7 @@ def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterab
     else:
         source = path = os.fspath(data_path)
         filesystem, inner = fs._split_uri(path)
-        if not verify and filesystem is None and resolve_compression(path, compression) is None:
+        if not verify and filesystem is None and _compression.resolve(path, compression) is None:
             yield _walk(path, inner)
             return
     for chunk in RecordReader(source, compression, verify=level).chunks():
@@ -133,8 +134,8 @@ def create_index(data_path, index_path=None, compression: Optional[str] = "auto"
     index_path = index_path or default_index_path(data_path)
     check_index_target(index_path, data_path)  # before the (possibly long) build
     index = build_index(data_path, compression, verify)
-    gzip = resolve_compression(os.fspath(data_path), compression) == "gzip"
-    members = table_from_data(data_path, index) if gzip else None  # block-gzip: keep it seekable
+    seekable = _compression.seeks_by_members(_compression.resolve(os.fspath(data_path), compression))
+    members = table_from_data(data_path, index) if seekable else None  # block-gzip: keep it seekable
     write_index(index, index_path, members)
     return index
 

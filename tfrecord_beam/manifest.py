@@ -83,7 +83,7 @@ class ShardEntry:
     payload_bytes: Optional[int] = None
     checksum: Optional[str] = None  # tfrecord_beam.digest checksum, 16 hex digits; None if not computed
     index: Optional[str] = None  # name of its .tfindex, None without one
-    compression: Optional[str] = None  # None, "gzip", "zlib" (parquet: "parquet")
+    compression: Optional[str] = None  # None or a codec name of `compression` (parquet: "parquet")
 
 
 @dataclass

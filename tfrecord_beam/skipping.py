@@ -28,7 +28,7 @@ import numpy as np
 
 from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE
 from ._resync import Resync, header_length
-from ._streams import read_at
+from .compression import read_at
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError
 from .records import DEFAULT_CHUNK_SIZE, RecordChunk, RecordReader
 

@@ -8,6 +8,7 @@
     torch_data  small file sets for the torch dataset tests
     jobs        running a pipeline's main() in-process and reading its output
     rss         peak RSS of a process tree (memory tests, bench)
+    codecs      the codecs tests run over (from `tfrecord_beam.compression`), compress/decompress
 
 pytest fixtures (functions tests take as arguments) stay in conftest.py; tests never import
 conftest.

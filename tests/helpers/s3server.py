@@ -23,7 +23,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "runners" / "s3.sh"
@@ -136,16 +136,32 @@ def binary() -> Path:
     return path
 
 
-def start_local(data_dir: Path, port: Optional[int] = None) -> S3Server:
-    """Start versitygw (posix backend, metadata in sidecar files) on a free loopback port."""
+def start_local(
+    data_dir: Path,
+    port: Optional[int] = None,
+    *,
+    host: str = "127.0.0.1",
+    prefix: Sequence[str] = (),
+    access_log: Optional[Path] = None,
+    log_name: str = "versitygw.log",
+) -> S3Server:
+    """Start versitygw (posix backend, metadata in sidecar files) on a free loopback port.
+
+    `prefix` runs it under another command (`ip netns exec NS`: the emulated link, helpers/
+    netlink.py) listening on `host`; `access_log` makes it log one line per request there
+    (the benchmark counts requests from it). Several servers may share one `data_dir`.
+    """
     port = port or free_port()
     for sub in ("buckets", "meta"):
         (data_dir / sub).mkdir(parents=True, exist_ok=True)
-    server = S3Server(f"http://127.0.0.1:{port}", "tfrbtest", "tfrbtestsecret0123456789")
+    server = S3Server(f"http://{host}:{port}", "tfrbtest", "tfrbtestsecret0123456789")
     env = dict(os.environ, ROOT_ACCESS_KEY=server.access_key, ROOT_SECRET_KEY=server.secret_key)
-    log = open(data_dir / "versitygw.log", "wb")
+    logging = ["--access-log", str(access_log), "--quiet"] if access_log is not None else []
+    log = open(data_dir / log_name, "wb")
     server.process = subprocess.Popen(
-        [str(binary()), "--port", f"127.0.0.1:{port}", "--region", server.region]
+        list(prefix)
+        + [str(binary()), "--port", f"{host}:{port}", "--region", server.region]
+        + logging
         + ["posix", "--sidecar", str(data_dir / "meta"), str(data_dir / "buckets")],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -157,7 +173,7 @@ def start_local(data_dir: Path, port: Optional[int] = None) -> S3Server:
     while not answers(server.endpoint, 0.5):
         if server.process.poll() is not None or time.monotonic() > deadline:
             server.stop()
-            raise RuntimeError(f"versitygw did not start: {(data_dir / 'versitygw.log').read_text()[-2000:]}")
+            raise RuntimeError(f"versitygw did not start: {(data_dir / log_name).read_text()[-2000:]}")
         time.sleep(0.05)
     return server
 

@@ -5,8 +5,7 @@ arguments and give the same records: per record a dict {name: value} in
 `example.decode_example`'s convention (float32 / int64 arrays of their own, one bytes value
 as `bytes`, zero or several as an object array, an empty array for a missing or kind-less
 feature); feature lists give a list with one such value per step. The convention itself is
-`example.as_decoded` / `example.empty_value` (imported when called: `example` imports this
-package).
+`_values.as_decoded` / `_values.empty_value` (re-exported by `example`).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ._common import BYTES, KIND_BYTES, KIND_NAME, PRESENT
 from ._decode import decode_examples
+from ._values import as_decoded, empty_value
 
 __all__ = ["example_rows", "sequence_rows", "decode_example_rows"]
 
@@ -33,8 +33,6 @@ def example_rows(
     names: Sequence[str], kinds: Sequence[int], columns: Sequence[tuple], n: int, rows: Optional[Sequence[int]]
 ) -> Iterator[Dict[str, Any]]:
     """Per-record dicts of decoded columns `(values, row_splits, value_offsets, status)`."""
-    from ..example import as_decoded, empty_value
-
     views = []
     for name, code, (values, splits, voffs, status) in zip(names, kinds, columns):
         flat = _bytes_values(values, voffs) if code == KIND_BYTES else values
@@ -63,8 +61,6 @@ def sequence_rows(
 ) -> Iterator[Tuple[Dict[str, Any], Dict[str, List[Any]]]]:
     """Per record `(context dict, {name: [value per step]})`; list columns are `(values,
     row_splits, step_splits, value_offsets, status)`; a missing feature list gives []."""
-    from ..example import as_decoded
-
     contexts = example_rows(context_names, context_kinds, context_columns, n, rows)
     views = []
     for name, code, (values, splits, steps, voffs, _status) in zip(names, kinds, columns):

@@ -20,6 +20,7 @@ from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 
 from .. import blockgzip
+from ..compression import seeks_by_members
 from ..errors import CorruptRecordError, IndexMismatchError
 from ..records import RecordReader
 from . import _fs, _metrics, _paths
@@ -44,7 +45,7 @@ def mark_splittable(concat, compression_type) -> None:
         name = getattr(single, "_file_name", None)
         if getattr(single, "_splittable", True) or name is None:
             continue
-        if _paths.for_file(name, compression_type) == "gzip" and member_table(name) is not None:
+        if seeks_by_members(_paths.for_file(name, compression_type)) and member_table(name) is not None:
             single._splittable = True
     concat._tfrecord_beam_marked = True
 
@@ -121,7 +122,7 @@ class _ExpandWithMembers(filebasedsource._ExpandIntoRanges):
                 and self._splittable
                 and self._use_index
                 and size > 0
-                and _paths.for_file(metadata.path, self._compression_type) == "gzip"
+                and seeks_by_members(_paths.for_file(metadata.path, self._compression_type))
                 and member_table(metadata.path, size) is not None
             ):
                 for split in OffsetRange(0, size).split(self._desired_bundle_size, self._min_bundle_size):

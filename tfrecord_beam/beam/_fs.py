@@ -8,12 +8,13 @@ imports this module instead, never both. `file://` URIs become plain local paths
 from __future__ import annotations
 
 import contextlib
+import glob as _glob
 import io
 import os
 import uuid
 from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
@@ -119,7 +120,8 @@ class _Named(io.RawIOBase):
 def record_reader(path: str, compression: Optional[str] = "auto", **kwargs):
     """A core `RecordReader` over a file opened through Beam (compression from the name by
     default); the file is closed when its records have been read (or reading stopped)."""
-    from ..records import RecordReader, resolve_compression
+    from ..compression import resolve as resolve_compression
+    from ..records import RecordReader
 
     class _Closing(RecordReader):
         def chunks(self):
@@ -172,18 +174,34 @@ def split(path: str) -> Tuple[str, str]:
     return FileSystems.split(plain(path))
 
 
+def escape(path: str) -> str:
+    """`path` as a glob matching only itself: Beam's match (and its local delete) read
+    [ ] * ? as glob characters, also in a directory or name that merely holds them."""
+    return _glob.escape(plain(path))
+
+
+def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
+    """`manifest.check_no_commit_pending` through Beam's FileSystems (pipeline options apply):
+    CommitInProgressError when a pattern reaches into an output whose commit has begun and not
+    finished (it holds old and new shards at once)."""
+    from .. import manifest
+
+    manifest.check_no_commit_pending(patterns, glob=expand, read_bytes=read_bytes, is_dir=is_dir)
+
+
 def list_names(directory: str, pattern: str = "*") -> List[str]:
-    """Names of the files directly in `directory` matching `pattern` ([] when there are none)."""
-    return sorted(split(m.path)[1] for m in _matched(join(directory, pattern)))
+    """Names of the files directly in `directory` (taken literally, whatever characters it
+    holds) matching `pattern` ([] when there are none); literal parts of `pattern` go
+    through `escape`."""
+    return sorted(split(m.path)[1] for m in _matched(join(escape(directory), pattern)))
 
 
 def file_size(path: str) -> int:
-    """Size in bytes of one file (a local name holding [ ] * ? is that file, not a glob)."""
+    """Size in bytes of one file (a name holding [ ] * ? is that file, not a glob: Beam's
+    match reads them as glob characters on object stores too)."""
     path = plain(path)
-    if "://" not in path and _core_fs.is_glob(path):
-        import glob
-
-        path = glob.escape(path)
+    if _core_fs.is_glob(path):
+        path = escape(path)
     return FileSystems.match([path], [1])[0].metadata_list[0].size_in_bytes
 
 
@@ -241,9 +259,29 @@ def _matched(pattern: str) -> List[FileMetadata]:
 
 
 def delete(paths: Sequence[str]) -> None:
-    """Delete files or directories (recursively); missing ones are an error, as in Beam."""
-    if paths:
-        FileSystems.delete([plain(p) for p in paths])
+    """Delete exactly these files or directories (recursively); missing ones are an error, as
+    in Beam. Beam's local delete matches each path as a glob (`out/*-00000-of-00002.tfrecord`
+    would take every output's shard, and misses a name holding [ ]): local paths are deleted
+    here by name; object stores delete the names as given."""
+    remote = [p for p in (plain(q) for q in paths) if "://" in p]
+    if remote:
+        FileSystems.delete(remote)
+    for path in (plain(q) for q in paths):
+        if "://" not in path:
+            _delete_local(path)
+
+
+def _delete_local(path: str) -> None:
+    """Delete one local file or directory tree, by its exact name (BeamIOError when missing)."""
+    import shutil
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    except OSError as exc:
+        raise BeamIOError("Delete operation failed", {path: exc}) from None
 
 
 def delete_dir(path: str) -> None:
@@ -255,7 +293,7 @@ def delete_dir(path: str) -> None:
             FileSystems.delete([path])
         return
     if FileSystems.exists(path):
-        FileSystems.delete([path])
+        _delete_local(path)
 
 
 # Object stores whose objects appear whole when their upload completes (on close) and never

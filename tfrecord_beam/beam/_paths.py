@@ -4,40 +4,43 @@ Compression names: the user's spelling <-> Beam's `CompressionTypes` <-> the cor
 
 Beam decides which files are splittable (and the sink which codec to write) from its own
 `CompressionTypes`, so AUTO means Beam's suffix rule (`.gz` -> GZIP, `.deflate` -> DEFLATE,
-anything else uncompressed). TFRecord's "ZLIB" is Beam's DEFLATE (zlib-wrapped deflate).
+`.zst` -> ZSTD, anything else uncompressed). TFRecord's "ZLIB" is Beam's DEFLATE
+(zlib-wrapped deflate). The mapping is the codec table's (`compression.Codec.beam_type`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Dict, Optional, Union
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from ..records import normalize_compression, resolve_compression
+from .. import compression as _compression
+from ..compression import normalize as normalize_compression
+from ..compression import resolve as resolve_compression
 
 Compression = Union[None, str]
 
-_TO_CORE = {
-    CompressionTypes.UNCOMPRESSED: None,
-    CompressionTypes.GZIP: "gzip",
-    CompressionTypes.DEFLATE: "zlib",
-}
+_TO_CORE: Dict[str, Optional[str]] = {CompressionTypes.UNCOMPRESSED: None}
+_TO_CORE.update({codec.beam_type: codec.name for codec in _compression.CODECS.values()})
 _FROM_CORE = {kind: beam for beam, kind in _TO_CORE.items()}
+_BEAM_NAMES = "/".join(str(beam).upper() for beam in _TO_CORE)
+_KIND_NAMES = ["uncompressed"] + [f"{c.name.upper()} ({c.beam_suffix})" for c in _compression.CODECS.values()]
+_KINDS = ", ".join(_KIND_NAMES[:-1]) + " or " + _KIND_NAMES[-1]  # for messages
 
 
 def to_beam(compression: Compression) -> str:
-    """Beam's CompressionTypes value for None / "auto" / "gzip" / "zlib" / a CompressionTypes.
+    """Beam's CompressionTypes value for None / "auto" / a codec name / a CompressionTypes.
 
-    Spellings are the core's (`records.normalize_compression`); Beam's own type values
-    ("uncompressed", "auto", "gzip", "deflate") are among them.
+    Spellings are the core's (`compression.normalize`); Beam's own type values
+    ("uncompressed", "auto", "gzip", "deflate", "zstd") are among them.
     """
     try:
         kind = normalize_compression(compression)
     except ValueError:
         raise ValueError(
-            f"unsupported TFRecord compression {compression!r}: use None, 'auto', 'gzip' or 'zlib' "
-            "(or apache_beam.io.filesystem.CompressionTypes.UNCOMPRESSED/AUTO/GZIP/DEFLATE)"
+            f"unsupported TFRecord compression {compression!r}: use {_compression.described(auto=True)} "
+            f"(or apache_beam.io.filesystem.CompressionTypes.{_BEAM_NAMES}/AUTO)"
         ) from None
     return CompressionTypes.AUTO if kind == "auto" else _FROM_CORE[kind]
 
@@ -60,7 +63,7 @@ def check_auto(path: str) -> None:
         )
 
 
-_BEAM_EXTENSION = {"gzip": ".gz", "zlib": ".deflate"}
+_BEAM_EXTENSION = {codec.name: codec.beam_suffix for codec in _compression.CODECS.values()}
 
 
 def written_compression(file_path_prefix: str, file_name_suffix: str, compression: str) -> Optional[str]:
@@ -73,10 +76,7 @@ def written_compression(file_path_prefix: str, file_name_suffix: str, compressio
         temp_name = "." + os.path.basename(file_path_prefix) + file_name_suffix
         compression = CompressionTypes.detect_compression_type(temp_name)
     if compression not in _TO_CORE:
-        raise ValueError(
-            f"{file_path_prefix}...{file_name_suffix}: TFRecord files can be uncompressed, GZIP (.gz) "
-            f"or ZLIB (.deflate), not {compression}"
-        )
+        raise ValueError(f"{file_path_prefix}...{file_name_suffix}: TFRecord files can be {_KINDS}, not {compression}")
     return _TO_CORE[compression]
 
 
@@ -112,12 +112,12 @@ def check_written_name(shard_name: str, written: Optional[str]) -> None:
 
 
 def for_file(path: str, compression: str) -> Optional[str]:
-    """The core's compression name (None, "gzip", "zlib") for one file under a Beam type."""
+    """The core's compression name (None or a codec name) for one file under a Beam type."""
     if compression == CompressionTypes.AUTO:
         check_auto(path)
     kind = CompressionTypes.detect_compression_type(path) if compression == CompressionTypes.AUTO else compression
     if kind not in _TO_CORE:
-        raise ValueError(f"{path}: TFRecord files can be uncompressed, GZIP or ZLIB (DEFLATE), not {kind}")
+        raise ValueError(f"{path}: TFRecord files can be {_KINDS}, not {kind}")
     return _TO_CORE[kind]
 
 

@@ -262,9 +262,8 @@ class Output:
 
     def existing(self) -> List[str]:
         """Names in the output directory that belong to an output under this prefix."""
-        names = _fs.list_names(self.directory, self.name + "*") + _fs.list_names(
-            self.directory, "_*." + self.name + ".*"
-        )
+        name = _fs.escape(self.name)
+        names = _fs.list_names(self.directory, name + "*") + _fs.list_names(self.directory, "_*." + name + ".*")
         owned = set(_manifest.owned_by_prefix(self.name, names))
         if self.manifest_name in names:
             try:
@@ -417,7 +416,7 @@ def _staging_dirs(directory: str) -> List[str]:
     from apache_beam.io.filesystems import FileSystems
 
     if "://" in _fs.plain(directory):  # object stores have no directories: find their owner records
-        found = FileSystems.match([_fs.join(directory, TEMP_PREFIX + "*/" + OWNER)])[0].metadata_list
+        found = FileSystems.match([_fs.join(_fs.escape(directory), TEMP_PREFIX + "*/" + OWNER)])[0].metadata_list
         return sorted({m.path.rsplit("/", 1)[0] for m in found})
     path = _fs.plain(directory)
     if not os.path.isdir(path):

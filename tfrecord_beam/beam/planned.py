@@ -6,7 +6,7 @@
 
 Only file names, surveys (counts, checkpoints, digests), shard plans and, with
 `--skip_corrupt`, the corrupt records the surveys stepped over travel through Beam;
-payload bytes go straight from the input files to the shard writers (`tfrecord_beam._copy`).
+payload bytes go straight from the input files to the shard writers (`tfrecord_beam.jobs.copy_pieces`).
 Each survey and each shard is one element, so the work spreads over workers (the plan goes
 through a Reshuffle) and no step holds more than a read chunk of data.
 """
@@ -18,11 +18,18 @@ from typing import Callable, Deque, List, Optional, Sequence
 
 import apache_beam as beam
 
-from tfrecord_beam import _plan
-from tfrecord_beam._copy import copy_pieces
-from tfrecord_beam._plan import FileSurvey, ShardPlan, Surveyor, merge_parts, survey
-from tfrecord_beam._walk import walk_frames_skipping
-from tfrecord_beam.records import resolve_compression
+from tfrecord_beam.compression import resolve as resolve_compression
+from tfrecord_beam.compression import seeks_by_members
+from tfrecord_beam.jobs import (
+    FileSurvey,
+    ShardPlan,
+    Surveyor,
+    copy_pieces,
+    merge_parts,
+    survey,
+    survey_parts,
+    walk_frames_skipping,
+)
 
 from . import _blockgzip, _fs, _progress
 from . import stages as _stages
@@ -31,13 +38,13 @@ from ._corrupt import CorruptRecord
 
 def _survey_parts(task):
     """A file's survey tasks: (task, part number, member window) per range of members of a
-    block-gzip file with a member table (`_plan.survey_parts`), else (task, 0, None): whole."""
+    block-gzip file with a member table (`survey_parts`), else (task, 0, None): whole."""
     number, path, compression, group = task
-    table = _blockgzip.member_table(path) if compression == "gzip" else None
+    table = _blockgzip.member_table(path) if seeks_by_members(compression) else None
     if table is None:
         yield task, 0, None
         return
-    for k, (first, stop) in enumerate(_plan.survey_parts(table)):
+    for k, (first, stop) in enumerate(survey_parts(table)):
         yield task, k, table.window(first, stop)
 
 
@@ -95,7 +102,7 @@ def survey_inputs(
 
     A block-gzip file with a member table (read from its index's tail here) is surveyed in
     parts, ranges of its members each inflated once, on any worker, and the parts are joined
-    per file (`_plan.merge_parts`). With `dead_letters` (a `commit.DeadLetters`:
+    per file (`merge_parts`). With `dead_letters` (a `commit.DeadLetters`:
     `--skip_corrupt`) each file is walked whole, both CRCs checked, stepping over corrupt
     records (`_walk.walk_frames_skipping`), which go there; the surveys, and so the plans made
     from them, hold the intact records only.

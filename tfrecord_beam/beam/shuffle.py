@@ -7,7 +7,7 @@ The key's top 32 bits pick its shard (`num_shards` equal key ranges) and its buc
 (`num_shards * buckets_per_shard` equal key ranges, each inside one shard); shard `s` is the
 concatenation of its buckets in key order.
 
-The machinery is mix's (`tfrecord_beam._bucketed`, one external shuffle in the package):
+The machinery is mix's (`tfrecord_beam.jobs`, one external shuffle in the package):
 
 1. Readers (one Beam element per input byte range) collect up to `buffer_bytes` of frames
    (the input's framing, copied, CRCs checked on reading), sort them by (shard, bucket, key)
@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tup
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import _bucketed
+from tfrecord_beam import jobs
 from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
 from tfrecord_beam.beam import _frames, _fs, _progress
 from tfrecord_beam.beam import stages as _stages
@@ -73,7 +73,7 @@ class Plan(NamedTuple):
 
     def shards_of(self, keys: np.ndarray) -> np.ndarray:
         """The shard of each key (its top bits: equal key ranges, in key order)."""
-        return _bucketed.bucket_of(keys, np.full(len(keys), self.num_shards, np.int64))
+        return jobs.bucket_of(keys, np.full(len(keys), self.num_shards, np.int64))
 
 
 def plan_buckets(input_bytes: int, num_shards: int, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> Plan:
@@ -107,7 +107,7 @@ def bucket_runs(
     digests: Optional[list] = None,
     on_corrupt: Optional[OnCorrupt] = None,
     progress: Optional[_progress.ProgressFile] = None,
-) -> Iterator[Tuple[int, _bucketed.SegmentTable]]:
+) -> Iterator[Tuple[int, jobs.SegmentTable]]:
     """Read one range (CRCs checked) into one spill file of runs of at most about
     `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
     range's `Coverage` and `Digest` to the lists given. With `on_corrupt(file, offset, reason)`
@@ -128,7 +128,7 @@ def bucket_runs(
     key = file_key(seed, rng.file_number)
     # The shard is a key range, and every shard's buckets are numbered globally: the bucket of
     # a key among all `plan.buckets` lies inside its shard (floor(floor(x * N * P) / P) == floor(x * N)).
-    spiller = _bucketed.RunSpiller(
+    spiller = jobs.RunSpiller(
         _run_path(run_dir),
         range_number,
         0,
@@ -170,21 +170,21 @@ def _run_path(run_dir: str) -> str:
 # Writers: buckets into shards
 
 
-def scratch(work_dir: str) -> _bucketed.Scratch:
+def scratch(work_dir: str) -> jobs.Scratch:
     """Where a shard writer splits buckets too large for its buffer (Beam's filesystems)."""
 
     def remove(directory: str) -> None:
         if _fs.exists(directory):
             _fs.delete([directory])
 
-    return _bucketed.Scratch(work_dir, _fs.create, remove)  # each split makes (and removes) its own directory
+    return jobs.Scratch(work_dir, _fs.create, remove)  # each split makes (and removes) its own directory
 
 
 def write_shuffled_shard(
     spec: _stages.ShardSpec,
     plan: Plan,
     shard: int,
-    tables: Iterable[_bucketed.SegmentTable],
+    tables: Iterable[jobs.SegmentTable],
     work_dir: str,
     progress_dir: Optional[str] = None,
 ) -> dict:
@@ -193,7 +193,7 @@ def write_shuffled_shard(
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        written, _ = _bucketed.write_merged(
+        written, _ = jobs.write_merged(
             list(tables), writer, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
         )
     result = {
@@ -256,13 +256,14 @@ def shuffle_to_shards(
     label: str = "Shuffle",
     dead_letters=None,
     progress_dir: Optional[str] = None,
+    what: str = "shuffle",
 ):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
     dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records.
     With `dead_letters` (a `commit.DeadLetters`: --skip_corrupt) corrupt records and spans no
     range read are written there instead of failing the pipeline; the rest is shuffled.
     `progress_dir` (a `_progress` reporter's directory): readers count into phase "bucket",
-    shard writers into "write"."""
+    shard writers into "write". `what` names the step in a failed check's message."""
     run_dir = _fs.join(work_dir, "runs")
     skip = dead_letters is not None
     outs = (
@@ -284,5 +285,5 @@ def shuffle_to_shards(
         >> beam.MapTuple(lambda shard, tables: write_shuffled_shard(spec, plan, shard, tables, work_dir, progress_dir))
     )
     if verify:
-        _stages.verify_digests(p, outs[DIGEST], results, spec, "reshard --shuffle", label=f"{label}Verify")
+        _stages.verify_digests(p, outs[DIGEST], results, spec, what, label=f"{label}Verify")
     return results

@@ -40,6 +40,7 @@ from .. import _engine, _publish
 from .._blockgzip_write import DEFAULT_BLOCK_BYTES, BlockCompressor
 from .._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
 from .._tfindex import default_index_path, format_index, frame_index
+from ..compression import seeks_by_members
 from ..records import RecordReader
 from . import _coders, _fs, _metrics, _paths
 
@@ -226,7 +227,7 @@ class _TFRecordSink(FileBasedSink):
     # -- per bundle ---------------------------------------------------------------------------
     def open(self, temp_path: str) -> _ShardFile:
         index_path = default_index_path(temp_path) if self.write_index else None
-        if index_path is not None and _paths.for_file(temp_path, self.compression_type) == "gzip":
+        if index_path is not None and seeks_by_members(_paths.for_file(temp_path, self.compression_type)):
             # block-gzip (`tfrecord_beam.blockgzip`): we write the gzip members ourselves
             handle = FileSystems.create(temp_path, self.mime_type, CompressionTypes.UNCOMPRESSED)
             return _ShardFile(handle, index_path, BlockCompressor(handle, DEFAULT_BLOCK_BYTES))

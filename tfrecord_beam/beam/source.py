@@ -45,8 +45,9 @@ from apache_beam.io.filebasedsource import FileBasedSource
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.transforms.display import DisplayDataItem
 
+from ..compression import seeks_by_members
 from ..errors import CorruptRecordError
-from . import _blockgzip, _coders, _paths, _range_read, _sidecars
+from . import _blockgzip, _coders, _fs, _paths, _range_read, _sidecars
 from ._corrupt import CorruptRecord
 
 #: A pattern's data is split into at least this many ranges, while they stay >= MIN_SPLIT_BYTES.
@@ -117,6 +118,7 @@ class _TFRecordSource(FileBasedSource):
         """Beam's per-file sources, less our `.tfindex` sidecars when a glob matched them."""
         if self._concat_source is None:
             pattern = self._pattern.get()
+            _fs.check_no_commit_pending(pattern)  # a half-committed output: neither old nor new
             concat = super()._get_concat_source()
             kept = _sidecars.without_indexes(pattern, concat.sources, lambda s: s._file_name)
             self._concat_source = concat if len(kept) == len(concat.sources) else ConcatSource(kept)
@@ -158,7 +160,7 @@ class _TFRecordSource(FileBasedSource):
     def _read_file(self, file_name: str, range_tracker) -> Iterator[Union[List[bytes], CorruptRecord]]:
         """Lists of claimed payloads (and dead letters) of `file_name` in the tracker's range."""
         compression = _paths.for_file(file_name, self._compression_type)
-        table = _blockgzip.member_table(file_name) if compression == "gzip" and self._use_index else None
+        table = _blockgzip.member_table(file_name) if seeks_by_members(compression) and self._use_index else None
         if table is not None:
             yield from _blockgzip.read_members(self, file_name, range_tracker, table)
             return

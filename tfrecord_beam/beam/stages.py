@@ -20,8 +20,8 @@ import numpy as np
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam._sizes import DEFAULT_SPLIT_BYTES
+from tfrecord_beam.compression import resolve as resolve_compression
 from tfrecord_beam.index import default_index_path
-from tfrecord_beam.records import resolve_compression
 
 from . import _fs
 from ._corrupt import CorruptRecord
@@ -179,7 +179,9 @@ def write_result(directory: str, name: str, value: dict) -> None:
 
 def read_results(directory: str) -> List[dict]:
     """Every result `write_result` wrote under `directory` (any order; [] when none)."""
-    return [json.loads(_fs.read_bytes(found.path).decode("utf-8")) for found in _fs.match(directory + "/*.json")]
+    return [
+        json.loads(_fs.read_bytes(found.path).decode("utf-8")) for found in _fs.match(_fs.escape(directory) + "/*.json")
+    ]
 
 
 class ChecksumMismatch(Exception):

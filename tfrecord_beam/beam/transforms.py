@@ -90,8 +90,9 @@ class ReadFromTFRecord(beam.PTransform):
     Args:
         file_pattern: a file, glob, or URI glob (anything Beam's FileSystems match).
         coder: decodes each record's payload (default `BytesCoder`: the payload bytes).
-        compression_type: `CompressionTypes.AUTO` (by suffix: .gz, .deflate), or
-            UNCOMPRESSED / GZIP / DEFLATE; also the names None, "auto", "gzip", "zlib".
+        compression_type: `CompressionTypes.AUTO` (by suffix: .gz, .deflate, .zst), or
+            UNCOMPRESSED / GZIP / DEFLATE / ZSTD; also None, "auto" and the codec names of
+            `tfrecord_beam.compression` ("gzip", "zlib", "zstd").
         validate: fail at construction when nothing matches.
         with_filename: (ours) emit `(file name, record)` pairs instead of records, the file
             name as Beam's FileSystems matched it (as Beam's ReadAllFromTFRecord does).
@@ -175,6 +176,7 @@ class _MatchDataFiles(beam.DoFn):
         if isinstance(element, FileMetadata):
             yield from _sidecars.without_indexes(None, [element], lambda m: m.path)
         else:
+            _fs.check_no_commit_pending(element)  # a half-committed output: neither old nor new
             yield from _sidecars.without_indexes(element, _fs.match(element), lambda m: m.path)
 
 
@@ -281,7 +283,7 @@ class WriteToTFRecord(beam.PTransform):
         shard_name_template: Beam's template ('' writes a single file named by the prefix
             and suffix, forcing one shard).
         compression_type: `CompressionTypes.AUTO` (by the name's end), or UNCOMPRESSED /
-            GZIP / DEFLATE; also None, "auto", "gzip", "zlib".
+            GZIP / DEFLATE / ZSTD; also None, "auto" and the codec names ("gzip", "zlib", "zstd").
         triggering_frequency: seconds per window for unbounded input (see above).
         write_index: (ours) write the `.tfindex` of every shard (offsets in the uncompressed
             stream). Default True, unlike Beam, which writes no index.

@@ -12,7 +12,7 @@ output (its directory or prefix, e.g. out/train: the shards its _MANIFEST.NAME.j
 count takes the counts from it, verify checks every shard against it) or remote URIs (gs://,
 s3://, hdfs:// through pyarrow.fs, others through fsspec; a query string such as
 ?endpoint_override=HOST:PORT&scheme=http is kept). Compression comes from the name (.gz,
-.zlib) unless --compression says otherwise. A path that exists is taken literally even when its
+.zlib, .zst) unless --compression says otherwise. A path that exists is taken literally even when its
 name holds glob characters ([ ] * ?). Standard input and FIFOs are read as streams (count, head,
 inspect, schema) or refused in one line (verify needs a file it can seek); a FIFO found while
 listing a directory is skipped, never opened.
@@ -30,19 +30,13 @@ import sys
 from typing import List, Optional
 
 from .. import _usage
+from .. import compression as _compression
 
 PROG = "tfrecord-beam"
 UsageError = _usage.UsageError
 
 
 # -- arguments ---------------------------------------------------------------------------------
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 _EXAMPLES = {
@@ -71,11 +65,7 @@ def _add(sub, name: str, handler: str, help_text: str, description: str) -> argp
         name, help=help_text, description=description, epilog=_EXAMPLES[name] + "\n\n" + _usage.EXIT_HELP
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, globs, directories or URIs")
-    parser.add_argument(
-        "--compression",
-        default="auto",
-        help="none, gzip, zlib or auto (default: from the file name)",
-    )
+    _compression.add_argument(parser, "--compression", default="auto", auto=True, what="the files' codec")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     parser.set_defaults(handler=handler)
     return parser
@@ -101,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "feature: kind, how many records have it, values per record (min/mean/max), numeric range, "
         "a bytes sample.",
     )
-    p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
+    p.add_argument("-n", "--limit", type=_usage.positive_int, help="read at most this many records of each file")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p = _add(
@@ -112,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Print the first records of each file, decoded: bytes shortened (text shown as text), "
         "images noted by format, dimensions and size.",
     )
-    p.add_argument("-n", type=_positive, default=5, help="records per file (at least 1; default 5)")
-    p.add_argument("--max-values", type=_positive, default=8, help="values shown per feature (default 8)")
-    p.add_argument("--bytes-limit", type=_positive, default=40, help="characters shown per bytes value (default 40)")
+    p.add_argument("-n", type=_usage.positive_int, default=5, help="records per file (at least 1; default 5)")
+    p.add_argument("--max-values", type=_usage.positive_int, default=8, help="values shown per feature (default 8)")
+    p.add_argument(
+        "--bytes-limit", type=_usage.positive_int, default=40, help="characters shown per bytes value (default 40)"
+    )
 
     p = _add(
         sub,
@@ -138,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         "CRC the check goes on with the next record; after a bad length CRC it resyncs at the "
         "next valid record (uncompressed files) and goes on.",
     )
-    p.add_argument("--max-problems", type=_positive, default=100, help="stop a file after this many (default 100)")
+    p.add_argument(
+        "--max-problems", type=_usage.positive_int, default=100, help="stop a file after this many (default 100)"
+    )
     p.add_argument("--parse", action="store_true", help="also check that every payload is an Example/SequenceExample")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -152,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(string with --strings when every value is UTF-8), one value in every record -> scalar, "
         "otherwise list<...>, SequenceExample feature lists -> list<list<...>>.",
     )
-    p.add_argument("-n", "--limit", type=_positive, help="read at most this many records of each file")
+    p.add_argument("-n", "--limit", type=_usage.positive_int, help="read at most this many records of each file")
     p.add_argument("--strings", action="store_true", help="bytes features whose values are all UTF-8 -> string")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser

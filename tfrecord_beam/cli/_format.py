@@ -272,7 +272,7 @@ _GZIP_LAYOUT = {
 
 
 def _compression_label(info) -> str:
-    """ "none", "zlib", or for GZIP how it is laid out (block-gzip files split and seek)."""
+    """ "none", the codec's name, or for GZIP how it is laid out (block-gzip files split and seek)."""
     if info.gzip_layout is None:
         return info.compression or "none"
     state, members, _ = info.gzip_layout

@@ -16,9 +16,10 @@ from typing import Any, Dict, List, Optional
 from .. import fs
 from .. import manifest as _manifest
 from .._usage import EXIT_BAD_DATA, EXIT_FAILURE, EXIT_OK, UsageError
+from ..compression import resolve as resolve_compression
 from ..errors import TFRecordError
 from ..example import feature_values
-from ..records import RecordReader, resolve_compression
+from ..records import RecordReader
 from . import _format as fmt
 from .inspection import (
     INVALID,
@@ -109,7 +110,7 @@ def _expand(patterns: List[str]) -> List[str]:
         if not matched:
             raise UsageError(f"no TFRecord files match {pattern!r}")
         files.extend(matched)
-    return files
+    return fs.unique_files(files)  # each file once, however it was named
 
 
 def _note_unfinished(target: str) -> None:

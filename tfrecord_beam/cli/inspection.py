@@ -27,10 +27,12 @@ from .._engine._common import KIND_NONE_NAME, MISSING, PRESENT
 from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
 from .._tfindex import default_index_path, first_difference, load_index
 from ..columnar import decode_examples, encoded_lengths
+from ..compression import resolve as resolve_compression
+from ..compression import seeks_by_members
 from ..errors import DecodeError, FeatureKindError, IndexMismatchError, TFRecordError
 from ..example import BYTES, FLOAT, INT, KIND_TO_FIELD, feature_kind
 from ..index import iter_frames
-from ..records import RecordReader, resolve_compression
+from ..records import RecordReader
 from ._images import image_info
 
 __all__ = [
@@ -520,7 +522,7 @@ def scan_file(
     try:
         info.compression = resolve_compression(path, compression)
         info.size = fs.file_size(path)
-        if info.compression == "gzip":
+        if seeks_by_members(info.compression):
             info.gzip_layout = blockgzip.layout(path)
         for chunk in RecordReader(path, info.compression).chunks():
             take = len(chunk)

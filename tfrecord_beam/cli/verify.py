@@ -20,9 +20,10 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import fs
-from .._streams import read_at
+from ..compression import read_at
+from ..compression import resolve as resolve_compression
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
-from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length, resolve_compression
+from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length
 from .inspection import INVALID, IndexStatus, index_status, parse_record
 
 __all__ = ["Problem", "VerifyResult", "verify_file"]

@@ -25,6 +25,7 @@ import time
 from typing import Callable, List, Optional
 
 from .. import _usage
+from .. import compression as _compression
 
 
 def create_index(
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "path of a single file; or three or more data files",
     )
     parser.add_argument("--verify", action="store_true", help="check every payload CRC too")
-    parser.add_argument("--compression", default="auto", help="none, gzip, zlib or auto (default)")
+    _compression.add_argument(parser, "--compression", default="auto", auto=True, what="the files' codec")
     return parser
 
 

@@ -8,23 +8,30 @@ started at a byte offset without an index and so does not know it).
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from .. import _index_check, blockgzip, fs
+from .. import compression as _compression
 from .. import index as _index
 from .. import manifest as _manifest
+from .._engine._common import HEADER_SIZE
+from .._rangecache import RangeCache
+from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
+from .._readahead import ReadAheadFile
+from .._reader import RecordReader
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
-from ..records import resolve_compression
 from ..skipping import SkippingReader
-from ._stream import Block
+from ._counters import CorruptCounter, SharedCounts
+from ._stream import Block, drop_first
 from .sampling import BYTES, RECORDS, STRIDE, FileInfo, Piece
 
 Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+__all__ = ["CorruptCounter", "FileSet", "Paths", "RemoteCounts", "expand_data_paths", "pair_index_paths"]
 
 _log = logging.getLogger("tfrecord_beam.torch")
 
@@ -34,47 +41,6 @@ def _stop(piece: Piece) -> int:
     if piece.stop is None:
         raise AssertionError(f"a {piece.kind} piece without a stop: {piece}")
     return piece.stop
-
-
-class CorruptCounter:
-    """How many corrupt records `skip_corrupt` skipped, counted across DataLoader workers.
-
-    Shared memory without a lock (a lock of one multiprocessing context cannot cross into
-    another: fork vs spawn workers): one slot per worker, each written by its worker only,
-    summed on reading. Forked and spawned workers both inherit it.
-    """
-
-    SLOTS = 257  # the main process, then DataLoader workers 0..255
-
-    def __init__(self) -> None:
-        self._shared = multiprocessing.RawArray("q", self.SLOTS)
-        self._local = 0
-
-    @property
-    def value(self) -> int:
-        return int(sum(self._shared)) if self._shared is not None else self._local
-
-    def add(self, n: int = 1) -> None:
-        if self._shared is None:
-            self._local += n
-            return
-        import torch.utils.data
-
-        info = torch.utils.data.get_worker_info()
-        slot = 0 if info is None else 1 + info.id % (self.SLOTS - 1)
-        self._shared[slot] += n
-
-    def __getstate__(self):
-        try:  # a worker being started: share the counter; any other pickle: a snapshot
-            from multiprocessing.context import assert_spawning
-
-            assert_spawning(self)
-            return {"_shared": self._shared, "_local": 0}
-        except RuntimeError:
-            return {"_shared": None, "_local": self.value}
-
-    def __setstate__(self, state) -> None:
-        self.__dict__.update(state)
 
 
 def output_paths(data_path: Paths, index_path: Optional[Paths]):
@@ -110,6 +76,8 @@ def expand_data_paths(data_path: Paths) -> List[str]:
         if incomplete:
             raise FileNotFoundError(incomplete)
         directory = not fs.is_pattern(pattern) and fs.is_dir(pattern)
+        if not directory:
+            fs.refuse_special(pattern)  # a FIFO or pipe: read as 0 records (its size), exit 0
         paths.extend(fs.data_files(pattern) if directory else fs.expand(pattern))
     if not paths:
         raise FileNotFoundError(f"no TFRecord files match {data_path!r}")
@@ -141,12 +109,31 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
     return paths
 
 
+class RemoteCounts(SharedCounts):
+    """Remote reads (`_ranges.STAT_FIELDS`) of a dataset's process and its DataLoader workers."""
+
+    def __init__(self) -> None:
+        super().__init__(STAT_FIELDS)
+
+
+def _first_then(first: Any, then: Callable[[], Any]) -> Callable[[], Any]:
+    """An opener that returns `first` (already open) once, then calls `then`."""
+    pending = [first]
+    return lambda: pending.pop() if pending else then()
+
+
 class FileSet:
     """The data files of one source with their (optional) indexes and compression.
 
     `compression` is the core's setting (None = uncompressed, "auto" = from each file's name;
     the datasets pass `ReadOptions.compression`, where the drop-in None already became
     "auto"). Indexes are loaded on first use and kept (each DataLoader worker loads its own copy).
+
+    Remote files (s3://, gs://, any URI but file://) are read through `ReadAheadFile`: each
+    piece's byte range, planned from the index (or the gzip members holding its records), in
+    blocks of `remote.readahead_bytes` with `remote.readahead_requests` in flight, through the
+    local cache when `remote.cache_dir` is set; `remote_counts` counts the requests (shared
+    with the DataLoader workers, like `counter`).
     """
 
     def __init__(
@@ -156,13 +143,19 @@ class FileSet:
         compression: Optional[str] = "auto",
         skip_corrupt: bool = False,
         counter: Optional[CorruptCounter] = None,
+        remote: Optional[RemoteOptions] = None,
+        remote_counts: Optional[SharedCounts] = None,
     ) -> None:
         data_path, index_path, self._committed_sizes = output_paths(data_path, index_path)
         self.skip_corrupt = skip_corrupt
         self.counter = counter if counter is not None else CorruptCounter()
+        self.remote = remote if remote is not None else RemoteOptions()
+        self.remote_counts = remote_counts if remote_counts is not None else RemoteCounts()
+        self._stats: Dict[int, fs.FileStat] = {}
+        self._sources: Dict[int, RangeSource] = {}
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
-        self.compressions = [resolve_compression(p, compression) for p in self.paths]
+        self.compressions = [_compression.resolve(p, compression) for p in self.paths]
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
         self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
@@ -176,9 +169,9 @@ class FileSet:
             return None
         if self._indexes[i] is None:
             index = _index.load_index(self.index_paths[i])
-            size = fs.file_size(self.paths[i]) if self.compressions[i] is None else None
+            size = self.stat(i).size if self.compressions[i] is None else None
             self._indexes[i] = _index.check_index(index, size, self.index_paths[i], self.paths[i])
-            if self.compressions[i] == "gzip":
+            if _compression.seeks_by_members(self.compressions[i]):
                 self._members[i] = blockgzip.checked_member_table(self.paths[i], self.index_paths[i], index)
         return self._indexes[i]
 
@@ -194,13 +187,25 @@ class FileSet:
         self.index(i)
         return self._members[i]
 
+    def fingerprint(self) -> str:
+        """What a checkpoint's positions refer to: the files' count, total size and a digest of
+        their names and sizes (names without directories, so a copy of the data elsewhere
+        resumes; a file added, removed, renamed or resized does not)."""
+        import hashlib
+
+        sizes = [info.size for info in self.infos()]
+        digest = hashlib.sha1()
+        for path, size in zip(self.paths, sizes):
+            digest.update(f"{path.rstrip('/').rsplit('/', 1)[-1]}\0{size}\n".encode("utf-8", "surrogateescape"))
+        return f"{len(self.paths)} files, {sum(sizes)} bytes, {digest.hexdigest()[:16]}"
+
     def infos(self) -> List[FileInfo]:
         """What the shard planner needs for every file."""
         if self._infos is None:
             self._infos = []
             for i, path in enumerate(self.paths):
                 index = self.index(i)
-                size = fs.file_size(path)
+                size = self.stat(i).size
                 committed = self._committed_sizes.get(path)
                 if committed is not None and size != committed:  # the cheap check against the manifest
                     raise _manifest.ManifestError(
@@ -219,11 +224,13 @@ class FileSet:
         expected = None
         starts = None
 
+        open_file = self.opener(piece)
+
         def reader_of(**where: Any) -> SkippingReader:
             return SkippingReader(
                 path,
                 compression,
-                open_file=lambda: fs.open_input(path),
+                open_file=open_file,
                 skip_corrupt=self.skip_corrupt,
                 on_corrupt=self._corrupt,
                 **where,
@@ -236,9 +243,14 @@ class FileSet:
             end = int(index[last, 0]) if last < len(index) else None
             if compression is None:  # the index must describe the data it is read by
                 starts = np.ascontiguousarray(index[:, 0])
-                size = fs.file_size(path)
-                with fs.open_input(path) as raw:
+                size = self.stat(piece.file).size
+                raw = open_file()
+                try:
                     _index_check.check_entry(raw, starts, first, size, self.index_paths[piece.file], path)
+                except BaseException:
+                    raw.close()
+                    raise
+                open_file = _first_then(raw, open_file)  # the reader goes on with the same blocks
             reader = reader_of(
                 start_offset=int(index[first, 0]),
                 end_offset=end,
@@ -277,6 +289,77 @@ class FileSet:
                 f"index lists {expected} records from record {piece.start} on but {path} holds {count} (stale index)",
             )
 
+    # -- files and their bytes -------------------------------------------------------------------
+    def stat(self, i: int) -> fs.FileStat:
+        """Size (and version, for remote files) of file `i`, asked once."""
+        found = self._stats.get(i)
+        if found is None:
+            found = self._stats[i] = fs.file_stat(self.paths[i])
+        return found
+
+    def source(self, i: int) -> RangeSource:
+        """The ranges of remote file `i` (this process's reader of them)."""
+        found = self._sources.get(i)
+        if found is None:
+            remote = self.remote
+            cache = None if remote.cache_dir is None else RangeCache(remote.cache_dir, remote.cache_limit)
+            stat = self.stat(i)
+            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache)
+            self._sources[i] = found
+        return found
+
+    def open_at(self, i: int, start: int = 0, stop: Optional[int] = None, readahead: bool = True) -> Any:
+        """File `i` opened for reading bytes [start, stop): a local file, or a `ReadAheadFile`
+        that reads that range ahead (`readahead=False`: block by block as asked)."""
+        if not fs.is_remote(self.paths[i]):
+            return fs.open_input(self.paths[i])
+        return ReadAheadFile(self.source(i), start, stop, readahead)
+
+    def span(self, piece: Piece) -> "tuple[int, Optional[int]]":
+        """The file bytes [start, stop) that reading `piece` touches (stop None: to the end)."""
+        size = self.stat(piece.file).size
+        if piece.kind == BYTES:
+            return piece.start, None if piece.stop is None else min(size, piece.stop + HEADER_SIZE)
+        if piece.kind != RECORDS:
+            return 0, None
+        index = self.known_index(piece.file)
+        first, last = piece.start, _stop(piece)
+        table = self.members(piece.file)
+        if self.compressions[piece.file] is None:
+            stop = int(index[last, 0]) + HEADER_SIZE if last < len(index) else size  # the next header is peeked at
+            return int(index[first, 0]), min(stop, size)
+        if table is None:  # an indexed stream without members: inflated from its start
+            return 0, None
+        start = int(table.compressed[table.member_at(int(index[first, 0]))])
+        if last >= len(index):
+            return start, None
+        return start, int(table.compressed[table.member_at(int(index[last, 0])) + 1])
+
+    def opener(self, piece: Piece) -> Callable[[], Any]:
+        """What the readers of `piece` open its file with (each call: a new file object)."""
+        i = piece.file
+        if not fs.is_remote(self.paths[i]):
+            path = self.paths[i]
+            return lambda: fs.open_input(path)
+        start, stop = self.span(piece)
+        return lambda: self.open_at(i, start, stop)
+
+    def head(self, count: int) -> List[bytes]:
+        """The first `count` payloads of the first file (a remote one: from its first block)."""
+        with self.open_at(0, 0, None, readahead=False) as raw:
+            reader = RecordReader(raw, self.compressions[0], members=False)
+            out: List[bytes] = []
+            for chunk in reader.chunks():
+                out.extend(chunk.payloads()[: count - len(out)])
+                if len(out) >= count:
+                    break
+            return out
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_sources"] = {}  # a spawned worker opens its own
+        return state
+
     def _corrupt(self, path: str, offset: int, reason: str) -> None:
         self.counter.add()
         _log.warning("skipped a corrupt record: %s, byte offset %d: %s", path, offset, reason)
@@ -293,8 +376,6 @@ class FileSet:
                 piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
                 skip = 0
             for block in self.read(piece):
-                if skip >= len(block):
-                    skip -= len(block)
-                    continue
-                yield block.part(slice(skip, None)) if skip else block
-                skip = 0
+                block, skip = drop_first(block, skip)
+                if block is not None:
+                    yield block

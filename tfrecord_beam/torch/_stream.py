@@ -118,14 +118,21 @@ def reblock(items: Iterator[Item], size: int = BLOCK) -> Iterator[ItemBlock]:
         yield ItemBlock(records)
 
 
+def drop_first(block: Any, skip: int) -> Tuple[Any, int]:
+    """`block` less its first `skip` records (None when nothing is left of it), and how many
+    records are still to skip after it: the one skipping step of `skip_blocks` and of
+    `FileSet.stream`."""
+    if skip >= len(block):
+        return None, skip - len(block)
+    return (block.part(slice(skip, None)) if skip else block), 0
+
+
 def skip_blocks(blocks: Iterator[Any], skip: int) -> Iterator[Any]:
     """The same records less the first `skip`."""
     for block in blocks:
-        if skip >= len(block):
-            skip -= len(block)
-            continue
-        yield block.part(slice(skip, None)) if skip else block
-        skip = 0
+        block, skip = drop_first(block, skip)
+        if block is not None:
+            yield block
 
 
 class Cursor:

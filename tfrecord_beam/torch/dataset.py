@@ -11,18 +11,21 @@
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+import os
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.utils.data
 
+from .._ranges import RemoteOptions
 from .._read_options import ReadOptions
 from ..example import Description
 from ..iterator_utils import shuffle_iterator
-from . import _ring, sampling
+from . import _elastic_iter, _ring, elastic, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
-from ._files import CorruptCounter, FileSet, Paths
+from ._files import CorruptCounter, FileSet, Paths, RemoteCounts
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
 from .indexed import IndexedTFRecordDataset
@@ -32,6 +35,32 @@ __all__ = ["TFRecordDataset", "MultiTFRecordDataset", "IndexedTFRecordDataset"]
 _STATE_VERSION = 1
 RECORD_RUN = 512  # records decoded together on the per-record path
 _MIX_KEY = 0x6D6978  # separates the mixer's seed from the sources' seeds
+
+
+READAHEAD_BYTES = RemoteOptions.readahead_bytes
+READAHEAD_REQUESTS = RemoteOptions.readahead_requests
+REQUEST_TIMEOUT = RemoteOptions.timeout
+REQUEST_ATTEMPTS = RemoteOptions.attempts
+
+
+def remote_options(
+    cache_dir: Optional[str],
+    cache_limit: Optional[int],
+    readahead_bytes: int,
+    readahead_requests: int,
+    request_timeout: float,
+    request_attempts: int,
+) -> RemoteOptions:
+    """The datasets' keywords for remote files as `RemoteOptions` (validated here, in the
+    constructor, not later in a worker)."""
+    return RemoteOptions(
+        readahead_bytes=int(readahead_bytes),
+        readahead_requests=int(readahead_requests),
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        cache_limit=None if cache_limit is None else int(cache_limit),
+        timeout=float(request_timeout),
+        attempts=int(request_attempts),
+    )
 
 
 class _ShardedIterable(torch.utils.data.IterableDataset):
@@ -55,6 +84,9 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         drop_last: bool = False,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        elastic: bool = False,
+        shuffle_block: int = 1024,
+        slot_size: Optional[int] = None,
     ) -> None:
         super().__init__()
         if batch_size is not None and int(batch_size) < 1:
@@ -65,6 +97,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self.sources = sources
         for files in sources:  # load indexes (and find stale ones) once, here: workers inherit them
             files.infos()
+        self._files = [files.fingerprint() for files in sources]  # what checkpoints' positions index
         self.weights = weights
         self.infinite = infinite
         self.shuffle_queue_size = shuffle_queue_size
@@ -74,11 +107,28 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = sampling.resolve_topology(rank, world_size)
         self.epoch = 0
+        self.elastic = bool(elastic)
+        self.shuffle_block = int(shuffle_block)
+        if self.shuffle_block < 1:
+            raise ValueError(f"shuffle_block must be >= 1, got {shuffle_block}")
+        if slot_size is not None and (int(slot_size) < 1 or batch_size is not None):
+            raise ValueError(
+                f"slot_size must be >= 1, and only without batch_size (the slot is the batch), got {slot_size}"
+            )
+        self.slot_size = None if slot_size is None else int(slot_size)
+        if self.elastic:
+            self._plan()  # every file indexed and seekable, or a clear error now rather than in a worker
         self._description_checked = False
         self._pending: Optional[Dict[str, Any]] = None  # a loaded state, applied by the next __iter__
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
         self._mixer: Optional[sampling.WeightedMixer] = None
         self._ring = _ring.make()  # made here, in the process that will read the batches
+
+    def remote_stats(self) -> Dict[str, int]:
+        """Remote reads so far, in this process and its DataLoader workers together:
+        `requests` (range requests sent, retries included), `bytes` (received), `cache_hits` and
+        `cache_misses` (blocks found or not in `cache_dir`), `retries`. All zero for local files."""
+        return self.sources[0].remote_counts.values()
 
     @property
     def corrupt_records(self) -> int:
@@ -119,7 +169,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
 
         Taken between items, it counts every record already handed out; a resumed run starts
         with the next one. With DataLoader workers only the workers know their position: use
-        torchdata's `StatefulDataLoader`, which asks each worker's copy.
+        torchdata's `StatefulDataLoader`, which asks each worker's copy. With `elastic=True`
+        the state of a rank (or the StatefulDataLoader's) resumes on any ranks x workers.
         """
         if self._progress is None:
             return copy.deepcopy(self._pending) if self._pending is not None else self._fresh_state(None)
@@ -128,8 +179,40 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             state["mixer"] = self._mixer.state()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from `state_dict()` output at the next `iter()` (sets the epoch too)."""
+    def load_state_dict(self, state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> None:
+        """Resume from `state_dict()` output at the next `iter()` (sets the epoch too).
+
+        With `elastic=True` it also takes a StatefulDataLoader's `state_dict()`, or the list of
+        one rank's DataLoader workers' `state_dict()`s (load it here, then build the new loader
+        over this dataset: it may have other workers, ranks and batch size).
+        """
+        if not isinstance(state, collections.abc.Mapping):  # one rank's workers' states
+            self._load_states(list(state), 0)
+        elif elastic.is_loader_state(state):
+            self._load_states(*elastic.loader_worker_states(state))
+        else:
+            self._check_state(state)
+            self.epoch = int(state["epoch"])
+            pending = copy.deepcopy(dict(state))
+            if self.elastic and pending["topology"] is not None and pending["topology"][3] == 1:
+                pending = self._globalize([pending], 0)  # a rank's state: a position in the global order
+            self._pending = pending
+            self._progress = None
+
+    def _load_states(self, states: List[Mapping[str, Any]], extra: int) -> None:
+        """Load one rank's DataLoader workers' states (`extra` items handed out after them)."""
+        if not self.elastic:
+            raise ValueError(
+                "a StatefulDataLoader state (or a list of worker states): load it into the loader "
+                "(loader.load_state_dict), or build the dataset with elastic=True to load it here"
+            )
+        if not states:
+            raise ValueError("an empty list of worker states")
+        self._check_state(states[0])
+        self.epoch = int(states[0]["epoch"])
+        self._pending, self._progress = self._globalize(states, extra), None
+
+    def _check_state(self, state: Mapping[str, Any]) -> None:
         if state.get("version") != _STATE_VERSION or len(state.get("sources", ())) != len(self.sources):
             raise ValueError(
                 f"not a state of this dataset (version {state.get('version')!r}, "
@@ -137,33 +220,128 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             )
         if int(state["seed"]) != self.seed:
             raise ValueError(f"state was saved with seed {state['seed']} but this dataset has seed {self.seed}")
-        self._pending = copy.deepcopy(dict(state))
-        self._progress = None
-        self.epoch = int(state["epoch"])
+        saved = state.get("files")  # absent in states saved before it was recorded
+        if saved is not None and list(saved) != self._files:
+            raise ValueError(
+                f"state was saved over other files than this dataset reads (saved: {list(saved)}; now: "
+                f"{self._files}): its positions would skip or repeat records; resume over the same files"
+            )
+        if ("elastic" in state) != self.elastic:
+            raise ValueError(
+                f"state of a dataset with elastic={'elastic' in state} loaded into one with elastic={self.elastic}"
+            )
 
     def _fresh_state(self, topology: Optional[List[int]]) -> Dict[str, Any]:
-        return {
+        state: Dict[str, Any] = {
             "version": _STATE_VERSION,
             "epoch": self.epoch,
             "seed": self.seed,
             "topology": topology,
+            "files": list(self._files),
             "sources": [[0, 0] for _ in self.sources],
             "mixer": None,
         }
+        if self.elastic:  # position `start` of the global order, and this process's positions since
+            state["elastic"] = {"start": 0, "taken": [0] * len(self.sources), "unit": self._unit, "consumed": 0}
+        return state
 
     def _start(self, topology: List[int]) -> Dict[str, Any]:
         """The state this iteration starts from: a pending resume for this epoch, or a fresh one."""
         pending, self._pending = self._pending, None
         if pending is None or int(pending["epoch"]) != self.epoch:
             return self._fresh_state(topology)
+        if self.elastic and pending["topology"] is None:  # a global position: any topology
+            pending["topology"] = topology
+            pending["elastic"].update(unit=self._unit, consumed=0)
+            return pending
         if pending["topology"] is not None and list(pending["topology"]) != topology:
+            where = "one DataLoader worker's state" if self.elastic else "state"
             raise ValueError(
-                f"state was saved by rank {pending['topology'][0]}/{pending['topology'][1]}, worker "
+                f"{where} was saved by rank {pending['topology'][0]}/{pending['topology'][1]}, worker "
                 f"{pending['topology'][2]}/{pending['topology'][3]} but is loaded into rank {topology[0]}/"
                 f"{topology[1]}, worker {topology[2]}/{topology[3]}: resume with the same ranks and workers"
+                + (" (or load the StatefulDataLoader's whole state_dict() into the dataset)" if self.elastic else "")
+            )
+        if self.elastic and pending["elastic"]["unit"] != self._unit:
+            raise ValueError(
+                f"one DataLoader worker's state was saved with {pending['elastic']['unit']} records an item "
+                f"and is loaded with {self._unit}: load the StatefulDataLoader's whole state_dict() into the dataset"
             )
         pending["topology"] = topology
         return pending
+
+    # -- elastic order (`elastic`) -------------------------------------------------------------
+    @property
+    def _unit(self) -> int:
+        """Records a slot of the elastic order holds: the batch, else `slot_size`, else 1."""
+        return self.batch_size or self.slot_size or 1
+
+    def _plan(self) -> _elastic_iter.Plan:
+        """This epoch's elastic order (built once an epoch; raises when a file has no index)."""
+        cached = self.__dict__.get("_plan_cache")
+        if cached is None or cached[0] != self.epoch:
+            queue = int(self.shuffle_queue_size or 0)
+            plan = _elastic_iter.Plan(
+                self.sources, self.weights, self.infinite, queue > 0, self.shuffle_block, queue, self.seed, self.epoch
+            )
+            cached = self._plan_cache = (self.epoch, plan)
+        return cached[1]
+
+    def _globalize(self, states: List[Mapping[str, Any]], extra: int) -> Dict[str, Any]:
+        """One rank's state (its workers' states, plus `extra` items handed out after them) as a
+        position in the global order, valid for any topology (see `elastic`: every rank is
+        taken to have handed out as many items as this one)."""
+        first = states[0]
+        if first["topology"] is None:
+            return copy.deepcopy(dict(first))
+        rank, ranks, _, workers = first["topology"]
+        e = first["elastic"]
+        seen = {}
+        for state in states:
+            self._check_state(state)
+            top, other = state["topology"], state["elastic"]
+            same = (state["epoch"], top[0], top[1], top[3], other["start"], other["taken"], other["unit"])
+            if same != (first["epoch"], rank, ranks, workers, e["start"], e["taken"], e["unit"]):
+                raise ValueError(f"worker states of different iterations: {first['topology']} and {top}")
+            seen[top[2]] = other["consumed"]
+        if sorted(seen) != list(range(workers)):
+            raise ValueError(
+                f"one rank's state needs all of its {workers} DataLoader workers' states, got workers {sorted(seen)}: "
+                "load the StatefulDataLoader's whole state_dict()"
+            )
+        plan = self._plan()
+        total, start, unit = plan.total, int(e["start"]), int(e["unit"])
+        if ranks * workers == 1 and not extra:
+            position = start + int(seen[0])  # one process: exact, even inside an item
+        else:
+            remaining = None if total is None else total - start
+            lane_slots = {w: elastic.Lane(rank, ranks, w, workers, unit).slots_in(remaining) for w in seen}
+            steps = elastic.rank_steps(seen, workers, unit, lane_slots) + extra
+            position = elastic.rank_position(start, steps, ranks, unit, total)
+        state = self._fresh_state(None)
+        state["epoch"] = first["epoch"]
+        state["elastic"].update(start=position, taken=plan.advance(start, e["taken"], position), unit=None)
+        return state
+
+    def state_after(self, items: int) -> Dict[str, Any]:
+        """`elastic=True`: the state once this rank's loader has handed out `items` items (batches)
+        of this epoch's iteration, every rank as many: how a plain DataLoader with workers, whose
+        workers' positions cannot be asked, checkpoints (count the batches it delivered)."""
+        if not self.elastic:
+            raise ValueError("state_after needs elastic=True")
+        origin = self._progress
+        if origin is None:
+            origin = self._pending if self._pending is not None and self._pending["epoch"] == self.epoch else None
+        if origin is None:
+            origin = self._fresh_state(None)
+        if origin["topology"] is not None and origin["topology"][3] != 1:
+            raise ValueError("this dataset resumed one DataLoader worker's state: count from a global state")
+        e = origin["elastic"]
+        plan = self._plan()
+        position = elastic.rank_position(int(e["start"]), int(items), self.world_size, self._unit, plan.total)
+        state = self._fresh_state(None)
+        state["elastic"].update(start=position, taken=plan.advance(int(e["start"]), e["taken"], position), unit=None)
+        return state
 
     # -- iteration ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -187,6 +365,9 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         topology = [self.rank, self.world_size, worker, num_workers]
         progress = self._start(topology)
         self._progress = progress
+        if self.elastic:
+            self._mixer = None
+            return self._iter_elastic(progress["elastic"], topology)
         cursors = [
             Cursor(self._source_blocks(i, list(progress["sources"][i]), topology), progress["sources"][i])
             for i in range(len(self.sources))
@@ -225,15 +406,12 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._description_checked = True
         from .. import _described
         from ..errors import TFRecordError
-        from ..records import RecordReader
 
         files = self.sources[0]
         if not files.paths:
             return
         try:
-            payloads = list(
-                itertools.islice(iter(RecordReader(files.paths[0], files.compressions[0])), self.SAMPLE_RECORDS)
-            )
+            payloads = files.head(self.SAMPLE_RECORDS)
         except TFRecordError:
             return  # damaged data is reported when it is read, not here
         _described.check_described(
@@ -263,6 +441,34 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             for k, sample in enumerate(decode_records(run, *self._descriptions), start=first + 1):
                 position[0], position[1] = pass_number, k
                 yield transform(sample) if transform is not None else sample
+
+    def _iter_elastic(self, e: Dict[str, Any], topology: List[int]) -> Iterator[Any]:
+        """This process's slots of the elastic order from `e` (its state: the global start
+        position, records of each source before it, the unit, own positions consumed)."""
+        rank, ranks, worker, workers = topology
+        unit = int(e["unit"])
+        lane = elastic.Lane(rank, ranks, worker, workers, unit)
+        first, inside = divmod(int(e["consumed"]), unit)
+        stream = _elastic_iter.slots(self._plan(), self.sources, lane, int(e["start"]), e["taken"], first)
+        transform = self.transform
+        for slot in stream:
+            base = slot.j * unit
+            if self.batch_size is not None:
+                e["consumed"] = base + slot.size  # counted before the hand-out: a state taken after it includes it
+                if self.drop_last and slot.size < self.batch_size:
+                    return
+                records = [item for item in slot.items if item is not None]
+                if records:
+                    batch = collate_batch([ItemBlock(records)], *self._descriptions)
+                    yield transform(batch) if transform is not None else batch
+                continue
+            present = [(base + i + 1, item) for i, item in enumerate(slot.items) if item is not None and i >= inside]
+            inside = 0
+            samples = decode_records([ItemBlock([item for _, item in present])], *self._descriptions)
+            for (consumed, _), sample in zip(present, samples):
+                e["consumed"] = consumed
+                yield transform(sample) if transform is not None else sample
+            e["consumed"] = base + slot.size  # corrupt records skipped at the slot's end
 
     def _batches(self, take: Callable[[int], List[AnyBlock]], batch_size: int) -> Iterator[Any]:
         while True:
@@ -320,7 +526,8 @@ class TFRecordDataset(_ShardedIterable):
         shuffle_queue_size: shuffle the file order and through a buffer of this many records.
         transform: applied to each record (or to each batch when `batch_size` is set).
         sequence_description: read SequenceExamples; yields (context, sequences).
-        compression_type: None (from the file name), "gzip" or "zlib".
+        compression_type: None (from the file name) or a codec name ("gzip", "zlib", "zstd":
+            `tfrecord_beam.compression`).
         seed: seeds file order and shuffle buffer together with epoch, rank and worker (0 when
             None, so that every rank agrees on the file order).
         batch_size: yield batches of this many records as tensors (see `_collate`): a dict, or
@@ -336,6 +543,21 @@ class TFRecordDataset(_ShardedIterable):
             output directory or prefix: its manifest then names the shards and indexes.
         strict: a described feature that none of the first file's first 256 records has is a
             DecodeError (default: a FeatureNameWarning naming it and the closest names).
+        elastic: one global record order per epoch, a function of the files' record counts and
+            the seed alone, shared out to ranks x workers; `state_dict()` resumes on any ranks x
+            workers and batch size (see `tfrecord_beam.torch.elastic`). Needs an index for every
+            file (uncompressed or block-gzip). With `shuffle_queue_size=N` the order is blocks
+            of `shuffle_block` contiguous records shuffled, then records within windows of N.
+        slot_size: (elastic, without `batch_size`) records each process hands out in turn; set
+            it to the DataLoader's `batch_size` when the DataLoader batches records from workers.
+        cache_dir, cache_limit: remote files (s3://, gs://, ...) only: keep the blocks read on
+            local disk under `cache_dir` (shared by every worker and rank of the host), at
+            most `cache_limit` bytes (None: no bound), least recently used evicted first.
+        readahead_bytes, readahead_requests: remote files are read in requests of this many
+            bytes, this many in flight per worker, planned from the indexes (`remote_stats()`
+            counts them).
+        request_timeout, request_attempts: seconds one request may take, and attempts per
+            request (with backoff) before `RemoteReadError` names the object and the range.
     """
 
     def __init__(
@@ -355,6 +577,15 @@ class TFRecordDataset(_ShardedIterable):
         world_size: Optional[int] = None,
         skip_corrupt: bool = False,
         strict: bool = False,
+        elastic: bool = False,
+        shuffle_block: int = 1024,
+        slot_size: Optional[int] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        readahead_bytes: int = READAHEAD_BYTES,
+        readahead_requests: int = READAHEAD_REQUESTS,
+        request_timeout: float = REQUEST_TIMEOUT,
+        request_attempts: int = REQUEST_ATTEMPTS,
     ) -> None:
         options = ReadOptions.dropin(
             description, sequence_description, compression_type, skip_corrupt=skip_corrupt, strict=strict
@@ -362,7 +593,10 @@ class TFRecordDataset(_ShardedIterable):
         self.data_path = data_path
         self.index_path = index_path
         self._keep_arguments(description, sequence_description, compression_type)
-        files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
+        remote = remote_options(
+            cache_dir, cache_limit, readahead_bytes, readahead_requests, request_timeout, request_attempts
+        )
+        files = FileSet(data_path, index_path, options.compression, options.skip_corrupt, remote=remote)
         super().__init__(
             [files],
             options,
@@ -373,6 +607,9 @@ class TFRecordDataset(_ShardedIterable):
             drop_last=drop_last,
             rank=rank,
             world_size=world_size,
+            elastic=elastic,
+            shuffle_block=shuffle_block,
+            slot_size=slot_size,
         )
 
 
@@ -380,7 +617,10 @@ class MultiTFRecordDataset(_ShardedIterable):
     """Mix several splits, drawing records in proportion to `splits`' weights.
 
     Same signature as `tfrecord.torch.dataset.MultiTFRecordDataset`, plus `seed`,
-    `batch_size`, `drop_last`, `rank`, `world_size`, `skip_corrupt` as in `TFRecordDataset`.
+    `batch_size`, `drop_last`, `rank`, `world_size`, `skip_corrupt`, `elastic`, `shuffle_block`,
+    `slot_size` as in `TFRecordDataset` (elastic: the weighted draw is one seeded sequence over
+    the global stream, so the mix too is a function of the seed alone), and the remote reading
+    keywords (`cache_dir`, `cache_limit`, `readahead_bytes`, ...) as in `TFRecordDataset`.
 
     Args:
         data_pattern: `data_pattern.format(split)` names each split's files: a path or a glob.
@@ -409,6 +649,15 @@ class MultiTFRecordDataset(_ShardedIterable):
         world_size: Optional[int] = None,
         skip_corrupt: bool = False,
         strict: bool = False,
+        elastic: bool = False,
+        shuffle_block: int = 1024,
+        slot_size: Optional[int] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        readahead_bytes: int = READAHEAD_BYTES,
+        readahead_requests: int = READAHEAD_REQUESTS,
+        request_timeout: float = REQUEST_TIMEOUT,
+        request_attempts: int = REQUEST_ATTEMPTS,
     ) -> None:
         if not splits:
             raise ValueError("splits must name at least one split")
@@ -420,6 +669,10 @@ class MultiTFRecordDataset(_ShardedIterable):
         self.splits = dict(splits)
         self._keep_arguments(description, sequence_description, compression_type)
         counter = CorruptCounter()
+        remote = remote_options(
+            cache_dir, cache_limit, readahead_bytes, readahead_requests, request_timeout, request_attempts
+        )
+        remote_counts = RemoteCounts()
         sources = [
             FileSet(
                 data_pattern.format(split),
@@ -427,6 +680,8 @@ class MultiTFRecordDataset(_ShardedIterable):
                 options.compression,
                 options.skip_corrupt,
                 counter,
+                remote,
+                remote_counts,
             )
             for split in self.splits
         ]
@@ -444,4 +699,7 @@ class MultiTFRecordDataset(_ShardedIterable):
             drop_last=drop_last,
             rank=rank,
             world_size=world_size,
+            elastic=elastic,
+            shuffle_block=shuffle_block,
+            slot_size=slot_size,
         )

@@ -15,9 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch.utils.data
 
-from .. import _engine, _index_check, blockgzip, fs
+from .. import _engine, _index_check, blockgzip
 from .. import index as _index
 from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK
+from .._ranges import RemoteOptions
 from .._read_options import ReadOptions
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..example import Description
@@ -43,6 +44,11 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         skip_corrupt: when the indexes are built here (`index_path=None`), leave corrupt records
             out (counted in `corrupt_records`, logged); with index files a corrupt record still
             raises on access, since `len()` was fixed by the index.
+        cache_dir, cache_limit, readahead_bytes, request_timeout, request_attempts: for remote
+            files, as for `TFRecordDataset`, except that random access reads no further ahead
+            than the block (`readahead_bytes`) holding the record: with a `cache_dir`, every
+            block is fetched once for all epochs; without one, pick a small `readahead_bytes`
+            for random order (the last two blocks read are kept in memory).
     """
 
     def __init__(
@@ -56,11 +62,23 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
         *,
         verify: bool = True,
         skip_corrupt: bool = False,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        readahead_bytes: int = RemoteOptions.readahead_bytes,
+        request_timeout: float = RemoteOptions.timeout,
+        request_attempts: int = RemoteOptions.attempts,
     ) -> None:
         self.options = options = ReadOptions.dropin(
             description, sequence_description, compression_type, verify=verify, skip_corrupt=skip_corrupt
         )
-        self.files = FileSet(data_path, index_path, options.compression, options.skip_corrupt)
+        remote = RemoteOptions(
+            readahead_bytes=int(readahead_bytes),
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_limit=None if cache_limit is None else int(cache_limit),
+            timeout=float(request_timeout),
+            attempts=int(request_attempts),
+        )
+        self.files = FileSet(data_path, index_path, options.compression, options.skip_corrupt, remote=remote)
         for i, (path, kind) in enumerate(zip(self.files.paths, self.files.compressions)):
             if kind is not None and (self.files.index_paths[i] is None or self.files.members(i) is None):
                 raise ValueError(
@@ -91,6 +109,10 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
     def corrupt_records(self) -> int:
         """Corrupt records left out while building the indexes (`skip_corrupt=True`)."""
         return self.files.counter.value
+
+    def remote_stats(self) -> Dict[str, int]:
+        """Remote reads so far, here and in DataLoader workers (as `TFRecordDataset.remote_stats`)."""
+        return self.files.remote_counts.values()
 
     def _scan(self, i: int) -> np.ndarray:
         """The index of file `i` by one scan (both CRCs checked; bad records left out with skip_corrupt)."""
@@ -135,7 +157,7 @@ class IndexedTFRecordDataset(torch.utils.data.Dataset):
             _ring.serve(self._ring)  # batches' bytes go home through shared memory (`_ring`)
         handle = self._handles.get(f)
         if handle is None:
-            handle = self._handles[f] = fs.open_input(self.files.paths[f])
+            handle = self._handles[f] = self.files.open_at(f, readahead=False)
         table = self.files.members(f) if self.files.compressions[f] is not None else None
         if table is None:
             handle.seek(offset)

@@ -1,20 +1,10 @@
 """`tfrecord_beam.verify`, kept as an import path: the module is `tfrecord_beam.cli.verify`.
 
-Its public names are re-exported (`__all__`, so `import *` works); any other name is looked up
-there on use (PEP 562). A package rather than a module so that git
-sees the move of `verify.py` into `cli/` as a rename.
+A package rather than a module so that git sees the move of `verify.py` into `cli/` as a
+rename; `_moved.alias` does the re-exporting.
 """
 
-from typing import Any, List
-
+from .. import _moved
 from ..cli import verify as _module
-from ..cli.verify import *  # noqa: F403 - the public names, for `import *` and help()
-from ..cli.verify import __all__  # noqa: F401
 
-
-def __getattr__(name: str) -> Any:
-    return getattr(_module, name)
-
-
-def __dir__() -> List[str]:
-    return dir(_module)
+_moved.alias(globals(), _module)

@@ -28,10 +28,10 @@ from typing import BinaryIO, Callable, ContextManager, Iterator, List, NamedTupl
 
 import numpy as np
 
-from . import _engine
-from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
+from .. import _engine
+from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
+from ..errors import CorruptRecordError
 from ._walk import footers_at
-from .errors import CorruptRecordError
 
 RUN_BYTES = 4 << 20  # frames buffered by a reader before it spills a run
 BUCKET_BYTES = 4 << 20  # target size of one bucket of a shard

@@ -26,12 +26,12 @@ from typing import BinaryIO, Callable, Iterator, List, NamedTuple, Optional, Tup
 
 import numpy as np
 
-from . import _engine
-from . import digest as _digest
-from ._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
-from .errors import CorruptRecordError
-from .records import RecordChunk, RecordReader
-from .skipping import OnCorrupt, SkippingReader
+from .. import _engine
+from .. import digest as _digest
+from .._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
+from ..errors import CorruptRecordError
+from ..records import RecordChunk, RecordReader
+from ..skipping import OnCorrupt, SkippingReader
 
 READ_BYTES = 1 << 22  # one positional read while scanning small records
 SEEK_FRAME_BYTES = 1 << 13  # frames at least this big are walked by seeking over their payload

@@ -27,10 +27,10 @@ from typing import BinaryIO, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._engine._common import VERIFY_LENGTHS
+from .._engine._common import VERIFY_LENGTHS
+from ..blockgzip import MemberTable
+from ..errors import IndexMismatchError
 from ._walk import FrameBlock, add_digests, frame_digest, walk_frames
-from .blockgzip import MemberTable
-from .errors import IndexMismatchError
 
 CHECKPOINT_BYTES = 16 << 20  # a checkpoint at least every 16 MiB ...
 CHECKPOINT_RECORDS = 1 << 16  # ... and every 65,536 records

@@ -15,14 +15,15 @@ from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
-from . import blockgzip
-from ._engine._common import FRAME_OVERHEAD
+from .. import blockgzip
+from .. import compression as _compression
+from .._engine._common import FRAME_OVERHEAD
+from ..errors import CorruptRecordError
+from ..fs import AtomicOutput
+from ..records import RecordReader, RecordWriter
+from ..skipping import SkippingReader
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
-from .errors import CorruptRecordError
-from .fs import AtomicOutput
-from .records import RecordReader, RecordWriter
-from .skipping import SkippingReader
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
@@ -33,7 +34,7 @@ def piece_members(piece: Piece, raw: BinaryIO, open_input: Opener):
     table of the file's index (checked against the file's size, as every reader checks it),
     or False (a piece from the file's start, another compression, or a plain gzip stream:
     inflated from the start)."""
-    if piece.compression != "gzip" or (piece.from_offset == 0 and piece.to_offset is None):
+    if not _compression.seeks_by_members(piece.compression) or (piece.from_offset == 0 and piece.to_offset is None):
         return False
     size = raw.seek(0, os.SEEK_END)
     raw.seek(0)

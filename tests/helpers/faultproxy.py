@@ -1,0 +1,117 @@
+"""An HTTP proxy on loopback in front of the S3 server that counts requests and injects faults.
+
+The client talks to the proxy as if it were the server (endpoint_override = the proxy): each
+request is passed on unchanged (the Host header too, so SigV4 signatures still match) and the
+answer passed back, unless `fault(method, path, headers)` says otherwise for that request:
+
+* `("status", 503)`: answer with that status and an S3 error body, without asking the server;
+* `("stall", seconds)`: wait that long before doing anything (the client times out first);
+* `("cut", n)`: pass the server's headers and only n bytes of the body, then close.
+
+`requests` lists (method, path, Range header) of every request that arrived, faults included.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import socket
+import threading
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+Fault = Optional[Tuple[str, int]]
+FaultRule = Callable[[str, str, Any], Fault]  # (method, path, headers: an email.message.Message)
+
+_ERROR_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+    b"<Message>injected by the test proxy</Message></Error>"
+)
+
+
+class FaultProxy:
+    """A threaded proxy to `upstream` ("127.0.0.1:PORT"); use as a context manager."""
+
+    def __init__(self, upstream: str, fault: Optional[FaultRule] = None) -> None:
+        self.upstream = upstream
+        self.fault: FaultRule = fault or (lambda method, path, headers: None)
+        self.requests: List[Tuple[str, str, Optional[str]]] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _any(self) -> None:
+                proxy._handle(self)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.host_port = f"127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FaultProxy":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def ranged_gets(self, name: str = ".tfrecord") -> List[str]:
+        """The Range headers of the GET requests seen for objects whose key holds `name`
+        (default: the data files, not their indexes)."""
+        with self._lock:
+            return [r for m, p, r in self.requests if m == "GET" and r is not None and name in p.split("?")[0]]
+
+    def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        method, path = handler.command, handler.path
+        headers = {k: v for k, v in handler.headers.items()}
+        length = int(headers.get("Content-Length", "0") or 0)
+        body = handler.rfile.read(length) if length else None
+        with self._lock:
+            self.requests.append((method, path, handler.headers.get("Range")))
+        fault = self.fault(method, path, handler.headers)  # case-insensitive names
+        try:
+            if fault is not None and fault[0] == "stall":
+                time.sleep(fault[1])
+                handler.close_connection = True
+                return
+            if fault is not None and fault[0] == "status":
+                handler.send_response(fault[1])
+                handler.send_header("Content-Type", "application/xml")
+                handler.send_header("Content-Length", str(len(_ERROR_BODY)))
+                handler.end_headers()
+                if method != "HEAD":
+                    handler.wfile.write(_ERROR_BODY)
+                return
+            upstream = http.client.HTTPConnection(self.upstream, timeout=60)
+            try:
+                upstream.request(method, path, body=body, headers=headers)
+                answer = upstream.getresponse()
+                data = answer.read()
+            finally:
+                upstream.close()
+            handler.send_response(answer.status, answer.reason)
+            for key, value in answer.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    handler.send_header(key, value)
+            size = answer.getheader("Content-Length") if method == "HEAD" else None
+            handler.send_header("Content-Length", size or str(len(data)))
+            handler.end_headers()
+            if method == "HEAD":
+                return
+            if fault is not None and fault[0] == "cut":
+                handler.wfile.write(data[: fault[1]])
+                handler.wfile.flush()
+                handler.close_connection = True
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            handler.close_connection = True

@@ -1,0 +1,108 @@
+"""The emulated link of the object-store benchmark (issue 24, item 5): tests/helpers/netlink.py.
+
+The S3 server behind the link answers no faster than the link allows (a round trip of at least
+twice the one-way delay; 50 MiB no faster than the rate), returns the bytes unchanged, its access log counts
+the requests, and `stop()` leaves no namespace, veth or process behind. Both forms are tested:
+the network namespace (where this process may make one: root with iproute2) and the loopback
+proxy alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pytest
+from helpers import netlink
+
+pytestmark = pytest.mark.slow
+
+MODES = ["proxy", "netns"]
+BIG = 50 << 20
+# Slower than the benchmark's link (10 ms, 1 Gbit/s) so the bounds cannot be met without it:
+# on this project's loaded 2-core VM a 50 MiB GET on plain loopback already takes ~0.45 s.
+DELAY = 0.025
+RATE = 250e6
+
+
+def _start(mode: str, tmp_path) -> netlink.EmulatedLink:
+    if mode == "netns" and not netlink.netns_possible():
+        pytest.skip("network namespaces need root and iproute2 (`ip`, `tc`); the proxy form covers the rest")
+    return netlink.EmulatedLink(tmp_path, delay=DELAY, rate_bps=RATE, use_netns=(mode == "netns")).start()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_link_delays_and_limits_the_rate_and_counts_requests(mode, tmp_path):
+    link = _start(mode, tmp_path)
+    try:
+        assert link.mechanism.startswith("server in network namespace") == (mode == "netns"), link.mechanism
+        client = link.client_server.client()
+        client.create_bucket(Bucket="linktest")
+        data = os.urandom(BIG)
+        (tmp_path / "buckets" / "linktest" / "big.bin").write_bytes(data)  # the posix backend's own file
+        before = link.requests()
+
+        rtts = []
+        for _ in range(5):
+            start = time.perf_counter()
+            client.head_object(Bucket="linktest", Key="big.bin")
+            rtts.append(time.perf_counter() - start)
+        # a request and its answer cross the link once each way
+        assert min(rtts) >= 2 * DELAY, rtts
+
+        start = time.perf_counter()
+        got = client.get_object(Bucket="linktest", Key="big.bin")["Body"].read()
+        seconds = time.perf_counter() - start
+        assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+        # 50 MiB at 250 Mbit/s is 1.68 s on the wire alone
+        assert seconds >= BIG * 8 / RATE * 0.95, seconds
+
+        time.sleep(0.2)  # the log is written as each request ends
+        counts = link.requests() - before
+        assert counts["s3_HeadObject"] == 5 and counts["s3_GetObject"] == 1, counts
+    finally:
+        link.stop()
+    assert link.leftovers() == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stop_removes_the_namespace_and_the_processes(mode, tmp_path):
+    link = _start(mode, tmp_path)
+    pids = [p.pid for p in (link.proxy, link.server and link.server.process) if p is not None]
+    assert pids and all(os.path.exists(f"/proc/{pid}") for pid in pids)
+    if mode == "netns":
+        assert link.netns in netlink.namespaces() and link.veth[0] in netlink.links()
+    link.stop()
+    assert link.leftovers() == []
+    assert link.netns not in netlink.namespaces()
+    assert link.veth[0] not in netlink.links()
+    for pid in pids:  # reaped, not zombies: /proc has no entry
+        assert not os.path.exists(f"/proc/{pid}"), pid
+
+
+def test_a_failed_start_cleans_up(tmp_path, monkeypatch):
+    """A server that cannot start (here: its binary is missing) leaves no namespace behind."""
+    if not netlink.netns_possible():
+        pytest.skip("network namespaces need root and iproute2")
+
+    def no_binary():
+        raise RuntimeError("no versitygw here")
+
+    monkeypatch.setattr(netlink.s3server, "binary", no_binary)
+    link = netlink.EmulatedLink(tmp_path, use_netns=True)
+    with pytest.raises(RuntimeError, match="no versitygw here"):
+        link.start()
+    assert link.leftovers() == []
+    assert link.netns not in netlink.namespaces()
+
+
+def test_requests_are_counted_by_operation(tmp_path):
+    log = tmp_path / "access.log"
+    log.write_text(
+        "k b [02/December/2026:02:55:02 +0000] 127.0.0.1 k ID1 s3_GetObject x /b/x 206 - 0 0 1 1 -\n"
+        "k b [02/December/2026:02:55:02 +0000] 127.0.0.1 k ID2 s3_GetObject x /b/x 206 - 0 0 1 1 -\n"
+        "k b [02/December/2026:02:55:02 +0000] 127.0.0.1 k ID3 s3_HeadObject x /b/x 200 - 0 0 1 1 -\n"
+    )
+    assert netlink.count_requests(log) == {"s3_GetObject": 2, "s3_HeadObject": 1}
+    assert netlink.count_requests(tmp_path / "missing.log") == {}

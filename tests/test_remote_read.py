@@ -1,0 +1,216 @@
+"""Reading TFRecord files from an object store (issue 24, item 1): read-ahead planned from the
+index, against a real S3-protocol server (versitygw on loopback, `s3_server`), with a proxy in
+front of it that counts the requests on the wire (`helpers.faultproxy`).
+
+Each record is read exactly once at 0 and 2 workers and 2 ranks; an indexed file of N bytes is
+read in about N / readahead_bytes requests (never one per record); block-gzip files through
+their member table; files without an index streamed; memory bounded by the blocks in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from helpers.faultproxy import FaultProxy  # noqa: E402
+from helpers.remote_data import Remote, reader_keys, write_local  # noqa: E402
+
+from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+@pytest.fixture
+def remote(s3_server, s3_bucket, monkeypatch):
+    with reader_keys(s3_server, monkeypatch):
+        yield Remote(s3_server, s3_bucket, s3_server.client())
+
+
+@pytest.fixture
+def proxy(s3_server):
+    with FaultProxy(s3_server.host_port) as running:
+        yield running
+
+
+def ids_of(batches) -> list:
+    return [int(i) for batch in batches for i in batch["id"][:, 0]]
+
+
+def upload(remote: Remote, tmp_path: Path, name: str, first: int, count: int, size: int, compression=None):
+    local = tmp_path / name
+    ids = write_local(local, first, count, size, compression)
+    remote.upload(local, name)
+    return ids, local.stat().st_size
+
+
+def test_each_record_once_over_ranks_and_workers_in_few_requests(remote, proxy, tmp_path):
+    ids = []
+    sizes = 0
+    for k in range(2):
+        got, size = upload(remote, tmp_path, f"d-{k}.tfrecord", 1000 * k, 600, 2 * KiB)
+        ids += got
+        sizes += size
+    data = remote.uri("d-*.tfrecord", via=proxy.host_port)
+    index = remote.uri("d-*.tfindex", via=proxy.host_port)
+    readahead = 128 * KiB
+    seen = []
+    requests = 0
+    for world in (1, 2):
+        for workers in (1, 2):
+            for rank in range(world):
+                ds = TFRecordDataset(data, index, batch_size=64, rank=rank, world_size=world, readahead_bytes=readahead)
+                before = len(proxy.ranged_gets())
+                for worker in range(workers):
+                    seen.append(((world, workers), ids_of(ds.iter_worker(worker, workers))))
+                assert ds.remote_stats()["requests"] == len(proxy.ranged_gets()) - before
+                requests = ds.remote_stats()["requests"]
+                shards = world * workers
+                # the blocks of the file and at most two more per shard (boundaries shared)
+                assert requests <= math.ceil(sizes / readahead) + 2 * shards + 2
+    for grid in {g for g, _ in seen}:
+        got = Counter(i for g, part in seen if g == grid for i in part)
+        assert sorted(got) == ids and set(got.values()) == {1}, grid
+
+
+def test_one_request_per_readahead_block_not_per_record(remote, proxy, tmp_path):
+    ids, size = upload(remote, tmp_path, "big.tfrecord", 0, 4000, 1 * KiB)  # ~4 MiB, 4000 records
+    readahead = 512 * KiB
+    ds = TFRecordDataset(
+        remote.uri("big.tfrecord", via=proxy.host_port),
+        remote.uri("big.tfindex", via=proxy.host_port),
+        batch_size=100,
+        readahead_bytes=readahead,
+        readahead_requests=2,
+    )
+    assert ids_of(ds.iter_worker(0, 1)) == ids
+    stats = ds.remote_stats()
+    assert stats["requests"] == math.ceil(size / readahead) == len(proxy.ranged_gets())
+    assert stats["bytes"] == size
+    # each request one block of the grid, each block once
+    grid = [f"bytes={a}-{min(a + readahead, size) - 1}" for a in range(0, size, readahead)]
+    assert sorted(proxy.ranged_gets()) == sorted(grid)
+
+
+def test_a_dataloader_with_two_workers_reads_each_record_once(remote, tmp_path):
+    ids, size = upload(remote, tmp_path, "w.tfrecord", 0, 3000, 1 * KiB)
+    ds = TFRecordDataset(remote.uri("w.tfrecord"), remote.uri("w.tfindex"), batch_size=50, readahead_bytes=256 * KiB)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    got = ids_of(loader)
+    assert sorted(got) == ids
+    stats = ds.remote_stats()  # counted in the workers, read here
+    assert 0 < stats["requests"] <= math.ceil(size / (256 * KiB)) + 2
+    assert stats["bytes"] >= size
+
+
+def test_block_gzip_is_read_by_member_ranges(remote, proxy, tmp_path):
+    ids, size = upload(remote, tmp_path, "z.tfrecord.gz", 0, 3000, 1 * KiB, "gzip")
+    data = remote.uri("z.tfrecord.gz", via=proxy.host_port)
+    index = remote.uri("z.tfrecord.gz.tfindex", via=proxy.host_port)
+    readahead = 64 * KiB
+    ds = TFRecordDataset(data, index, batch_size=100, readahead_bytes=readahead)
+    parts = [ids_of(ds.iter_worker(w, 2)) for w in range(2)]
+    assert parts[0] and parts[1] and sorted(parts[0] + parts[1]) == ids
+    # each worker reads its own members: together about the file once, not twice
+    assert ds.remote_stats()["requests"] <= math.ceil(size / readahead) + 4
+
+
+def test_files_without_an_index_are_streamed(remote, tmp_path):
+    ids, _ = upload(remote, tmp_path, "n.tfrecord", 0, 2000, 1 * KiB)
+    remote.client.delete_object(Bucket=remote.bucket, Key="n.tfindex")
+    ds = TFRecordDataset(remote.uri("n.tfrecord"), None, batch_size=64, readahead_bytes=128 * KiB)
+    parts = [ids_of(ds.iter_worker(w, 2)) for w in range(2)]
+    assert parts[0] and parts[1] and sorted(parts[0] + parts[1]) == ids
+    plain = TFRecordDataset(remote.uri("n.tfrecord"), None, {"id": "int"}, readahead_bytes=128 * KiB)
+    assert [int(r["id"][0]) for r in plain] == ids  # per-record path too
+
+
+def test_a_committed_output_prefix_reads_its_manifest_shards_with_their_indexes(remote, proxy, tmp_path):
+    """Item 4: `TFRecordDataset("s3://bucket/out/train", None)` reads exactly the shards the
+    output's manifest lists (a leftover shard beside them is not read), by their indexes."""
+    from tfrecord_beam import digest
+    from tfrecord_beam import manifest as mf
+
+    entries, ids = [], []
+    for k in range(3):
+        name = f"train-{k:05d}-of-00003.tfrecord"
+        local = tmp_path / name
+        ids += write_local(local, 1000 * k, 400, 1 * KiB)
+        remote.upload(local, f"out/{name}")
+        records, payload_bytes, checksum = digest.file_digest(str(local))
+        entries.append(
+            mf.ShardEntry(
+                name,
+                records,
+                local.stat().st_size,
+                payload_bytes,
+                digest.format_checksum(checksum),
+                f"train-{k:05d}-of-00003.tfindex",
+            )
+        )
+    stray = tmp_path / "train-00009-of-00010.tfrecord"  # from an older run: not in the manifest
+    write_local(stray, 90000, 50, 100)
+    remote.upload(stray, "out/train-00009-of-00010.tfrecord")
+    manifest = mf.Manifest("test", "train", entries)
+    mf.write_manifest(manifest, remote.uri("out/_MANIFEST.train.json"))
+    ds = TFRecordDataset(remote.uri("out/train", via=proxy.host_port), None, batch_size=64, readahead_bytes=256 * KiB)
+    files = ds.sources[0]
+    assert [p.split("?")[0].rsplit("/", 1)[1] for p in files.paths] == [e.name for e in entries]
+    assert all(info.num_records == 400 for info in files.infos())  # indexed: split by records
+    parts = [ids_of(ds.iter_worker(w, 2)) for w in range(2)]
+    assert sorted(parts[0] + parts[1]) == ids and abs(len(parts[0]) - len(parts[1])) <= 1
+    assert not [r for r in proxy.ranged_gets("00009")]  # the stray shard never read
+    assert ds.remote_stats()["requests"] <= sum(math.ceil(e.file_bytes / (256 * KiB)) for e in entries) + 4
+
+
+def test_the_map_style_dataset_reads_remote_blocks_once_with_a_cache(remote, proxy, tmp_path):
+    from tfrecord_beam.torch import IndexedTFRecordDataset
+
+    ids, size = upload(remote, tmp_path, "m.tfrecord", 0, 1000, 1 * KiB)
+    readahead = 64 * KiB
+    ds = IndexedTFRecordDataset(
+        remote.uri("m.tfrecord", via=proxy.host_port),
+        remote.uri("m.tfindex", via=proxy.host_port),
+        {"id": "int"},
+        cache_dir=str(tmp_path / "cache"),
+        readahead_bytes=readahead,
+    )
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3)).tolist()
+    assert [int(ds[i]["id"][0]) for i in order] == [ids[i] for i in order]
+    blocks = math.ceil(size / readahead)
+    assert ds.remote_stats()["requests"] == blocks == len(proxy.ranged_gets())  # each block once
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, shuffle=True)
+    assert sorted(int(r["id"][0]) for r in loader) == ids
+    assert ds.remote_stats()["requests"] == blocks  # the workers read the cache only
+
+
+def test_memory_is_bounded_by_the_blocks_in_flight_not_the_file(remote, tmp_path):
+    """A 64 MiB file read with 2 MiB requests, 2 in flight: the reader's peak memory grows by
+    a few blocks over a 4 MiB file's, not by the file."""
+    from helpers.rss import MiB, PeakRSS
+
+    small, _ = upload(remote, tmp_path, "small.tfrecord", 0, 1000, 4 * KiB)
+    big, size = upload(remote, tmp_path, "large.tfrecord", 0, 16000, 4 * KiB)
+    assert size > 60 * MiB
+
+    def read(name: str) -> PeakRSS:
+        ds = TFRecordDataset(
+            remote.uri(f"{name}.tfrecord"),
+            remote.uri(f"{name}.tfindex"),
+            batch_size=64,
+            readahead_bytes=2 * MiB,
+            readahead_requests=2,
+        )
+        with PeakRSS() as peak:
+            count = sum(len(batch["id"]) for batch in ds.iter_worker(0, 1))
+        assert count == (len(small) if name == "small" else len(big))
+        return peak
+
+    read("small")  # warm up: allocator arenas, the S3 client
+    baseline = read("small")
+    large = read("large")
+    assert large.largest - baseline.largest < 24 * MiB, (large.largest - baseline.largest) / MiB

@@ -1,0 +1,321 @@
+"""Byte ranges of one remote object: one request per range, retried with backoff, each attempt
+under a timeout, counted, and (with a `RangeCache`) kept on local disk.
+
+An object is read in blocks of a fixed grid (`RemoteOptions.readahead_bytes`: block g is bytes
+[g*B, (g+1)*B) of the object), so every worker, rank and epoch asks for the same ranges and a
+cache serves them all whatever the shard plan of the epoch. `ReadAheadFile` (`_readahead`) turns
+blocks into a file object the record readers read.
+
+A failed attempt (a 5xx answer, a cut connection, a short body, no answer within `timeout`
+seconds) is retried after `backoff` seconds, doubled each time (capped, jittered), up to
+`attempts` attempts in all; then `RemoteReadError` names the object and the byte range. A
+missing object or a refused access is not retried. The object-store client's own retries are
+turned off for these reads where it has them (pyarrow's S3), so each request counted here is
+one request on the wire.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import fs
+from .errors import RemoteReadError
+
+__all__ = ["RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
+
+MiB = 1 << 20
+STAT_FIELDS = ("requests", "bytes", "cache_hits", "cache_misses", "retries")
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How remote objects are read (the datasets' keyword arguments of the same names).
+
+    readahead_bytes: size of one request, and the grid blocks are cut on.
+    readahead_requests: requests in flight per reader (memory: about (this + 2) blocks).
+    cache_dir, cache_limit: a local cache of blocks (`_rangecache`); None: no cache.
+    timeout: seconds one attempt may take; attempts: attempts per range; backoff: the first
+    wait between attempts, in seconds.
+    """
+
+    readahead_bytes: int = 16 * MiB
+    readahead_requests: int = 3
+    cache_dir: Optional[str] = None
+    cache_limit: Optional[int] = None
+    timeout: float = 60.0
+    attempts: int = 5
+    backoff: float = 0.25
+
+    def __post_init__(self) -> None:
+        if int(self.readahead_bytes) < 4096:
+            raise ValueError(f"readahead_bytes must be >= 4096, got {self.readahead_bytes}")
+        if int(self.readahead_requests) < 1:
+            raise ValueError(f"readahead_requests must be >= 1, got {self.readahead_requests}")
+        if self.cache_limit is not None and int(self.cache_limit) < 0:
+            raise ValueError(f"cache_limit must be >= 0 bytes or None, got {self.cache_limit}")
+        if self.cache_limit is not None and self.cache_dir is None:
+            raise ValueError("cache_limit needs cache_dir (where the cache lives)")
+        if int(self.attempts) < 1 or float(self.timeout) <= 0 or float(self.backoff) < 0:
+            raise ValueError(
+                f"attempts must be >= 1, timeout > 0 and backoff >= 0 (got {self.attempts}, "
+                f"{self.timeout}, {self.backoff})"
+            )
+
+
+class RemoteStats:
+    """Counts of this process's remote reads (`STAT_FIELDS`); thread-safe. The torch datasets
+    pass a counter shared with their DataLoader workers instead (anything with `add`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Dict[str, int] = dict.fromkeys(STAT_FIELDS, 0)
+
+    def add(self, field: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[field] += n
+
+    def snapshot(self) -> Dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The object store client, its own retries off
+
+
+_filesystems: Dict[Tuple[int, str], Tuple[Any, str]] = {}  # (pid, path) -> (client, path inside)
+_clients: Dict[Tuple[int, str], Any] = {}  # (pid, query + authority) -> single-attempt S3 client
+
+
+def _data_filesystem(path: str) -> Tuple[Any, str]:
+    """(pyarrow filesystem, path inside it) for reading ranges of `path`, made once per
+    process and path (making a client costs milliseconds): for S3, a client like the one `fs`
+    opens but making one attempt per request (the retries are ours)."""
+    found = _filesystems.get((os.getpid(), path))
+    if found is not None:
+        return found
+    filesystem, inner = fs._split_uri(path)
+    if filesystem is not None:
+        from pyarrow import fs as pafs
+
+        if isinstance(filesystem, pafs.S3FileSystem):
+            base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
+            client = _clients.get((os.getpid(), base))
+            if client is None:
+                client = _clients[(os.getpid(), base)] = _single_attempt_s3(filesystem)
+            filesystem = client
+    found = _filesystems[(os.getpid(), path)] = (filesystem, inner)
+    return found
+
+
+def _single_attempt_s3(filesystem):
+    """The same S3 client with `max_attempts=1` (falls back to the given one where pyarrow's
+    constructor does not take back its own settings)."""
+    from pyarrow import fs as pafs
+
+    try:
+        settings = dict(filesystem.__reduce__()[1][0])
+        for name in ("connect_timeout", "request_timeout"):
+            if settings.get(name) is not None and settings[name] < 0:
+                settings[name] = None
+        proxy = settings.pop("proxy_options", None)
+        if proxy and proxy.get("host"):
+            settings["proxy_options"] = proxy
+        return pafs.S3FileSystem(**settings, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
+        return filesystem
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _fatal(exc: BaseException) -> bool:
+    """Errors a retry cannot mend: a missing object, a refused access."""
+    if isinstance(exc, (FileNotFoundError, PermissionError)):
+        return True
+    text = str(exc)
+    return any(word in text for word in ("NoSuchKey", "NoSuchBucket", "ACCESS_DENIED", "AccessDenied", "404"))
+
+
+class RangeSource:
+    """One remote object of known size (and version, when the store tells it), read by range.
+
+    `version` (the object's modification time) is part of the cache key, so a replaced object
+    is never served from its predecessor's blocks. Handles are opened as needed, one per
+    concurrent request, and dropped after a failure; after a fork they are opened afresh.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        size: int,
+        version: Optional[int],
+        options: RemoteOptions,
+        stats: Any,
+        cache: Any = None,
+    ) -> None:
+        self.path, self.size, self.version = path, int(size), version
+        self.options = options
+        self.block = int(options.readahead_bytes)
+        self.stats = stats
+        self.cache = cache
+        self._idle: List[Any] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_idle"], state["_lock"] = [], None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock, self._pid = threading.Lock(), os.getpid()
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.size // self.block)
+
+    def block_range(self, g: int) -> Tuple[int, int]:
+        """(offset, length) of grid block `g`."""
+        offset = g * self.block
+        return offset, max(0, min(self.block, self.size - offset))
+
+    def cache_key(self, offset: int, length: int) -> str:
+        return f"{self.path}|{self.size}|{self.version}|{offset}|{length}"
+
+    def read_block(self, g: int, write_behind: bool = False) -> bytes:
+        """Block `g`: from the cache when it holds it, else one request (retried), then kept
+        in the cache (`write_behind`: by the cache's writer thread; call `flush` later)."""
+        offset, length = self.block_range(g)
+        if length <= 0:
+            return b""
+        if self.cache is not None:
+            key = self.cache_key(offset, length)
+            data = self.cache.get(key, length)
+            if data is not None:
+                self.stats.add("cache_hits")
+                return data
+            self.stats.add("cache_misses")
+        data = self.fetch(offset, length)
+        if self.cache is not None:
+            (self.cache.put_soon if write_behind else self.cache.put)(key, data)
+        return data
+
+    def flush(self) -> None:
+        """Wait for the cache entries written behind (`read_block(write_behind=True)`)."""
+        if self.cache is not None:
+            self.cache.flush()
+
+    # -- requests ------------------------------------------------------------------------------
+    def fetch(self, offset: int, length: int) -> bytes:
+        """Bytes [offset, offset + length) by one request, retried as the module says."""
+        options = self.options
+        _data_filesystem(self.path)  # the client is made once, outside the timed attempts
+        started = time.monotonic()
+        wait = float(options.backoff)
+        last: BaseException = OSError("no attempt made")
+        for attempt in range(int(options.attempts)):
+            if attempt:
+                self.stats.add("retries")
+                time.sleep(wait * (0.5 + random.random()))
+                wait = min(wait * 2, 8.0)
+            self.stats.add("requests")
+            try:
+                data = _with_timeout(lambda: self._attempt(offset, length), float(options.timeout))
+            except TimeoutError:
+                last = TimeoutError(f"no answer within {options.timeout:g} s")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a transport error of any client
+                if _fatal(exc):
+                    raise _failure(self.path, offset, length, exc, attempt + 1, started) from exc
+                last = exc
+                continue
+            self.stats.add("bytes", len(data))
+            return data
+        raise _failure(self.path, offset, length, last, int(options.attempts), started)
+
+    def _attempt(self, offset: int, length: int) -> bytes:
+        handle = self._take()
+        try:
+            data = handle.read_at(length, offset) if hasattr(handle, "read_at") else _seek_read(handle, offset, length)
+        except BaseException:
+            _close(handle)
+            raise
+        if len(data) != length:
+            _close(handle)
+            raise OSError(f"short read: {len(data)} of {length} bytes (the object changed, or the connection was cut)")
+        self._give(handle)
+        return bytes(data) if not isinstance(data, bytes) else data
+
+    def _take(self):
+        with self._lock_here():
+            if self._idle:
+                return self._idle.pop()
+        filesystem, inner = _data_filesystem(self.path)
+        if filesystem is None:
+            return open(inner, "rb")
+        return filesystem.open_input_file(inner)
+
+    def _give(self, handle) -> None:
+        with self._lock_here():
+            if self._pid == os.getpid():
+                self._idle.append(handle)
+                return
+        _close(handle)
+
+    def _lock_here(self) -> threading.Lock:
+        if self._pid != os.getpid():  # forked: the parent's handles and lock are not ours
+            self._idle, self._lock, self._pid = [], threading.Lock(), os.getpid()
+        return self._lock
+
+
+def _failure(path: str, offset: int, length: int, cause: BaseException, attempts: int, started: float):
+    """The error naming the object and the range that could not be read."""
+    cause_text = " ".join(str(cause).split())[:300] or type(cause).__name__
+    return RemoteReadError(
+        fs.split_query(path)[0],
+        offset,
+        None,
+        f"reading bytes {offset}-{offset + length - 1} ({length} bytes) failed after {attempts} "
+        f"attempt(s) in {time.monotonic() - started:.1f} s: {type(cause).__name__}: {cause_text}",
+    )
+
+
+def _seek_read(handle, offset: int, length: int) -> bytes:
+    handle.seek(offset)
+    return handle.read(length)
+
+
+def _close(handle) -> None:
+    try:
+        handle.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _with_timeout(call: Callable[[], bytes], timeout: float) -> bytes:
+    """`call()` in a daemon thread, given up (TimeoutError) after `timeout` seconds: a stalled
+    connection cannot hold the reader; the abandoned thread ends when its socket does."""
+    box: List[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="tfrb-range", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
