@@ -161,3 +161,30 @@ def test_compression_is_inferred_from_the_name_before_a_query_string():
     assert resolve_compression("gs://b/t.tfrecord.zlib?x=1") == "zlib"
     assert resolve_compression("s3://b/t.tfrecord" + query) is None
     assert resolve_compression("local?.gz") == "gzip"
+
+
+def test_object_store_filesystems_are_made_once_per_bucket_and_environment(monkeypatch):
+    """pyarrow's from_uri costs a region lookup and a client (0.25-3 s): one call per bucket,
+    query and client environment in a process, and the paths are the ones pyarrow gives."""
+    from pyarrow import fs as pafs
+
+    monkeypatch.setattr(fs, "_filesystems", {})
+    made = []
+    make = fs._make_filesystem
+    real = pafs.FileSystem.from_uri
+
+    def counting(uri):
+        made.append(uri)
+        return make(uri)
+
+    monkeypatch.setattr(fs, "_make_filesystem", counting)
+    query = "?endpoint_override=127.0.0.1:1&region=us-east-1&scheme=http"
+    uris = [f"s3://b/k/x.tfrecord{query}", f"s3://b/k/{query}", f"s3://b{query}", f"s3://b/a%20b/c{query}"]
+    got = [fs._split_uri(uri) for uri in uris]
+    assert len(made) == 1
+    assert len({id(filesystem) for filesystem, _ in got}) == 1
+    assert [path for _, path in got] == [real(uri)[1] for uri in uris]
+    fs._split_uri(f"s3://other/k{query}")  # another bucket: its own client
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone-else")  # other credentials: their own client
+    fs._split_uri(uris[0])
+    assert len(made) == 3

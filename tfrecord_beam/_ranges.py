@@ -134,9 +134,14 @@ def _single_attempt_s3(filesystem):
 # ---------------------------------------------------------------------------------------------
 
 
+class ObjectChangedError(OSError):
+    """The object's size is not the size it had when it was listed: it was replaced, and its
+    bytes would be read against the old size and index (not retried)."""
+
+
 def _fatal(exc: BaseException) -> bool:
-    """Errors a retry cannot mend: a missing object, a refused access."""
-    if isinstance(exc, (FileNotFoundError, PermissionError)):
+    """Errors a retry cannot mend: a missing object, a refused access, a replaced object."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, ObjectChangedError)):
         return True
     text = str(exc)
     return any(word in text for word in ("NoSuchKey", "NoSuchBucket", "ACCESS_DENIED", "AccessDenied", "404"))
@@ -258,9 +263,15 @@ class RangeSource:
             if self._idle:
                 return self._idle.pop()
         filesystem, inner = _data_filesystem(self.path)
-        if filesystem is None:
-            return open(inner, "rb")
-        return filesystem.open_input_file(inner)
+        handle = open(inner, "rb") if filesystem is None else filesystem.open_input_file(inner)
+        size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
+        if size != self.size:  # a new handle asks the store: the object must still be the listed one
+            _close(handle)
+            raise ObjectChangedError(
+                f"{fs.split_query(self.path)[0]} is {size} bytes now but was {self.size} bytes when listed: "
+                "the object was replaced while it was being read"
+            )
+        return handle
 
     def _give(self, handle) -> None:
         with self._lock_here():

@@ -22,11 +22,14 @@ import mmap
 import os
 import socket
 import stat
+import urllib.parse
 import uuid
 from typing import (
+    Any,
     BinaryIO,
     Callable,
     ContextManager,
+    Dict,
     Iterable,
     Iterator,
     List,
@@ -98,12 +101,52 @@ def _split_uri(path: str):
     return _from_uri(path)
 
 
+# Object-store filesystems made by `_from_uri`, per process (a client made before a fork is not
+# used after it) and per bucket, query string and the environment that configures the client:
+# pyarrow's FileSystem.from_uri resolves the bucket's region and builds a client, 0.25-3 s a call,
+# and a training epoch asks for the same bucket dozens of times.
+_CACHED_SCHEMES = ("s3", "gs", "gcs")
+_CLIENT_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+_filesystems: Dict[Tuple[Any, ...], Any] = {}
+
+
 def _from_uri(uri: str):
     """pyarrow's (filesystem, path) for a URI (one place, so tests can stand in a local one).
 
-    Schemes pyarrow does not know go to fsspec (when installed), wrapped as a pyarrow
-    filesystem; the error names the URI when neither knows the scheme.
+    Object-store filesystems are made once per process, bucket, query string and client
+    environment (see `_filesystems`). Schemes pyarrow does not know go to fsspec (when
+    installed), wrapped as a pyarrow filesystem; the error names the URI when neither knows
+    the scheme.
     """
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme not in _CACHED_SCHEMES:
+        return _make_filesystem(uri)
+    base, query = split_query(uri)
+    bucket, _, key = base.split("://", 1)[1].partition("/")
+    inner = urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
+    cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
+    filesystem = _filesystems.get(cache_key)
+    if filesystem is not None:
+        return filesystem, inner
+    filesystem, made_inner = _make_filesystem(uri)
+    if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
+        _filesystems[cache_key] = filesystem
+    return filesystem, made_inner
+
+
+def _make_filesystem(uri: str):
+    """A new (filesystem, path) for `uri` from pyarrow, else fsspec."""
     from pyarrow import fs as pafs
 
     try:

@@ -21,7 +21,7 @@ from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
 from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
 from .._readahead import ReadAheadFile
-from .._reader import RecordReader
+from .._reader import DEFAULT_CHUNK_SIZE, RecordReader
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
 from ..skipping import SkippingReader
@@ -251,12 +251,18 @@ class FileSet:
                     raw.close()
                     raise
                 open_file = _first_then(raw, open_file)  # the reader goes on with the same blocks
+            bounded = {}
+            if compression is None and fs.is_remote(path):  # read what the range holds, not a whole
+                # chunk past it: each byte past the planned range is a block fetched on its own
+                span = (end if end is not None else self.stat(piece.file).size) - int(index[first, 0])
+                bounded["chunk_size"] = max(1 << 12, min(DEFAULT_CHUNK_SIZE, span + HEADER_SIZE))
             reader = reader_of(
                 start_offset=int(index[first, 0]),
                 end_offset=end,
                 first_record_number=first,
                 boundaries=index[:, 0],
                 members=self.members(piece.file) or False,
+                **bounded,
             )
         elif piece.kind == BYTES:  # resync also checks the split point at the end
             reader = reader_of(start_offset=piece.start, end_offset=piece.stop, resync=True)
@@ -347,7 +353,8 @@ class FileSet:
     def head(self, count: int) -> List[bytes]:
         """The first `count` payloads of the first file (a remote one: from its first block)."""
         with self.open_at(0, 0, None, readahead=False) as raw:
-            reader = RecordReader(raw, self.compressions[0], members=False)
+            # small chunks: only the blocks holding these records are fetched, not a whole 1 MiB chunk
+            reader = RecordReader(raw, self.compressions[0], members=False, chunk_size=1 << 16)
             out: List[bytes] = []
             for chunk in reader.chunks():
                 out.extend(chunk.payloads()[: count - len(out)])

@@ -7,12 +7,16 @@
 * `state_dict()` / `load_state_dict()` resume a run mid-epoch without repeating or skipping a
   record (directly with `num_workers=0`, or through torchdata's `StatefulDataLoader`).
 * `batch_size=` yields ready batches of tensors decoded in one go (layout in `_collate`).
+* `elastic=True` (opt-in): one global record order per epoch, from the record counts and the
+  seed alone, shared out round-robin to ranks x workers; a state is a position in it and
+  resumes on any ranks x workers and batch size (`elastic`, `_elastic_iter`).
 """
 
 from __future__ import annotations
 
 import collections.abc
 import copy
+import hashlib
 import itertools
 import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -230,6 +234,14 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             raise ValueError(
                 f"state of a dataset with elastic={'elastic' in state} loaded into one with elastic={self.elastic}"
             )
+        if self.elastic and state["elastic"].get("order") != self._order_id():
+            saved = state["elastic"].get("order") or [None, None]
+            raise ValueError(
+                f"state of another elastic order: saved over {saved[0]} records (per source), order {saved[1]}; "
+                f"this dataset's is over {self._order_id()[0]}, order {self._order_id()[1]}: its files, their "
+                "record counts, shuffle_queue_size, shuffle_block, weights or infinite differ, so the saved "
+                "position would lose or repeat records"
+            )
 
     def _fresh_state(self, topology: Optional[List[int]]) -> Dict[str, Any]:
         state: Dict[str, Any] = {
@@ -242,7 +254,13 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             "mixer": None,
         }
         if self.elastic:  # position `start` of the global order, and this process's positions since
-            state["elastic"] = {"start": 0, "taken": [0] * len(self.sources), "unit": self._unit, "consumed": 0}
+            state["elastic"] = {
+                "start": 0,
+                "taken": [0] * len(self.sources),
+                "unit": self._unit,
+                "consumed": 0,
+                "order": self._order_id(),
+            }
         return state
 
     def _start(self, topology: List[int]) -> Dict[str, Any]:
@@ -286,6 +304,21 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             )
             cached = self._plan_cache = (self.epoch, plan)
         return cached[1]
+
+    def _order_id(self) -> List[Any]:
+        """What a position of the elastic order means besides seed and epoch: the records of
+        each source, and a digest of every file's record count, the shuffle and the mix (a state
+        saved under another one would lose or repeat records, so it is refused)."""
+        plan = self._plan()
+        queue = int(self.shuffle_queue_size or 0)
+        parts = (
+            [o.counts.tolist() for o in plan.orders],
+            queue,
+            self.shuffle_block if queue else 0,
+            None if self.weights is None else [float(w) for w in self.weights],
+            bool(self.infinite),
+        )
+        return [[o.size for o in plan.orders], hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()]
 
     def _globalize(self, states: List[Mapping[str, Any]], extra: int) -> Dict[str, Any]:
         """One rank's state (its workers' states, plus `extra` items handed out after them) as a
