@@ -130,7 +130,8 @@ def test_dataset_signatures_match_the_tfrecord_package():
         "sequence_description",
         "compression_type",
     ]
-    assert _keyword_only(IndexedTFRecordDataset.__init__) == {"verify", "skip_corrupt"}
+    remote = {"cache_dir", "cache_limit", "readahead_bytes", "request_timeout", "request_attempts"}
+    assert _keyword_only(IndexedTFRecordDataset.__init__) == {"verify", "skip_corrupt"} | remote
 
 
 def test_datasets_positionally_as_the_tfrecord_package_calls_them(tmp_path):
