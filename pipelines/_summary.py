@@ -18,12 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, TextIO
 
+from tfrecord_beam._usage import plural
+
 MB = 1_000_000
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 file`, `2 files`, `1,234 records` (one number format: thousands separated by commas)."""
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def size(num_bytes: int) -> str:

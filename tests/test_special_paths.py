@@ -112,3 +112,14 @@ def test_a_job_refuses_stdin(tmp_path):
         timeout=300,
     )
     assert done.returncode == 1 and "not a regular file" in done.stderr
+
+
+def test_a_file_named_like_a_flag_gets_a_hint(tmp_path, monkeypatch, capsys):
+    """`count -x.tfrecord`: argparse reads the name as a flag; the error names the file and
+    the two ways to pass it, and `./-x.tfrecord` then counts it."""
+    monkeypatch.chdir(tmp_path)
+    write_records("-x.tfrecord", [b"a"])
+    assert cli_main(["count", "-x.tfrecord"]) == 2
+    assert "-x.tfrecord is read as a flag: name the file as ./-x.tfrecord or after --" in capsys.readouterr().err
+    assert cli_main(["count", "./-x.tfrecord"]) == 0
+    assert "1 file, 1 record," in capsys.readouterr().err  # singular: 1 record, not 1 records

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from typing import Iterable, List, NoReturn, Optional, Sequence
 
@@ -23,6 +24,12 @@ EXIT_INTERRUPTED = 130  # SIGINT
 EXIT_HELP = (
     "exit status: 0 ok, 1 failure (one line on stderr), 2 usage error, 3 bad data found and reported, 130 interrupted"
 )
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 file`, `2 files`, `1,234 records`: every job's and tool's counts in one format
+    (thousands separated by commas, the noun agreeing with the number)."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
 
 
 def positive_int(text: str) -> int:
@@ -67,7 +74,17 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_args(argv, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._misspelled()} (see {self.prog} --help)\n")
+        notes = self._misspelled() + self._dashed_files()
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{notes} (see {self.prog} --help)\n")
+
+    def _dashed_files(self) -> str:
+        """A note naming a file whose name starts with '-' (`-x.tfrecord`): argparse reads it
+        as a flag, so the error would speak of a missing argument instead."""
+        own = {s for a in self._actions for s in a.option_strings}
+        for arg in getattr(self, "_argv", []):
+            if arg.startswith("-") and arg not in own and os.path.exists(arg):
+                return f"; {arg} is read as a flag: name the file as ./{arg} or after --"
+        return ""
 
     def _misspelled(self) -> str:
         """A note naming a typed flag that is close to one of ours (`--num_shard`): argparse

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import fs
 from .. import manifest as _manifest
-from .._usage import EXIT_BAD_DATA, EXIT_FAILURE, EXIT_OK, UsageError
+from .._usage import EXIT_BAD_DATA, EXIT_FAILURE, EXIT_OK, UsageError, plural
 from ..compression import resolve as resolve_compression
 from ..errors import TFRecordError
 from ..example import feature_values
@@ -136,7 +136,7 @@ def _summary(args, progress: fmt.Progress, files: int, records: int, nbytes: Opt
     if not args.quiet:
         size = "" if nbytes is None else f"{fmt.human_bytes(nbytes)}, "
         print(
-            f"{PROG} {args.command}: {files} file{'s' if files != 1 else ''}, {records} records, "
+            f"{PROG} {args.command}: {plural(files, 'file')}, {plural(records, 'record')}, "
             f"{size}{progress.elapsed():.2f} s{extra}",
             file=sys.stderr,
         )
