@@ -98,3 +98,21 @@ def s3_trap(monkeypatch, tmp_path):
     finally:
         trap.close()
     assert trap.connections == 0, f"{trap.connections} connection(s) to the trap endpoint {trap.url}"
+
+
+@pytest.fixture
+def remote(s3_server, s3_bucket, monkeypatch):
+    """A bucket on the session's S3 server, with the torch readers' keys in the environment."""
+    from helpers.remote_data import Remote, reader_keys
+
+    with reader_keys(s3_server, monkeypatch):
+        yield Remote(s3_server, s3_bucket, s3_server.client())
+
+
+@pytest.fixture
+def proxy(s3_server):
+    """A fault-injecting, request-counting proxy in front of the session's S3 server."""
+    from helpers.faultproxy import FaultProxy
+
+    with FaultProxy(s3_server.host_port) as running:
+        yield running

@@ -17,24 +17,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers.faultproxy import FaultProxy  # noqa: E402
-from helpers.remote_data import Remote, reader_keys, write_local  # noqa: E402
+from helpers.remote_data import Remote, write_local  # noqa: E402
 
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-
-
-@pytest.fixture
-def remote(s3_server, s3_bucket, monkeypatch):
-    with reader_keys(s3_server, monkeypatch):
-        yield Remote(s3_server, s3_bucket, s3_server.client())
-
-
-@pytest.fixture
-def proxy(s3_server):
-    with FaultProxy(s3_server.host_port) as running:
-        yield running
 
 
 def ids_of(batches) -> list:

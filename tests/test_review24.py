@@ -11,8 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers.faultproxy import FaultProxy  # noqa: E402
-from helpers.remote_data import Remote, reader_keys, write_local  # noqa: E402
+from helpers.remote_data import write_local  # noqa: E402
 from helpers.torch_data import write_files  # noqa: E402
 from test_torch_elastic import lockstep  # noqa: E402
 
@@ -21,18 +20,6 @@ from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 
 KiB = 1 << 10
 READAHEAD = 64 * KiB
-
-
-@pytest.fixture
-def remote(s3_server, s3_bucket, monkeypatch):
-    with reader_keys(s3_server, monkeypatch):
-        yield Remote(s3_server, s3_bucket, s3_server.client())
-
-
-@pytest.fixture
-def proxy(s3_server):
-    with FaultProxy(s3_server.host_port) as running:
-        yield running
 
 
 def ids_of(items) -> list:

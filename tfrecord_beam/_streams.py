@@ -147,7 +147,36 @@ class DecodingReader:
         raise NotImplementedError
 
 
-class InflatingReader(DecodingReader):
+class CompressedInput(DecodingReader):
+    """A decoding reader's compressed side: the raw file read `_READ_SIZE` bytes at a time into
+    `_block`, `_at` of them consumed by the decoder, `_block_offset` the compressed offset of
+    `_block[0]`. Subclasses set those (and `_raw_eof = False`) in their constructors."""
+
+    _block: memoryview
+    _at: int
+    _block_offset: int
+    _raw_eof: bool
+
+    def _offset(self) -> int:
+        """Compressed offset of the next byte the decoder has not consumed."""
+        return self._block_offset + self._at
+
+    def _more_input(self) -> bool:
+        """Make unconsumed compressed bytes available; False at the end of the file."""
+        if self._at < len(self._block):
+            return True
+        if self._raw_eof:
+            return False
+        data = self._raw.read(_READ_SIZE)
+        self._block_offset += len(self._block)
+        self._block, self._at = memoryview(data), 0
+        if not data:
+            self._raw_eof = True
+            return False
+        return True
+
+
+class InflatingReader(CompressedInput):
     """A `read(n)` view of the decompressed stream; concatenated gzip members are followed.
 
     `complete` tells, once `read` returns b"", whether the compressed stream ended properly;
@@ -213,24 +242,6 @@ class InflatingReader(DecodingReader):
         return left * DEFLATE_MAX_RATIO + _INFLATER_SLACK
 
     # -- internals --------------------------------------------------------------------------
-    def _offset(self) -> int:
-        """Compressed offset of the next byte the inflater has not consumed."""
-        return self._block_offset + self._at
-
-    def _more_input(self) -> bool:
-        """Make unconsumed compressed bytes available; False at the end of the file."""
-        if self._at < len(self._block):
-            return True
-        if self._raw_eof:
-            return False
-        data = self._raw.read(_READ_SIZE)
-        self._block_offset += len(self._block)
-        self._block, self._at = memoryview(data), 0
-        if not data:
-            self._raw_eof = True
-            return False
-        return True
-
     def _inflate_some(self, want: int) -> bytes:
         inflater = self._inflater
         if inflater.eof and not self._next_member():

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import BinaryIO, Optional
 
-from ._streams import DecodingReader, _tell_and_size
+from ._streams import CompressedInput, _tell_and_size
 from .errors import CorruptStreamError
 
-_READ_SIZE = 1 << 20  # compressed bytes read from the file at a time
 _FEED = 1 << 11  # compressed bytes handed to the decoder per call
 MAX_RATIO = 1 << 15  # 128 KiB block from a 3-byte header and 1 RLE byte
 _SLACK = 1 << 20
@@ -39,7 +38,7 @@ def compressor(level: int = -1):
     return zstd.ZstdCompressor(level=DEFAULT_LEVEL if level < 0 else level, write_checksum=True).compressobj()
 
 
-class ZstdReader(DecodingReader):
+class ZstdReader(CompressedInput):
     """A `read(n)` view of a zstd stream of one or more frames (see `DecodingReader`)."""
 
     def __init__(self, raw: BinaryIO, path: Optional[str] = None) -> None:
@@ -66,21 +65,8 @@ class ZstdReader(DecodingReader):
     def max_remaining(self) -> Optional[int]:
         if self.compressed_size is None:
             return None
-        left = max(self.compressed_size - (self._block_offset + self._at), 0)
+        left = max(self.compressed_size - self._offset(), 0)
         return left * MAX_RATIO + _SLACK + len(self._pending)
-
-    def _more_input(self) -> bool:
-        if self._at < len(self._block):
-            return True
-        if self._raw_eof:
-            return False
-        data = self._raw.read(_READ_SIZE)
-        self._block_offset += len(self._block)
-        self._block, self._at = memoryview(data), 0
-        if not data:
-            self._raw_eof = True
-            return False
-        return True
 
     def _inflate_some(self, want: int) -> bytes:
         while not self._pending:
@@ -89,7 +75,7 @@ class ZstdReader(DecodingReader):
                 self.complete = not self._in_frame
                 return b""
             feed = self._block[self._at : self._at + _FEED]
-            offset = self._block_offset + self._at
+            offset = self._offset()
             try:
                 out = self._decoder.decompress(feed)
             except self._zstd.ZstdError as exc:
