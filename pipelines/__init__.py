@@ -3,6 +3,14 @@
 build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet, and `demo` (the main job,
 docs/jobs.md's "The demo"). Shared plumbing: `_common` (arguments, Beam options, staged output,
 summary).
+
+What the jobs import from the library (one rule, tests/test_job_imports.py checks it): public
+modules and names only, never a module or name whose dotted path has a part starting with `_`.
+The internals a job needs are re-exported, under `__all__`, by three faces:
+`tfrecord_beam.jobtools` (Beam-free, standard library only so `--help` answers at once: the
+strict parser, exit statuses, argument types, default sizes, `require_beam`,
+`describe_engine`, the absent-feature check), `tfrecord_beam.jobs` (the Beam-free engine) and
+`tfrecord_beam.beam.jobio` (files through Beam's FileSystems, progress files and lines).
 The Beam stages the jobs are made of live in the package, used through their public names
 only: `tfrecord_beam.beam.stages` (range reading, shard routing and writing, checksums, task
 result files), `.planned` (survey, plan, streamed copies), `.shuffle` (the external shuffle,

@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Callable, List, Optional, Sequence
 
-from tfrecord_beam import _usage
 from tfrecord_beam import compression as _compression
+from tfrecord_beam import jobtools
 
 OUTPUTS_HELP = """\
 outputs:
@@ -78,10 +78,10 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
         "would run it on Prism when it can download Prism from GitHub and on the FnApiRunner when it\n"
         "cannot. The summary's runner: line says which runner ran.\n"
         "An unknown flag, an abbreviation or a single-valued flag given twice is a usage error.\n"
-        "\n" + _usage.EXIT_HELP + "\n"
+        "\n" + jobtools.EXIT_HELP + "\n"
     )
-    parser = _usage.ArgumentParser(prog=f"python -m pipelines.{prog}", description=description, epilog=epilog)
-    _usage.add_version(parser)
+    parser = jobtools.ArgumentParser(prog=f"python -m pipelines.{prog}", description=description, epilog=epilog)
+    jobtools.add_version(parser)
     if outputs:
         parser.add_argument(
             "--overwrite", action="store_true", help="replace an existing output under the prefix (as one commit)"
@@ -110,7 +110,7 @@ def parse_then_load(module_name: str, build_parser: Callable[[], argparse.Argume
     import Beam without its import-time log noise."""
     if module_name == "__main__":
         build_parser().parse_known_args(sys.argv[1:])
-    from tfrecord_beam._extras import require_beam
+    from tfrecord_beam.jobtools import require_beam
 
     require_beam("pipelines")
 
@@ -127,7 +127,7 @@ def check_leftovers(prog: str, job_parser: argparse.ArgumentParser, leftovers: S
     _, unknown = beam_parser.parse_known_args(list(leftovers))
     if unknown:
         known = [s for p in (job_parser, beam_parser) for a in p._actions for s in a.option_strings]
-        raise _usage.UsageError(_usage.unknown_arguments_message(unknown, known, "neither this job's nor Beam's"))
-    repeated = _usage.repeated_flags(beam_parser, leftovers)
+        raise jobtools.UsageError(jobtools.unknown_arguments_message(unknown, known, "neither this job's nor Beam's"))
+    repeated = jobtools.repeated_flags(beam_parser, leftovers)
     if repeated:
-        raise _usage.UsageError(f"{repeated[0]} given more than once (it takes one value)")
+        raise jobtools.UsageError(f"{repeated[0]} given more than once (it takes one value)")

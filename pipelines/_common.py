@@ -7,7 +7,7 @@ usage error (`_args`). Output is staged
 under the output location and committed with a manifest written last, by
 `tfrecord_beam.beam.commit.Output` (`open_output`); a failed run leaves nothing partial
 there. Every failure is one line on stderr (`--verbose` for Beam's logs and the traceback),
-exit 1; a usage error exit 2, bad data reported exit 3 (`tfrecord_beam._usage`); SIGINT is
+exit 1; a usage error exit 2, bad data reported exit 3 (`tfrecord_beam.jobtools`); SIGINT is
 exit 130 with one line.
 """
 
@@ -24,11 +24,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tfrecord_beam import _usage, fs
 from tfrecord_beam import compression as _compression
+from tfrecord_beam import fs, jobtools
 from tfrecord_beam import manifest as _manifest
-from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import commit as _commit
+from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam.commit import OutputError
 from tfrecord_beam.errors import TFRecordError
@@ -65,7 +65,7 @@ def pipeline_options(beam_args: Sequence[str]):
     unreachable = _runner.unreachable_job_endpoint(options)  # before anything is staged
     if unreachable:
         raise JobError(unreachable)
-    _fs.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
+    jobio.set_options(options)  # --s3_endpoint_url etc. apply to the checks before the pipeline too
     return options
 
 
@@ -81,7 +81,7 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
     `_` files) are left out. JobError when a pattern matches nothing."""
     files: List[str] = []
     try:  # a half-committed output reads as neither the old nor the new one
-        _fs.check_no_commit_pending(patterns)
+        jobio.check_no_commit_pending(patterns)
     except _manifest.CommitInProgressError as exc:
         raise JobError(f"{what} {exc}") from None
     for pattern in patterns:
@@ -93,8 +93,8 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         if shards is not None:  # an output's prefix, or a directory holding one output: that output
             files.extend(shards)
             continue
-        if _fs.is_dir(pattern):
-            pattern = _fs.join(_glob_escape(pattern.rstrip("/")), dir_glob)
+        if jobio.is_dir(pattern):
+            pattern = jobio.join(_glob_escape(pattern.rstrip("/")), dir_glob)
         elif not fs.is_remote(pattern) and not fs.is_pattern(pattern) and fs.is_glob(pattern):
             pattern = _glob_escape(pattern)  # a local file named with [ ] * ?: itself, literally
         if not fs.is_remote(pattern):  # Beam's local match drops a dangling symlink without a word
@@ -105,8 +105,8 @@ def expand_inputs(patterns: Sequence[str], what: str = "--input", dir_glob: str 
         # FIFOs and devices a glob or directory matched are left out, by stat (never opened)
         found = [
             beam_path(f)
-            for f in _fs.expand(pattern)
-            if _fs.exists(f) and not fs.is_sidecar(f) and not fs.is_special(beam_path(f))
+            for f in jobio.expand(pattern)
+            if jobio.exists(f) and not fs.is_sidecar(f) and not fs.is_special(beam_path(f))
         ]
         if not found:
             raise JobError(f"{what} {pattern!r} matches no files")
@@ -122,14 +122,16 @@ def _output_shards(directory: str, parquet: bool, what: str) -> Optional[List[st
 
     try:
         found: Optional[str] = None
-        if _fs.is_dir(directory):
-            found = _manifest.directory_output(directory, parquet, names=_fs.list_names(directory), read=_fs.read_bytes)
-        elif not fs.is_pattern(directory) and not _fs.exists(directory):
+        if jobio.is_dir(directory):
+            found = _manifest.directory_output(
+                directory, parquet, names=jobio.list_names(directory), read=jobio.read_bytes
+            )
+        elif not fs.is_pattern(directory) and not jobio.exists(directory):
             prefix_manifest = _manifest.manifest_path(directory)
-            found = prefix_manifest if _fs.exists(prefix_manifest) else None
+            found = prefix_manifest if jobio.exists(prefix_manifest) else None
         if found is None:
             return None
-        manifest = _manifest.Manifest.from_json(_fs.read_bytes(found).decode("utf-8"), found)
+        manifest = _manifest.Manifest.from_json(jobio.read_bytes(found).decode("utf-8"), found)
     except _manifest.ManifestError as exc:
         raise JobError(f"{what} {exc}") from None
     paths = _manifest.shard_paths(manifest, found)
@@ -182,7 +184,7 @@ def read_json_results(staged: _commit.Output, subdir: str) -> List[Dict[str, Any
 
 def write_json(path: str, value: Any) -> None:
     """Write a small JSON file atomically (local or remote)."""
-    _fs.write_bytes(path, json.dumps(value, sort_keys=True, indent=1, default=str).encode("utf-8"))
+    jobio.write_bytes(path, json.dumps(value, sort_keys=True, indent=1, default=str).encode("utf-8"))
 
 
 def _error_line(exc: BaseException) -> str:
@@ -225,9 +227,9 @@ def run_job(
     args, beam_args = parser.parse_known_args(argv)
     try:
         _args.check_leftovers(parser.prog, parser, beam_args)
-    except _usage.UsageError as exc:
-        sys.stderr.write(_usage.usage_error(parser.prog, str(exc)) + "\n")
-        return _usage.EXIT_USAGE
+    except jobtools.UsageError as exc:
+        sys.stderr.write(jobtools.usage_error(parser.prog, str(exc)) + "\n")
+        return jobtools.EXIT_USAGE
     verbose = bool(getattr(args, "verbose", False)) or bool(os.environ.get("TFRECORD_BEAM_DEBUG"))
     _verbose[0] = verbose
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
@@ -254,7 +256,7 @@ def run_job(
             done = "after the output was committed" if _committed_note(exc) else "; the output was not committed"
             how = "terminated (SIGTERM)" if signal.SIGTERM in interrupted else "interrupted"
             sys.stderr.write(f"{name}: {how} {done}\n".replace(" ;", ";"))
-            code = EXIT_TERMINATED if signal.SIGTERM in interrupted else _usage.EXIT_INTERRUPTED
+            code = EXIT_TERMINATED if signal.SIGTERM in interrupted else jobtools.EXIT_INTERRUPTED
             if argv is None and interrupted:
                 # a command stopped by a signal: its outputs are aborted; leave now. A normal exit
                 # would wait for the in-process runner's threads, which go on writing (into the
@@ -268,7 +270,7 @@ def run_job(
 
             traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.write(f"{name}: error: {_error_line(exc)}\n")
-        return _usage.EXIT_FAILURE
+        return jobtools.EXIT_FAILURE
     finally:
         _restore_sigint(previous)
         threading.excepthook = hook

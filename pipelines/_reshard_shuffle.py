@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Optional
 
-from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
+from tfrecord_beam.jobtools import DEFAULT_BUFFER_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ class Settings:
 def run(settings: Settings, options, staged, files, total_bytes: int, num_shards: int):
     """Shuffle `files` into `num_shards` shards of the staged output; (results, check, finals,
     corrupt) as `_common.finish` gives them, and the shuffle's summary line."""
-    from tfrecord_beam.beam import _fs, _progress
+    from tfrecord_beam.beam import jobio
     from tfrecord_beam.beam import shuffle as _shuffle
     from tfrecord_beam.beam import stages as _stages
 
@@ -66,11 +66,11 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
     dead_letters = _common.dead_letters(settings.skip_corrupt, staged)  # --skip_corrupt: listed, not fatal
 
     estimate = _shuffle.estimated_bytes(ranges)
-    with _progress.reporter("reshard --shuffle", options, _common.progress) as reporter:
-        _progress.write_plan(reporter.directory, "bucket", None, estimate, "reading into buckets")
+    with jobio.reporter("reshard --shuffle", options, _common.progress) as reporter:
+        jobio.write_plan(reporter.directory, "bucket", None, estimate, "reading into buckets")
 
         def build(p):
-            _progress.write_plan(reporter.directory, "write", None, estimate, f"writing {num_shards} shards")
+            jobio.write_plan(reporter.directory, "write", None, estimate, f"writing {num_shards} shards")
             _shuffle.shuffle_to_shards(
                 p,
                 ranges,
@@ -85,8 +85,8 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
             )
 
         _common.run_pipeline(build, options)
-    if _fs.exists(work_dir):
-        _fs.delete([work_dir])  # the temporary runs: as large as the input
+    if jobio.exists(work_dir):
+        jobio.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
     note = f"seed {settings.seed}, {plan.buckets} buckets, buffer {settings.buffer_bytes:,} bytes"
     return results, check, finals, corrupt, note

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, TextIO
 
-from tfrecord_beam._usage import plural
+from tfrecord_beam.jobtools import plural
 
 MB = 1_000_000
 

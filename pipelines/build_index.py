@@ -56,15 +56,13 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
-from tfrecord_beam import _usage, blockgzip, fs
-from tfrecord_beam._engine._common import VERIFY_ALL, VERIFY_LENGTHS
-from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam import blockgzip, fs, jobtools
+from tfrecord_beam.beam import CorruptRecord, jobio
 from tfrecord_beam.beam import commit as _commit
-from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.beam.commit import corrupt_line
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.jobs import walk_frames
+from tfrecord_beam.jobs import VERIFY_ALL, VERIFY_LENGTHS, walk_frames
 
 from . import _common
 from ._common import JobError, Summary
@@ -102,12 +100,12 @@ def index_file(
 ) -> None:
     """Walk one file and stream its index to its target, or count the file as corrupt."""
     number, path = task
-    counter = _progress.ProgressFile(progress_dir, "index", f"{number:06d}")
+    counter = jobio.ProgressFile(progress_dir, "index", f"{number:06d}")
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
     kind = _compression.resolve(path, compression)
     records = 0
     try:
-        with _fs.open_input(path) as raw, _fs.atomic_output(index_target(path, output_dir)) as (handle, commit):
+        with jobio.open_input(path) as raw, jobio.atomic_output(index_target(path, output_dir)) as (handle, commit):
             members = _MemberCheck(raw) if kind == "gzip" else None  # block-gzip: keep its member table
             for block in walk_frames(raw, kind, path, verify=level):
                 handle.write(format_index(np.stack([block.offsets, block.sizes], axis=1)))
@@ -130,7 +128,7 @@ def index_file(
         counter.flush()
     Metrics.counter(NAMESPACE, "indexed_files").inc()
     Metrics.counter(NAMESPACE, "records").inc(records)
-    Metrics.counter(NAMESPACE, "bytes").inc(_fs.file_size(path))
+    Metrics.counter(NAMESPACE, "bytes").inc(jobio.file_size(path))
 
 
 def block_end(block) -> int:
@@ -185,15 +183,15 @@ def run(args: argparse.Namespace, options) -> Summary:
     if args.output_dir:
         args.output_dir = _common.beam_path(args.output_dir)
     _check_one_index_each(files, args.output_dir)
-    targets = sorted({_fs.split(index_target(f, args.output_dir))[0] for f in files})
+    targets = sorted({jobio.split(index_target(f, args.output_dir))[0] for f in files})
     for directory in targets:  # before any work: every place an index goes must be writable
         _commit.check_writable(directory)
         for leftover in fs.stale_temp_files(directory):
             _common.progress(f"removing {leftover}: a temporary file of a writer that is no longer running")
             os.remove(leftover)
-    skipped = [f for f in files if args.skip_existing and _fs.exists(index_target(f, args.output_dir))]
+    skipped = [f for f in files if args.skip_existing and jobio.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
-    total = sum(_fs.file_size(f) for f in todo)
+    total = sum(jobio.file_size(f) for f in todo)
     _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
     verify, output_dir, compression = args.verify, args.output_dir, args.input_compression
     tasks = list(enumerate(todo))
@@ -207,8 +205,8 @@ def run(args: argparse.Namespace, options) -> Summary:
             | "Index" >> beam.Map(index_file, verify, output_dir, compression, reporter.directory)
         )
 
-    with _progress.reporter("build_index", options, _common.progress) as reporter:
-        _progress.write_plan(reporter.directory, "index", None, total, "indexing")
+    with jobio.reporter("build_index", options, _common.progress) as reporter:
+        jobio.write_plan(reporter.directory, "index", None, total, "indexing")
         result = _common.run_pipeline(build, options)
     corrupt = sorted(_metric(result, "corrupt", "string_sets")) if tasks else []
     extra: Dict[str, Any] = {
@@ -220,10 +218,10 @@ def run(args: argparse.Namespace, options) -> Summary:
     for line in corrupt:
         _common.progress(f"corrupt, no index written: {line}")
     if corrupt and args.skip_corrupt:  # listed beside the indexes; not a failure
-        where = args.output_dir or _fs.split(files[0])[0]
+        where = args.output_dir or jobio.split(files[0])[0]
         extra.update(_write_dead_letters(where, sorted(_metric(result, "dead_letters", "string_sets"))))
     elif corrupt:
-        extra["exit_code"] = _usage.EXIT_BAD_DATA
+        extra["exit_code"] = jobtools.EXIT_BAD_DATA
     return Summary(
         "build_index",
         files=extra["indexed_files"],
@@ -237,8 +235,8 @@ def _write_dead_letters(directory: str, lines: list) -> dict:
     """Write --skip_corrupt's dead-letter file for build_index; its summary fields."""
     from tfrecord_beam.manifest import dead_letter_name
 
-    path = _fs.join(directory, dead_letter_name("build_index"))
-    _fs.write_bytes(path, "".join(lines).encode("utf-8"))
+    path = jobio.join(directory, dead_letter_name("build_index"))
+    jobio.write_bytes(path, "".join(lines).encode("utf-8"))
     return {"corrupt_records": len(lines), "dead_letters": path}
 
 

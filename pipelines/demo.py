@@ -20,7 +20,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-from tfrecord_beam import _usage
+from tfrecord_beam import jobtools
 
 
 def make_parquet(path: str, rows: int, source: int, seed: int) -> None:
@@ -92,23 +92,23 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _usage.ArgumentParser(
+    parser = jobtools.ArgumentParser(
         prog="python -m pipelines.demo",
         description=__doc__.splitlines()[0],
-        epilog=__doc__ + "\n" + _usage.EXIT_HELP,
+        epilog=__doc__ + "\n" + jobtools.EXIT_HELP,
     )
     parser.add_argument("--workdir", default=None, help="where to put everything (default: a new temp dir, kept)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the 'web' dataset ('books' has a quarter)")
     args, beam_args = parser.parse_known_args(argv)
-    from tfrecord_beam._engine_info import describe as describe_engine
+    from tfrecord_beam.jobtools import describe_engine
 
     from . import _args, build_index, mix, parquet_to_tfrecord, reshard  # Beam loads here, after --help
 
     try:
         _args.check_leftovers(parser.prog, parser, beam_args)
-    except _usage.UsageError as exc:
-        sys.stderr.write(_usage.usage_error(parser.prog, str(exc)) + "\n")
-        return _usage.EXIT_USAGE
+    except jobtools.UsageError as exc:
+        sys.stderr.write(jobtools.usage_error(parser.prog, str(exc)) + "\n")
+        return jobtools.EXIT_USAGE
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord_beam_demo_")
     if os.path.exists(work):
         shutil.rmtree(work)

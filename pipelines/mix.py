@@ -31,7 +31,7 @@ import os
 import sys
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from tfrecord_beam import _usage
+from tfrecord_beam import jobtools
 
 from . import _args
 
@@ -54,14 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a source glob and its weight (> 0); repeatable",
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--total_records", type=_usage.non_negative_int, help="records in the output")
+    size.add_argument("--total_records", type=jobtools.non_negative_int, help="records in the output")
     size.add_argument(
         "--until_exhausted",
         action="store_true",
         help="as many records as possible with no repetition: stop when the first source runs out",
     )
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection and the order")
     _args.add_input_compression(parser)
     _args.add_output_compression(parser)
@@ -77,7 +77,7 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import jobs
-from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.jobs import FileSurvey, Piece, add_digests, frame_digest, piece_chunks
@@ -270,13 +270,13 @@ class SelectFn(beam.DoFn):
         self.seed, self.num_shards, self.spill_dir, self.progress_dir = seed, num_shards, spill_dir, progress_dir
 
     def process(self, task: Task):
-        counter = _progress.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
+        counter = jobio.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
         spiller = jobs.RunSpiller(
             self.spill_dir.rstrip("/") + f"/task-{task.number:06d}.runs",
             task.number,
             task.group,
             [task.buckets] * self.num_shards,
-            _fs.atomic_output,
+            jobio.atomic_output,
         )
         digest = (0, 0, 0)
         try:
@@ -292,7 +292,7 @@ class SelectFn(beam.DoFn):
             yield table.shard, table
 
     def _select_block(
-        self, task: Task, block: Block, spiller: jobs.RunSpiller, counter: _progress.ProgressFile
+        self, task: Task, block: Block, spiller: jobs.RunSpiller, counter: jobio.ProgressFile
     ) -> Tuple[int, int, int]:
         """Stream one block's frames and spill each record as often as it is taken, keyed; the
         digest of what was selected."""
@@ -316,7 +316,7 @@ class SelectFn(beam.DoFn):
         )  # block-gzip: inflate the block's members only
         digest = (0, 0, 0)
         done = 0
-        for framed, sizes, footers in piece_chunks(piece, _fs.open_input):
+        for framed, sizes, footers in piece_chunks(piece, jobio.open_input):
             times = taken[done : done + len(sizes)]
             done += len(sizes)
             counter.add(len(sizes), int(sizes.sum()))
@@ -356,10 +356,10 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
     tables = list(tables)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
-    counter = _progress.ProgressFile(progress_dir, "write", f"{shard:05d}")
+    counter = jobio.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
-    with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = jobs.write_merged(tables, writer, _fs.open_input, counter.add)
+    with jobio.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
+        digest, groups = jobs.write_merged(tables, writer, jobio.open_input, counter.add)
     counter.flush()
     result = {
         "shard": shard,
@@ -367,7 +367,7 @@ def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir:
         "records": digest[0],
         "bytes": digest[1],
         "checksum": digest[2],
-        "file_bytes": _fs.file_size(spec.path(name)),
+        "file_bytes": jobio.file_size(spec.path(name)),
         "groups": groups,
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)
@@ -393,7 +393,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     inputs = _expand_sources(sources)
     weights = [w for _, w in sources]
     wanted = None if args.until_exhausted else allocate(args.total_records, weights)
-    total_bytes = sum(_fs.file_size(f) for f in inputs.files)
+    total_bytes = sum(jobio.file_size(f) for f in inputs.files)
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
@@ -441,14 +441,14 @@ def check_manifest_path(path: str, overwrite: bool) -> None:
     """JobError unless --manifest may be written: nothing there, or an earlier mix's manifest
     with --overwrite. Never a data file (an input among them) or a directory; checked before
     any work, since the manifest is written after the commit."""
-    if _fs.is_dir(path):
+    if jobio.is_dir(path):
         raise JobError(f"--manifest {path}: a directory; give a file path such as out/mix.manifest.json")
-    if not _fs.exists(path):
+    if not jobio.exists(path):
         return
     is_manifest = False
     try:
-        if _fs.file_size(path) <= _MANIFEST_MAX_BYTES:
-            old = json.loads(_fs.read_bytes(path).decode("utf-8"))
+        if jobio.file_size(path) <= _MANIFEST_MAX_BYTES:
+            old = json.loads(jobio.read_bytes(path).decode("utf-8"))
             is_manifest = isinstance(old, dict) and _MANIFEST_KEYS <= set(old)
     except (ValueError, UnicodeDecodeError):
         pass
@@ -493,9 +493,9 @@ def _run_pipeline(
     shards hold the selection. The plan's counts are left in the staging `_results`."""
     seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
     files, groups = inputs.files, inputs.groups
-    with _progress.reporter("mix", options, _common.progress) as reporter:
+    with jobio.reporter("mix", options, _common.progress) as reporter:
         progress_dir = reporter.directory
-        _progress.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
+        jobio.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
         plan = _planner(weights, wanted, seed, num_shards, spec, progress_dir)
 
         def build(p):
@@ -536,10 +536,10 @@ def _planner(
     def plan(_, surveys):
         tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
         _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
-        _progress.write_plan(
+        jobio.write_plan(
             progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks), "reading the selected blocks"
         )
-        _progress.write_plan(
+        jobio.write_plan(
             progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards"
         )
         return tasks

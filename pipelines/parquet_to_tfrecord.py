@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _usage
+from tfrecord_beam import jobtools
 
 from . import _args
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
-    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output shards (default 1)")
+    parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output shards (default 1)")
     parser.add_argument(
         "--columns",
         nargs="+",
@@ -75,7 +75,7 @@ _args.parse_then_load(__name__, build_parser)
 import pyarrow as pa
 
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
-from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
 
 from . import _common
@@ -86,10 +86,10 @@ def read_schema(path: str) -> pa.Schema:
     """The Arrow schema of a Parquet file (local or remote)."""
     import pyarrow.parquet as pq
 
-    from tfrecord_beam.beam import _fs
+    from tfrecord_beam.beam import jobio
 
     try:
-        with _fs.open_input(path) as handle:
+        with jobio.open_input(path) as handle:
             return pq.read_schema(handle)
     except (OSError, pa.ArrowInvalid) as exc:
         raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     return Summary(
         "parquet_to_tfrecord",
         input_files=len(files),
-        input_bytes=sum(_fs.file_size(f) for f in files),
+        input_bytes=sum(jobio.file_size(f) for f in files),
         files=len(results),
         records=written,
         bytes=sum(r["file_bytes"] for r in results),

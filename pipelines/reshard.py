@@ -27,7 +27,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes, _usage
+from tfrecord_beam import jobtools
 
 from . import _args, _reshard_shuffle
 
@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output_prefix", required=True, help="output path prefix; shards are PREFIX-SSSSS-of-NNNNN.tfrecord"
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--num_shards", type=_usage.positive_int, help="number of output shards")
+    size.add_argument("--num_shards", type=jobtools.positive_int, help="number of output shards")
     size.add_argument(
         "--target_shard_bytes",
-        type=_usage.positive_int,
+        type=jobtools.positive_int,
         help="pick the shard count from the input files' total size (compressed size for compressed inputs)",
     )
     parser.add_argument(
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no_verify", action="store_true", help="skip the count + checksum proof")
     parser.add_argument(
         "--split_bytes",
-        type=_usage.positive_int,
-        default=_sizes.DEFAULT_SPLIT_BYTES,
+        type=jobtools.positive_int,
+        default=jobtools.DEFAULT_SPLIT_BYTES,
         help="with --shuffle: read uncompressed inputs in byte ranges of this size, in parallel",
     )
     return parser
@@ -80,7 +80,7 @@ _args.parse_then_load(__name__, build_parser)
 
 import apache_beam as beam
 
-from tfrecord_beam.beam import _fs, _progress
+from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.jobs import plan_contiguous
 
@@ -98,8 +98,8 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
     balance, compression = args.balance, args.input_compression
     dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
-    with _progress.reporter("reshard", options, _common.progress) as reporter:
-        _progress.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
+    with jobio.reporter("reshard", options, _common.progress) as reporter:
+        jobio.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
 
         def build(p):
             surveys = _planned.survey_inputs(
@@ -154,7 +154,7 @@ def _summary(
 def run(args: argparse.Namespace, options) -> Summary:
     staged = _common.open_output(args, "reshard")  # before any work: writable, not another run's
     files = _common.expand_inputs(args.input)
-    total_bytes = sum(_fs.file_size(f) for f in files)
+    total_bytes = sum(jobio.file_size(f) for f in files)
     if args.num_shards is not None and args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:

@@ -21,7 +21,7 @@ import itertools
 import sys
 from typing import Optional, Sequence
 
-from tfrecord_beam import _sizes, _usage
+from tfrecord_beam import jobtools
 
 from . import _args
 
@@ -36,31 +36,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
     _args.add_input(parser)
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
-    parser.add_argument("--num_shards", type=_usage.positive_int, default=1, help="output files (default 1)")
+    parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output files (default 1)")
     parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
     parser.add_argument(
-        "--infer_records", type=_usage.positive_int, default=1000, help="records sampled to infer the schema"
+        "--infer_records", type=jobtools.positive_int, default=1000, help="records sampled to infer the schema"
     )
     _args.add_input_compression(parser)
     parser.add_argument(
         "--split_bytes",
-        type=_usage.positive_int,
-        default=_sizes.DEFAULT_SPLIT_BYTES,
+        type=jobtools.positive_int,
+        default=jobtools.DEFAULT_SPLIT_BYTES,
         help="read uncompressed inputs in byte ranges of this size",
     )
     parser.add_argument(
         "--row_group_rows",
-        type=_usage.positive_int,
-        default=_sizes.DEFAULT_ROW_GROUP_ROWS,
-        help=f"rows per Parquet row group at most (default {_sizes.DEFAULT_ROW_GROUP_ROWS})",
+        type=jobtools.positive_int,
+        default=jobtools.DEFAULT_ROW_GROUP_ROWS,
+        help=f"rows per Parquet row group at most (default {jobtools.DEFAULT_ROW_GROUP_ROWS})",
     )
     parser.add_argument(
         "--row_group_bytes",
-        type=_usage.positive_int,
-        default=_sizes.DEFAULT_ROW_GROUP_BYTES,
+        type=jobtools.positive_int,
+        default=jobtools.DEFAULT_ROW_GROUP_BYTES,
         help="payload bytes per row group at most: bounds the memory a writer holds "
-        f"(default {_sizes.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
+        f"(default {jobtools.DEFAULT_ROW_GROUP_BYTES >> 20} MiB)",
     )
     return parser
 
@@ -70,10 +70,9 @@ _args.parse_then_load(__name__, build_parser)
 
 import pyarrow as pa
 
-from tfrecord_beam import _described
 from tfrecord_beam import compression as _compression
 from tfrecord_beam.arrow import examples_to_record_batch
-from tfrecord_beam.beam import _fs
+from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.manifest import ShardEntry
@@ -105,7 +104,7 @@ def infer_schema(
         for path in files:
             kind = _compression.resolve(path, compression)
             reader = SkippingReader(
-                path, kind, open_file=lambda path=path: _fs.open_input(path), skip_corrupt=skip_corrupt
+                path, kind, open_file=lambda path=path: jobio.open_input(path), skip_corrupt=skip_corrupt
             )
             for chunk in reader.chunks():
                 yield from chunk.payloads()
@@ -114,11 +113,11 @@ def infer_schema(
     if not payloads:
         raise JobError("the input files hold no records: cannot infer a schema (pass --features)")
     if description:  # a typo would otherwise be an all-null column, "verified"
-        absent = _described.absent_features(payloads, description)
+        absent = jobtools.absent_features(payloads, description)
         if absent:
             _common.progress(
                 "warning: "
-                + _described.message(
+                + jobtools.absent_features_message(
                     files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more)",
                     absent,
                     f"the first {len(payloads)} records",
@@ -179,7 +178,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     if rows != read:
         raise JobError(f"read {read} records but the Parquet files hold {rows} rows")
     _common.warn_empty_shards("tfrecord_to_parquet", counts)
-    sizes = [_fs.file_size(staged.temp_path(n)) for n in names]
+    sizes = [jobio.file_size(staged.temp_path(n)) for n in names]
     size = sum(sizes)
     entries = [
         ShardEntry(name=n, records=c, file_bytes=b, compression="parquet") for n, c, b in zip(names, counts, sizes)
@@ -195,7 +194,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     return Summary(
         "tfrecord_to_parquet",
         input_files=len(files),
-        input_bytes=sum(_fs.file_size(f) for f in files),
+        input_bytes=sum(jobio.file_size(f) for f in files),
         files=len(finals),
         records=rows,
         bytes=size,

@@ -14,12 +14,16 @@ core's reading and writing modules, and it stays testable without Beam. The name
 imports them from `tfrecord_beam.jobs`, never from the private modules (tests may).
 """
 
+from .._engine._common import VERIFY_ALL, VERIFY_LENGTHS
 from ._bucketed import RUN_BYTES, RunSpiller, Scratch, SegmentTable, bucket_of, buckets_for, write_merged
 from ._copy import copy_pieces, piece_chunks
 from ._plan import FileSurvey, Piece, ShardPlan, Surveyor, merge_parts, plan_contiguous, survey, survey_parts
 from ._walk import add_digests, frame_digest, walk_frames, walk_frames_skipping
 
 __all__ = [
+    # how much of each frame a walk checks (lengths only, or both CRCs)
+    "VERIFY_ALL",
+    "VERIFY_LENGTHS",
     # walking frames and the digests of what was read
     "walk_frames",
     "walk_frames_skipping",
