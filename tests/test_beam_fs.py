@@ -44,3 +44,13 @@ def test_open_input_names_the_file_as_given(tmp_path):
             handle.seek(4)
             assert handle.read(3) == b"456"
         assert handle.closed
+
+
+def test_file_size_of_a_missing_file_names_it(tmp_path):
+    """As the core's `fs.file_size`: FileNotFoundError naming the file (Beam's match answers an
+    empty list, which read as an IndexError)."""
+    import pytest
+
+    for name in ("nope.tfrecord", "no[pe].tfrecord"):
+        with pytest.raises(FileNotFoundError, match="no.*pe.*tfrecord: no such file"):
+            _fs.file_size(str(tmp_path / name))

@@ -188,3 +188,16 @@ def test_object_store_filesystems_are_made_once_per_bucket_and_environment(monke
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone-else")  # other credentials: their own client
     fs._split_uri(uris[0])
     assert len(made) == 3
+
+
+def test_file_size_of_a_missing_object_names_it(bucket, tmp_path):
+    """`file_size` is `file_stat`'s size: a missing remote object raises FileNotFoundError naming
+    it (pyarrow answers a size of None), as a missing local file does."""
+    with pytest.raises(FileNotFoundError, match="gs://bucket/nope.tfrecord"):
+        fs.file_size("gs://bucket/nope.tfrecord")
+    with pytest.raises(FileNotFoundError, match="nope.tfrecord"):
+        fs.file_size(str(tmp_path / "nope.tfrecord"))
+    records.write_records("gs://bucket/here.tfrecord", [b"abc"])
+    assert (
+        fs.file_size("gs://bucket/here.tfrecord") == fs.file_stat("gs://bucket/here.tfrecord").size == 16 + 3
+    )  # one frame

@@ -227,11 +227,9 @@ def mapped_input(path: PathLike) -> Iterator[Union[bytes, "mmap.mmap"]]:
 
 
 def file_size(path: PathLike) -> int:
-    """Size in bytes of a path or URI."""
-    filesystem, inner = _split_uri(os.fspath(path))
-    if filesystem is None:
-        return os.path.getsize(inner)
-    return filesystem.get_file_info(inner).size
+    """Size in bytes of a path or URI (`file_stat`'s: a missing object is a FileNotFoundError
+    naming it, never pyarrow's None)."""
+    return file_stat(path).size
 
 
 class FileStat(NamedTuple):

@@ -198,11 +198,13 @@ def list_names(directory: str, pattern: str = "*") -> List[str]:
 
 def file_size(path: str) -> int:
     """Size in bytes of one file (a name holding [ ] * ? is that file, not a glob: Beam's
-    match reads them as glob characters on object stores too)."""
+    match reads them as glob characters on object stores too). A missing file is a
+    FileNotFoundError naming it, as the core's `fs.file_size`."""
     path = plain(path)
-    if _core_fs.is_glob(path):
-        path = escape(path)
-    return FileSystems.match([path], [1])[0].metadata_list[0].size_in_bytes
+    found = FileSystems.match([escape(path) if _core_fs.is_glob(path) else path], [1])[0].metadata_list
+    if not found:
+        raise FileNotFoundError(f"{path}: no such file")
+    return found[0].size_in_bytes
 
 
 def exists(path: str) -> bool:
