@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections.abc
 import copy
-import hashlib
 import itertools
 import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -30,6 +29,7 @@ from ..iterator_utils import shuffle_iterator
 from . import _elastic_iter, _ring, elastic, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths, RemoteCounts
+from ._identity import StateIdentity, order_id
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
 from .indexed import IndexedTFRecordDataset
@@ -224,32 +224,25 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             )
         if int(state["seed"]) != self.seed:
             raise ValueError(f"state was saved with seed {state['seed']} but this dataset has seed {self.seed}")
-        saved = state.get("files")  # absent in states saved before it was recorded
-        if saved is not None and list(saved) != self._files:
-            raise ValueError(
-                f"state was saved over other files than this dataset reads (saved: {list(saved)}; now: "
-                f"{self._files}): its positions would skip or repeat records; resume over the same files"
-            )
         if ("elastic" in state) != self.elastic:
             raise ValueError(
                 f"state of a dataset with elastic={'elastic' in state} loaded into one with elastic={self.elastic}"
             )
-        if self.elastic and state["elastic"].get("order") != self._order_id():
-            saved = state["elastic"].get("order") or [None, None]
-            raise ValueError(
-                f"state of another elastic order: saved over {saved[0]} records (per source), order {saved[1]}; "
-                f"this dataset's is over {self._order_id()[0]}, order {self._order_id()[1]}: its files, their "
-                "record counts, shuffle_queue_size, shuffle_block, weights or infinite differ, so the saved "
-                "position would lose or repeat records"
-            )
+        self._identity().check(state)
+
+    def _identity(self) -> StateIdentity:
+        """What this dataset's positions refer to (`_identity`): its files and (elastic) order;
+        saved in every state and checked on load, in this one place."""
+        return StateIdentity(list(self._files), self._order_id() if self.elastic else None)
 
     def _fresh_state(self, topology: Optional[List[int]]) -> Dict[str, Any]:
+        identity = self._identity()
         state: Dict[str, Any] = {
             "version": _STATE_VERSION,
             "epoch": self.epoch,
             "seed": self.seed,
             "topology": topology,
-            "files": list(self._files),
+            "files": identity.files,
             "sources": [[0, 0] for _ in self.sources],
             "mixer": None,
         }
@@ -259,7 +252,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                 "taken": [0] * len(self.sources),
                 "unit": self._unit,
                 "consumed": 0,
-                "order": self._order_id(),
+                "order": identity.order,
             }
         return state
 
@@ -306,19 +299,18 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         return cached[1]
 
     def _order_id(self) -> List[Any]:
-        """What a position of the elastic order means besides seed and epoch: the records of
-        each source, and a digest of every file's record count, the shuffle and the mix (a state
-        saved under another one would lose or repeat records, so it is refused)."""
+        """The elastic order's part of the identity (`_identity.order_id`): this plan's records
+        per source and every file's record count, with the shuffle and the mix."""
         plan = self._plan()
         queue = int(self.shuffle_queue_size or 0)
-        parts = (
+        return order_id(
+            [o.size for o in plan.orders],
             [o.counts.tolist() for o in plan.orders],
             queue,
-            self.shuffle_block if queue else 0,
-            None if self.weights is None else [float(w) for w in self.weights],
-            bool(self.infinite),
+            self.shuffle_block,
+            self.weights,
+            self.infinite,
         )
-        return [[o.size for o in plan.orders], hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()]
 
     def _globalize(self, states: List[Mapping[str, Any]], extra: int) -> Dict[str, Any]:
         """One rank's state (its workers' states, plus `extra` items handed out after them) as a
