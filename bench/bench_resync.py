@@ -66,9 +66,10 @@ def _gzip_with_damaged_payloads(path: str, payloads: List[bytes], damaged: int) 
 
 
 def _skipping_read(path: str) -> int:
+    from tfrecord_beam.records import ReadSpan
     from tfrecord_beam.skipping import SkippingReader
 
-    reader = SkippingReader(path, "gzip", open_file=lambda: open(path, "rb"), skip_corrupt=True)
+    reader = SkippingReader(path, ReadSpan("gzip"), open_file=lambda: open(path, "rb"), skip_corrupt=True)
     return sum(len(chunk) for chunk in reader.chunks())
 
 

@@ -164,11 +164,6 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     return output
 
 
-def dead_letters(skip_corrupt: bool, output: _commit.Output):
-    """The dead-letter writer for --skip_corrupt (None without it: corrupt data fails the job)."""
-    return output.dead_letters() if skip_corrupt else None
-
-
 def corrupt_summary(count: int, name: Optional[str], output: _commit.Output) -> Dict[str, Any]:
     """Summary fields for the corrupt records a job skipped."""
     out: Dict[str, Any] = {"corrupt_records": count}

@@ -63,7 +63,6 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
         f"shards through {plan.buckets} buckets of ~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
     )
     verify = settings.verify
-    dead_letters = _common.dead_letters(settings.skip_corrupt, staged)  # --skip_corrupt: listed, not fatal
 
     estimate = _shuffle.estimated_bytes(ranges)
     with jobio.reporter("reshard --shuffle", options, _common.progress) as reporter:
@@ -79,7 +78,8 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
                 plan,
                 work_dir,
                 verify,
-                dead_letters=dead_letters,
+                dead_letters=staged.dead_letters(),  # --skip_corrupt: listed, not fatal
+                skip_corrupt=settings.skip_corrupt,
                 progress_dir=reporter.directory,
                 what="reshard --shuffle",
             )

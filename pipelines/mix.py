@@ -398,7 +398,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     spill_dir = staged.temp_path("_spill")
     target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
     _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
-    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
+    dead_letters = staged.dead_letters()  # where --skip_corrupt lists what it skipped
 
     manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
     try:
@@ -501,7 +501,9 @@ def _run_pipeline(
         def build(p):
             if "://" not in spill_dir:
                 os.makedirs(spill_dir, exist_ok=True)
-            surveys = _planned.survey_inputs(p, files, compression, groups, progress_dir, dead_letters=dead_letters)
+            surveys = _planned.survey_inputs(
+                p, files, compression, groups, progress_dir, dead_letters=dead_letters, skip_corrupt=args.skip_corrupt
+            )
             selected = (
                 p
                 | "Start" >> beam.Create([None])

@@ -138,7 +138,13 @@ def run(args: argparse.Namespace, options) -> Summary:
 
     def build(p):
         _parquet.parquet_to_shards(
-            p, plan, spec, schema, encoder_options, dead_letters=_common.dead_letters(args.skip_corrupt, staged)
+            p,
+            plan,
+            spec,
+            schema,
+            encoder_options,
+            dead_letters=staged.dead_letters(),
+            skip_corrupt=args.skip_corrupt,
         )
 
     _common.run_pipeline(build, options)

@@ -96,14 +96,19 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
         f"contiguous, balanced by {args.balance}"
     )
     balance, compression = args.balance, args.input_compression
-    dead_letters = _common.dead_letters(args.skip_corrupt, staged)
+    dead_letters = staged.dead_letters()  # where --skip_corrupt lists what it skipped
 
     with jobio.reporter("reshard", options, _common.progress) as reporter:
         jobio.write_plan(reporter.directory, "survey", None, total_bytes, "surveying the inputs")
 
         def build(p):
             surveys = _planned.survey_inputs(
-                p, files, compression, progress_dir=reporter.directory, dead_letters=dead_letters
+                p,
+                files,
+                compression,
+                progress_dir=reporter.directory,
+                dead_letters=dead_letters,
+                skip_corrupt=args.skip_corrupt,
             )
             results = _planned.write_planned(
                 p, surveys, spec, lambda s: plan_contiguous(s, num_shards, balance), reporter.directory

@@ -76,6 +76,7 @@ from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.manifest import ShardEntry
+from tfrecord_beam.records import ReadSpan
 from tfrecord_beam.skipping import SkippingReader
 
 from . import _common
@@ -104,7 +105,7 @@ def infer_schema(
         for path in files:
             kind = _compression.resolve(path, compression)
             reader = SkippingReader(
-                path, kind, open_file=lambda path=path: jobio.open_input(path), skip_corrupt=skip_corrupt
+                path, ReadSpan(kind), open_file=lambda path=path: jobio.open_input(path), skip_corrupt=skip_corrupt
             )
             for chunk in reader.chunks():
                 yield from chunk.payloads()
@@ -165,7 +166,8 @@ def run(args: argparse.Namespace, options) -> Summary:
             staged.temp_path("_results"),
             args.row_group_rows,
             args.row_group_bytes,
-            dead_letters=_common.dead_letters(args.skip_corrupt, staged),
+            dead_letters=staged.dead_letters(),
+            skip_corrupt=args.skip_corrupt,
         )
 
     _common.run_pipeline(build, options)

@@ -113,10 +113,11 @@ def _damaged_copies(files, directory: Path) -> List[Path]:
 
 def _skipping_hash(paths) -> str:
     """`_stream_hash` of what a streaming reader with skipping reads."""
+    from tfrecord_beam.records import ReadSpan
     from tfrecord_beam.skipping import SkippingReader
 
     def payloads_of(p):
-        reader = SkippingReader(str(p), None, open_file=lambda: open(p, "rb"), skip_corrupt=True)
+        reader = SkippingReader(str(p), ReadSpan(None), open_file=lambda: open(p, "rb"), skip_corrupt=True)
         return (payload for chunk in reader.chunks() for payload in chunk.payloads())
 
     return _stream_hash(paths, payloads_of)

@@ -20,7 +20,7 @@ from tfrecord_beam import manifest as mf
 from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index
 from tfrecord_beam.jobs import _plan
-from tfrecord_beam.records import read_records, write_records
+from tfrecord_beam.records import ReadSpan, read_records, write_records
 from tfrecord_beam.skipping import SkippingReader
 
 GARBAGE = b"\x07not a record, between two records\x01\x02"
@@ -68,7 +68,7 @@ def _skipping_read(path: Path, compression) -> Tuple[List[bytes], List[Tuple[str
     letters: List[Tuple[str, int]] = []
     reader = SkippingReader(
         str(path),
-        compression,
+        ReadSpan(compression),
         open_file=lambda: open(path, "rb"),
         skip_corrupt=True,
         on_corrupt=lambda f, o, r: letters.append((f, o)),

@@ -16,7 +16,7 @@ from tfrecord_beam import compression, fs
 from tfrecord_beam._engine import frame_records
 from tfrecord_beam._tfindex import frame_index
 from tfrecord_beam.errors import CorruptRecordError
-from tfrecord_beam.records import RecordReader
+from tfrecord_beam.records import ReadSpan, RecordReader
 from tfrecord_beam.skipping import SkippingReader
 
 N = 600
@@ -42,7 +42,7 @@ def test_a_damaged_payload_in_a_stream_loses_only_that_record(tmp_path, kind):
     letters = []
     reader = SkippingReader(
         str(path),
-        kind,
+        ReadSpan(kind),
         open_file=lambda: fs.open_input(str(path)),
         skip_corrupt=True,
         on_corrupt=lambda f, o, r: letters.append((o, r)),
@@ -92,7 +92,11 @@ def test_payload_damage_is_stepped_over_in_one_pass_of_the_stream(tmp_path, kind
         return fs.open_input(str(path))
 
     reader = SkippingReader(
-        str(path), kind, open_file=open_file, skip_corrupt=True, on_corrupt=lambda f, o, r: letters.append((o, r))
+        str(path),
+        ReadSpan(kind),
+        open_file=open_file,
+        skip_corrupt=True,
+        on_corrupt=lambda f, o, r: letters.append((o, r)),
     )
     got = [p for chunk in reader.chunks() for p in chunk.payloads()]
     assert got == [p for i, p in enumerate(data) if i not in bad]

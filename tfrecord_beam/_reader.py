@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 import os
 import struct
-from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
+from dataclasses import dataclass, fields, replace
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -30,7 +30,15 @@ from ._resync import Resync
 from ._streams import DecodingReader, skip_bytes
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError
 
-__all__ = ["RecordReader", "RecordChunk", "Source", "BadPayload", "DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_RECORD_SIZE"]
+__all__ = [
+    "RecordReader",
+    "ReadSpan",
+    "RecordChunk",
+    "Source",
+    "BadPayload",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_MAX_RECORD_SIZE",
+]
 
 Source = Union[str, "os.PathLike[str]", BinaryIO]
 BadPayload = Callable[[int, Optional[int], str, int], None]  # (offset, record number, reason, frame end)
@@ -73,6 +81,38 @@ class RecordChunk:
     def payloads(self) -> List[bytes]:
         """Each payload as its own bytes object (`_engine.slice_payloads`: one C loop)."""
         return _engine.slice_payloads(self.buffer, self.payload_offsets, self.payload_lengths)
+
+
+@dataclass(frozen=True)
+class ReadSpan:
+    """Which bytes of a file a `RecordReader` reads, and how: its keyword arguments (each field
+    means what the argument of that name does there) as one frozen value.
+
+    A reader that opens several `RecordReader`s over one file (`SkippingReader`, going on after
+    damage) or a caller that reads the same span with or without skipping (`jobs._copy`) builds
+    one span and passes it down whole, moving it with `at(...)`, instead of repeating a keyword
+    list at every level. `RecordReader.over(source, span)` reads it.
+    """
+
+    compression: Optional[str] = "auto"
+    verify: Union[bool, int] = True
+    start_offset: int = 0
+    end_offset: Optional[int] = None
+    first_record_number: Optional[int] = None
+    resync: bool = False
+    members: Union[None, bool, "blockgzip.MemberTable"] = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    check_end: bool = True
+    allow_truncated_tail: bool = False
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE
+
+    def at(self, start_offset: int, first_record_number: Optional[int], resync: bool = False) -> "ReadSpan":
+        """The same span read from another record boundary (or, with `resync`, byte offset) on."""
+        return replace(self, start_offset=start_offset, first_record_number=first_record_number, resync=resync)
+
+    def keywords(self) -> Dict[str, Any]:
+        """`RecordReader`'s keyword arguments (the member table as it is, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class RecordReader:
@@ -156,6 +196,11 @@ class RecordReader:
             raise ValueError(f"max_record_size must be >= 0, not {max_record_size!r}")
         if resync and self.compression is not None:
             raise ValueError(f"{self.path}: resync needs an uncompressed file (got {self.compression})")
+
+    @classmethod
+    def over(cls, source: Source, span: ReadSpan, on_bad_payload: Optional[BadPayload] = None) -> "RecordReader":
+        """A reader of `span` (a `ReadSpan`: the keyword arguments as one value) of `source`."""
+        return cls(source, on_bad_payload=on_bad_payload, **span.keywords())
 
     # -- public iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[bytes]:

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Optional, Union
 
 from . import compression as _compression
 from ._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE
-from ._reader import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_RECORD_SIZE, RecordChunk, RecordReader, Source
+from ._reader import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_RECORD_SIZE, ReadSpan, RecordChunk, RecordReader, Source
 from ._resync import (
     RESYNC_DEEP_LOOKBACK,
     RESYNC_LOOKAHEAD,
@@ -34,6 +34,7 @@ from .errors import (  # noqa: F401 - importable from here before the split into
 
 __all__ = [
     "RecordReader",
+    "ReadSpan",
     "RecordWriter",
     "RecordChunk",
     "read_records",

@@ -22,69 +22,67 @@ caller that checks that ranges tile a file counts skipped spans as covered. With
 
 from __future__ import annotations
 
-from typing import BinaryIO, Callable, Iterator, Optional, Sequence
+from dataclasses import replace
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from ._engine._common import FRAME_OVERHEAD, HEADER_SIZE
 from ._resync import Resync, header_length
 from .compression import read_at
+from .compression import resolve as resolve_compression
 from .errors import CorruptRecordError, CorruptStreamError, TruncatedRecordError
-from .records import DEFAULT_CHUNK_SIZE, RecordChunk, RecordReader
+from .records import ReadSpan, RecordChunk, RecordReader
 
 OnCorrupt = Callable[[str, int, str], None]
 
 
 class SkippingReader:
-    """Chunks of records of one file range, reporting and skipping corrupt records (see module)."""
+    """Chunks of records of one file range, reporting and skipping corrupt records (see module).
+
+    `span` (a `records.ReadSpan`) is which bytes of the file are read and how, as
+    `RecordReader` reads them; each `RecordReader` this reader opens (one more after each
+    skipped record) reads that span from where the last one stopped. The rest is about damage:
+    `skip_corrupt`, `on_corrupt`, the index's record `boundaries` and the file's `size`.
+    """
 
     def __init__(
         self,
         path: str,
-        compression: Optional[str],
+        span: ReadSpan,
         *,
         open_file: Callable[[], BinaryIO],
-        verify: bool = True,
-        start_offset: int = 0,
-        end_offset: Optional[int] = None,
-        resync: bool = False,
-        first_record_number: Optional[int] = None,
         skip_corrupt: bool = False,
         on_corrupt: Optional[OnCorrupt] = None,
-        boundaries: Optional[Sequence[int]] = None,
+        boundaries: Union[Sequence[int], np.ndarray, None] = None,
         size: Optional[int] = None,
-        members=None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        check_end: bool = True,
     ) -> None:
-        self.path, self.compression, self._open = path, compression, open_file
-        self.verify, self.start_offset, self.end_offset = verify, int(start_offset), end_offset
-        self.resync, self.first_record_number = resync, first_record_number
+        self.path, self._open = path, open_file
+        # resolved here, once: every reader after the first opens a file object, not a name
+        self.span = replace(span, compression=resolve_compression(path, span.compression))
+        self.start_offset = int(span.start_offset)  # where the first record read starts (set as reading goes)
         self.skip_corrupt, self.on_corrupt = skip_corrupt, on_corrupt
         self.boundaries = None if boundaries is None else np.asarray(boundaries, dtype=np.int64)
         self.size = size
-        self.members = members  # a block-gzip member table to seek by (RecordReader's `members`)
-        self.chunk_size = chunk_size
-        self.check_end = check_end  # RecordReader's: check the resync from end_offset
         self.end: Optional[int] = None  # set as reading goes
         self.skipped = 0
 
+    @property
+    def compression(self) -> Optional[str]:
+        return self.span.compression
+
+    @property
+    def end_offset(self) -> Optional[int]:
+        return self.span.end_offset
+
     def chunks(self) -> Iterator[RecordChunk]:
-        position, number, resync = self.start_offset, self.first_record_number, self.resync
+        span = self.span
         first = True
         while True:
             raw = self._open()
-            reader = RecordReader(
+            reader = RecordReader.over(
                 raw,
-                self.compression,
-                verify=self.verify,
-                start_offset=position,
-                end_offset=self.end_offset,
-                first_record_number=number,
-                resync=resync,
-                members=self.members,
-                chunk_size=self.chunk_size,
-                check_end=self.check_end,
+                span,
                 on_bad_payload=self._stepped_over if self.skip_corrupt and self.compression is not None else None,
             )
             try:
@@ -106,7 +104,7 @@ class SkippingReader:
                 position, number = self._skip(err)
                 if position is None:
                     return
-                resync = False
+                span = span.at(position, number)
             finally:
                 raw.close()
 

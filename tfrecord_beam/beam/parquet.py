@@ -26,6 +26,7 @@ from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
 from tfrecord_beam.errors import TFRecordError
+from tfrecord_beam.records import ReadSpan
 from tfrecord_beam.skipping import SkippingReader
 
 BATCH_ROWS = 65536  # rows per record batch at most
@@ -122,8 +123,11 @@ def write_parquet_shard(
     schema: pa.Schema,
     options: dict,
     corrupt: Optional[list] = None,
+    skip_corrupt: bool = False,
 ) -> dict:
-    """Encode one shard's pieces into its TFRecord file (+ index); returns its stats."""
+    """Encode one shard's pieces into its TFRecord file (+ index); returns its stats. With
+    `skip_corrupt`, rows that cannot be converted are listed in `corrupt` and left out."""
+    corrupt = [] if corrupt is None else corrupt
     encoder = ExampleEncoder(schema, **options)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
@@ -139,7 +143,7 @@ def write_parquet_shard(
                     handle = _fs.open_input(piece.path)
                     current = (piece.path, handle, open_parquet(handle))
                 for first_row, batch in _batches(current[2], piece, encoder.columns):
-                    for framed, sizes in _encoded(encoder, batch, first_row, piece.path, corrupt):
+                    for framed, sizes in _encoded(encoder, batch, first_row, piece.path, skip_corrupt, corrupt):
                         writer.write_framed(framed, sizes)
                         digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
                         records += len(sizes)
@@ -154,7 +158,7 @@ def write_parquet_shard(
         "records": records,
         "bytes": size,
         "checksum": digest[2],
-        "skipped": 0 if corrupt is None else len(corrupt),
+        "skipped": len(corrupt),
         "planned": sum(p.stop - p.start for p in pieces),
         "file_bytes": _fs.file_size(spec.path(name)),
         "groups": [records],
@@ -163,15 +167,15 @@ def write_parquet_shard(
     return result
 
 
-def _encoded(encoder, batch: pa.RecordBatch, first_row: int, path: str, corrupt: Optional[list]):
+def _encoded(encoder, batch: pa.RecordBatch, first_row: int, path: str, skip_corrupt: bool, corrupt: list):
     """(framed, frame sizes) of a batch's rows. A batch with a row that cannot be converted
-    fails, naming the file and row; with `corrupt` (--skip_corrupt) its rows are encoded one by
-    one instead and each bad row is listed there (offset: its row number in the file)."""
+    fails, naming the file and row; with `skip_corrupt` (--skip_corrupt) its rows are encoded
+    one by one instead and each bad row is listed in `corrupt` (offset: its row number in the file)."""
     try:
         yield encoder.encode_framed(batch, first_row)
         return
     except ArrowConversionError as err:
-        if corrupt is None:
+        if not skip_corrupt:
             raise ArrowConversionError(f"{path}: {err}") from None
     for i in range(batch.num_rows):
         try:
@@ -188,9 +192,9 @@ class _WriteShard(beam.DoFn):
 
     def process(self, element):
         shard, pieces = element
-        corrupt: Optional[list] = [] if self.skip_corrupt else None
-        yield write_parquet_shard(self.spec, shard, pieces, self.schema, self.options, corrupt)
-        for bad in corrupt or ():
+        corrupt: list = []
+        yield write_parquet_shard(self.spec, shard, pieces, self.schema, self.options, corrupt, self.skip_corrupt)
+        for bad in corrupt:
             yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
 
 
@@ -202,20 +206,20 @@ def parquet_to_shards(
     options: dict,
     label: str = "Parquet",
     dead_letters=None,
+    skip_corrupt: bool = False,
 ):
-    """One element per shard: PCollection of the shards' result dicts (rows that cannot be
-    converted go to `dead_letters` when given, `--skip_corrupt`)."""
+    """One element per shard: PCollection of the shards' result dicts (with `skip_corrupt`,
+    --skip_corrupt, rows that cannot be converted go to `dead_letters`)."""
+    letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
     outs = (
         p
         # Create spreads its elements over workers itself (a Reshuffle inside): no second one
         | f"{label}Plan" >> beam.Create([(s, list(pieces)) for s, pieces in enumerate(shards) if pieces])
         | f"{label}Encode"
-        >> beam.ParDo(_WriteShard(spec, schema, options, dead_letters is not None)).with_outputs(
-            _stages.CORRUPT, main="results"
-        )
+        >> beam.ParDo(_WriteShard(spec, schema, options, skip_corrupt)).with_outputs(_stages.CORRUPT, main="results")
     )
-    if dead_letters is not None:
-        dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
+    if letters is not None:
+        letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
     return outs.results
 
 
@@ -266,11 +270,13 @@ def write_parquet_file(
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     coverage: Optional[list] = None,
     corrupt: Optional[list] = None,
+    skip_corrupt: bool = False,
 ) -> dict:
     """Decode the ranges' records into one Parquet file, a row group at a time; its stats.
 
-    With `corrupt` (a list), corrupt records are stepped over and appended to it as
-    CorruptRecords (`--skip_corrupt`); without it they fail the write."""
+    With `skip_corrupt` (--skip_corrupt), corrupt records are stepped over and appended to
+    `corrupt` as CorruptRecords; without it they fail the write."""
+    corrupt = [] if corrupt is None else corrupt
     import pyarrow.parquet as pq
 
     records = 0
@@ -284,13 +290,12 @@ def write_parquet_file(
             for rng in ranges:
                 reader = SkippingReader(
                     rng.path,
-                    rng.compression,
+                    ReadSpan(
+                        rng.compression, start_offset=rng.start, end_offset=rng.end, resync=rng.compression is None
+                    ),
                     open_file=functools.partial(_fs.open_input, rng.path),
-                    start_offset=rng.start,
-                    end_offset=rng.end,
-                    resync=rng.compression is None,
-                    skip_corrupt=corrupt is not None,
-                    on_corrupt=None if corrupt is None else (lambda f, o, r: corrupt.append(CorruptRecord(f, o, r))),
+                    skip_corrupt=skip_corrupt,
+                    on_corrupt=lambda f, o, r: corrupt.append(CorruptRecord(f, o, r)),
                 )
                 for chunk in reader.chunks():
                     every = chunk.payloads()
@@ -341,15 +346,23 @@ class _WriteParquet(beam.DoFn):
     def process(self, element):
         number, ranges = element
         coverage: list = []
-        corrupt: Optional[list] = [] if self.skip_corrupt else None
+        corrupt: list = []
         result = write_parquet_file(
-            self.paths[number], ranges, self.schema, self.sequence, self.rows, self.size, coverage, corrupt
+            self.paths[number],
+            ranges,
+            self.schema,
+            self.sequence,
+            self.rows,
+            self.size,
+            coverage,
+            corrupt,
+            skip_corrupt=self.skip_corrupt,
         )
         _stages.write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
         for c in coverage:
             yield beam.pvalue.TaggedOutput(_stages.COVERAGE, c)
-        for bad in corrupt or ():
+        for bad in corrupt:
             yield beam.pvalue.TaggedOutput(_stages.CORRUPT, bad)
 
 
@@ -364,23 +377,25 @@ def tfrecord_to_parquet_files(
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
     label: str = "ToParquet",
     dead_letters=None,
+    skip_corrupt: bool = False,
 ):
     """One element per output file (every file is written, empty ones too); PCollection of
     {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap; with
-    `dead_letters` (a `commit.DeadLetters`) corrupt records and gaps are written there instead."""
-    skip = dead_letters is not None
+    `skip_corrupt` corrupt records and gaps are written to `dead_letters` (a `commit.DeadLetters`)
+    instead."""
+    letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
     outs = (
         p
         | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])  # Create spreads its elements
         | f"{label}Write"
         >> beam.ParDo(
-            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip)
+            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip_corrupt)
         ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")
     )
-    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip)
-    if skip:
+    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip_corrupt)
+    if letters is not None:
         corrupt = (outs[_stages.CORRUPT], gaps) | f"{label}AllCorrupt" >> beam.Flatten()
-        dead_letters.write(corrupt, f"{label}DeadLetters")
+        letters.write(corrupt, f"{label}DeadLetters")
     return outs.files
 
 

@@ -97,27 +97,33 @@ def survey_inputs(
     progress_dir: Optional[str] = None,
     label: str = "Survey",
     dead_letters=None,
+    skip_corrupt: bool = False,
 ):
     """PCollection of one FileSurvey per input file (header walk, length CRCs checked).
 
     A block-gzip file with a member table (read from its index's tail here) is surveyed in
     parts, ranges of its members each inflated once, on any worker, and the parts are joined
-    per file (`merge_parts`). With `dead_letters` (a `commit.DeadLetters`:
-    `--skip_corrupt`) each file is walked whole, both CRCs checked, stepping over corrupt
-    records (`_walk.walk_frames_skipping`), which go there; the surveys, and so the plans made
-    from them, hold the intact records only.
+    per file (`merge_parts`). With `skip_corrupt` (--skip_corrupt) each file is walked whole,
+    both CRCs checked, stepping over corrupt records (`_walk.walk_frames_skipping`), which go
+    to `dead_letters` (a `commit.DeadLetters`); the surveys, and so the plans made from them,
+    hold the intact records only.
     """
     tasks = [(n, f, resolve_compression(f, compression), groups[n] if groups else 0) for n, f in enumerate(files)]
-    skip = dead_letters is not None
-    parts = [(task, 0, None) for task in tasks] if skip else [part for task in tasks for part in _survey_parts(task)]
+    letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
+    parts = (
+        [(task, 0, None) for task in tasks]
+        if skip_corrupt
+        else [part for task in tasks for part in _survey_parts(task)]
+    )
     outs = (
         p
         | f"{label}Files" >> beam.Create(parts)
         | f"{label}Spread" >> beam.Reshuffle()
-        | f"{label}Walk" >> beam.ParDo(_SurveyFn(progress_dir, skip)).with_outputs(_stages.CORRUPT, main="surveys")
+        | f"{label}Walk"
+        >> beam.ParDo(_SurveyFn(progress_dir, skip_corrupt)).with_outputs(_stages.CORRUPT, main="surveys")
     )
-    if skip:
-        dead_letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
+    if letters is not None:
+        letters.write(outs[_stages.CORRUPT], f"{label}DeadLetters")
     walked = outs.surveys
     if all(members is None for _, _, members in parts):
         return walked  # one survey per file already

@@ -37,6 +37,7 @@ from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
 from tfrecord_beam.beam import _frames, _fs, _progress
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
+from tfrecord_beam.records import ReadSpan
 from tfrecord_beam.skipping import OnCorrupt, SkippingReader
 
 COMPRESSED_GROWTH = 4  # assumed inflation of gzip/zlib inputs when sizing buckets
@@ -107,22 +108,19 @@ def bucket_runs(
     digests: Optional[list] = None,
     on_corrupt: Optional[OnCorrupt] = None,
     progress: Optional[_progress.ProgressFile] = None,
+    skip_corrupt: bool = False,
 ) -> Iterator[Tuple[int, jobs.SegmentTable]]:
     """Read one range (CRCs checked) into one spill file of runs of at most about
     `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
-    range's `Coverage` and `Digest` to the lists given. With `on_corrupt(file, offset, reason)`
-    (--skip_corrupt) corrupt records are reported to it and stepped over
-    (`skipping.SkippingReader`) instead of failing the read. `progress` counts the records
+    range's `Coverage` and `Digest` to the lists given. With `skip_corrupt` (--skip_corrupt)
+    corrupt records are stepped over (`skipping.SkippingReader`) and reported to
+    `on_corrupt(file, offset, reason)` instead of failing the read. `progress` counts the records
     and frame bytes read, chunk by chunk."""
     reader = SkippingReader(
         rng.path,
-        rng.compression,
+        ReadSpan(rng.compression, verify=True, start_offset=rng.start, end_offset=rng.end, resync=rng.start > 0),
         open_file=lambda: _fs.open_input(rng.path),
-        verify=True,
-        start_offset=rng.start,
-        end_offset=rng.end,
-        resync=rng.start > 0,
-        skip_corrupt=on_corrupt is not None,
+        skip_corrupt=skip_corrupt,
         on_corrupt=on_corrupt,
     )
     key = file_key(seed, rng.file_number)
@@ -230,9 +228,19 @@ class _BucketRuns(beam.DoFn):
         coverage: list = []
         digests: list = []
         bad: List[CorruptRecord] = []
-        report = (lambda f, o, r: bad.append(CorruptRecord(f, o, r))) if self.skip_corrupt else None
         counter = _progress.ProgressFile(self.progress_dir, "bucket", f"{number:06d}")
-        parts = bucket_runs(rng, number, self.seed, self.plan, self.run_dir, coverage, digests, report, counter)
+        parts = bucket_runs(
+            rng,
+            number,
+            self.seed,
+            self.plan,
+            self.run_dir,
+            coverage,
+            digests,
+            on_corrupt=lambda f, o, r: bad.append(CorruptRecord(f, o, r)),
+            progress=counter,
+            skip_corrupt=self.skip_corrupt,
+        )
         for part in parts:
             yield part
             yield from (beam.pvalue.TaggedOutput(_stages.CORRUPT, record) for record in bad)
@@ -257,27 +265,29 @@ def shuffle_to_shards(
     dead_letters=None,
     progress_dir: Optional[str] = None,
     what: str = "shuffle",
+    skip_corrupt: bool = False,
 ):
     """Shuffle the records of `ranges` into `spec`'s shards; PCollection of the shards' result
     dicts. With `verify`, the pipeline fails unless the shards hold exactly the input records.
-    With `dead_letters` (a `commit.DeadLetters`: --skip_corrupt) corrupt records and spans no
-    range read are written there instead of failing the pipeline; the rest is shuffled.
+    With `skip_corrupt` (--skip_corrupt) corrupt records and spans no range read are written
+    to `dead_letters` (a `commit.DeadLetters`) instead of failing the pipeline; the rest is
+    shuffled.
     `progress_dir` (a `_progress` reporter's directory): readers count into phase "bucket",
     shard writers into "write". `what` names the step in a failed check's message."""
     run_dir = _fs.join(work_dir, "runs")
-    skip = dead_letters is not None
+    letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
     outs = (
         p
         | f"{label}Plan" >> beam.Create(list(enumerate(ranges)))  # Create spreads its elements
         | f"{label}Runs"
-        >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip, progress_dir)).with_outputs(
+        >> beam.ParDo(_BucketRuns(seed, plan, run_dir, skip_corrupt, progress_dir)).with_outputs(
             _stages.COVERAGE, DIGEST, _stages.CORRUPT, main="parts"
         )
     )
-    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip)
-    if skip:
+    gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip_corrupt)
+    if letters is not None:
         corrupt = (outs[_stages.CORRUPT], gaps) | f"{label}AllCorrupt" >> beam.Flatten()
-        dead_letters.write(corrupt, f"{label}DeadLetters")
+        letters.write(corrupt, f"{label}DeadLetters")
     results = (
         outs.parts
         | f"{label}GroupByShard" >> beam.GroupByKey()

@@ -204,6 +204,16 @@ COVERAGE = "coverage"
 CORRUPT = "corrupt"
 
 
+def dead_letters_for(skip_corrupt: bool, dead_letters):
+    """The dead-letter writer a stage writes its skipped records to: `dead_letters` with
+    `skip_corrupt`, None without it. `skip_corrupt` (a bool, from the job's flag unchanged) says
+    whether corrupt records are stepped over; `dead_letters` (a `commit.DeadLetters`) only where
+    they are listed, so one without the other is a caller's mistake, refused here."""
+    if skip_corrupt and dead_letters is None:
+        raise ValueError("skip_corrupt=True needs dead_letters (a commit.DeadLetters): where skipped records go")
+    return dead_letters if skip_corrupt else None
+
+
 def check_coverages(coverages, label: str = "Read", skip_corrupt: bool = False):
     """Fail the pipeline when the ranges read of some file leave a gap (see `check_coverage`);
     with `skip_corrupt`, return the gaps as a PCollection of CorruptRecords instead."""

@@ -11,6 +11,7 @@ the inputs and of the shard.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import BinaryIO, Callable, Iterable, Optional, Tuple, Union
 
 import numpy as np
@@ -20,7 +21,7 @@ from .. import compression as _compression
 from .._engine._common import FRAME_OVERHEAD
 from ..errors import CorruptRecordError
 from ..fs import AtomicOutput
-from ..records import RecordReader, RecordWriter
+from ..records import ReadSpan, RecordReader, RecordWriter
 from ..skipping import SkippingReader
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
@@ -54,32 +55,20 @@ def piece_chunks(piece: Piece, open_input: Opener) -> Iterable[Tuple[memoryview,
     raw = None
     try:
         reader: Union[RecordReader, SkippingReader]
+        span = ReadSpan(
+            piece.compression,
+            verify=True,
+            start_offset=piece.from_offset,
+            end_offset=stop,
+            first_record_number=piece.from_record,
+            chunk_size=COPY_READ_BYTES,
+            check_end=False,  # the next piece follows the chain from a checkpoint
+        )
         if piece.skip_corrupt:
-            reader = SkippingReader(
-                piece.path,
-                piece.compression,
-                open_file=lambda: open_input(piece.path),
-                verify=True,
-                start_offset=piece.from_offset,
-                end_offset=stop,
-                first_record_number=piece.from_record,
-                skip_corrupt=True,
-                chunk_size=COPY_READ_BYTES,
-                check_end=False,  # the next piece follows the chain from a checkpoint
-            )
+            reader = SkippingReader(piece.path, span, open_file=lambda: open_input(piece.path), skip_corrupt=True)
         else:
             raw = open_input(piece.path)
-            reader = RecordReader(
-                raw,
-                piece.compression,
-                verify=True,
-                start_offset=piece.from_offset,
-                first_record_number=piece.from_record,
-                chunk_size=COPY_READ_BYTES,
-                check_end=False,  # the next piece follows the chain from a checkpoint
-                end_offset=stop,
-                members=piece_members(piece, raw, open_input),
-            )
+            reader = RecordReader.over(raw, replace(span, members=piece_members(piece, raw, open_input)))
             reader.path = piece.path
         number = piece.from_record
         ended = piece.from_offset  # where the records read so far end (the stream's offset)

@@ -30,7 +30,7 @@ from .. import _engine
 from .. import digest as _digest
 from .._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
 from ..errors import CorruptRecordError
-from ..records import RecordChunk, RecordReader
+from ..records import ReadSpan, RecordChunk, RecordReader
 from ..skipping import OnCorrupt, SkippingReader
 
 READ_BYTES = 1 << 22  # one positional read while scanning small records
@@ -124,12 +124,10 @@ def walk_frames_skipping(
     """
     reader = SkippingReader(
         path,
-        compression,
+        ReadSpan(compression, verify=True, chunk_size=chunk_size),
         open_file=open_file,
-        verify=True,
         skip_corrupt=True,
         on_corrupt=on_corrupt,
-        chunk_size=chunk_size,
     )
     number = 0
     for chunk in reader.chunks():

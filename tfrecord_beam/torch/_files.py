@@ -21,7 +21,7 @@ from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
 from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
 from .._readahead import ReadAheadFile
-from .._reader import DEFAULT_CHUNK_SIZE, RecordReader
+from .._reader import DEFAULT_CHUNK_SIZE, ReadSpan, RecordReader
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
 from ..skipping import SkippingReader
@@ -226,14 +226,14 @@ class FileSet:
 
         open_file = self.opener(piece)
 
-        def reader_of(**where: Any) -> SkippingReader:
+        def reader_of(boundaries: Optional[np.ndarray] = None, **where: Any) -> SkippingReader:
             return SkippingReader(
                 path,
-                compression,
+                ReadSpan(compression, **where),
                 open_file=open_file,
                 skip_corrupt=self.skip_corrupt,
                 on_corrupt=self._corrupt,
-                **where,
+                boundaries=boundaries,
             )
 
         if piece.kind == RECORDS:
