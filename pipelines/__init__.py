@@ -25,3 +25,10 @@ not about one job (a shuffle into shards, a planned copy, a Parquet conversion) 
 or messages unless the job passes the words in) and can be used by any job; logic without
 Beam lives in `tfrecord_beam.jobs`.
 """
+
+#: The jobs that write an output, each `python -m pipelines.NAME`. The tests every job must pass
+#: (arguments, --help, outputs and manifest, its flags named in docs/jobs.md) take their list
+#: from here: a new job is its module, its name here and its section of docs/jobs.md.
+JOBS = ("build_index", "reshard", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet")
+#: Every command of the package: the jobs, and the demo that chains them.
+COMMANDS = JOBS + ("demo",)

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from helpers.jobs import entries, read_shards, run_job, summary_json, write_files
 
+import pipelines
 from tfrecord_beam import _usage
 from tfrecord_beam.cli import main as cli_main
 from tfrecord_beam.tools import tfrecord2idx
 
 ROOT = Path(__file__).resolve().parents[1]
-JOB_NAMES = ["build_index", "reshard", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet", "demo"]
+JOB_NAMES = list(pipelines.COMMANDS)
 HEAVY = ("apache_beam", "torch", "numpy")
 
 

@@ -74,3 +74,13 @@ def test_the_command_line_face_loads_neither_numpy_nor_beam():
     code = "import sys, tfrecord_beam.jobtools; print(sorted(m for m in ('numpy', 'apache_beam', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_every_job_module_is_in_the_list_the_tests_take():
+    """A job is a public module of pipelines/; the tests every job must pass read `pipelines.JOBS`
+    (`COMMANDS`: the jobs and the demo), so a job left out of it would be left out of them."""
+    import pipelines
+
+    modules = {p.stem for p in (REPO / "pipelines").glob("*.py") if not p.stem.startswith("_")}
+    assert modules == set(pipelines.COMMANDS)
+    assert len(pipelines.COMMANDS) == len(set(pipelines.COMMANDS))

@@ -1,6 +1,7 @@
 """Job outputs (issue 12): manifest written last, commit journal (kills at every commit step),
 overwrite policy, staging of dead runs, exit codes and one-line errors, --skip_corrupt."""
 
+import importlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import pytest
 from helpers.fixtures import REPO
 from helpers.jobs import FAST, entries, payloads, run_job, summary_json, write_files
 
+import pipelines
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
 from tfrecord_beam import manifest as mf
 from tfrecord_beam.beam import commit
@@ -21,7 +23,7 @@ from tfrecord_beam.errors import CorruptRecordError
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.records import read_records, write_records
 
-JOBS = [build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet]
+JOBS = [importlib.import_module(f"pipelines.{name}") for name in pipelines.JOBS]
 
 
 def stagings(directory: Path):

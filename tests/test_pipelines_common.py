@@ -1,5 +1,6 @@
 """Shared CLI plumbing: --help with examples, Beam options, staged output, error lines."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -9,9 +10,10 @@ import pytest
 from helpers.fixtures import REPO
 from helpers.jobs import FAST, entries, run_job, summary_json, write_files
 
-from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
+import pipelines
+from pipelines import _common, build_index, parquet_to_tfrecord, reshard
 
-JOBS = [build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet]
+JOBS = [importlib.import_module(f"pipelines.{name}") for name in pipelines.JOBS]
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -182,8 +184,6 @@ def test_job_summaries_leave_the_list_of_outputs_to_the_manifest(tmp_path, capsy
 def test_file_uris_work_for_inputs_and_outputs(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from pipelines import parquet_to_tfrecord
 
     pq.write_table(pa.table({"a": [1, 2, 3]}), str(tmp_path / "t.parquet"))
     code, _, err = run_job(

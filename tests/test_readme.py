@@ -15,6 +15,8 @@ import pytest
 from helpers.doc_blocks import page_blocks, run_block
 from helpers.fixtures import REPO
 
+import pipelines
+
 BLOCKS = page_blocks(REPO / "README.md")
 
 
@@ -49,10 +51,7 @@ def test_readme_links_resolve():
 
 # every command a user runs, by the page that documents it
 COMMANDS = {
-    **{
-        f"pipelines.{job}": "jobs.md"
-        for job in ["build_index", "reshard", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet"]
-    },
+    **{f"pipelines.{job}": "jobs.md" for job in pipelines.JOBS},
     **{f"tfrecord_beam.cli {sub}": "cli.md" for sub in ["inspect", "head", "count", "verify", "schema"]},
     "tfrecord_beam.tools.tfrecord2idx": "cli.md",
 }
