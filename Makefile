@@ -7,9 +7,13 @@ PIP := $(PY) -m pip
 # resolves torch on its own (a bare `torch` pulls another multi-GB build); setup.py states the range
 TORCH_PIN ?= torch==2.13.0
 # pytest-xdist workers for `make test` (the suite is xdist-safe: temp dirs, free ports, no shared
-# state); each test file goes to one worker, so a module's fixture data is made once
+# state). worksteal: each worker starts on its half of the tests in file order (a module's fixture
+# data is made once, or twice where a file straddles a steal) and an idle worker takes half of
+# what the other has left, so both end together. loadfile sent whole files, fewest-tests last: the
+# costliest files (the docs pages' blocks, the memory tests: few tests, each a job) made a
+# one-worker tail of minutes.
 TEST_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadfile
+XDIST = -n $(TEST_WORKERS) --dist worksteal
 # the suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE, set in
 # many containers): pytest then rewrites and compiles ~90 test modules afresh in every worker on every
 # run (~11 s CPU a worker), and each of the ~100 job subprocesses recompiles the package it imports.

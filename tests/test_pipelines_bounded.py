@@ -6,6 +6,7 @@ exceed that of a run on an input of the budget's size by less than the budget (a
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 from typing import List
 
@@ -49,7 +50,8 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bounded")
     big = _write_inputs(root / "big", BIG_BYTES, 3, 1)
     small = _write_inputs(root / "small", SMALL_BYTES, 3, 2)
-    return big, small
+    yield big, small
+    shutil.rmtree(root, ignore_errors=True)  # ~190 MB: not left in the temp dir if another test fails
 
 
 def _stream_hash(paths, payloads_of=lambda p: RecordReader(str(p))) -> str:

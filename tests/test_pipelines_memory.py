@@ -12,6 +12,7 @@ multi_processing start-ups (the slow part) to one per runner.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def inputs(tmp_path_factory):
     counts = {"big": _write_tfrecords(root / "big", BIG), "small": _write_tfrecords(root / "small", SMALL)}
     _write_parquet(root / "big.parquet", BIG)
     _write_parquet(root / "small.parquet", SMALL)
-    return root, counts
+    yield root, counts
+    shutil.rmtree(root, ignore_errors=True)  # ~800 MB: not left in the temp dir if another test fails
 
 
 JOBS = {
