@@ -57,15 +57,19 @@ LOG_DIR: Optional[Path] = None
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ticks(pid: int) -> Optional[Tuple[int, int]]:
-    """(start time, user + system clock ticks) of one process itself (children not included);
-    None when it vanished."""
+def cpu_ticks(pid: int) -> Optional[Tuple[int, int, str]]:
+    """(start time, user + system clock ticks, command name) of one process itself (children not
+    included); None when it vanished."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+            text = handle.read()
+    except OSError:
         return None
-    return int(fields[19]), int(fields[11]) + int(fields[12])
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    if len(fields) < 20:
+        return None
+    return int(fields[19]), int(fields[11]) + int(fields[12]), head.partition("(")[2]
 
 
 class TreeSampler:
@@ -83,6 +87,7 @@ class TreeSampler:
         self.cpu_extra = 0.0
         self._first: Dict[Tuple[int, int], int] = {}
         self._last: Dict[Tuple[int, int], int] = {}
+        self._names: Dict[Tuple[int, int], str] = {}
         self._started = False
         self._skip: List[int] = []
         self._stop = threading.Event()
@@ -98,6 +103,13 @@ class TreeSampler:
     def cpu_s(self) -> float:
         ticks = sum(t - self._first.get(key, 0) for key, t in self._last.items())
         return ticks / _TICK + self.cpu_extra
+
+    def cpu_by_name(self) -> Dict[str, float]:
+        """CPU seconds by command name (java, python, ...), biggest first."""
+        by: Dict[str, float] = {}
+        for key, t in self._last.items():
+            by[self._names[key]] = by.get(self._names[key], 0.0) + (t - self._first.get(key, 0)) / _TICK
+        return dict(sorted(by.items(), key=lambda kv: -kv[1]))
 
     @staticmethod
     def _tree(children: Dict[int, List[int]], roots: Sequence[int], skip: Sequence[int] = ()) -> set:
@@ -122,6 +134,7 @@ class TreeSampler:
                 if not self._started:
                     self._first[key] = got[1]
                 self._last[key] = got[1]
+                self._names[key] = got[2]
         self._started = True
         total = rss.rss_bytes(pids)
         if total > self.peak:
@@ -167,15 +180,15 @@ def s3_pid() -> Optional[int]:
     return pid
 
 
-def s3_requests(log: Path, offset: int) -> Dict[str, int]:
-    """Requests the S3 server logged after `offset` of its log (one line a request:
-    `time | vgw | status | latency | client | METHOD | path | ...`), counted by method."""
+def s3_requests(log: Path, offset: int, bucket: str) -> Dict[str, int]:
+    """Requests on `bucket` the S3 server logged after `offset` of its log (one line a request:
+    `time | vgw | status | latency | client | METHOD | /bucket/key | ...`), counted by method."""
     counts: Dict[str, int] = {}
     with open(log, "rb") as handle:
         handle.seek(offset)
         for line in handle.read().decode(errors="replace").splitlines():
             parts = [p.strip() for p in line.split("|")]
-            if len(parts) > 6 and parts[1] == "vgw":
+            if len(parts) > 6 and parts[1] == "vgw" and parts[6].split("/")[1:2] == [bucket]:
                 counts[parts[5]] = counts.get(parts[5], 0) + 1
     return counts
 
@@ -188,9 +201,10 @@ def _upload(local: Path, remote: str) -> None:
     info = filesystem.get_file_info(inner)
     if info.size == local.stat().st_size:
         return
-    with open(local, "rb") as src, fs.atomic_output(remote) as (handle, commit):
+    # straight to the final key: a multipart upload appears whole when it completes, and a
+    # temporary object's server-side copy (CopyObject) of a 256 MiB input timed out at load 24
+    with open(local, "rb") as src, filesystem.open_output_stream(inner) as handle:
         shutil.copyfileobj(src, handle, 16 << 20)
-        commit()
 
 
 def inputs_for(runner: rm.Runner, reshard_dir: Path, parquet: Path) -> Tuple[str, str]:
@@ -247,7 +261,8 @@ def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict
     s3_cpu = (s3_after[1] - s3_before[1]) / _TICK if s3_before and s3_after and s3_after[0] == s3_before[0] else 0.0
     if LOG_DIR:
         (LOG_DIR / f"{runner.name}-{job}-{uuid.uuid4().hex[:6]}.log").write_text(stderr)
-    requests = s3_requests(s3_log, s3_log_at) if s3_log_at is not None else {}
+    bucket = (runner.remote_data or "").split("://", 1)[-1].split("/", 1)[0]
+    requests = s3_requests(s3_log, s3_log_at, bucket) if s3_log_at is not None else {}
     try:
         if proc.returncode != 0:
             raise RuntimeError(f"{job} on {runner.name} failed ({proc.returncode}):\n{stderr[-3000:]}")
@@ -265,6 +280,7 @@ def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict
         "launcher_cpu_s": launcher_cpu,
         "services_cpu_s": sampler.cpu_s,
         "s3_cpu_s": s3_cpu,
+        "services_cpu_by_name": sampler.cpu_by_name(),
         "s3_requests": requests,
         "processes": sampler.processes,
         "idle_services_rss_mib": idle_rss / MiB,
