@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,33 +50,92 @@ SERVICES = {
     "spark": ["spark-master", "spark-worker", "spark-job-server", "spark-workers"],
 }
 MiB = 1 << 20
+#: where each job's stderr is kept (--logs), None: not kept
+LOG_DIR: Optional[Path] = None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pid: int) -> Optional[Tuple[int, int, str]]:
+    """(start time, user + system clock ticks, command name) of one process itself (children not
+    included); None when it vanished."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    if len(fields) < 20:
+        return None
+    return int(fields[19]), int(fields[11]) + int(fields[12]), head.partition("(")[2]
 
 
 class TreeSampler:
-    """Peak summed RSS of the processes descended from some roots, sampled every `every` s."""
+    """Peak summed RSS of the processes descended from some roots, sampled every `every` s, and
+    the CPU time they spent meanwhile (`cpu_s`): each process's own user + system time at the last
+    sample that saw it, less what the ones already running had spent at the first. A process that
+    ends between two samples loses at most `every` s of CPU; `cpu_extra` adds what is measured
+    exactly elsewhere (the launcher's rusage, the S3 server's)."""
 
     def __init__(self, roots: Sequence[int], every: float = 0.25) -> None:
         self.roots = list(roots)
         self.every = every
         self.peak = 0
         self.processes = 0
+        self.cpu_extra = 0.0
+        self._first: Dict[Tuple[int, int], int] = {}
+        self._last: Dict[Tuple[int, int], int] = {}
+        self._names: Dict[Tuple[int, int], str] = {}
+        self._started = False
+        self._skip: List[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def add(self, pid: int) -> None:
+    def add(self, pid: int, cpu: bool = True) -> None:
+        """Sample `pid`'s tree too (its CPU left to cpu_extra when `cpu` is False)."""
         self.roots.append(pid)
+        if not cpu:
+            self._skip.append(pid)
 
-    def sample(self) -> int:
-        children: Dict[int, List[int]] = {}
-        for pid, parent in rss._parents().items():  # one walk of /proc for every root
-            children.setdefault(parent, []).append(pid)
-        pids = set(self.roots)
-        todo = list(self.roots)
+    @property
+    def cpu_s(self) -> float:
+        ticks = sum(t - self._first.get(key, 0) for key, t in self._last.items())
+        return ticks / _TICK + self.cpu_extra
+
+    def cpu_by_name(self) -> Dict[str, float]:
+        """CPU seconds by command name (java, python, ...), biggest first."""
+        by: Dict[str, float] = {}
+        for key, t in self._last.items():
+            by[self._names[key]] = by.get(self._names[key], 0.0) + (t - self._first.get(key, 0)) / _TICK
+        return dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+    @staticmethod
+    def _tree(children: Dict[int, List[int]], roots: Sequence[int], skip: Sequence[int] = ()) -> set:
+        pids = set(roots)
+        todo = list(roots)
         while todo:
             for child in children.get(todo.pop(), ()):
                 if child not in pids:
                     pids.add(child)
                     todo.append(child)
+        return pids - (TreeSampler._tree(children, skip) if skip else set())
+
+    def sample(self) -> int:
+        children: Dict[int, List[int]] = {}
+        for pid, parent in rss._parents().items():  # one walk of /proc for every root
+            children.setdefault(parent, []).append(pid)
+        pids = self._tree(children, self.roots)
+        for pid in self._tree(children, self.roots, self._skip):
+            got = cpu_ticks(pid)
+            if got is not None:
+                key = (pid, got[0])
+                if not self._started:
+                    self._first[key] = got[1]
+                self._last[key] = got[1]
+                self._names[key] = got[2]
+        self._started = True
         total = rss.rss_bytes(pids)
         if total > self.peak:
             self.peak, self.processes = total, len(pids)
@@ -87,12 +147,14 @@ class TreeSampler:
             self._stop.wait(self.every)
 
     def __enter__(self) -> "TreeSampler":
+        self.sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()
 
 
 def service_pids(runner: str) -> List[int]:
@@ -108,6 +170,29 @@ def service_pids(runner: str) -> List[int]:
     return pids
 
 
+def s3_pid() -> Optional[int]:
+    """The S3 server's pid (runners/s3.sh), None when it is not running."""
+    try:
+        pid = int((rm.STATE / "s3.pid").read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid
+
+
+def s3_requests(log: Path, offset: int, bucket: str) -> Dict[str, int]:
+    """Requests on `bucket` the S3 server logged after `offset` of its log (one line a request:
+    `time | vgw | status | latency | client | METHOD | /bucket/key | ...`), counted by method."""
+    counts: Dict[str, int] = {}
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        for line in handle.read().decode(errors="replace").splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) > 6 and parts[1] == "vgw" and parts[6].split("/")[1:2] == [bucket]:
+                counts[parts[5]] = counts.get(parts[5], 0) + 1
+    return counts
+
+
 def _upload(local: Path, remote: str) -> None:
     """Copy a local file to an s3:// path once (kept when a same-sized object is there)."""
     from tfrecord_beam import fs
@@ -116,9 +201,10 @@ def _upload(local: Path, remote: str) -> None:
     info = filesystem.get_file_info(inner)
     if info.size == local.stat().st_size:
         return
-    with open(local, "rb") as src, fs.atomic_output(remote) as (handle, commit):
+    # straight to the final key: a multipart upload appears whole when it completes, and a
+    # temporary object's server-side copy (CopyObject) of a 256 MiB input timed out at load 24
+    with open(local, "rb") as src, filesystem.open_output_stream(inner) as handle:
         shutil.copyfileobj(src, handle, 16 << 20)
-        commit()
 
 
 def inputs_for(runner: rm.Runner, reshard_dir: Path, parquet: Path) -> Tuple[str, str]:
@@ -153,15 +239,30 @@ def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict
     services = service_pids(runner.name)
     idle = TreeSampler(services)
     idle_rss = idle.sample() if services else 0
+    s3 = s3_pid() if runner.remote_data else None
+    s3_before = cpu_ticks(s3) if s3 else None
+    s3_log = rm.ROOT / ".runners" / "logs" / "s3.log"
+    s3_log_at = s3_log.stat().st_size if s3 and s3_log.exists() else None
     load_before = os.getloadavg()[0]
+    launcher_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile() as err, TreeSampler(services) as sampler:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-        sampler.add(proc.pid)
+        sampler.add(proc.pid, cpu=False)  # its CPU: from its rusage (with its reaped children)
         out, _ = proc.communicate(timeout=4 * 3600)
         wall = time.perf_counter() - start
         err.seek(0)
         stderr = err.read().decode(errors="replace")
+    launcher_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    launcher_cpu = (launcher_after.ru_utime - launcher_before.ru_utime) + (
+        launcher_after.ru_stime - launcher_before.ru_stime
+    )
+    s3_after = cpu_ticks(s3) if s3 else None
+    s3_cpu = (s3_after[1] - s3_before[1]) / _TICK if s3_before and s3_after and s3_after[0] == s3_before[0] else 0.0
+    if LOG_DIR:
+        (LOG_DIR / f"{runner.name}-{job}-{uuid.uuid4().hex[:6]}.log").write_text(stderr)
+    bucket = (runner.remote_data or "").split("://", 1)[-1].split("/", 1)[0]
+    requests = s3_requests(s3_log, s3_log_at, bucket) if s3_log_at is not None else {}
     try:
         if proc.returncode != 0:
             raise RuntimeError(f"{job} on {runner.name} failed ({proc.returncode}):\n{stderr[-3000:]}")
@@ -175,6 +276,12 @@ def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict
         "records": summary["records"],
         "input_bytes": summary.get("input_bytes", 0),
         "peak_rss_mib": sampler.peak / MiB,
+        "cpu_s": sampler.cpu_s + launcher_cpu + s3_cpu,
+        "launcher_cpu_s": launcher_cpu,
+        "services_cpu_s": sampler.cpu_s,
+        "s3_cpu_s": s3_cpu,
+        "services_cpu_by_name": sampler.cpu_by_name(),
+        "s3_requests": requests,
         "processes": sampler.processes,
         "idle_services_rss_mib": idle_rss / MiB,
         "load_before": load_before,
@@ -234,6 +341,8 @@ def table(results: List[dict], reshard_mb: int, rows: int) -> str:
                 f"{wall / base[job]:.1f}x" if job in base else "-",
                 rs[0]["records"] / wall,
                 nbytes / MiB / wall,
+                statistics.median(x["cpu_s"] for x in rs),
+                statistics.median(x["s3_cpu_s"] for x in rs),
                 max(x["peak_rss_mib"] for x in rs),
                 max(x["idle_services_rss_mib"] for x in rs),
                 max(x["processes"] for x in rs),
@@ -249,6 +358,8 @@ def table(results: List[dict], reshard_mb: int, rows: int) -> str:
         "vs FnApiRunner",
         "records/s",
         "input MiB/s",
+        "CPU s (tree)",
+        "of which S3 server",
         "peak tree RSS MiB",
         "services idle MiB",
         "processes at peak",
@@ -264,7 +375,12 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=6_000_000, help="Parquet rows to convert (6,000,000)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each job on each runner (median)")
     parser.add_argument("--json", default=None, help="also write every run's numbers here")
+    parser.add_argument("--logs", default=None, help="keep each job's stderr in this folder")
     args = parser.parse_args(argv)
+    if args.logs:
+        global LOG_DIR
+        LOG_DIR = Path(args.logs)
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
     run([n for n in args.runners.split(",") if n], args.reshard_mb, args.rows, args.repeat, args.json)
 
 

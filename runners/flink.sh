@@ -163,6 +163,11 @@ start() {
     for n in $(seq 1 $TASKMANAGERS); do start_taskmanager "$n"; done
     start_job_server
     wait_taskmanagers $TASKMANAGERS
+    # No --environment_cache_millis (as Spark's flags have): Beam's Flink runner keeps an idle SDK
+    # worker for the next stage only when its own classes come from the cluster's classpath, but
+    # the job server ships them with every job (157 MB of jars into a per-job class loader), so a
+    # stage's workers are closed when it ends whatever the flag says (measured: a reshard starts
+    # its workers four times, with or without it).
     local env_flags="--environment_type=PROCESS --environment_options=process_command=$TFRB_ROOT/runners/sdk_worker.sh"
     write_portable_state flink "$(portable_flags "$JOB_PORT" "$env_flags")" "$BUCKET" FLINK_REST="http://127.0.0.1:$REST_PORT" \
         FLINK_VERSION="$FLINK_VERSION"

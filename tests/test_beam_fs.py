@@ -54,3 +54,25 @@ def test_file_size_of_a_missing_file_names_it(tmp_path):
     for name in ("nope.tfrecord", "no[pe].tfrecord"):
         with pytest.raises(FileNotFoundError, match="no.*pe.*tfrecord: no such file"):
             _fs.file_size(str(tmp_path / name))
+
+
+def test_importing_the_module_makes_beam_reuse_its_s3_clients():
+    """An SDK worker imports _fs with the job's code but never calls set_options: the import
+    alone must make Beam's S3 layer share one boto3 client per set of S3 options (a client
+    per call cost a Flink worker most of its time)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from tfrecord_beam.beam import _fs\n"
+        "from apache_beam.io.aws.clients.s3 import boto3_client\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "a = PipelineOptions(['--s3_endpoint_url=http://127.0.0.1:1', '--s3_region_name=us-east-1'])\n"
+        "b = PipelineOptions(['--s3_endpoint_url=http://127.0.0.1:2', '--s3_region_name=us-east-1'])\n"
+        "one, two, other = boto3_client.Client(a), boto3_client.Client(a), boto3_client.Client(b)\n"
+        "print(one.client is two.client, one.client is other.client)\n"
+    )
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]

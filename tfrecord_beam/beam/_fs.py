@@ -419,3 +419,9 @@ class _Commit:
 def create(path: str) -> BinaryIO:
     """Open a new file for writing (an object store's object appears whole on close)."""
     return cast(BinaryIO, _LazyWriter(plain(path)))  # an io.RawIOBase (see `open_input`)
+
+
+# The SDK workers of a portable runner (Flink, Spark, Dataflow) import this module with the job's
+# code but never run `set_options`: without this their every s3:// call built a boto3 client
+# (70% of a Flink worker's busy time in a reshard's write stage, loading botocore's JSON models).
+_reuse_s3_clients()
