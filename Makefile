@@ -49,7 +49,7 @@ test: install
 
 # the documentation site (mkdocs.yml, pages in docs/) into site/ (git-ignored); --strict: a broken
 # link, anchor or API reference fails the build (not with --quiet: it hides the warnings that --strict
-# counts). The pages' Python blocks run in tests/test_docs_pages.py, the README's in tests/test_readme.py.
+# counts). The pages' Python blocks run in tests/docs/test_docs_pages.py, the README's in tests/docs/test_readme.py.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
@@ -96,9 +96,9 @@ demo: $(VENV)/.demo-installed
 # per venv is not worth it.
 OLDEST_VENV ?= .venv-oldest
 OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==14.0.2 numpy==1.23.2 protobuf==4.25.0
-OLDEST_TESTS ?= tests/test_oldest.py tests/test_records.py tests/test_example.py tests/test_columnar_api.py \
-	tests/test_arrow.py tests/test_beam_source.py tests/test_beam_sink.py tests/test_pipelines_reshard.py \
-	tests/test_torch_dataset.py
+OLDEST_TESTS ?= tests/project/test_oldest.py tests/core/test_records.py tests/core/test_example.py tests/core/test_columnar_api.py \
+	tests/core/test_arrow.py tests/beam/test_beam_source.py tests/beam/test_beam_sink.py tests/jobs/test_pipelines_reshard.py \
+	tests/torch/test_torch_dataset.py
 # the stamp names the pins: changing them remakes the venv
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(shell echo '$(OLDEST_PINS)' | cksum | cut -d' ' -f1)
 $(OLDEST_STAMP): setup.py | $(VENV)/.installed

@@ -4,7 +4,7 @@ build_index, reshard, mix, parquet_to_tfrecord, tfrecord_to_parquet, and `demo` 
 docs/jobs.md's "The demo"). Shared plumbing: `_common` (arguments, Beam options, staged output,
 summary).
 
-What the jobs import from the library (one rule, tests/test_job_imports.py checks it): public
+What the jobs import from the library (one rule, tests/project/test_job_imports.py checks it): public
 modules and names only, never a module or name whose dotted path has a part starting with `_`.
 The internals a job needs are re-exported, under `__all__`, by three faces:
 `tfrecord_beam.jobtools` (Beam-free, standard library only so `--help` answers at once: the

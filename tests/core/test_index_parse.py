@@ -17,7 +17,7 @@ from tfrecord_beam import _engine, index
 from tfrecord_beam._engine import _index_text as _index_text_py
 from tfrecord_beam.errors import IndexMismatchError
 
-FUZZ_CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
+FUZZ_CORPUS = Path(__file__).resolve().parents[1] / "fuzz_corpus"
 PARSERS = [pytest.param(_index_text_py.index_starts, id="pure")]
 if NATIVE is not None:
     PARSERS.append(pytest.param(NATIVE.index_starts, id="native"))

@@ -1,4 +1,4 @@
-"""Test data shared by the tests/test_beam_*.py files: small TFRecord files with awkward payloads."""
+"""Test data shared by the tests/beam/ files: small TFRecord files with awkward payloads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Files on the test S3 server for the remote-reading tests (`tests/test_remote_*.py`)."""
+"""Files on the test S3 server for the remote-reading tests (`tests/remote/test_remote_*.py`)."""
 
 from __future__ import annotations
 

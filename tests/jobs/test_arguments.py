@@ -15,7 +15,7 @@ from tfrecord_beam import _usage
 from tfrecord_beam.cli import main as cli_main
 from tfrecord_beam.tools import tfrecord2idx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JOB_NAMES = list(pipelines.COMMANDS)
 HEAVY = ("apache_beam", "torch", "numpy")
 

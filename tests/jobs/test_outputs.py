@@ -448,7 +448,7 @@ def test_skip_corrupt_in_the_other_jobs(tmp_path, capsys):
         + FAST,
         capsys,
     )
-    assert code == 0, err  # planned, like reshard (tests/test_pipelines_skip_corrupt.py)
+    assert code == 0, err  # planned, like reshard (tests/jobs/test_pipelines_skip_corrupt.py)
     assert summary_json(stdout)["corrupt_records"] == 2 and len(_dead_letters(tmp_path / "m" / "_CORRUPT.x.jsonl")) == 2
     code, stdout, err = run_job(
         tfrecord_to_parquet.main,

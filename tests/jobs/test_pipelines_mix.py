@@ -199,7 +199,7 @@ def test_mix_as_a_command_on_workers_in_other_processes(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     a = write_files(tmp_path / "a", "a", [60])
     b = write_files(tmp_path / "b", "b", [60], tag=1)
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
 """reshard end to end on PortableRunner: Beam's job service + an EXTERNAL worker pool.
 
-The services fixture is the Beam IO tests' (`tests/test_beam_runners.py`, from the beam
+The services fixture is the Beam IO tests' (`tests/beam/test_beam_runners.py`, from the beam
 branch); this module skips only where that file is absent.
 """
 

@@ -21,7 +21,7 @@ from helpers.jobs import read_shards, run_job, summary_json, write_files
 
 from pipelines import _runner, reshard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -276,7 +276,7 @@ def test_build_index_of_block_gzip_is_that_of_the_same_data_uncompressed(pair, t
 
 def test_reshard_of_block_gzip_streams_in_bounded_memory(tmp_path, capsys):
     """Largest-process peak RSS of a reshard of 5x the budget exceeds that of 1x by less than
-    the budget (tests/test_pipelines_bounded.py's rule), and the output is the input in order."""
+    the budget (tests/jobs/test_pipelines_bounded.py's rule), and the output is the input in order."""
     from helpers.rss import MiB, peak_growth
 
     budget = 32 * MiB

@@ -14,7 +14,7 @@ from tfrecord_beam import write_records
 from tfrecord_beam.cli import main as cli_main
 from tfrecord_beam.tools import tfrecord2idx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["count", "verify", "inspect", "schema", "head"]
 
 

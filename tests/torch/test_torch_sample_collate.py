@@ -24,7 +24,7 @@ from tfrecord_beam.records import write_records  # noqa: E402
 from tfrecord_beam.torch import IndexedTFRecordDataset, TFRecordDataset  # noqa: E402
 from tfrecord_beam.torch._collate import Sample, _stacked  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # tests/torch/: this module, imported by the fresh process below
 DESC = {"image": "byte", "label": "float", "index": "int", "box": "float", "pair": "int"}
 
 
@@ -88,7 +88,9 @@ def test_pure_engine_in_a_fresh_process(tmp_path):
     env = dict(
         os.environ,
         TFRECORD_BEAM_PURE="1",
-        PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join(
+            [str(HERE.parents[1]), str(HERE.parent), str(HERE), os.environ.get("PYTHONPATH", "")]
+        ),
     )
     script = (
         "import sys\n"
