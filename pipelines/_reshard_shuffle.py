@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfrecord_beam._sizes import DEFAULT_BUFFER_BYTES
+from tfrecord_beam._usage import plural
 
 MIN_BUFFER_BYTES = 1 << 16
 
@@ -67,8 +68,9 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
     spec = _common.output_spec(num_shards, settings.output_compression, staged, settings.write_index)
     work_dir = staged.temp_path("_shuffle")
     _common.progress(
-        f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
-        f"shards through {plan.buckets} buckets of ~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
+        f"reshard --shuffle: {plural(len(files), 'file')} ({total_bytes:,} bytes, {plural(len(ranges), 'range')}) "
+        f"-> {plural(num_shards, 'shard')} through {plural(plan.buckets, 'bucket')} of "
+        f"~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
     )
     verify = settings.verify
     dead_letters = _common.dead_letters(settings.skip_corrupt, staged)  # --skip_corrupt: listed, not fatal
@@ -78,7 +80,7 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
         _progress.write_plan(reporter.directory, "bucket", None, estimate, "reading into buckets")
 
         def build(p):
-            _progress.write_plan(reporter.directory, "write", None, estimate, f"writing {num_shards} shards")
+            _progress.write_plan(reporter.directory, "write", None, estimate, f"writing {plural(num_shards, 'shard')}")
             _shuffle.shuffle_to_shards(
                 p,
                 ranges,
@@ -96,5 +98,5 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
     if _fs.exists(work_dir):
         _fs.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
-    note = f"seed {settings.seed}, {plan.buckets} buckets, buffer {settings.buffer_bytes:,} bytes"
+    note = f"seed {settings.seed}, {plural(plan.buckets, 'bucket')}, buffer {settings.buffer_bytes:,} bytes"
     return results, check, finals, corrupt, note

@@ -433,8 +433,15 @@ def run(args: argparse.Namespace, options) -> Summary:
     total_bytes = sum(_fs.file_size(f) for f in inputs.files)
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
-    target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
-    _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
+    target = (
+        "until the first source is exhausted"
+        if wanted is None
+        else f"{_usage.plural(args.total_records, 'record')} ({', '.join(f'{n:,}' for n in wanted)} per source)"
+    )
+    _common.progress(
+        f"mix: {_usage.plural(len(sources), 'source')}, {_usage.plural(len(inputs.files), 'file')} -> {target} "
+        f"in {_usage.plural(args.num_shards, 'shard')}"
+    )
     dead_letters = _common.dead_letters(args.skip_corrupt, staged)
 
     manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
@@ -455,7 +462,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         "available_records": available,
         "output_shards": args.num_shards,
         "manifest": manifest_path,
-        "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
+        "verified": f"yes: {_usage.plural(check['written'][0], 'record')}, checksum {check['written'][2]:016x} "
+        "equal to the selection",
         **corrupt,
     }
     return Summary(
@@ -582,7 +590,11 @@ def _planner(
             progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks), "reading the selected blocks"
         )
         _progress.write_plan(
-            progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards"
+            progress_dir,
+            "write",
+            sum(chosen),
+            _selected_bytes(surveys, chosen),
+            f"writing {_usage.plural(num_shards, 'shard')}",
         )
         return tasks
 
