@@ -59,11 +59,14 @@ def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
     return paths
 
 
-def measure(kind: str, *args) -> Tuple[float, int, float]:
-    """(seconds, peak RSS of the process tree, CPU seconds) of one run in a fresh interpreter:
-    `kind` is a pipelines module or a plain loop. Seconds are timed in the child around the job
-    alone; CPU seconds (user + system) are the whole tree's, start-up and workers included,
-    from the kernel's accounting (the steady measure on a shared machine)."""
+def measure(kind: str, *args) -> Tuple[float, int, float, dict]:
+    """(seconds, peak RSS of the process tree, CPU seconds, bytes moved) of one run in a fresh
+    interpreter: `kind` is a pipelines module or a plain loop. Seconds are timed in the child
+    around the job alone; CPU seconds (user + system) are the whole tree's, start-up and workers
+    included, from the kernel's accounting (the steady measure on a shared machine). Bytes moved
+    are the child's own /proc/self/io counters at its end (`rchar`/`wchar`: bytes passed to
+    read and write calls, page cache or not; `read_bytes`/`write_bytes`: what reached the
+    disk): the whole job with 1 worker, only the main process with more."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -76,7 +79,8 @@ def measure(kind: str, *args) -> Tuple[float, int, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} {args} failed with status {proc.returncode}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return json.loads(out.decode().strip().splitlines()[-1])["seconds"], rss.peak, cpu
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    return result["seconds"], rss.peak, cpu, result.get("io", {})
 
 
 def _run_one(spec: str) -> None:
@@ -101,7 +105,17 @@ def _run_one(spec: str) -> None:
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         fn()
-    print(json.dumps({"seconds": time.perf_counter() - start}))
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "io": _own_io()}))
+
+
+def _own_io() -> dict:
+    """This process's /proc/self/io counters (empty where there is none)."""
+    try:
+        with open("/proc/self/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f)}
+    except OSError:
+        return {}
 
 
 def median_run(repeats: int, kind: str, *args, cleanup=None) -> Tuple[float, int, float]:
@@ -325,18 +339,23 @@ def mix_vs_shuffle(files: List[Path], records: int, nbytes: int, label: str, tmp
         seconds = float(np.median([r[0] for r in runs[key]]))
         cpu = float(np.median([r[2] for r in runs[key]]))
         peak = max(r[1] for r in runs[key])
-        rows.append(_row(f"{what}, 1 worker", seconds, peak, nbytes, records, cpu=cpu))
+        moved = [f"{np.median([r[3].get(k, 0) for r in runs[key]]) / nbytes:.2f}x" for k in IO_KEYS]
+        rows.append(_row(f"{what}, 1 worker", seconds, peak, nbytes, records, cpu=cpu)[:-1] + moved)
     each = "; ".join(
-        f"mix {m[0]:.1f} s / shuffle {s[0]:.1f} s (load {ld:.1f})"
+        f"mix {m[0]:.1f} s, {m[2]:.1f} s CPU / shuffle {s[0]:.1f} s, {s[2]:.1f} s CPU (load {ld:.1f})"
         for m, s, ld in zip(runs["mix"], runs["shuffle"], loads)
     )
     print(f"runs: {each}")
     return print_table(
         f"mix 3:1 vs reshard --shuffle into {SHARDS} shards, {label} records, {nbytes / 1e9:.2f} GB, "
-        f"medians of {repeats} interleaved runs, load {min(loads):.1f}-{max(loads):.1f}",
-        HEADER[:-1],
-        [r[:-1] for r in rows],
+        f"medians of {repeats} interleaved runs, load {min(loads):.1f}-{max(loads):.1f} "
+        "(bytes moved: the job process's /proc/self/io, as multiples of the input)",
+        HEADER[:-1] + [f"{k} / input" for k in IO_KEYS],
+        rows,
     )
+
+
+IO_KEYS = ("rchar", "wchar", "write_bytes")
 
 
 def main(argv=None) -> None:

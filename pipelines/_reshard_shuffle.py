@@ -12,20 +12,30 @@ import argparse
 from dataclasses import dataclass
 from typing import Optional
 
-from tfrecord_beam.jobtools import DEFAULT_BUFFER_BYTES
+from tfrecord_beam.jobtools import DEFAULT_BUFFER_BYTES, plural
+
+MIN_BUFFER_BYTES = 1 << 16
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shuffle's own flags (reshard adds them to its parser)."""
+def add_arguments(parser: argparse.ArgumentParser, when: str = "with --shuffle: ") -> None:
+    """The shuffle's own flags (reshard and mix add them to their parsers; `when` starts the help)."""
     parser.add_argument(
         "--shuffle_buffer_bytes",
         type=int,
         default=DEFAULT_BUFFER_BYTES,
         metavar="BYTES",
-        help="with --shuffle: the most record bytes one step holds in memory (a reader's run, a "
+        help=f"{when}the most record bytes one step holds in memory (a reader's run, a "
         f"writer's bucket; default {DEFAULT_BUFFER_BYTES >> 20} MiB). Peak memory per "
         "worker is about 2-3x this, whatever the input or shard size",
     )
+
+
+def check_buffer(buffer_bytes: int) -> None:
+    """JobError for a --shuffle_buffer_bytes too small to hold a useful run."""
+    from ._common import JobError
+
+    if buffer_bytes < MIN_BUFFER_BYTES:
+        raise JobError(f"--shuffle_buffer_bytes must be at least {MIN_BUFFER_BYTES}")
 
 
 @dataclass(frozen=True)
@@ -50,17 +60,16 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
     from tfrecord_beam.beam import stages as _stages
 
     from . import _common
-    from ._common import JobError
 
-    if settings.buffer_bytes < 1 << 16:
-        raise JobError("--shuffle_buffer_bytes must be at least 65536")
+    check_buffer(settings.buffer_bytes)
     ranges = _stages.plan_ranges(files, settings.split_bytes, settings.input_compression)
     plan = _shuffle.plan_buckets(_shuffle.estimated_bytes(ranges), num_shards, settings.buffer_bytes)
     spec = _common.output_spec(num_shards, settings.output_compression, staged, settings.write_index)
     work_dir = staged.temp_path("_shuffle")
     _common.progress(
-        f"reshard --shuffle: {len(files)} files ({total_bytes:,} bytes, {len(ranges)} ranges) -> {num_shards} "
-        f"shards through {plan.buckets} buckets of ~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
+        f"reshard --shuffle: {plural(len(files), 'file')} ({total_bytes:,} bytes, {plural(len(ranges), 'range')}) "
+        f"-> {plural(num_shards, 'shard')} through {plural(plan.buckets, 'bucket')} of "
+        f"~{settings.buffer_bytes // 2:,} bytes (seed {settings.seed})"
     )
     verify = settings.verify
 
@@ -69,7 +78,7 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
         jobio.write_plan(reporter.directory, "bucket", None, estimate, "reading into buckets")
 
         def build(p):
-            jobio.write_plan(reporter.directory, "write", None, estimate, f"writing {num_shards} shards")
+            jobio.write_plan(reporter.directory, "write", None, estimate, f"writing {plural(num_shards, 'shard')}")
             _shuffle.shuffle_to_shards(
                 p,
                 ranges,
@@ -88,5 +97,5 @@ def run(settings: Settings, options, staged, files, total_bytes: int, num_shards
     if jobio.exists(work_dir):
         jobio.delete([work_dir])  # the temporary runs: as large as the input
     results, check, finals, corrupt = _common.finish(staged, spec, "reshard", verify)
-    note = f"seed {settings.seed}, {plan.buckets} buckets, buffer {settings.buffer_bytes:,} bytes"
+    note = f"seed {settings.seed}, {plural(plan.buckets, 'bucket')}, buffer {settings.buffer_bytes:,} bytes"
     return results, check, finals, corrupt, note

@@ -104,7 +104,9 @@ class Summary:
 
 def _is_listing(value: Any) -> bool:
     """A list of lines (build_index's corrupt files, printed as they are found), not a list of counts."""
-    return isinstance(value, dict) or (isinstance(value, (list, tuple)) and not all(isinstance(v, int) for v in value))
+    if isinstance(value, (list, tuple)):  # an empty list has nothing to show
+        return not value or not all(isinstance(v, int) for v in value)
+    return isinstance(value, dict)
 
 
 def _format(value: Any) -> str:

@@ -128,7 +128,7 @@ def index_file(
         counter.flush()
     Metrics.counter(NAMESPACE, "indexed_files").inc()
     Metrics.counter(NAMESPACE, "records").inc(records)
-    Metrics.counter(NAMESPACE, "bytes").inc(jobio.file_size(path))
+    Metrics.counter(NAMESPACE, "index_bytes").inc(jobio.file_size(index_target(path, output_dir)))
 
 
 def block_end(block) -> int:
@@ -192,7 +192,9 @@ def run(args: argparse.Namespace, options) -> Summary:
     skipped = [f for f in files if args.skip_existing and jobio.exists(index_target(f, args.output_dir))]
     todo = [f for f in files if f not in set(skipped)]
     total = sum(jobio.file_size(f) for f in todo)
-    _common.progress(f"build_index: {len(todo)} files to index ({total:,} bytes), {len(skipped)} skipped")
+    _common.progress(
+        f"build_index: {jobtools.plural(len(todo), 'file')} to index ({total:,} bytes), {len(skipped)} skipped"
+    )
     verify, output_dir, compression = args.verify, args.output_dir, args.input_compression
     tasks = list(enumerate(todo))
 
@@ -213,7 +215,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         "indexed_files": _metric(result, "indexed_files") if tasks else 0,
         "skipped_files": len(skipped),
         "corrupt_files": len(corrupt),
-        "corrupt": corrupt,
+        **({"corrupt": corrupt} if corrupt else {}),  # what was wrong with each (none: no list)
     }
     for line in corrupt:
         _common.progress(f"corrupt, no index written: {line}")
@@ -224,10 +226,13 @@ def run(args: argparse.Namespace, options) -> Summary:
         extra["exit_code"] = jobtools.EXIT_BAD_DATA
     return Summary(
         "build_index",
+        input_files=len(todo),
+        input_bytes=total,
         files=extra["indexed_files"],
         records=_metric(result, "records") if tasks else 0,
-        bytes=_metric(result, "bytes") if tasks else 0,
+        bytes=_metric(result, "index_bytes") if tasks else 0,
         extra=extra,
+        output_noun="index file",
     )
 
 

@@ -33,7 +33,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from tfrecord_beam import jobtools
 
-from . import _args
+from . import _args, _reshard_shuffle
 
 EXAMPLES = """\
   python -m pipelines.mix --source 'web/*.tfrecord=0.7' --source 'books/*.tfrecord=0.3' \\
@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _args.add_output_compression(parser)
     parser.add_argument("--manifest", default=None, help="manifest path (default OUTPUT_PREFIX.manifest.json)")
     parser.add_argument("--no_index", action="store_true", help="do not write .tfindex files")
+    _reshard_shuffle.add_arguments(parser, when="")
     return parser
 
 
@@ -79,8 +80,10 @@ import numpy as np
 from tfrecord_beam import jobs
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import planned as _planned
+from tfrecord_beam.beam import shuffle as _shuffle
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.jobs import FileSurvey, Piece, add_digests, frame_digest, piece_chunks
+from tfrecord_beam.jobtools import DEFAULT_BUFFER_BYTES
 
 from . import _common
 from ._common import JobError, Summary
@@ -195,9 +198,16 @@ class Task(NamedTuple):
 
 
 def plan_mix(
-    surveys: List[FileSurvey], weights: Sequence[float], wanted: Optional[List[int]], seed: int, num_shards: int
+    surveys: List[FileSurvey],
+    weights: Sequence[float],
+    wanted: Optional[List[int]],
+    seed: int,
+    num_shards: int,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
 ) -> Tuple[List[Task], List[int], List[int]]:
-    """Reader tasks, available and wanted records per source, from the surveys alone."""
+    """Reader tasks, available and wanted records per source, from the surveys alone. A shard's
+    buckets hold about `buffer_bytes / 2` each, as reshard --shuffle's (`shuffle.plan_buckets`):
+    the number of buckets changes the work, never the output (a shard is its records in key order)."""
     groups = len(weights)
     available = [0] * groups
     mean = [0.0] * groups
@@ -211,7 +221,7 @@ def plan_mix(
         if wanted[g] and not available[g]:
             raise JobError(f"source {g} has no records but {wanted[g]} were asked of it")
     shard_bytes = sum(w * m for w, m in zip(wanted, mean)) / num_shards
-    buckets = jobs.buckets_for(shard_bytes)
+    buckets = jobs.buckets_for(shard_bytes, buffer_bytes // 2)
     offsets = np.concatenate([[0], np.cumsum(wanted)[:-1]]).astype(np.int64)
     tasks: List[Task] = []
     for g in range(groups):
@@ -263,11 +273,20 @@ def _source_tasks(
 
 
 class SelectFn(beam.DoFn):
-    """Reads a task's blocks, copies the selected records into a spill file of keyed runs;
-    emits (shard, SegmentTable) and, tagged "digest", the digest of what it selected."""
+    """Reads a task's blocks, copies the selected records into a spill file of keyed runs of
+    about `buffer_bytes` each; emits (shard, SegmentTable) and, tagged "digest", the digest of
+    what it selected."""
 
-    def __init__(self, seed: int, num_shards: int, spill_dir: str, progress_dir: Optional[str]) -> None:
+    def __init__(
+        self,
+        seed: int,
+        num_shards: int,
+        spill_dir: str,
+        progress_dir: Optional[str],
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    ) -> None:
         self.seed, self.num_shards, self.spill_dir, self.progress_dir = seed, num_shards, spill_dir, progress_dir
+        self.buffer_bytes = buffer_bytes
 
     def process(self, task: Task):
         counter = jobio.ProgressFile(self.progress_dir, "select", f"{task.number:06d}")
@@ -277,6 +296,7 @@ class SelectFn(beam.DoFn):
             task.group,
             [task.buckets] * self.num_shards,
             jobio.atomic_output,
+            run_bytes=self.buffer_bytes,
         )
         digest = (0, 0, 0)
         try:
@@ -342,7 +362,8 @@ class SelectFn(beam.DoFn):
         the shard of its occurrence, in bounded batches however often a record is repeated."""
         starts = np.cumsum(sizes) - sizes
         ends = np.cumsum(sizes[picked])
-        cuts = np.searchsorted(ends, np.arange(jobs.RUN_BYTES // 2, int(ends[-1]), jobs.RUN_BYTES // 2))
+        batch = max(1, self.buffer_bytes // 2)
+        cuts = np.searchsorted(ends, np.arange(batch, int(ends[-1]), batch))
         for part in np.split(np.arange(len(picked)), cuts):
             if not len(part):
                 continue
@@ -351,15 +372,30 @@ class SelectFn(beam.DoFn):
             spiller.add(framed, starts[picked[part]], sizes[picked[part]], shards, keys.random_raw(len(part)))
 
 
-def write_mixed_shard(shard: int, tables, spec: _stages.ShardSpec, progress_dir: Optional[str]) -> dict:
-    """Write one shard from its segment tables, bucket by bucket in key order."""
+def write_mixed_shard(
+    shard: int,
+    tables,
+    spec: _stages.ShardSpec,
+    progress_dir: Optional[str],
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    work_dir: Optional[str] = None,
+) -> dict:
+    """Write one shard from its segment tables, bucket by bucket in key order; with `work_dir`,
+    a bucket of more than `buffer_bytes` (random variation) is split there first (bounded memory)."""
     tables = list(tables)
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     counter = jobio.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with jobio.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = jobs.write_merged(tables, writer, jobio.open_input, counter.add)
+        digest, groups = jobs.write_merged(
+            tables,
+            writer,
+            jobio.open_input,
+            counter.add,
+            max_bytes=buffer_bytes,
+            scratch=None if work_dir is None else _shuffle.scratch(work_dir),
+        )
     counter.flush()
     result = {
         "shard": shard,
@@ -387,6 +423,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     then write the manifest and commit the shards (`_manifest`, `_commit`)."""
     sources = parse_sources(args.source)
     _check_sizes(args)
+    _reshard_shuffle.check_buffer(args.shuffle_buffer_bytes)
     if args.manifest is not None:
         check_manifest_path(args.manifest, args.overwrite)
     staged = _common.open_output(args, "mix")  # before any work: writable, not another run's
@@ -396,8 +433,15 @@ def run(args: argparse.Namespace, options) -> Summary:
     total_bytes = sum(jobio.file_size(f) for f in inputs.files)
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     spill_dir = staged.temp_path("_spill")
-    target = "until the first source is exhausted" if wanted is None else f"{args.total_records} records {wanted}"
-    _common.progress(f"mix: {len(sources)} sources, {len(inputs.files)} files -> {target} in {args.num_shards} shards")
+    target = (
+        "until the first source is exhausted"
+        if wanted is None
+        else f"{jobtools.plural(args.total_records, 'record')} ({', '.join(f'{n:,}' for n in wanted)} per source)"
+    )
+    _common.progress(
+        f"mix: {jobtools.plural(len(sources), 'source')}, {jobtools.plural(len(inputs.files), 'file')} -> {target} "
+        f"in {jobtools.plural(args.num_shards, 'shard')}"
+    )
     dead_letters = staged.dead_letters()  # where --skip_corrupt lists what it skipped
 
     manifest_path = args.manifest or staged.final_path(_inside_manifest(staged))
@@ -418,7 +462,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         "available_records": available,
         "output_shards": args.num_shards,
         "manifest": manifest_path,
-        "verified": f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the selection",
+        "verified": f"yes: {jobtools.plural(check['written'][0], 'record')}, checksum {check['written'][2]:016x} "
+        "equal to the selection",
         **corrupt,
     }
     return Summary(
@@ -492,11 +537,12 @@ def _run_pipeline(
     select the records into keyed spill runs, write each shard from its runs and prove the
     shards hold the selection. The plan's counts are left in the staging `_results`."""
     seed, num_shards, compression = args.seed, args.num_shards, args.input_compression
+    buffer_bytes = args.shuffle_buffer_bytes
     files, groups = inputs.files, inputs.groups
     with jobio.reporter("mix", options, _common.progress) as reporter:
         progress_dir = reporter.directory
         jobio.write_plan(progress_dir, "survey", None, total_bytes, "surveying the inputs")
-        plan = _planner(weights, wanted, seed, num_shards, spec, progress_dir)
+        plan = _planner(weights, wanted, seed, num_shards, spec, progress_dir, buffer_bytes)
 
         def build(p):
             if "://" not in spill_dir:
@@ -510,14 +556,17 @@ def _run_pipeline(
                 | "Plan" >> beam.FlatMap(plan, beam.pvalue.AsList(surveys))
                 | "Spread" >> beam.Reshuffle()
                 | "Select"
-                >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir)).with_outputs(
+                >> beam.ParDo(SelectFn(seed, num_shards, spill_dir, progress_dir, buffer_bytes)).with_outputs(
                     "digest", main="segments"
                 )
             )
             results = (
                 selected.segments
                 | "GroupByShard" >> beam.GroupByKey()
-                | "WriteShards" >> beam.Map(lambda kv: write_mixed_shard(kv[0], kv[1], spec, progress_dir))
+                | "WriteShards"
+                >> beam.MapTuple(
+                    lambda shard, tables: write_mixed_shard(shard, tables, spec, progress_dir, buffer_bytes, spill_dir)
+                )
             )
             _stages.verify_digests(p, selected.digest, results, spec, "mix")
 
@@ -531,18 +580,23 @@ def _planner(
     num_shards: int,
     spec: _stages.ShardSpec,
     progress_dir: Optional[str],
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
 ):
     """The pipeline's Plan step: (None, all surveys) -> reader tasks (`plan_mix`); it records
     the available and wanted counts per source and the next stages' progress plans."""
 
     def plan(_, surveys):
-        tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards)
+        tasks, available, chosen = plan_mix(list(surveys), weights, wanted, seed, num_shards, buffer_bytes)
         _stages.write_result(spec.path("_results"), "available.json", {"available": available, "wanted": chosen})
         jobio.write_plan(
             progress_dir, "select", None, sum(b.size for t in tasks for b in t.blocks), "reading the selected blocks"
         )
         jobio.write_plan(
-            progress_dir, "write", sum(chosen), _selected_bytes(surveys, chosen), f"writing {num_shards} shards"
+            progress_dir,
+            "write",
+            sum(chosen),
+            _selected_bytes(surveys, chosen),
+            f"writing {jobtools.plural(num_shards, 'shard')}",
         )
         return tasks
 

@@ -132,8 +132,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)
     _common.progress(
-        f"parquet_to_tfrecord: {len(files)} files, {rows:,} rows in {row_groups} row groups "
-        f"-> {args.num_shards} shards of {kind}"
+        f"parquet_to_tfrecord: {jobtools.plural(len(files), 'file')}, {jobtools.plural(rows, 'row')} in "
+        f"{jobtools.plural(row_groups, 'row group')} -> {jobtools.plural(args.num_shards, 'shard')} of {kind}"
     )
 
     def build(p):
@@ -163,7 +163,8 @@ def run(args: argparse.Namespace, options) -> Summary:
         "row_groups": row_groups,
         "record_kind": kind,
         "output_shards": args.num_shards,
-        "verified": f"yes: {written} records + {rows - written} rows skipped == {rows} Parquet rows, each shard as planned",
+        "verified": f"yes: {jobtools.plural(written, 'record')} + {jobtools.plural(rows - written, 'row')} skipped "
+        f"== {jobtools.plural(rows, 'Parquet row')}, each shard as planned",
         "manifest": staged.final_path(staged.manifest_name),
         **corrupt,
     }

@@ -92,7 +92,8 @@ def _run_planned(args: argparse.Namespace, options, staged, files, total_bytes: 
     """Unshuffled reshard: survey, plan contiguous ranges, stream each shard (see the module doc)."""
     spec = _common.output_spec(num_shards, args.output_compression, staged, not args.no_index)
     _common.progress(
-        f"reshard: {len(files)} files ({total_bytes:,} bytes) -> {num_shards} shards, "
+        f"reshard: {jobtools.plural(len(files), 'file')} ({total_bytes:,} bytes) -> "
+        f"{jobtools.plural(num_shards, 'shard')}, "
         f"contiguous, balanced by {args.balance}"
     )
     balance, compression = args.balance, args.input_compression
@@ -137,11 +138,12 @@ def _summary(
     sizes = [r["records"] for r in results]
     extra = {
         "output_shards": num_shards,
-        "records_per_shard": f"min {min(sizes)} max {max(sizes)}",
+        "records_per_shard": f"min {min(sizes):,}, max {max(sizes):,}",
         **({"shuffle": shuffle} if shuffle is not None else {}),
         "verified": "no (--no_verify)"
         if check is None
-        else f"yes: {check['written'][0]} records, checksum {check['written'][2]:016x} equal to the input's",
+        else f"yes: {jobtools.plural(check['written'][0], 'record')}, checksum {check['written'][2]:016x} "
+        "equal to the input's",
         "manifest": manifest,
         **corrupt,
     }

@@ -152,8 +152,8 @@ def run(args: argparse.Namespace, options) -> Summary:
     names = [_stages.shard_name(prefix, i, args.num_shards, ".parquet") for i in range(args.num_shards)]
     groups = _parquet.group_ranges(ranges, args.num_shards)
     _common.progress(
-        f"tfrecord_to_parquet: {len(files)} files ({len(ranges)} ranges) -> {args.num_shards} "
-        f"Parquet files; schema:\n{schema}"
+        f"tfrecord_to_parquet: {jobtools.plural(len(files), 'file')} ({jobtools.plural(len(ranges), 'range')}) -> "
+        f"{jobtools.plural(args.num_shards, 'Parquet file')}; schema:\n{schema}"
     )
 
     def build(p):
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace, options) -> Summary:
     finals = staged.commit(entries, corrupt_records=count, dead_letters=dead)
     extra = {
         "columns": len(schema),
-        "verified": f"yes: {rows} rows == {read} records",
+        "verified": f"yes: {jobtools.plural(rows, 'row')} == {jobtools.plural(read, 'record')}",
         "manifest": staged.final_path(staged.manifest_name),
         **_common.corrupt_summary(count, dead, staged),
     }

@@ -290,7 +290,11 @@ class RecordReader:
                 else:
                     # Chunks of one size (unless a record is longer): the allocator then reuses
                     # the last chunk's memory (varying sizes cost page faults, 2-3x the read).
-                    size = max(self.chunk_size, need or 0)
+                    # Near the range's end, only up to the next range's first header: a range
+                    # never reads a chunk of the next one (mix reads its 16 MiB blocks as
+                    # ranges: a whole 4 MiB chunk past each end was 25% more input read).
+                    size = self.chunk_size if end is None else min(self.chunk_size, end - pos + HEADER_SIZE)
+                    size = max(size, need or 0)
                 buf, eof = self._fill(stream, buf, keep, pos, size, reread, number)
             offsets, lengths, consumed, status = self._scan_buffer(buf)
             if len(offsets):

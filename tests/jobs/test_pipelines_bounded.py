@@ -194,6 +194,8 @@ def test_mix_in_bounded_memory(inputs, tmp_path, capsys, runner):
                 "3",
                 "--seed",
                 "4",
+                "--shuffle_buffer_bytes",  # runs and buckets of 4 MiB: well under the budget
+                str(4 * MiB),
             ]
             + runner,
             capsys,

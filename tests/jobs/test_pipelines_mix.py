@@ -98,6 +98,27 @@ def test_mix_is_deterministic_for_a_seed(tmp_path, capsys):
     assert one != three
 
 
+def test_shuffle_buffer_changes_the_work_not_the_output(tmp_path, capsys):
+    """--shuffle_buffer_bytes sets the runs' and buckets' sizes (64 KiB: many runs and buckets
+    of a few records); the shards are their records in key order, so they come out byte for
+    byte the same as with the default buffer; a buffer under 64 KiB is refused."""
+    from tfrecord_beam.records import RecordWriter
+
+    rng = np.random.default_rng(3)
+    for name, files in (("a", 3), ("b", 1)):
+        (tmp_path / name).mkdir()
+        for k in range(files):
+            with RecordWriter(str(tmp_path / name / f"{name}-{k}.tfrecord")) as writer:
+                writer.write_many([rng.bytes(int(n)) for n in rng.integers(1, 6000, 150)])
+    assert _mix(tmp_path, capsys, "default", seed=2)[0] == 0
+    code, _, err = _mix(tmp_path, capsys, "small", seed=2, extra=["--shuffle_buffer_bytes", "65536"])
+    assert code == 0, err
+    default, small = (read_shards(tmp_path / n, "m-*.tfrecord") for n in ("default", "small"))
+    assert sum(map(len, default)) == 400 and small == default
+    code, _, err = _mix(tmp_path, capsys, "tiny", seed=2, extra=["--shuffle_buffer_bytes", "1000"])
+    assert code == 1 and "--shuffle_buffer_bytes must be at least 65536" in err
+
+
 @pytest.mark.parametrize(
     "source,message",
     [

@@ -111,6 +111,15 @@ class _Named(io.RawIOBase):
     def tell(self) -> int:
         return self._handle.tell()
 
+    def fileno(self) -> int:
+        """The descriptor of a local file, so that a header walk (`jobs._walk`) reads headers by
+        positional reads instead of every byte; object stores' handles have none
+        (io.UnsupportedOperation, as for any file without one)."""
+        fileno = getattr(self._handle, "fileno", None)
+        if fileno is None:
+            raise io.UnsupportedOperation("fileno")
+        return fileno()
+
     def close(self) -> None:
         if not self.closed:
             self._handle.close()

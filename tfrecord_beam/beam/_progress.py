@@ -174,7 +174,9 @@ class ProgressReporter:
         if total:
             text += f" ({100.0 * min(nbytes / total, 1.0):.0f}%)"
         planned_records = plan.get("records")
-        text += f", {records:,}" + (f" of {planned_records:,}" if planned_records is not None else "") + " records"
+        last = records if planned_records is None else planned_records  # the noun agrees with it
+        text += f", {records:,}" + (f" of {planned_records:,}" if planned_records is not None else "")
+        text += " record" if last == 1 else " records"
         text += f", {_size(rate)}/s"
         if rate > 0 and total > nbytes:
             text += f", ETA {_duration((total - nbytes) / rate)}"

@@ -18,6 +18,7 @@ from typing import Callable, Deque, List, Optional, Sequence
 
 import apache_beam as beam
 
+from tfrecord_beam._usage import plural
 from tfrecord_beam.compression import resolve as resolve_compression
 from tfrecord_beam.compression import seeks_by_members
 from tfrecord_beam.jobs import (
@@ -175,7 +176,7 @@ def write_planned(
             "write",
             sum(pl.records for pl in plans),
             sum(pl.stream_bytes for pl in plans),
-            f"writing {len(plans)} shards",
+            f"writing {plural(len(plans), 'shard')}",
         )
         return plans
 
