@@ -9,6 +9,9 @@
 # Pid, start time and log as every service of runners/ (lib.sh). Not a runner column: the
 # tests start their own server from the cached binary (tests/helpers/gcsserver.py) unless this
 # one runs.
+# Its batch endpoint skips parts without a Content-ID header, which google-cloud-storage never
+# sends: Beam's deletes and renames on gs:// (a job's commit) fail against it unless the batch
+# requests are mended on the way (the tests' proxy does: tests/helpers/gcsserver.py).
 # Environment: TFRB_CACHE, TFRB_FAKE_GCS_VERSION (v1.56.1), TFRB_GCS_PORT (9310),
 # TFRB_GCS_DATA (.runners/gcs).
 source "$(dirname "$0")/lib.sh"
