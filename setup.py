@@ -136,6 +136,8 @@ setup(
             "flask>=2",
             "flask-cors>=3",
             BEAM_AWS,
+            # gs:// end to end (tests/remote/test_gcs.py, against fake-gcs-server): Beam's GCS filesystem
+            BEAM_GCP,
             "fsspec>=2023.1",
         ],
     },

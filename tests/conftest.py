@@ -116,3 +116,56 @@ def proxy(s3_server):
 
     with FaultProxy(s3_server.host_port) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """A real GCS-protocol server (fake-gcs-server): the one `runners/gcs.sh start` runs, else
+    one started from the cached binary (built through the Go module proxy when missing: the
+    tests fail, never skip, when that build fails) on a free port for this session; reached
+    through `gcsserver.mend`'s proxy."""
+    from helpers import gcsserver
+
+    data = tmp_path_factory.mktemp("fake-gcs-server")
+    server = gcsserver.from_state() or gcsserver.start_local(data)
+    mended = gcsserver.mend(server, data / "requests.jsonl")  # the batch requests of Beam's deletes and renames
+    try:
+        yield mended
+    finally:
+        mended.stop()  # the proxy, and the server when this session started it
+
+
+@pytest.fixture
+def gcs(gcs_server, monkeypatch, tmp_path):
+    """A fresh bucket on `gcs_server`, removed with its objects afterwards, and the environment
+    that points Beam and the core's readers at the server (`gcsserver.environment`); the GCE
+    metadata server's address is a trap that must never be contacted."""
+    from helpers import gcsserver
+    from helpers.s3server import TrapEndpoint
+
+    trap = TrapEndpoint()
+    for key, value in gcsserver.environment(gcs_server, trap, tmp_path).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    bucket = gcsserver.new_bucket(gcs_server)
+    try:
+        yield gcsserver.GcsBucket(gcs_server, bucket)
+    finally:
+        gcs_server.remove_bucket(bucket)
+        trap.close()
+    assert trap.connections == 0, f"{trap.connections} connection(s) to the trap (GCE metadata) {trap.url}"
+
+
+@pytest.fixture
+def gcs_proxy(gcs_server, tmp_path):
+    """A request-counting proxy in front of the session's GCS server, in a process of its own
+    (pyarrow's GCS reads hold the GIL: helpers/proxyproc.py)."""
+    from helpers.proxyproc import ProcessProxy
+
+    running = ProcessProxy(gcs_server.host_port, tmp_path / "proxy-requests.jsonl")
+    try:
+        yield running
+    finally:
+        running.stop()

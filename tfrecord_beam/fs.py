@@ -16,6 +16,7 @@ writer can be told from a live one's (`stale_temp_files`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob as _glob
 import io
 import mmap
@@ -133,8 +134,7 @@ def _from_uri(uri: str):
     if scheme not in _CACHED_SCHEMES:
         return _make_filesystem(uri)
     base, query = split_query(uri)
-    bucket, _, key = base.split("://", 1)[1].partition("/")
-    inner = urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
+    bucket, inner = _bucket_path(base)
     cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
     filesystem = _filesystems.get(cache_key)
     if filesystem is not None:
@@ -145,10 +145,20 @@ def _from_uri(uri: str):
     return filesystem, made_inner
 
 
+def _bucket_path(base: str) -> Tuple[str, str]:
+    """(bucket, `bucket/key` as the object store's filesystem names it) of a URI without query."""
+    bucket, _, key = base.split("://", 1)[1].partition("/")
+    return bucket, urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
+
+
 def _make_filesystem(uri: str):
     """A new (filesystem, path) for `uri` from pyarrow, else fsspec."""
     from pyarrow import fs as pafs
 
+    if uri.split("://", 1)[0].lower() in ("gs", "gcs"):
+        custom = _gcs_filesystem(uri)
+        if custom is not None:
+            return custom
     try:
         return pafs.FileSystem.from_uri(uri)
     except (ValueError, TypeError, OSError) as exc:
@@ -162,6 +172,64 @@ def _make_filesystem(uri: str):
             ) from None
         filesystem, inner = fsspec.core.url_to_fs(uri)
         return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), inner
+
+
+# The query parameters of a gs:// URI: pyarrow's own, and `anonymous` (ours: pyarrow's URI
+# form always takes the Google default credentials, which an emulator has no use for).
+GCS_QUERY_PARAMETERS = ("endpoint_override", "scheme", "retry_limit_seconds", "anonymous")
+STORAGE_EMULATOR_HOST = "STORAGE_EMULATOR_HOST"
+
+
+def _gcs_filesystem(uri: str):
+    """(pyarrow GcsFileSystem, path) for a gs:// URI with a custom endpoint, else None.
+
+    A custom endpoint comes from the URI's query (`endpoint_override=HOST:PORT&scheme=http`,
+    `anonymous=true` for no credentials) or, as for google-cloud-storage and so Beam's gs://
+    filesystem, from `STORAGE_EMULATOR_HOST` (`http://HOST:PORT`: that endpoint, anonymously,
+    unless the query says otherwise): one variable points the jobs and the readers at the same
+    server. Without either (None), pyarrow's own URI rules apply: the real service or the
+    query's endpoint, with Google's default credentials.
+    """
+    from pyarrow import fs as pafs
+
+    base, query = split_query(uri)
+    pairs = urllib.parse.parse_qsl(query[1:], keep_blank_values=True)
+    emulator = os.environ.get(STORAGE_EMULATOR_HOST, "").strip()
+    if not emulator and all(key != "anonymous" for key, _ in pairs):
+        return None  # the real service: pyarrow's URI rules and credentials
+    params: Dict[str, str] = {}
+    for key, value in pairs:
+        if key not in GCS_QUERY_PARAMETERS:
+            raise ValueError(
+                f"{uri}: unknown query parameter {key!r} for gs:// (known: {', '.join(GCS_QUERY_PARAMETERS)})"
+            )
+        if key in params:
+            raise ValueError(f"{uri}: query parameter {key!r} given twice")
+        params[key] = value
+    options: Dict[str, Any] = {}
+    if emulator:
+        parsed = urllib.parse.urlsplit(emulator if "://" in emulator else "http://" + emulator)
+        if not parsed.netloc:
+            raise ValueError(f"{STORAGE_EMULATOR_HOST}={emulator!r}: not a URL like http://127.0.0.1:4443")
+        options.update(endpoint_override=parsed.netloc, scheme=parsed.scheme, anonymous=True)
+    if "endpoint_override" in params:
+        options["endpoint_override"] = params["endpoint_override"]
+    if "scheme" in params:
+        options["scheme"] = params["scheme"]
+    if "anonymous" in params:
+        flag = params["anonymous"].lower()
+        if flag not in ("true", "false", "1", "0"):
+            raise ValueError(f"{uri}: anonymous={params['anonymous']!r}: use true or false")
+        options["anonymous"] = flag in ("true", "1")
+    if "retry_limit_seconds" in params:
+        import datetime
+
+        try:
+            seconds = float(params["retry_limit_seconds"])
+        except ValueError:
+            raise ValueError(f"{uri}: retry_limit_seconds={params['retry_limit_seconds']!r} is not a number") from None
+        options["retry_time_limit"] = datetime.timedelta(seconds=seconds)
+    return pafs.GcsFileSystem(**options), _bucket_path(base)[1]
 
 
 def split_query(path: str) -> Tuple[str, str]:
@@ -189,7 +257,75 @@ def open_input(path: PathLike) -> BinaryIO:
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is None:
         return io.open(inner, "rb")
-    return filesystem.open_input_file(inner)
+    try:
+        handle = filesystem.open_input_file(inner)
+    except FileNotFoundError as exc:  # pyarrow's GCS error names no object: name the URI
+        raise FileNotFoundError(
+            errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
+        ) from None
+    if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):
+        return _EndSafeFile(handle)  # type: ignore[return-value]
+    return handle
+
+
+def _pafs():
+    from pyarrow import fs as pafs
+
+    return pafs
+
+
+class _EndSafeFile:
+    """A pyarrow GCS input file on which seeking to (or past) the end, and reading there, work.
+
+    pyarrow's GCS file opens a ranged read at every seek, and GCS answers a range that starts at
+    the object's end with 416 (apache/arrow#38854): `seek(0, SEEK_END)`, which the readers use
+    to learn a file's size, fails on every non-empty object. Here a position at or past the
+    end is kept without asking the store, and reads there return b"". Everything else is the
+    pyarrow file's."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._size = int(inner.size())
+        self._past_end: Optional[int] = None  # the position, when at or past the end
+
+    def size(self) -> int:
+        return self._size
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.tell(), io.SEEK_END: self._size}[whence]
+        position = base + offset
+        if position < 0:
+            raise ValueError(f"negative seek position {position}")
+        if position >= self._size > 0:
+            self._past_end = position
+            return position
+        self._past_end = None
+        return self._inner.seek(position)
+
+    def tell(self) -> int:
+        return self._past_end if self._past_end is not None else self._inner.tell()
+
+    def read(self, nbytes: Optional[int] = None) -> bytes:
+        if self._past_end is not None:
+            return b""
+        return self._inner.read() if nbytes is None or nbytes < 0 else self._inner.read(nbytes)
+
+    def readinto(self, buffer: Any) -> int:
+        return 0 if self._past_end is not None else self._inner.readinto(buffer)
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        if offset >= self._size:
+            return b""
+        return self._inner.read_at(min(nbytes, self._size - offset), offset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> "_EndSafeFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._inner.close()
 
 
 def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[BinaryIO]]:

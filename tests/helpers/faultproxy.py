@@ -9,6 +9,8 @@ answer passed back, unless `fault(method, path, headers)` says otherwise for tha
 * `("cut", n)`: pass the server's headers and only n bytes of the body, then close.
 
 `requests` lists (method, path, Range header) of every request that arrived, faults included.
+`rewrite(method, path, headers, body) -> (headers, body)` may change a request before it is
+passed on (helpers/gcsserver.py mends fake-gcs-server's batch requests with it).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import http.server
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 Fault = Optional[Tuple[str, int]]
 FaultRule = Callable[[str, str, Any], Fault]  # (method, path, headers: an email.message.Message)
+Rewrite = Callable[[str, str, Dict[str, str], Optional[bytes]], Tuple[Dict[str, str], Optional[bytes]]]
 
 _ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
@@ -32,9 +35,10 @@ _ERROR_BODY = (
 class FaultProxy:
     """A threaded proxy to `upstream` ("127.0.0.1:PORT"); use as a context manager."""
 
-    def __init__(self, upstream: str, fault: Optional[FaultRule] = None) -> None:
+    def __init__(self, upstream: str, fault: Optional[FaultRule] = None, rewrite: Optional[Rewrite] = None) -> None:
         self.upstream = upstream
         self.fault: FaultRule = fault or (lambda method, path, headers: None)
+        self.rewrite = rewrite
         self.requests: List[Tuple[str, str, Optional[str]]] = []
         self._lock = threading.Lock()
         proxy = self
@@ -48,7 +52,7 @@ class FaultProxy:
             def _any(self) -> None:
                 proxy._handle(self)
 
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = _any
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -72,8 +76,12 @@ class FaultProxy:
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         method, path = handler.command, handler.path
         headers = {k: v for k, v in handler.headers.items()}
-        length = int(headers.get("Content-Length", "0") or 0)
-        body = handler.rfile.read(length) if length else None
+        body = _read_body(handler)
+        if body is not None and "chunked" in handler.headers.get("Transfer-Encoding", ""):
+            headers = {k: v for k, v in headers.items() if k.lower() != "transfer-encoding"}
+            headers["Content-Length"] = str(len(body))
+        if self.rewrite is not None:
+            headers, body = self.rewrite(method, path, headers, body)
         with self._lock:
             self.requests.append((method, path, handler.headers.get("Range")))
         fault = self.fault(method, path, handler.headers)  # case-insensitive names
@@ -115,3 +123,19 @@ class FaultProxy:
             handler.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
+
+
+def _read_body(handler: http.server.BaseHTTPRequestHandler) -> Optional[bytes]:
+    """A request's body: Content-Length bytes, or the chunks of a chunked one; None if none."""
+    if "chunked" in handler.headers.get("Transfer-Encoding", ""):
+        parts = []
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                    pass
+                return b"".join(parts)
+            parts.append(handler.rfile.read(size))
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length", "0") or 0)
+    return handler.rfile.read(length) if length else None
