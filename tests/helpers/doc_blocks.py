@@ -68,7 +68,7 @@ def page_blocks(page: Path) -> List[Block]:
 # code as __main__ in `cwd` with stdout/stderr to the files `out`/`err`; the zygote answers the
 # child's exit status. Only third-party modules are imported before the fork.
 _ZYGOTE = """
-import atexit, json, os, sys, threading, traceback
+import atexit, json, os, sys, threading, traceback, types
 import numpy, pyarrow, pyarrow.parquet, torch, torch.utils.data, apache_beam
 for line in sys.stdin:
     request = json.loads(line)
@@ -86,7 +86,10 @@ for line in sys.stdin:
                 os.close(f)
             sys.argv = ["-c"]
             sys.path[0] = ""
-            exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            main = types.ModuleType("__main__")  # a fresh __main__: pickle finds what the block defines
+            main.__builtins__ = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(request["code"], "<string>", "exec"), main.__dict__)
         except SystemExit as stop:
             status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         except BaseException:
