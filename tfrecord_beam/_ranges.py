@@ -16,6 +16,7 @@ one request on the wire.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import threading
@@ -26,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import fs
 from .errors import RemoteReadError
 
-__all__ = ["RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
+__all__ = ["BlockMemory", "RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
 
 MiB = 1 << 20
 STAT_FIELDS = ("requests", "bytes", "cache_hits", "cache_misses", "retries")
@@ -82,6 +83,47 @@ class RemoteStats:
     def snapshot(self) -> Dict[str, int]:
         with self._lock:
             return dict(self.counts)
+
+
+class BlockMemory:
+    """The last `capacity` blocks read by a process, kept in memory for readers that come back
+    to them: an elastic order's chunks each read the shuffle window they fall in, so without
+    a `cache_dir` every block was fetched again by each chunk (4-10 requests per block).
+    Least recently used out; thread-safe; a forked child starts empty."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self._blocks: "collections.OrderedDict[str, bytes]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():  # the parent's blocks and lock are not this process's
+            self._blocks, self._lock, self._pid = collections.OrderedDict(), threading.Lock(), os.getpid()
+
+    def get(self, key: str) -> Optional[bytes]:
+        self._here()
+        with self._lock:
+            data = self._blocks.get(key)
+            if data is not None:
+                self._blocks.move_to_end(key)
+            return data
+
+    def put(self, key: str, data: bytes) -> None:
+        self._here()
+        if self.capacity <= 0:
+            return
+        with self._lock:
+            self._blocks[key] = data
+            self._blocks.move_to_end(key)
+            while len(self._blocks) > self.capacity:
+                self._blocks.popitem(last=False)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"capacity": self.capacity}  # a spawned worker starts empty
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["capacity"])  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,8 +205,10 @@ class RangeSource:
         options: RemoteOptions,
         stats: Any,
         cache: Any = None,
+        memory: Optional[BlockMemory] = None,
     ) -> None:
         self.path, self.size, self.version = path, int(size), version
+        self.memory = memory
         self.options = options
         self.block = int(options.readahead_bytes)
         self.stats = stats
@@ -195,13 +239,24 @@ class RangeSource:
         return f"{self.path}|{self.size}|{self.version}|{offset}|{length}"
 
     def read_block(self, g: int, write_behind: bool = False) -> bytes:
-        """Block `g`: from the cache when it holds it, else one request (retried), then kept
-        in the cache (`write_behind`: by the cache's writer thread; call `flush` later)."""
+        """Block `g`: from `memory` or the cache when they hold it, else one request (retried),
+        then kept in both (`write_behind`: the cache's copy by its writer thread; call `flush`
+        later)."""
         offset, length = self.block_range(g)
         if length <= 0:
             return b""
+        key = self.cache_key(offset, length)
+        if self.memory is not None:
+            data = self.memory.get(key)
+            if data is not None:
+                return data
+            data = self._read_block(key, offset, length, write_behind)
+            self.memory.put(key, data)
+            return data
+        return self._read_block(key, offset, length, write_behind)
+
+    def _read_block(self, key: str, offset: int, length: int, write_behind: bool) -> bytes:
         if self.cache is not None:
-            key = self.cache_key(offset, length)
             data = self.cache.get(key, length)
             if data is not None:
                 self.stats.add("cache_hits")

@@ -20,7 +20,7 @@ from .. import index as _index
 from .. import manifest as _manifest
 from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
-from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
+from .._ranges import STAT_FIELDS, BlockMemory, RangeSource, RemoteOptions
 from .._readahead import ReadAheadFile, ReadAheadPlan
 from .._reader import DEFAULT_CHUNK_SIZE, RecordReader
 from ..blockgzip import MemberTable
@@ -35,6 +35,7 @@ Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 __all__ = ["CorruptCounter", "FileSet", "Paths", "RemoteCounts", "expand_data_paths", "pair_index_paths"]
 
 _log = logging.getLogger("tfrecord_beam.torch")
+MEMORY_LIMIT = 256 << 20  # bytes of blocks `keep_blocks` keeps in memory, at most
 _METADATA_THREADS = 16  # remote files whose size and index are asked for at once
 
 
@@ -175,6 +176,7 @@ class FileSet:
         self.remote_counts = remote_counts if remote_counts is not None else RemoteCounts()
         self._stats: Dict[int, fs.FileStat] = {}
         self._sources: Dict[int, RangeSource] = {}
+        self._memory: Optional[BlockMemory] = None  # `keep_blocks`
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
         self.compressions = [_compression.resolve(p, compression) for p in self.paths]
@@ -352,9 +354,25 @@ class FileSet:
             remote = self.remote
             cache = None if remote.cache_dir is None else RangeCache(remote.cache_dir, remote.cache_limit)
             stat = self.stat(i)
-            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache)
+            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache, self._memory)
             self._sources[i] = found
         return found
+
+    def keep_blocks(self, records_span: int) -> None:
+        """Keep the blocks last read of the remote files in memory, as many as `records_span`
+        records fill (at the files' mean record size) and two more, at most `MEMORY_LIMIT`
+        bytes: for readers that come back to them (an elastic order's chunks: the next one
+        reads on in the blocks the last one ended in)."""
+        if not any(fs.is_remote(p) for p in self.paths):
+            return
+        infos = self.infos()
+        records = sum(info.num_records or 0 for info in infos)
+        mean = sum(info.size for info in infos) / max(1, records)
+        block = int(self.remote.readahead_bytes)
+        blocks = -(-int(records_span * mean) // block) + 2
+        self._memory = BlockMemory(max(2, min(blocks, MEMORY_LIMIT // block)))
+        for source in self._sources.values():
+            source.memory = self._memory
 
     def open_at(
         self,
