@@ -76,10 +76,8 @@ def pump(src: socket.socket, dst: socket.socket, link: Direction, not_before: fl
     """Carry bytes from `src` to `dst` through pipes (the delay line: as many as `buffer` bytes
     need), each batch released at its due time (a writer thread releases them while this one
     reads); at the end, half-close `dst`. Returns the bytes carried."""
-    pipes = [_pipe(buffer)]
-    while sum(p[2] for p in pipes) < buffer:
-        pipes.append(_pipe(buffer))
-    held = [0] * len(pipes)
+    pipes = [_pipe(buffer)]  # more are made as the bytes in flight need them, up to `buffer`
+    held = [0]
     queue: Deque[Tuple[float, int, int]] = collections.deque()  # (due, bytes, pipe)
     changed = threading.Condition()
     state = {"done": False, "failed": False, "carried": 0}
@@ -125,6 +123,9 @@ def pump(src: socket.socket, dst: socket.socket, link: Direction, not_before: fl
         while True:
             with changed:
                 while held[k] >= pipes[k][2] and not state["failed"]:
+                    if k + 1 == len(pipes) and sum(p[2] for p in pipes) < buffer:
+                        pipes.append(_pipe(buffer))  # a longer delay line
+                        held.append(0)
                     if held[(k + 1) % len(pipes)] == 0:
                         k = (k + 1) % len(pipes)  # the next pipe is empty: fill it
                     else:
