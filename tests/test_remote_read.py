@@ -229,3 +229,20 @@ def test_the_elastic_order_fetches_each_block_about_once_per_process(remote, pro
     assert sorted(got) == ids
     requests = len(proxy.ranged_gets()) - before
     assert requests <= blocks * 1.3, (requests, blocks)
+
+
+def test_range_reads_use_the_cached_client_made_once_with_one_attempt_per_request(remote):
+    """fs makes and caches the object-store clients (one place): the range reader's client is
+    the cached one's one-attempt twin, made once per client, not per path (that each counted
+    request is one on the wire: test_remote_errors, `rule.hits == attempts`)."""
+    from pyarrow import fs as pafs
+
+    from tfrecord_beam import fs
+
+    cached, _ = fs._from_uri(remote.uri("a.tfrecord"))
+    twin, inner = fs.ranged_filesystem(remote.uri("a.tfrecord"))
+    assert isinstance(twin, pafs.S3FileSystem) and twin is not cached
+    assert inner == f"{remote.bucket}/a.tfrecord"
+    assert fs.ranged_filesystem(remote.uri("b.tfrecord"))[0] is twin  # the same bucket and query
+    assert fs._from_uri(remote.uri("b.tfrecord"))[0] is cached
+    assert fs.ranged_filesystem("/local/x.tfrecord") == (None, "/local/x.tfrecord")

@@ -130,47 +130,11 @@ class BlockMemory:
 # The object store client, its own retries off
 
 
-_filesystems: Dict[Tuple[int, str], Tuple[Any, str]] = {}  # (pid, path) -> (client, path inside)
-_clients: Dict[Tuple[int, str], Any] = {}  # (pid, query + authority) -> single-attempt S3 client
-
-
 def _data_filesystem(path: str) -> Tuple[Any, str]:
-    """(pyarrow filesystem, path inside it) for reading ranges of `path`, made once per
-    process and path (making a client costs milliseconds): for S3, a client like the one `fs`
-    opens but making one attempt per request (the retries are ours)."""
-    found = _filesystems.get((os.getpid(), path))
-    if found is not None:
-        return found
-    filesystem, inner = fs._split_uri(path)
-    if filesystem is not None:
-        from pyarrow import fs as pafs
-
-        if isinstance(filesystem, pafs.S3FileSystem):
-            base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
-            client = _clients.get((os.getpid(), base))
-            if client is None:
-                client = _clients[(os.getpid(), base)] = _single_attempt_s3(filesystem)
-            filesystem = client
-    found = _filesystems[(os.getpid(), path)] = (filesystem, inner)
-    return found
-
-
-def _single_attempt_s3(filesystem):
-    """The same S3 client with `max_attempts=1` (falls back to the given one where pyarrow's
-    constructor does not take back its own settings)."""
-    from pyarrow import fs as pafs
-
-    try:
-        settings = dict(filesystem.__reduce__()[1][0])
-        for name in ("connect_timeout", "request_timeout"):
-            if settings.get(name) is not None and settings[name] < 0:
-                settings[name] = None
-        proxy = settings.pop("proxy_options", None)
-        if proxy and proxy.get("host"):
-            settings["proxy_options"] = proxy
-        return pafs.S3FileSystem(**settings, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
-    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
-        return filesystem
+    """(pyarrow filesystem, path inside it) for reading ranges of `path`: `fs.ranged_filesystem`
+    (the one place clients are made and cached; for S3, one attempt per request: the retries
+    are ours)."""
+    return fs.ranged_filesystem(path)
 
 
 # ---------------------------------------------------------------------------------------------
