@@ -16,6 +16,7 @@ one request on the wire.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import threading
@@ -26,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import fs
 from .errors import RemoteReadError
 
-__all__ = ["RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
+__all__ = ["BlockMemory", "RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
 
 MiB = 1 << 20
 STAT_FIELDS = ("requests", "bytes", "cache_hits", "cache_misses", "retries")
@@ -84,51 +85,56 @@ class RemoteStats:
             return dict(self.counts)
 
 
+class BlockMemory:
+    """The last `capacity` blocks read by a process, kept in memory for readers that come back
+    to them: an elastic order's chunks each read the shuffle window they fall in, so without
+    a `cache_dir` every block was fetched again by each chunk (4-10 requests per block).
+    Least recently used out; thread-safe; a forked child starts empty."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self._blocks: "collections.OrderedDict[str, bytes]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():  # the parent's blocks and lock are not this process's
+            self._blocks, self._lock, self._pid = collections.OrderedDict(), threading.Lock(), os.getpid()
+
+    def get(self, key: str) -> Optional[bytes]:
+        self._here()
+        with self._lock:
+            data = self._blocks.get(key)
+            if data is not None:
+                self._blocks.move_to_end(key)
+            return data
+
+    def put(self, key: str, data: bytes) -> None:
+        self._here()
+        if self.capacity <= 0:
+            return
+        with self._lock:
+            self._blocks[key] = data
+            self._blocks.move_to_end(key)
+            while len(self._blocks) > self.capacity:
+                self._blocks.popitem(last=False)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"capacity": self.capacity}  # a spawned worker starts empty
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["capacity"])  # type: ignore[misc]
+
+
 # ---------------------------------------------------------------------------------------------
 # The object store client, its own retries off
 
 
-_filesystems: Dict[Tuple[int, str], Tuple[Any, str]] = {}  # (pid, path) -> (client, path inside)
-_clients: Dict[Tuple[int, str], Any] = {}  # (pid, query + authority) -> single-attempt S3 client
-
-
 def _data_filesystem(path: str) -> Tuple[Any, str]:
-    """(pyarrow filesystem, path inside it) for reading ranges of `path`, made once per
-    process and path (making a client costs milliseconds): for S3, a client like the one `fs`
-    opens but making one attempt per request (the retries are ours)."""
-    found = _filesystems.get((os.getpid(), path))
-    if found is not None:
-        return found
-    filesystem, inner = fs._split_uri(path)
-    if filesystem is not None:
-        from pyarrow import fs as pafs
-
-        if isinstance(filesystem, pafs.S3FileSystem):
-            base = fs.split_query(path)[1] + "|" + path.split("://", 1)[1].split("/", 1)[0]  # query + authority
-            client = _clients.get((os.getpid(), base))
-            if client is None:
-                client = _clients[(os.getpid(), base)] = _single_attempt_s3(filesystem)
-            filesystem = client
-    found = _filesystems[(os.getpid(), path)] = (filesystem, inner)
-    return found
-
-
-def _single_attempt_s3(filesystem):
-    """The same S3 client with `max_attempts=1` (falls back to the given one where pyarrow's
-    constructor does not take back its own settings)."""
-    from pyarrow import fs as pafs
-
-    try:
-        settings = dict(filesystem.__reduce__()[1][0])
-        for name in ("connect_timeout", "request_timeout"):
-            if settings.get(name) is not None and settings[name] < 0:
-                settings[name] = None
-        proxy = settings.pop("proxy_options", None)
-        if proxy and proxy.get("host"):
-            settings["proxy_options"] = proxy
-        return pafs.S3FileSystem(**settings, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
-    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
-        return filesystem
+    """(pyarrow filesystem, path inside it) for reading ranges of `path`: `fs.ranged_filesystem`
+    (the one place clients are made and cached; for S3, one attempt per request: the retries
+    are ours)."""
+    return fs.ranged_filesystem(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,8 +169,10 @@ class RangeSource:
         options: RemoteOptions,
         stats: Any,
         cache: Any = None,
+        memory: Optional[BlockMemory] = None,
     ) -> None:
         self.path, self.size, self.version = path, int(size), version
+        self.memory = memory
         self.options = options
         self.block = int(options.readahead_bytes)
         self.stats = stats
@@ -195,13 +203,24 @@ class RangeSource:
         return f"{self.path}|{self.size}|{self.version}|{offset}|{length}"
 
     def read_block(self, g: int, write_behind: bool = False) -> bytes:
-        """Block `g`: from the cache when it holds it, else one request (retried), then kept
-        in the cache (`write_behind`: by the cache's writer thread; call `flush` later)."""
+        """Block `g`: from `memory` or the cache when they hold it, else one request (retried),
+        then kept in both (`write_behind`: the cache's copy by its writer thread; call `flush`
+        later)."""
         offset, length = self.block_range(g)
         if length <= 0:
             return b""
+        key = self.cache_key(offset, length)
+        if self.memory is not None:
+            data = self.memory.get(key)
+            if data is not None:
+                return data
+            data = self._read_block(key, offset, length, write_behind)
+            self.memory.put(key, data)
+            return data
+        return self._read_block(key, offset, length, write_behind)
+
+    def _read_block(self, key: str, offset: int, length: int, write_behind: bool) -> bytes:
         if self.cache is not None:
-            key = self.cache_key(offset, length)
             data = self.cache.get(key, length)
             if data is not None:
                 self.stats.add("cache_hits")

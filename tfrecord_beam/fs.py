@@ -48,6 +48,7 @@ __all__ = [
     "split_query",
     "with_query",
     "is_remote",
+    "ranged_filesystem",
     "open_input",
     "file_size",
     "FileStat",
@@ -149,6 +150,48 @@ def _bucket_path(base: str) -> Tuple[str, str]:
     """(bucket, `bucket/key` as the object store's filesystem names it) of a URI without query."""
     bucket, _, key = base.split("://", 1)[1].partition("/")
     return bucket, urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
+
+
+_single_attempt: Dict[int, Tuple[Any, Any]] = {}  # id(cached filesystem) -> (it, its one-attempt twin)
+
+
+def ranged_filesystem(path: str) -> Tuple[Any, str]:
+    """(filesystem, path inside it) for reading byte ranges of `path` with the caller's own
+    retries (`_ranges`): the filesystem `_from_uri` caches, except that for S3 it is its twin
+    making one attempt per request, so each request the caller counts is one on the wire.
+    The twin is made once per cached client (making one costs milliseconds)."""
+    filesystem, inner = _split_uri(path)
+    if filesystem is None:
+        return None, inner
+    from pyarrow import fs as pafs
+
+    if not isinstance(filesystem, pafs.S3FileSystem):
+        return filesystem, inner
+    found = _single_attempt.get(id(filesystem))
+    if found is not None and found[0] is filesystem:
+        return found[1], inner
+    twin = _single_attempt_s3(filesystem)
+    if any(cached is filesystem for cached in _filesystems.values()):  # not one made for this call alone
+        _single_attempt[id(filesystem)] = (filesystem, twin)
+    return twin, inner
+
+
+def _single_attempt_s3(filesystem):
+    """The same S3 client with `max_attempts=1` (falls back to the given one where pyarrow's
+    constructor does not take back its own settings)."""
+    from pyarrow import fs as pafs
+
+    try:
+        settings = dict(filesystem.__reduce__()[1][0])
+        for name in ("connect_timeout", "request_timeout"):
+            if settings.get(name) is not None and settings[name] < 0:
+                settings[name] = None
+        proxy = settings.pop("proxy_options", None)
+        if proxy and proxy.get("host"):
+            settings["proxy_options"] = proxy
+        return pafs.S3FileSystem(**settings, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
+        return filesystem
 
 
 def _make_filesystem(uri: str):

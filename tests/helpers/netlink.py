@@ -31,7 +31,9 @@ from typing import Counter, List, Optional
 from . import s3server
 
 PROXY = Path(__file__).resolve().parent / "delay_proxy.py"
-PREFIX = "tfrb-"  # namespace names: tfrb-<pid>-<n>; veth ends: tfrb<n><pid>h / ...n
+# namespace names: <prefix><pid>-<n> (prefix "tfrb-" unless TFRB_NETNS_PREFIX says another, so
+# sessions sharing a machine keep apart); veth ends: tfrb<n><pid>h / ...n
+PREFIX = os.environ.get("TFRB_NETNS_PREFIX", "tfrb-")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

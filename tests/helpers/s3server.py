@@ -150,6 +150,9 @@ def start_local(
     `prefix` runs it under another command (`ip netns exec NS`: the emulated link, helpers/
     netlink.py) listening on `host`; `access_log` makes it log one line per request there
     (the benchmark counts requests from it). Several servers may share one `data_dir`.
+    `--keep-alive`: as S3 itself, the server keeps a client's connection open between requests
+    (versitygw's default answers each with `Connection: close`: through the emulated link every
+    request then paid a new connection's round trip, 40 ms a request instead of 20).
     """
     port = port or free_port()
     for sub in ("buckets", "meta"):
@@ -160,7 +163,7 @@ def start_local(
     log = open(data_dir / log_name, "wb")
     server.process = subprocess.Popen(
         list(prefix)
-        + [str(binary()), "--port", f"{host}:{port}", "--region", server.region]
+        + [str(binary()), "--port", f"{host}:{port}", "--region", server.region, "--keep-alive"]
         + logging
         + ["posix", "--sidecar", str(data_dir / "meta"), str(data_dir / "buckets")],
         stdout=log,

@@ -106,3 +106,107 @@ def test_requests_are_counted_by_operation(tmp_path):
     )
     assert netlink.count_requests(log) == {"s3_GetObject": 2, "s3_HeadObject": 1}
     assert netlink.count_requests(tmp_path / "missing.log") == {}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_link_is_a_20ms_round_trip_and_carries_bulk_at_its_rate(mode, tmp_path):
+    """The benchmark's delay (10 ms each way): a warm request's round trip is ~20 ms, not
+    more (the delay is added once per direction, not per read call), and a bulk GET runs near
+    the link's rate (the emulation's own CPU does not slow it): from both sides."""
+    delay, rate = 0.010, 250e6
+    if mode == "netns" and not netlink.netns_possible():
+        pytest.skip("network namespaces need root and iproute2 (`ip`, `tc`); the proxy form covers the rest")
+    link = netlink.EmulatedLink(tmp_path, delay=delay, rate_bps=rate, use_netns=(mode == "netns")).start()
+    try:
+        client = link.client_server.client()
+        client.create_bucket(Bucket="rtt")
+        (tmp_path / "buckets" / "rtt" / "big.bin").write_bytes(os.urandom(BIG))
+        direct = link.server.client()  # the same server without the delay (the machine's own time)
+
+        def rtt(c) -> float:
+            c.head_object(Bucket="rtt", Key="big.bin")  # the connection is open from here on
+            times = []
+            for _ in range(15):
+                start = time.perf_counter()
+                c.head_object(Bucket="rtt", Key="big.bin")
+                times.append(time.perf_counter() - start)
+            return min(times)
+
+        through, alone = rtt(client), rtt(direct)
+        # the minimum of 15: on this loaded VM a single request alone moves between 5 and 100 ms
+        assert 2 * delay <= through <= alone + 2 * delay + 0.025, (through, alone)
+
+        def bulk(c) -> float:
+            seconds = []
+            for _ in range(2):  # the better of two: the machine is shared
+                start = time.perf_counter()
+                body = c.get_object(Bucket="rtt", Key="big.bin")["Body"].read()
+                seconds.append(time.perf_counter() - start)
+                assert len(body) == BIG
+            return min(seconds)
+
+        # the wire time, or the machine's own time when that is longer (a loaded 2-core VM moves
+        # 50 MiB through S3 in 0.5-1.5 s alone), and not more
+        wire = BIG * 8 / rate
+        through, alone = bulk(client), bulk(direct)
+        # the kernel's tbf paces at the rate; the proxy's own pacing (no namespace: sleeps in
+        # Python on a loaded VM) reaches 60-65% of it
+        slack = 1.3 if mode == "netns" else 1 / 0.55
+        assert wire * 0.95 <= through <= max(wire, alone) * slack + 2 * delay, (through, alone, wire)
+    finally:
+        link.stop()
+    assert link.leftovers() == []
+
+
+def test_the_proxy_delays_each_byte_once_whatever_the_writes():
+    """Raw TCP through the proxy: a server's 40 small writes 2 ms apart arrive spread as they
+    were sent, one delay later (a delay per read call would add up to 40 delays: 0.4 s)."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    delay = 0.010
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    sent = []
+
+    def serve():
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.recv(1)
+        start = time.perf_counter()
+        for _ in range(40):
+            conn.sendall(b"x" * 100)
+            time.sleep(0.002)
+        sent.append(time.perf_counter() - start)  # 80 ms, more on a loaded machine
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = subprocess.Popen(
+        [sys.executable, str(netlink.PROXY), "--target", f"127.0.0.1:{listener.getsockname()[1]}", "--delay-ms", "10"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(proxy.stdout.readline().split()[1])
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"x")
+            start = time.perf_counter()
+            got = 0
+            while True:
+                data = conn.recv(1 << 16)
+                if not data:
+                    break
+                got += len(data)
+            seconds = time.perf_counter() - start
+    finally:
+        proxy.terminate()
+        proxy.wait()
+        listener.close()
+    assert got == 4000
+    # handshake round trip + the request + the answer + 40 writes 2 ms apart, and slack for a
+    # loaded machine; 40 delays would be 0.4 s more
+    assert 4 * delay + sent[0] <= seconds <= 4 * delay + sent[0] + 0.1, (seconds, sent)

@@ -201,3 +201,48 @@ def test_memory_is_bounded_by_the_blocks_in_flight_not_the_file(remote, tmp_path
     baseline = read("small")
     large = read("large")
     assert large.largest - baseline.largest < 24 * MiB, (large.largest - baseline.largest) / MiB
+
+
+@pytest.mark.parametrize("shuffle", [{}, {"shuffle_queue_size": 300}], ids=["in-order", "window-shuffled"])
+def test_the_elastic_order_fetches_each_block_about_once_per_process(remote, proxy, tmp_path, shuffle):
+    """Without a cache, a process of an elastic order reads each block of what it reads about
+    once: the ranges of one chunk share one read-ahead (a block several ranges fall in is
+    fetched once), not a request per range."""
+    ids = []
+    for k in range(2):
+        got, size = upload(remote, tmp_path, f"e-{k}.tfrecord", 1000 * k, 700, 3 * KiB)
+        ids += got
+    readahead = 64 * KiB
+    blocks = 2 * math.ceil(size / readahead)
+    ds = TFRecordDataset(
+        remote.uri("e-*.tfrecord", via=proxy.host_port),
+        remote.uri("e-*.tfindex", via=proxy.host_port),
+        ["id"],
+        elastic=True,
+        seed=5,
+        batch_size=32,
+        readahead_bytes=readahead,
+        **shuffle,
+    )
+    before = len(proxy.ranged_gets())
+    got = ids_of(ds.iter_worker(0, 1))
+    assert sorted(got) == ids
+    requests = len(proxy.ranged_gets()) - before
+    assert requests <= blocks * 1.3, (requests, blocks)
+
+
+def test_range_reads_use_the_cached_client_made_once_with_one_attempt_per_request(remote):
+    """fs makes and caches the object-store clients (one place): the range reader's client is
+    the cached one's one-attempt twin, made once per client, not per path (that each counted
+    request is one on the wire: test_remote_errors, `rule.hits == attempts`)."""
+    from pyarrow import fs as pafs
+
+    from tfrecord_beam import fs
+
+    cached, _ = fs._from_uri(remote.uri("a.tfrecord"))
+    twin, inner = fs.ranged_filesystem(remote.uri("a.tfrecord"))
+    assert isinstance(twin, pafs.S3FileSystem) and twin is not cached
+    assert inner == f"{remote.bucket}/a.tfrecord"
+    assert fs.ranged_filesystem(remote.uri("b.tfrecord"))[0] is twin  # the same bucket and query
+    assert fs._from_uri(remote.uri("b.tfrecord"))[0] is cached
+    assert fs.ranged_filesystem("/local/x.tfrecord") == (None, "/local/x.tfrecord")

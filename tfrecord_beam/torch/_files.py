@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from .. import index as _index
 from .. import manifest as _manifest
 from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
-from .._ranges import STAT_FIELDS, RangeSource, RemoteOptions
-from .._readahead import ReadAheadFile
+from .._ranges import STAT_FIELDS, BlockMemory, RangeSource, RemoteOptions
+from .._readahead import ReadAheadFile, ReadAheadPlan
 from .._reader import DEFAULT_CHUNK_SIZE, ReadSpan, RecordReader
 from ..blockgzip import MemberTable
 from ..errors import IndexMismatchError
@@ -34,6 +35,8 @@ Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 __all__ = ["CorruptCounter", "FileSet", "Paths", "RemoteCounts", "expand_data_paths", "pair_index_paths"]
 
 _log = logging.getLogger("tfrecord_beam.torch")
+MEMORY_LIMIT = 256 << 20  # bytes of blocks `keep_blocks` keeps in memory, at most
+_METADATA_THREADS = 16  # remote files whose size and index are asked for at once
 
 
 def _stop(piece: Piece) -> int:
@@ -109,6 +112,26 @@ def pair_index_paths(data_paths: List[str], index_path: Optional[Paths]) -> List
     return paths
 
 
+def _skipped(pieces: Sequence[Piece], skip: int) -> List[Optional[Piece]]:
+    """`pieces` as `FileSet.stream` reads them after skipping `skip` records: the leading
+    indexed pieces it skips unread are None, the one it starts inside is cut (the skip past a
+    piece without an index is only known once read: the pieces after it are left whole)."""
+    out: List[Optional[Piece]] = []
+    for piece in pieces:
+        if skip and piece.kind == RECORDS:
+            size = _stop(piece) - piece.start
+            if size <= skip:
+                skip -= size
+                out.append(None)
+                continue
+            piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
+            skip = 0
+        elif skip:
+            skip = 0
+        out.append(piece)
+    return out
+
+
 class RemoteCounts(SharedCounts):
     """Remote reads (`_ranges.STAT_FIELDS`) of a dataset's process and its DataLoader workers."""
 
@@ -153,6 +176,7 @@ class FileSet:
         self.remote_counts = remote_counts if remote_counts is not None else RemoteCounts()
         self._stats: Dict[int, fs.FileStat] = {}
         self._sources: Dict[int, RangeSource] = {}
+        self._memory: Optional[BlockMemory] = None  # `keep_blocks`
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
         self.compressions = [_compression.resolve(p, compression) for p in self.paths]
@@ -200,8 +224,10 @@ class FileSet:
         return f"{len(self.paths)} files, {sum(sizes)} bytes, {digest.hexdigest()[:16]}"
 
     def infos(self) -> List[FileInfo]:
-        """What the shard planner needs for every file."""
+        """What the shard planner needs for every file (remote files' sizes and indexes are
+        asked for all at once: one round trip each, not one after another)."""
         if self._infos is None:
+            self._fetch_remote_metadata()
             self._infos = []
             for i, path in enumerate(self.paths):
                 index = self.index(i)
@@ -217,14 +243,32 @@ class FileSet:
                 self._infos.append(FileInfo(not seekable, size, None if index is None else len(index)))
         return self._infos
 
-    def read(self, piece: Piece) -> Iterator[Block]:
-        """The records of one piece, in file order, one `Block` per chunk the reader returns."""
+    def _fetch_remote_metadata(self) -> None:
+        """Stat and load the index of every remote file on a few threads (errors are raised
+        by the ordered pass that follows, for the first file in order that has one)."""
+        remote = [i for i, path in enumerate(self.paths) if fs.is_remote(path)]
+        if len(remote) < 2:
+            return
+
+        def load(i: int) -> None:
+            try:
+                self.index(i)
+                self.stat(i)
+            except Exception:  # noqa: BLE001 - raised again, in order, by the caller's pass
+                pass
+
+        with ThreadPoolExecutor(min(_METADATA_THREADS, len(remote)), thread_name_prefix="tfrb-meta") as pool:
+            list(pool.map(load, remote))
+
+    def read(self, piece: Piece, ahead: Optional[Tuple[ReadAheadPlan, int]] = None) -> Iterator[Block]:
+        """The records of one piece, in file order, one `Block` per chunk the reader returns
+        (`ahead`: a remote piece's blocks come from that plan's range, `plan`)."""
         path = self.paths[piece.file]
         compression = self.compressions[piece.file]
         expected = None
         starts = None
 
-        open_file = self.opener(piece)
+        open_file = self.opener(piece, ahead)
 
         def reader_of(boundaries: Optional[np.ndarray] = None, **where: Any) -> SkippingReader:
             return SkippingReader(
@@ -310,16 +354,53 @@ class FileSet:
             remote = self.remote
             cache = None if remote.cache_dir is None else RangeCache(remote.cache_dir, remote.cache_limit)
             stat = self.stat(i)
-            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache)
+            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache, self._memory)
             self._sources[i] = found
         return found
 
-    def open_at(self, i: int, start: int = 0, stop: Optional[int] = None, readahead: bool = True) -> Any:
+    def keep_blocks(self, records_span: int) -> None:
+        """Keep the blocks last read of the remote files in memory, as many as `records_span`
+        records fill (at the files' mean record size) and two more, at most `MEMORY_LIMIT`
+        bytes: for readers that come back to them (an elastic order's chunks: the next one
+        reads on in the blocks the last one ended in)."""
+        if not any(fs.is_remote(p) for p in self.paths):
+            return
+        infos = self.infos()
+        records = sum(info.num_records or 0 for info in infos)
+        mean = sum(info.size for info in infos) / max(1, records)
+        block = int(self.remote.readahead_bytes)
+        blocks = -(-int(records_span * mean) // block) + 2
+        self._memory = BlockMemory(max(2, min(blocks, MEMORY_LIMIT // block)))
+        for source in self._sources.values():
+            source.memory = self._memory
+
+    def open_at(
+        self,
+        i: int,
+        start: int = 0,
+        stop: Optional[int] = None,
+        readahead: bool = True,
+        ahead: Optional[Tuple[ReadAheadPlan, int]] = None,
+    ) -> Any:
         """File `i` opened for reading bytes [start, stop): a local file, or a `ReadAheadFile`
-        that reads that range ahead (`readahead=False`: block by block as asked)."""
+        that reads that range ahead (`readahead=False`: block by block as asked; `ahead`: as
+        a range of that plan)."""
         if not fs.is_remote(self.paths[i]):
             return fs.open_input(self.paths[i])
-        return ReadAheadFile(self.source(i), start, stop, readahead)
+        return ReadAheadFile(self.source(i), start, stop, readahead, ahead)
+
+    def plan(self, pieces: Sequence[Optional[Piece]]) -> Optional[ReadAheadPlan]:
+        """One read-ahead over the byte ranges of `pieces`, read in that order (range k is
+        piece k's; None: a piece not read): the next remote piece's first blocks are fetched
+        while this one is read. None when no piece is remote."""
+        remote = [piece is not None and fs.is_remote(self.paths[piece.file]) for piece in pieces]
+        if not any(remote):
+            return None
+        ranges = [
+            (self.source(piece.file), *self.span(piece)) if piece is not None and far else (None, 0, 0)
+            for piece, far in zip(pieces, remote)
+        ]
+        return ReadAheadPlan(ranges, self.remote.readahead_requests)
 
     def span(self, piece: Piece) -> "tuple[int, Optional[int]]":
         """The file bytes [start, stop) that reading `piece` touches (stop None: to the end)."""
@@ -341,14 +422,14 @@ class FileSet:
             return start, None
         return start, int(table.compressed[table.member_at(int(index[last, 0])) + 1])
 
-    def opener(self, piece: Piece) -> Callable[[], Any]:
+    def opener(self, piece: Piece, ahead: Optional[Tuple[ReadAheadPlan, int]] = None) -> Callable[[], Any]:
         """What the readers of `piece` open its file with (each call: a new file object)."""
         i = piece.file
         if not fs.is_remote(self.paths[i]):
             path = self.paths[i]
             return lambda: fs.open_input(path)
         start, stop = self.span(piece)
-        return lambda: self.open_at(i, start, stop)
+        return lambda: self.open_at(i, start, stop, ahead=ahead)
 
     def head(self, count: int) -> List[bytes]:
         """The first `count` payloads of the first file (a remote one: from its first block)."""
@@ -373,16 +454,22 @@ class FileSet:
 
     def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Block]:
         """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed
-        pieces and the indexed part of a piece are skipped unread)."""
-        for piece in pieces:
-            if skip and piece.kind == RECORDS:
-                size = _stop(piece) - piece.start
-                if size <= skip:
-                    skip -= size
-                    continue
-                piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
-                skip = 0
-            for block in self.read(piece):
-                block, skip = drop_first(block, skip)
-                if block is not None:
-                    yield block
+        pieces and the indexed part of a piece are skipped unread). Remote pieces are read
+        through one `plan`, so reading ahead runs on from each piece into the next."""
+        plan = self.plan(_skipped(pieces, skip))
+        try:
+            for slot, piece in enumerate(pieces):
+                if skip and piece.kind == RECORDS:
+                    size = _stop(piece) - piece.start
+                    if size <= skip:
+                        skip -= size
+                        continue
+                    piece = Piece(piece.file, RECORDS, piece.start + skip, piece.stop)
+                    skip = 0
+                for block in self.read(piece, None if plan is None else (plan, slot)):
+                    block, skip = drop_first(block, skip)
+                    if block is not None:
+                        yield block
+        finally:
+            if plan is not None:
+                plan.close()

@@ -296,6 +296,11 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
                 self.sources, self.weights, self.infinite, queue > 0, self.shuffle_block, queue, self.seed, self.epoch
             )
             cached = self._plan_cache = (self.epoch, plan)
+            # a chunk of the order reads the shuffle blocks its positions fall in, and the next
+            # chunk reads on in them: keep a chunk's worth of blocks (no cache_dir: 4-10x fewer requests)
+            span = max(_elastic_iter.CHUNK_RECORDS, queue) + (self.shuffle_block if queue > 0 else 0)
+            for files in self.sources:
+                files.keep_blocks(span)
         return cached[1]
 
     def _order_id(self) -> List[Any]:
