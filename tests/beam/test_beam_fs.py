@@ -76,3 +76,36 @@ def test_importing_the_module_makes_beam_reuse_its_s3_clients():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_reused_s3_clients_are_per_process_and_client_environment():
+    """The shared boto3 client is keyed as the core's object-store clients are (`fs._filesystems`):
+    options that name no credentials or endpoint take them from AWS_* variables when the client is
+    made, so other variables get another client, and a forked child never uses its parent's
+    (a boto3 client's connection pool is not fork-safe)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from tfrecord_beam.beam import _fs\n"
+        "from apache_beam.io.aws.clients.s3 import boto3_client\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "a = PipelineOptions(['--s3_region_name=us-east-1'])\n"
+        "os.environ.update(AWS_ACCESS_KEY_ID='k', AWS_SECRET_ACCESS_KEY='s', AWS_ENDPOINT_URL='http://127.0.0.1:1')\n"
+        "first = boto3_client.Client(a).client\n"
+        "same = boto3_client.Client(a).client is first\n"
+        "os.environ['AWS_ENDPOINT_URL'] = 'http://127.0.0.1:2'\n"
+        "moved = boto3_client.Client(a).client\n"
+        "os.environ['AWS_ENDPOINT_URL'] = 'http://127.0.0.1:1'\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(3 if boto3_client.Client(a).client is first else 0)\n"
+        "child = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+        "print(same, moved is first, moved.meta.endpoint_url, child)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "http://127.0.0.1:2", "0"]

@@ -4,7 +4,9 @@ Every ```python block runs on its own, as a reader would paste it: in its own pr
 empty directory, with nothing from the blocks before it. That process is forked from a "zygote":
 an interpreter started for the test worker that has imported only the heavy third-party
 libraries (torch, Beam, pyarrow, numpy: ~9 s of CPU a fresh interpreter would pay for each block
-on a 2-core machine), nothing of this package; the block still needs every import it uses. A ```sh block is a shell session that
+on a 2-core machine), nothing of this package; the block still needs every import it uses
+(a submodule one library loaded for another, pyarrow.parquet for Beam, is hidden from its package
+until the block imports it or that library), and its names live in `__main__`. A ```sh block is a shell session that
 continues the Python block just before it on the same page (the README's tour: Python writes
 data, the shell runs a job and the CLI on it): it runs under `bash -euo pipefail` in that
 block's directory, right after it. Other shell fences (```bash, ```text) are shown, not run.
@@ -68,8 +70,50 @@ def page_blocks(page: Path) -> List[Block]:
 # code as __main__ in `cwd` with stdout/stderr to the files `out`/`err`; the zygote answers the
 # child's exit status. Only third-party modules are imported before the fork.
 _ZYGOTE = """
-import atexit, json, os, sys, threading, traceback, types
-import numpy, pyarrow, pyarrow.parquet, torch, torch.utils.data, apache_beam
+import atexit, builtins, importlib, json, os, sys, threading, traceback, types
+# each library's own import, and what it loaded besides its package (Beam loads pyarrow.parquet)
+loaded = {}
+for top in ("numpy", "pyarrow", "torch", "apache_beam"):
+    seen = set(sys.modules)
+    importlib.import_module(top)
+    loaded[top] = set(sys.modules) - seen
+def hide():
+    # A submodule one library loaded for another (pyarrow.parquet, loaded by Beam) is an attribute
+    # of its package only once the block imports it, or the library that loads it, as it would be
+    # in a fresh interpreter: `import pyarrow as pa; pa.parquet` fails there and must fail here.
+    hidden = {}
+    for top, names in loaded.items():
+        for name in names:
+            parent, _, child = name.rpartition(".")
+            if parent and name.split(".")[0] != top and getattr(sys.modules.get(parent), child, None) is sys.modules[name]:
+                hidden[name] = top
+                delattr(sys.modules[parent], child)
+    original = builtins.__import__
+    def reveal(name):
+        # the module itself with its submodules, and what a library's own import loads
+        mine = name in hidden
+        for other in [n for n in hidden if (mine and (n == name or n.startswith(name + "."))) or hidden[n] == name]:
+            module, (parent, _, child) = sys.modules[other], other.rpartition(".")
+            del hidden[other]
+            setattr(sys.modules[parent], child, module)
+    def hooked(name, globals=None, locals=None, fromlist=(), level=0):
+        module = original(name, globals, locals, fromlist, level)
+        if hidden:
+            if level:
+                name = importlib.util.resolve_name("." * level + name, (globals or {}).get("__package__"))
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                reveal(".".join(parts[:i]))
+            for item in fromlist or ():
+                reveal(name + "." + item)
+        return module
+    builtins.__import__ = hooked
+    real_import_module = importlib.import_module
+    def import_module(name, package=None):
+        module = real_import_module(name, package)
+        hooked(module.__name__)
+        return module
+    importlib.import_module = import_module
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -86,8 +130,9 @@ for line in sys.stdin:
                 os.close(f)
             sys.argv = ["-c"]
             sys.path[0] = ""
-            main = types.ModuleType("__main__")  # a fresh __main__: pickle finds what the block defines
-            main.__builtins__ = __builtins__
+            hide()
+            main = types.ModuleType("__main__")  # the block's names live in __main__, as with python -c
+            main.__builtins__ = builtins
             sys.modules["__main__"] = main
             exec(compile(request["code"], "<string>", "exec"), main.__dict__)
         except SystemExit as stop:

@@ -41,6 +41,9 @@ def _reuse_s3_clients() -> None:
     (about 0.2 s each here, 30 ms for the request itself): a commit of a few shards spent
     most of its time there (a 100-record reshard s3 -> s3: 35 s, 5 s with reuse). boto3
     clients are thread-safe; only the client is shared, not Beam's per-call download state.
+    Keyed as the core's object-store clients are (`fs._filesystems`): by process (a client
+    made before a fork is not used after it) and by the AWS_* variables a client reads when
+    options leave credentials or the endpoint out, besides the options themselves.
     """
     try:
         from apache_beam.io.aws.clients.s3 import boto3_client
@@ -53,9 +56,13 @@ def _reuse_s3_clients() -> None:
 
     def init(self, options):
         key = repr(
-            sorted(options.view_as(_s3_options()).get_all_options().items())
-            if hasattr(options, "view_as")
-            else sorted(dict(options).items())
+            (
+                os.getpid(),
+                [os.environ.get(name) for name in _core_fs._CLIENT_ENVIRONMENT],
+                sorted(options.view_as(_s3_options()).get_all_options().items())
+                if hasattr(options, "view_as")
+                else sorted(dict(options).items()),
+            )
         )
         if key not in clients:
             original(self, options)

@@ -208,7 +208,9 @@ def dead_letters_for(skip_corrupt: bool, dead_letters):
     """The dead-letter writer a stage writes its skipped records to: `dead_letters` with
     `skip_corrupt`, None without it. `skip_corrupt` (a bool, from the job's flag unchanged) says
     whether corrupt records are stepped over; `dead_letters` (a `commit.DeadLetters`) only where
-    they are listed, so one without the other is a caller's mistake, refused here."""
+    they are listed. `skip_corrupt` without `dead_letters` is refused (skipped records would go
+    nowhere); `dead_letters` without `skip_corrupt` is ignored: jobs pass their output's writer
+    always, and `dead_letters` alone no longer turns skipping on (it did before skip_corrupt)."""
     if skip_corrupt and dead_letters is None:
         raise ValueError("skip_corrupt=True needs dead_letters (a commit.DeadLetters): where skipped records go")
     return dead_letters if skip_corrupt else None
