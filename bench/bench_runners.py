@@ -222,13 +222,17 @@ def inputs_for(runner: rm.Runner, reshard_dir: Path, parquet: Path) -> Tuple[str
 
 
 def _remove(place: str) -> None:
+    """Delete a run's output folder, local or s3:// (its directory marker too)."""
+    import pyarrow.fs as pafs
+
     from tfrecord_beam import fs
 
     if "://" not in place:
         shutil.rmtree(place, ignore_errors=True)
         return
     filesystem, inner = fs._split_uri(place)
-    filesystem.delete_dir_contents(inner, missing_dir_ok=True)
+    if filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+        filesystem.delete_dir(inner)
 
 
 def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict:
