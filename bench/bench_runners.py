@@ -3,11 +3,14 @@ parquet_to_tfrecord, on the FnApiRunner, Prism, Flink and Spark in one run, with
 records/s, MB/s and the peak RSS of the WHOLE process tree: the launcher and its children plus
 every process of the runner's services (Prism; Flink's JobManager, TaskManagers and job
 server; Spark's master, worker, executors, job server and worker pool) and their descendants,
-the SDK workers included, sampled from /proc (tests/helpers/rss.py).
+the SDK workers included, sampled from /proc (tests/helpers/rss.py), and the CPU seconds
+(user + system) of that tree and of the S3 server, which move far less with the machine's load
+than wall time; with --json also the S3 requests on the runner's bucket by method and the
+services' CPU by command name.
 
     make runners RUNNERS="s3 prism flink spark"      # the services (bench-runners does not start them)
     python -m bench.bench_runners [--runners fnapi,prism,flink,spark] [--reshard-mb 2048]
-                                  [--rows 6000000] [--repeat 1] [--json FILE]
+                                  [--rows 6000000] [--repeat 1] [--json FILE] [--logs DIR]
 
 Inputs: `bench_convert.shuffle_input` (16 KiB Example records in 8 files) and
 `bench_pipelines.parquet_file` (the P1 table), cached under TFRECORD_BEAM_BENCH_DATA; runners
@@ -219,13 +222,17 @@ def inputs_for(runner: rm.Runner, reshard_dir: Path, parquet: Path) -> Tuple[str
 
 
 def _remove(place: str) -> None:
+    """Delete a run's output folder, local or s3:// (its directory marker too)."""
+    import pyarrow.fs as pafs
+
     from tfrecord_beam import fs
 
     if "://" not in place:
         shutil.rmtree(place, ignore_errors=True)
         return
     filesystem, inner = fs._split_uri(place)
-    filesystem.delete_dir_contents(inner, missing_dir_ok=True)
+    if filesystem.get_file_info(inner).type != pafs.FileType.NotFound:
+        filesystem.delete_dir(inner)
 
 
 def run_one(runner: rm.Runner, job: str, args: List[str], out_base: str) -> dict:
