@@ -19,6 +19,8 @@ in a child process. Linux only (it reads /proc).
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import subprocess
 import tempfile
@@ -132,14 +134,30 @@ class PeakRSS(TreePeaks):
         self._sample()
 
 
+def release_free_memory() -> None:
+    """Collect garbage and hand the C heap's free pages back to the OS (glibc `malloc_trim`),
+    so this process's RSS is what it holds, not what earlier work left free in its heap."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: RSS may include freed heap, as before
+        pass
+
+
+def largest_while(run: Callable[[], object]) -> int:
+    """The highest RSS any one process of this process tree reaches while `run` runs (bytes),
+    measured from a trimmed heap (`release_free_memory`)."""
+    release_free_memory()
+    with PeakRSS() as peaks:
+        run()
+    return peaks.largest
+
+
 def peak_growth(run_small: Callable[[], object], run_big: Callable[[], object]) -> int:
     """How much higher the largest process of this process tree peaks while `run_big` runs
     than while `run_small` runs (bytes): the memory that grows with the data."""
-    with PeakRSS() as small:
-        run_small()
-    with PeakRSS() as big:
-        run_big()
-    return big.largest - small.largest
+    small = largest_while(run_small)
+    return largest_while(run_big) - small
 
 
 class Measured(NamedTuple):

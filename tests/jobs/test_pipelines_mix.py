@@ -87,17 +87,6 @@ def test_mix_counts_manifest_and_interleaving(tmp_path, capsys):
     assert summary_json(out)["verified"].startswith("yes")
 
 
-def test_mix_is_deterministic_for_a_seed(tmp_path, capsys):
-    write_files(tmp_path / "a", "a", [120], tag=1)
-    write_files(tmp_path / "b", "b", [80], tag=2)
-    assert _mix(tmp_path, capsys, "x1", seed=9)[0] == 0
-    assert _mix(tmp_path, capsys, "x2", seed=9, runner=MULTI)[0] == 0
-    assert _mix(tmp_path, capsys, "x3", seed=10)[0] == 0
-    one, two, three = (read_shards(tmp_path / n, "m-*.tfrecord") for n in ("x1", "x2", "x3"))
-    assert one == two
-    assert one != three
-
-
 def test_shuffle_buffer_changes_the_work_not_the_output(tmp_path, capsys):
     """--shuffle_buffer_bytes sets the runs' and buckets' sizes (64 KiB: many runs and buckets
     of a few records); the shards are their records in key order, so they come out byte for
@@ -211,30 +200,60 @@ def test_corrupt_selected_record_is_named_and_nothing_is_left(tmp_path, capsys):
     assert entries(tmp_path / "o") == []
 
 
-def test_mix_as_a_command_on_workers_in_other_processes(tmp_path):
-    """`python -m pipelines.mix` on SDK workers of their own (multi_processing here; Flink's and
-    Spark's workers likewise): the job's classes travel to them, so they must be found by
-    module name, not as `__main__.Task` (which failed with a PicklingError)."""
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory):
+    """`python -m pipelines.mix` on multi_processing, run once for the module: (the inputs'
+    directory, its job arguments less runner and output, its process, its output directory).
+    Shared by the command test and the determinism test (the slow part is the workers' start)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    a = write_files(tmp_path / "a", "a", [60])
-    b = write_files(tmp_path / "b", "b", [60], tag=1)
-    out = tmp_path / "out"
-    args = ["--source", f"{tmp_path / 'a'}=1", "--source", f"{tmp_path / 'b'}=1", "--total_records", "50"]
-    args += ["--output_prefix", str(out / "m"), "--num_shards", "2"]
-    args += ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    data = tmp_path_factory.mktemp("mix_command")
+    write_files(data / "a", "a", [60])
+    write_files(data / "b", "b", [60], tag=1)
+    args = ["--source", f"{data / 'a'}=1", "--source", f"{data / 'b'}=1", "--total_records", "50", "--num_shards", "2"]
+    out = data / "out"
     env = dict(os.environ, PYTHONPATH=str(root))
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.mix", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "pipelines.mix", *args, "--output_prefix", str(out / "m"), *MULTI],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
+    return data, args, proc, out
+
+
+def test_mix_as_a_command_on_workers_in_other_processes(command_run):
+    """`python -m pipelines.mix` on SDK workers of their own (multi_processing here; Flink's and
+    Spark's workers likewise): the job's classes travel to them, so they must be found by
+    module name, not as `__main__.Task` (which failed with a PicklingError)."""
+    data, _, proc, out = command_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary_json(proc.stdout)["verified"].startswith("yes")
+    a, b = (set(p for s in read_shards(data / n, "*.tfrecord") for p in s) for n in ("a", "b"))
     got = Counter(p for s in read_shards(out, "m-*.tfrecord") for p in s)
-    assert sum(got.values()) == 50 and set(got) <= set(a) | set(b) and max(got.values()) == 1
+    assert sum(got.values()) == 50 and set(got) <= a | b and max(got.values()) == 1
+
+
+def test_mix_is_deterministic_for_a_seed(command_run, tmp_path, capsys):
+    """The same seed gives the same shards on another runner (the command's multi_processing
+    run against the FnApiRunner here); another seed gives others."""
+    _, args, proc, out = command_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, seed in (("same", "0"), ("other", "1")):  # 0: the default, which the command ran with
+        code, _, err = run_job(
+            mix.main, [*args, "--output_prefix", str(tmp_path / name / "m"), "--seed", seed] + FAST, capsys
+        )
+        assert code == 0, err
+    multi, same, other = (read_shards(d, "m-*.tfrecord") for d in (out, tmp_path / "same", tmp_path / "other"))
+    assert sum(map(len, same)) == 50
+    assert multi == same
+    assert same != other
 
 
 def test_selection_and_shards_do_not_depend_on_arrival_order(tmp_path):
