@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .processes import end_process
 from .proxyproc import ProcessProxy
 from .s3server import TrapEndpoint, free_port, read_env_file
 
@@ -129,13 +130,7 @@ class GcsServer:
         if self.shim is not None:
             self.shim.stop()
             self.shim = None
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
 
 
 def from_state(path: Path = STATE) -> Optional[GcsServer]:

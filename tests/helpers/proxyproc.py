@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from .faultproxy import FaultProxy
+from .processes import end_process
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,13 +51,7 @@ class ProcessProxy:
         return [r for m, p, r in self.requests if m == "GET" and r is not None and name in p.split("?")[0]]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
 
 
 def _serve(upstream: str, log_path: str, mend_batch: bool) -> None:

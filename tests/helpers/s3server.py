@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .processes import end_process
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "runners" / "s3.sh"
 STATE = ROOT / ".runners" / "state" / "s3.env"
@@ -107,13 +109,7 @@ class S3Server:
         )
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
 
 
 def from_state(path: Path = STATE) -> Optional[S3Server]:
