@@ -167,46 +167,64 @@ def test_the_proxy_delays_each_byte_once_whatever_the_writes():
     import threading
 
     delay = 0.010
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
 
-    sent = []
+    def attempt():
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
 
-    def serve():
-        conn, _ = listener.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.recv(1)
-        start = time.perf_counter()
-        for _ in range(40):
-            conn.sendall(b"x" * 100)
-            time.sleep(0.002)
-        sent.append(time.perf_counter() - start)  # 80 ms, more on a loaded machine
-        conn.close()
+        sent = []
 
-    threading.Thread(target=serve, daemon=True).start()
-    proxy = subprocess.Popen(
-        [sys.executable, str(netlink.PROXY), "--target", f"127.0.0.1:{listener.getsockname()[1]}", "--delay-ms", "10"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = int(proxy.stdout.readline().split()[1])
-        with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(b"x")
+        def serve():
+            conn, _ = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.recv(1)
             start = time.perf_counter()
-            got = 0
-            while True:
-                data = conn.recv(1 << 16)
-                if not data:
-                    break
-                got += len(data)
-            seconds = time.perf_counter() - start
-    finally:
-        proxy.terminate()
-        proxy.wait()
-        listener.close()
-    assert got == 4000
-    # handshake round trip + the request + the answer + 40 writes 2 ms apart, and slack for a
-    # loaded machine; 40 delays would be 0.4 s more
-    assert 4 * delay + sent[0] <= seconds <= 4 * delay + sent[0] + 0.1, (seconds, sent)
+            for _ in range(40):
+                conn.sendall(b"x" * 100)
+                time.sleep(0.002)
+            sent.append(time.perf_counter() - start)  # 80 ms, more on a loaded machine
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        proxy = subprocess.Popen(
+            [
+                sys.executable,
+                str(netlink.PROXY),
+                "--target",
+                f"127.0.0.1:{listener.getsockname()[1]}",
+                "--delay-ms",
+                "10",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            port = int(proxy.stdout.readline().split()[1])
+            with socket.create_connection(("127.0.0.1", port)) as conn:
+                conn.sendall(b"x")
+                start = time.perf_counter()
+                got = 0
+                while True:
+                    data = conn.recv(1 << 16)
+                    if not data:
+                        break
+                    got += len(data)
+                seconds = time.perf_counter() - start
+        finally:
+            proxy.terminate()
+            proxy.wait()
+            listener.close()
+        assert got == 4000
+        return seconds - sent[0]  # the wait beyond the server's own sending time
+
+    # handshake round trip + the request + the answer, one delay each (4 delays), and 0.1 s of
+    # slack; 40 delays would be 0.4 s more. Best of three: a run is slowed, never sped up, by the
+    # other processes on the machine (at load 15 one run took 0.58 s beyond its sends).
+    excess = []
+    for _ in range(3):
+        excess.append(attempt())
+        assert excess[-1] >= 4 * delay, excess
+        if excess[-1] <= 4 * delay + 0.1:
+            break
+    assert min(excess) <= 4 * delay + 0.1, excess

@@ -435,7 +435,9 @@ def test_pure_engine_in_a_fresh_process(tmp_path):
     env = dict(
         os.environ,
         TFRECORD_BEAM_PURE="1",
-        PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join(
+            [str(REPO), str(TESTS), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+        ),  # this module, imported by the script
     )
     script = (
         "import sys, pathlib, collections\n"
