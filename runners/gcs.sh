@@ -25,26 +25,8 @@ DATA_DIR=${TFRB_GCS_DATA:-$TFRB_ROOT/.runners/gcs}
 LOG=$TFRB_LOGS/gcs.log
 
 build() {
-    if [[ -x $BIN ]]; then
-        say "gcs: cached: $BIN"
-        return 0
-    fi
-    command -v go >/dev/null || die "gcs: go is not installed (needed to build fake-gcs-server through the Go module proxy)"
-    mkdir -p "$BIN_DIR"
-    # one build at a time (test workers may ask together); the others wait and find it cached
-    exec 9>"$BIN_DIR/.build.lock"
-    flock 9
-    if [[ -x $BIN ]]; then
-        say "gcs: cached: $BIN (built meanwhile)"
-        return 0
-    fi
-    say "gcs: building fake-gcs-server $VERSION through the Go module proxy (5-15 minutes when cold)"
-    local t0=$SECONDS
     # -mod=mod: the module's go.mod is taken as published (it is built from the proxy, not a checkout)
-    GOBIN=$BIN_DIR CGO_ENABLED=0 GOFLAGS=-mod=mod go install "github.com/fsouza/fake-gcs-server@$VERSION" ||
-        die "gcs: go install github.com/fsouza/fake-gcs-server@$VERSION failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
-    [[ -x $BIN ]] || die "gcs: go install finished but $BIN is missing"
-    say "gcs: built $BIN in $((SECONDS - t0)) s"
+    GOFLAGS=-mod=mod go_install_cached gcs "$BIN" "github.com/fsouza/fake-gcs-server@$VERSION"
 }
 
 answers() {
@@ -98,22 +80,4 @@ stop() {
     rm -f "$TFRB_STATE/gcs.env"
 }
 
-case "${1:-}" in
-build) build ;;
-start) start ;;
-stop) stop ;;
-flags) flags_line ;;
-binary) echo "$BIN" ;;
-status)
-    if pid=$(running_pid gcs) && answers; then
-        echo "gcs: running (pid $pid) on http://$HOST:$PORT"
-    else
-        echo "gcs: not running"
-        exit 1
-    fi
-    ;;
-*)
-    echo "usage: $0 build|start|stop|flags|status|binary" >&2
-    exit 2
-    ;;
-esac
+service_main gcs "$@"

@@ -202,3 +202,58 @@ state_flags() {
         echo "${FLAGS:-}"
     )
 }
+
+# go_install_cached NAME BIN PACKAGE@VERSION: builds a Go server through the Go module proxy
+# into BIN's folder unless BIN is there (the cache). One build at a time: test workers may ask
+# together; the others wait on the lock and find it built. Extra go settings come from the
+# caller's environment (e.g. GOFLAGS=-mod=mod).
+go_install_cached() {
+    local name=$1 bin=$2 package=$3 dir
+    dir=$(dirname "$bin")
+    if [[ -x $bin ]]; then
+        say "$name: cached: $bin"
+        return 0
+    fi
+    command -v go >/dev/null || die "$name: go is not installed (needed to build $package through the Go module proxy)"
+    mkdir -p "$dir"
+    exec 9>"$dir/.build.lock"
+    flock 9
+    if [[ -x $bin ]]; then
+        exec 9>&-
+        say "$name: cached: $bin (built meanwhile)"
+        return 0
+    fi
+    say "$name: building $package through the Go module proxy (minutes when cold)"
+    local t0=$SECONDS
+    GOBIN=$dir CGO_ENABLED=0 go install "$package" ||
+        die "$name: go install $package failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    exec 9>&- # released before a server started by this script could inherit it
+    [[ -x $bin ]] || die "$name: go install finished but $bin is missing"
+    say "$name: built $bin in $((SECONDS - t0)) s"
+}
+
+# service_main NAME ARGS...: the subcommands of a single-server script (s3.sh, gcs.sh), which
+# defines build, start, stop, flags_line and answers, and BIN, HOST and PORT.
+service_main() {
+    local name=$1 pid
+    shift
+    case "${1:-}" in
+    build) build ;;
+    start) start ;;
+    stop) stop ;;
+    flags) flags_line ;;
+    binary) echo "$BIN" ;;
+    status)
+        if pid=$(running_pid "$name") && answers; then
+            echo "$name: running (pid $pid) on http://$HOST:$PORT"
+        else
+            echo "$name: not running"
+            exit 1
+        fi
+        ;;
+    *)
+        echo "usage: $0 build|start|stop|flags|status|binary" >&2
+        exit 2
+        ;;
+    esac
+}

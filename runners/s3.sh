@@ -23,16 +23,7 @@ DATA_DIR=${TFRB_S3_DATA:-$TFRB_ROOT/.runners/s3}
 LOG=$TFRB_LOGS/s3.log
 
 build() {
-    if [[ -x $BIN ]]; then
-        say "s3: cached: $BIN"
-        return 0
-    fi
-    command -v go >/dev/null || die "s3: go is not installed (needed to build versitygw)"
-    mkdir -p "$BIN_DIR"
-    say "s3: building versitygw $VERSION through the Go module proxy (minutes when cold)"
-    local t0=$SECONDS
-    GOBIN=$BIN_DIR CGO_ENABLED=0 go install "github.com/versity/versitygw/cmd/versitygw@$VERSION"
-    say "s3: built $BIN in $((SECONDS - t0)) s"
+    go_install_cached s3 "$BIN" "github.com/versity/versitygw/cmd/versitygw@$VERSION"
 }
 
 answers() {
@@ -96,22 +87,4 @@ stop() {
     rm -f "$TFRB_STATE/s3.env"
 }
 
-case "${1:-}" in
-build) build ;;
-start) start ;;
-stop) stop ;;
-flags) flags_line ;;
-binary) echo "$BIN" ;;
-status)
-    if pid=$(running_pid s3) && answers; then
-        echo "s3: running (pid $pid) on http://$HOST:$PORT"
-    else
-        echo "s3: not running"
-        exit 1
-    fi
-    ;;
-*)
-    echo "usage: $0 build|start|stop|flags|status|binary" >&2
-    exit 2
-    ;;
-esac
+service_main s3 "$@"
