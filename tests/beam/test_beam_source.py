@@ -81,8 +81,12 @@ def test_every_byte_split_point_is_consistent(tmp_path):
     payloads = nested_payloads()
     path = write_file(tmp_path / "data.tfrecord", payloads)
     size = len(open(path, "rb").read())
+    # one split source read at every cut (what a runner does with one bundle's source): making
+    # it anew per cut, as _read_range does, cost 6 of the test's 9 CPU s in Beam's glob matching
+    source = _single_file_source(path)
     for cut in range(0, size + 1):
-        assert _read_range(path, 0, cut) + _read_range(path, cut, size) == payloads, cut
+        head = list(source.read(OffsetRangeTracker(0, cut)))
+        assert head + list(source.read(OffsetRangeTracker(cut, size))) == payloads, cut
 
 
 def test_resync_lands_on_true_boundaries(tmp_path):

@@ -1,6 +1,7 @@
 """Columnar decode/encode: compiled core and pure twin give identical results on fixtures,
 generated Examples/SequenceExamples encoded every valid way, and hostile bytes."""
 
+import os
 import random
 import struct
 
@@ -15,11 +16,23 @@ from hypothesis import strategies as st
 from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example
 
-SETTINGS = settings(
-    max_examples=int(__import__("os").environ.get("TFRB_HYPOTHESIS_EXAMPLES", "150")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+
+
+def examples(n: int):
+    """Settings for a generated test: n examples, or TFRB_HYPOTHESIS_EXAMPLES for a deeper run.
+
+    The n below are sized by what one example holds, not by habit: almost all of these tests'
+    CPU is hypothesis drawing the wire bytes (the engines' work is under 5%), and each example
+    is many records, each record many map entries and features, so the rare encodings the
+    generators pick per feature (1 in 6 to 1 in 13: no kind, a replaced kind, split lists,
+    unknown fields, reversed entries) each come up dozens of times even at n = 40. The
+    deterministic cases beside them (the fixtures, 1,200 mutated records, the depth limits and
+    tests/fuzz_corpus) cover hostile bytes; these cover valid encodings."""
+    return settings(
+        max_examples=int(os.environ.get("TFRB_HYPOTHESIS_EXAMPLES", n)),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def frames(name):
@@ -130,7 +143,7 @@ def test_sequence_fixture_matches_manifest():
             assert got == want
 
 
-@SETTINGS
+@examples(60)
 @given(st.lists(_wire.example(), max_size=6), _wire.DESCRIPTION)
 def test_generated_examples_parity(records, description):
     names, codes = [k.encode() for k in description], list(description.values())
@@ -141,7 +154,7 @@ def test_generated_examples_parity(records, description):
         assert all(len(c[1]) == len(records) + 1 for c in cols)
 
 
-@SETTINGS
+@examples(40)
 @given(st.lists(_wire.sequence_example(), max_size=5), _wire.DESCRIPTION, _wire.DESCRIPTION)
 def test_generated_sequence_examples_parity(records, cdesc, sdesc):
     both(
@@ -196,6 +209,78 @@ def test_hostile_arguments_same_errors():
     assert both("encode_examples", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
 
 
+def _list_variants(kind):
+    """A list message of each kind written every way upb reads it: packed, unpacked, runs
+    split, a padded varint, empty (the generators below draw from the same space at random)."""
+    w = _wire
+    if kind == 1:
+        vals = [b"x", b"", b"yz"]
+        return [b"", b"".join(w.ld(1, v) for v in vals), w.ld(1, vals[0]) + w.UNKNOWN_FIELDS[0] + w.ld(1, vals[2])]
+    if kind == 2:
+        raw = b"".join(struct.pack("<I", v) for v in (0x7FC00001, 0x80000000, 0x3F800000))
+        unpacked = b"".join(w.tag(1, 5) + raw[k : k + 4] for k in range(0, len(raw), 4))
+        return [b"", w.ld(1, raw), unpacked, w.ld(1, raw[:4]) + unpacked[5:], w.ld(1, b"")]
+    enc = [w.varint(v) for v in (-1, 0, 2**63 - 1, 300)]
+    return [
+        b"",
+        w.ld(1, b"".join(enc)),
+        b"".join(w.tag(1, 0) + e for e in enc),
+        w.ld(1, b"".join(enc[:2])) + w.tag(1, 0) + enc[2] + w.ld(1, enc[3]),
+        w.ld(1, w.varint(5, pad=2)),
+    ]
+
+
+def _feature_variants():
+    """Features of every shape: no kind, each list form, a kind replaced (once, and back again:
+    what came before the other kind is dropped), the same kind twice (lists merge), an unknown
+    field."""
+    w, out = _wire, [b""]
+    for k in (1, 2, 3):
+        other = 3 if k != 3 else 2
+        firsts = _list_variants(k)
+        out += [w.ld(k, lst) for lst in firsts]
+        out += [
+            w.ld(other, _list_variants(other)[1]) + w.ld(k, firsts[1]),
+            w.ld(k, firsts[1]) + w.ld(other, b""),
+            w.ld(k, firsts[1]) + w.ld(other, b"") + w.ld(k, firsts[-1]),
+            w.ld(k, firsts[1]) + w.ld(k, firsts[-1]),
+            w.ld(k, firsts[1]) + w.UNKNOWN_FIELDS[4],
+        ]
+    return out
+
+
+def _entry_variants(name: bytes, value: bytes):
+    """Map entries: key then value, value then key, no key, no value, a second key (the last
+    wins), an unknown field (upb drops the entry)."""
+    w = _wire
+    key, val = w.ld(1, name), w.ld(2, value)
+    return [key + val, val + key, val, key, w.ld(1, b"zz") + key + val, key + val + w.UNKNOWN_FIELDS[3]]
+
+
+def test_every_encoding_variant_parity():
+    """Every feature shape in every entry shape, alone, after a duplicate key, in Features
+    repeated and behind an unknown field, decoded as each kind: the generated tests below
+    sample this space at random; this walks it."""
+    w = _wire
+    feats = _feature_variants()
+    records = []
+    for f in feats:
+        for e in _entry_variants(b"a", f):
+            first = w.ld(1, w.ld(1, w.ld(1, b"a") + w.ld(2, feats[1])))  # a duplicate "a" before
+            records += [w.ld(1, w.ld(1, e)), first + w.ld(1, w.ld(1, e)), w.UNKNOWN_FIELDS[1] + w.ld(1, w.ld(1, e))]
+    for want in (1, 2, 3):
+        for r in records:  # one record per call: a kind mismatch ends a batch
+            both("decode_examples", [r], [b"a", b"b"], [want, 3])
+        both("decode_examples", records[:40], [b"a", b"zz"], [want, want])
+    for i, f in enumerate(feats):
+        steps = w.ld(1, f) + w.ld(1, b"") + w.ld(1, feats[(i * 7) % len(feats)])
+        for e in _entry_variants(b"a", steps):
+            ctx, lists = w.ld(1, w.ld(1, w.ld(1, b"a") + w.ld(2, f))), w.ld(2, w.ld(1, e))
+            for rec in (ctx + lists, lists + ctx + w.UNKNOWN_FIELDS[2]):
+                for want in (1, 2, 3):
+                    both("decode_sequence_examples", [rec], [b"a"], [want], [b"a", b"zz"], [want, 1])
+
+
 def test_depth_limit_parity():
     def grp(d):
         return _wire.tag(5, 3) * d + _wire.tag(5, 4) * d
@@ -240,7 +325,7 @@ def encode_columns(draw):
     return n, cols
 
 
-@SETTINGS
+@examples(60)
 @given(encode_columns())
 def test_encode_parity_and_roundtrip(case):
     n, cols = case
