@@ -168,7 +168,9 @@ def test_shard_names_match_beams(tmp_path):
         payloads = p | beam.Create(plain_payloads(30))
         for i, kwargs in enumerate(SHARD_NAME_CASES):
             _ = payloads | f"Ours {i}" >> WriteToTFRecord(str(tmp_path / str(i) / "ours" / "out"), **kwargs)
-            _ = payloads | f"Beams {i}" >> tfrecordio.WriteToTFRecord(str(tmp_path / str(i) / "beams" / "out"), **kwargs)
+            _ = payloads | f"Beams {i}" >> tfrecordio.WriteToTFRecord(
+                str(tmp_path / str(i) / "beams" / "out"), **kwargs
+            )
     for i, kwargs in enumerate(SHARD_NAME_CASES):
         case = tmp_path / str(i)
         ours, beams = _data_files(case / "ours"), _data_files(case / "beams")

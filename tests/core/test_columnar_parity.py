@@ -17,7 +17,6 @@ from tfrecord_beam._engine import _framing
 from tfrecord_beam._proto import Example
 
 
-
 def examples(n: int):
     """Settings for a generated test: n examples, or TFRB_HYPOTHESIS_EXAMPLES for a deeper run.
 
