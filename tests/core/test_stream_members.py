@@ -83,10 +83,14 @@ SMALL = _pieces(1, 60)  # ~60 KB in 60 members
 @pytest.mark.parametrize("name", INFLATER_NAMES)
 @pytest.mark.parametrize("seekable", [True, False])
 def test_many_small_members_inflate_exactly(size, name, seekable):
-    blob = _members(SMALL)
+    # reads of 1-7 bytes meet every member's end at the output limit whatever the members hold:
+    # the first 20 (the chosen sizes 0 ... 4096 and 12 drawn) do that at a third of the cost of
+    # 60 read a byte at a time (2.4 of the test's 2.9 CPU s went to sizes 1-7)
+    pieces = SMALL if size >= 64 else SMALL[:20]
+    blob = _members(pieces)
     raw = io.BytesIO(blob) if seekable else ReadOnly(blob)
     reader = _streams.InflatingReader(raw, "gzip", "x", inflater=name)
-    assert _read_all(reader, size) == b"".join(SMALL)
+    assert _read_all(reader, size) == b"".join(pieces)
     assert reader.complete and reader.damage is None
 
 
