@@ -31,7 +31,7 @@ from ..compression import resolve as resolve_compression
 from ..compression import seeks_by_members
 from ..errors import DecodeError, FeatureKindError, IndexMismatchError, TFRecordError
 from ..example import BYTES, FLOAT, INT, KIND_TO_FIELD, feature_kind
-from ..index import iter_frames
+from ..index import iter_frame_arrays
 from ..records import RecordReader
 from ._images import image_info
 
@@ -582,7 +582,7 @@ def count_records(
     the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
     at the end of the file and matches the index. The scan checks every length CRC: it walks a
     local uncompressed file header to header (payloads skipped), reads a remote one through
-    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frames`).
+    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frame_arrays`), a chunk at a time.
     """
     kind = resolve_compression(path, compression)
     if use_index and kind is None:
@@ -595,9 +595,9 @@ def count_records(
         if indexed is not None:
             return indexed, "index"
     count = 0
-    for _ in iter_frames(path, kind):
-        count += 1
-        if progress is not None and not count & 0xFFFF:
+    for frames in iter_frame_arrays(path, kind):  # bounded chunks: memory does not grow with the file
+        count += len(frames)
+        if progress is not None:
             progress(count)
     return count, "scan"
 
