@@ -185,7 +185,13 @@ def verify_index(index_path, data_path, compression: Optional[str] = "auto", ver
     data was rewritten, say), or the data file's own CorruptRecordError.
     """
     index = load_index(index_path)
-    difference = first_difference(index, build_index(data_path, compression, verify_crc), os.fspath(data_path))
+    name, difference, rows = os.fspath(data_path), None, 0
+    for frames in _frame_arrays(data_path, compression, verify_crc):  # to the end: the data's errors come first
+        if difference is None:
+            difference = first_difference(index, frames, name, False, first=rows)
+        rows += len(frames)
+    if difference is None:
+        difference = first_difference(index, np.zeros((0, 2), np.int64), name, True, first=rows)
     if difference is not None:
         record, what = difference
         offset = int(index[record, 0]) if record < len(index) else None
