@@ -39,6 +39,9 @@ def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
     return fs.with_query(path + INDEX_SUFFIX, query)
 
 
+_FORMAT_ROWS = 1 << 16  # rows formatted at a time by `write_index`
+
+
 def format_index(index: np.ndarray) -> bytes:
     """The `.tfindex` text of an (n, 2) array."""
     flat = np.asarray(index).reshape(-1).tolist()
@@ -97,7 +100,8 @@ def write_index(
     if atomic_output is None:
         check_index_target(index_path)
     with (atomic_output or fs.atomic_output)(os.fspath(index_path)) as (handle, commit):
-        handle.write(format_index(index))
+        for lo in range(0, len(index), _FORMAT_ROWS):  # a slice at a time: the text of all rows at once
+            handle.write(format_index(index[lo : lo + _FORMAT_ROWS]))  # costs ~100 B a record
         if members is not None:
             handle.write(members.format())
         commit()

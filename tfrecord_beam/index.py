@@ -159,8 +159,17 @@ def build_index(data_path, compression: Optional[str] = "auto", verify: bool = F
     Length CRCs are always checked, payload CRCs with `verify`; a corrupt or truncated file
     raises CorruptRecordError / TruncatedRecordError naming the record.
     """
-    parts = list(_frame_arrays(data_path, compression, verify))
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 2), dtype=np.int64)
+    # One array grown in place (realloc: large blocks move by remapping, not copying) by a
+    # quarter at a time: the index once in memory plus its slack, never the chunks as well.
+    index = np.zeros((0, 2), dtype=np.int64)
+    n = 0
+    for part in _frame_arrays(data_path, compression, verify):
+        if n + len(part) > len(index):
+            index.resize((max(n + len(part), len(index) * 5 // 4, 1024), 2), refcheck=False)
+        index[n : n + len(part)] = part
+        n += len(part)
+    index.resize((n, 2), refcheck=False)
+    return index
 
 
 def create_index(data_path, index_path=None, compression: Optional[str] = "auto", verify: bool = False) -> np.ndarray:
