@@ -639,10 +639,9 @@ def count_records(
     """
     kind = resolve_compression(path, compression)
     if use_index and kind is None:
-        status = index_status(path, kind)
-        if status.state == "valid":
-            assert status.index is not None  # a valid index was loaded
-            return len(status.index), "index"
+        indexed = _indexed_count(path)
+        if indexed is not None:
+            return indexed, "index"
     if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
         indexed = _block_gzip_count(path)
         if indexed is not None:
@@ -653,6 +652,41 @@ def count_records(
         if progress is not None:
             progress(count)
     return count, "scan"
+
+
+_INDEX_PIECE = 4 << 20  # bytes of index text `_indexed_count` parses at a time
+
+
+def _indexed_count(path: str) -> Optional[int]:
+    """The record count of an uncompressed file from its index when `index_status` calls the
+    index valid (well formed, contiguous from offset 0, ending at the end of the file), else
+    None. The text is parsed in line-aligned pieces, each chain continuing the last: memory
+    bounded by a piece, where `load_index` holds 24 B a record."""
+    ipath = default_index_path(path)
+    if not fs.exists(ipath):
+        return None
+    count = end = 0
+    try:
+        with fs.mapped_input(ipath) as data:
+            size, pos = len(data), 0
+            while pos < size:
+                stop = size if size - pos <= _INDEX_PIECE else data.rfind(b"\n", pos, pos + _INDEX_PIECE) + 1
+                if stop <= pos:  # a line longer than a piece: up to its end
+                    newline = data.find(b"\n", pos + _INDEX_PIECE)
+                    stop = size if newline < 0 else newline + 1
+                view = memoryview(data)[pos:stop]
+                try:
+                    starts, piece_end, error, fault = _engine.index_starts(view, end)
+                finally:
+                    view.release()
+                if error is not None or fault is not None:  # invalid: load_index would raise
+                    return None
+                if len(starts):
+                    count, end = count + len(starts), piece_end
+                pos = stop
+    except (OSError, UnicodeDecodeError):  # what `index_status` calls an invalid index
+        return None
+    return count if end == fs.file_size(path) else None
 
 
 def _block_gzip_count(path: str) -> Optional[int]:
