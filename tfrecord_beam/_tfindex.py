@@ -39,6 +39,9 @@ def default_index_path(data_path: Union[str, "os.PathLike[str]"]) -> str:
     return fs.with_query(path + INDEX_SUFFIX, query)
 
 
+_FORMAT_ROWS = 1 << 16  # rows formatted at a time by `write_index`
+
+
 def format_index(index: np.ndarray) -> bytes:
     """The `.tfindex` text of an (n, 2) array."""
     flat = np.asarray(index).reshape(-1).tolist()
@@ -97,7 +100,8 @@ def write_index(
     if atomic_output is None:
         check_index_target(index_path)
     with (atomic_output or fs.atomic_output)(os.fspath(index_path)) as (handle, commit):
-        handle.write(format_index(index))
+        for lo in range(0, len(index), _FORMAT_ROWS):  # a slice at a time: the text of all rows at once
+            handle.write(format_index(index[lo : lo + _FORMAT_ROWS]))  # costs ~100 B a record
         if members is not None:
             handle.write(members.format())
         commit()
@@ -200,22 +204,27 @@ def check_end(end: int, data_size: Optional[int], index_path=None, data_path=Non
 
 
 def first_difference(
-    index: np.ndarray, frames: np.ndarray, data_name: str, complete: bool = True
+    index: np.ndarray, frames: np.ndarray, data_name: str, complete: bool = True, first: int = 0
 ) -> Optional[Tuple[int, str]]:
-    """How an index first differs from the (n, 2) rows read from its data (all of them when
-    `complete`): (record number, what differs, calling the data `data_name`), or None when they agree.
-    The one entry-by-entry comparison (`index.verify_index`, `inspect`, `verify`)."""
+    """How an index first differs from the (n, 2) rows read from its data, records `first` on
+    (all of the rest when `complete`): (record number, what differs, calling the data
+    `data_name`), or None when they agree. The one entry-by-entry comparison (`index.verify_index`,
+    `inspect`, `verify`); a caller that reads the data a chunk at a time compares each chunk
+    with `first` = the records before it, then an empty one with `complete` for the count."""
     frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
-    common = min(len(frames), len(index))
-    diff = np.flatnonzero(np.any(index[:common] != frames[:common], axis=1))
+    part = index[first : first + len(frames)]
+    common = len(part)
+    diff = np.flatnonzero(np.any(part != frames[:common], axis=1))
     if len(diff):
-        i = int(diff[0])
+        i = first + int(diff[0])
         return i, (
             f"record {i}: index says offset {index[i, 0]} length {index[i, 1]} but {data_name} "
-            f"has offset {frames[i, 0]} length {frames[i, 1]}"
+            f"has offset {frames[i - first, 0]} length {frames[i - first, 1]}"
         )
-    if complete and len(index) != len(frames):
-        return common, f"index lists {len(index)} records but {data_name} holds {len(frames)}"
+    if complete and len(index) != first + len(frames):
+        return min(len(index), first + len(frames)), (
+            f"index lists {len(index)} records but {data_name} holds {first + len(frames)}"
+        )
     return None
 
 

@@ -1,9 +1,12 @@
 """Index building by header walk (payloads skipped) against the reader's full scan: the same
-index, and the same error (class, offset, record, message) on damaged files, on both engines."""
+index, and the same error (class, offset, record, message) on damaged files, on both engines,
+whatever the walk's window (windows ending inside headers, payloads and footers, records
+larger than a window); counting walks in bounded memory."""
 
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from helpers.parity import NATIVE
 
 from tfrecord_beam import index, records
 from tfrecord_beam._engine import _framing
+from tfrecord_beam.cli.inspection import count_records
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.tools import tfrecord2idx
 
@@ -40,12 +44,27 @@ def _data(rng):
     return [rng.bytes(int(s)) for s in rng.permutation(sizes)] + [rng.bytes(int(n)) for n in rng.integers(0, 50, 400)]
 
 
-DAMAGE = ["none", "empty", "cut header", "cut payload", "cut footer", "bad length crc", "huge length", "junk tail"]
+DAMAGE = [
+    "none",
+    "empty",
+    "cut header",
+    "cut payload",
+    "cut footer",
+    "bad length crc",
+    "late bad length crc",
+    "huge length",
+    "junk tail",
+]
+# the default window (the whole of these files), windows ending anywhere in a record, and
+# windows smaller than a header (each record needs windows of its own size)
+WINDOWS = [index.WALK_WINDOW, 1000, 7]
 
 
+@pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("walker", WALKERS)
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
+def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage, window):
+    monkeypatch.setattr(index, "WALK_WINDOW", window)
     rng = np.random.default_rng(DAMAGE.index(damage))
     path = tmp_path / "d.tfrecord"
     payloads = _data(rng)
@@ -63,6 +82,8 @@ def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
         raw = raw[: int(starts[8]) - 2]
     elif damage == "bad length crc":
         raw[victim + 9] ^= 0xFF
+    elif damage == "late bad length crc":  # far beyond the first windows (record 300 of 412)
+        raw[int(starts[300]) + 9] ^= 0xFF
     elif damage == "huge length":
         raw[victim : victim + 12] = _framing.frame_header(1 << 40)
     elif damage == "junk tail":
@@ -73,8 +94,11 @@ def test_walk_matches_the_full_scan(tmp_path, monkeypatch, walker, damage):
     got = _outcome(index.build_index, str(path))
     if isinstance(expected, np.ndarray):
         assert isinstance(got, np.ndarray) and np.array_equal(got, expected)
+        assert count_records(str(path), use_index=False) == (len(expected), "scan")
+        assert list(index.iter_frames(str(path))) == [tuple(row) for row in expected.tolist()]
     else:
         assert got == expected
+        assert _outcome(lambda p: count_records(p, use_index=False), str(path)) == expected
     assert _outcome(tfrecord2idx.create_index, str(path), str(tmp_path / "x.tfindex")) == (
         len(expected) if isinstance(expected, np.ndarray) else expected
     )
@@ -117,3 +141,46 @@ def test_walk_reads_headers_only_for_large_records(tmp_path, walker):
     assert np.array_equal(lengths, [200_000] * 20)
     if reads:
         assert sum(reads) < 20 * 70_000  # far less than the 4 MB of payloads
+
+
+@pytest.mark.parametrize("walker", WALKERS)
+def test_count_holds_a_window_not_the_file(tmp_path, monkeypatch, walker):
+    """Counting allocates about one window's rows (tracemalloc sees numpy's arrays and Python's
+    objects), not the file's: the whole-file walk held 16 B of rows per record, the pure one
+    a Python list of them, then count made one Python list per record."""
+    n, window, factor = 1_000_000, index.WALK_WINDOW, 4  # 20 MB; measured: 2 windows (native)
+    if walker is _framing.walk_headers:  # a Python loop under tracemalloc: fewer records, smaller windows
+        n, window, factor = 10_000, 8192, 10  # measured: ~6 windows (its lists of ints)
+        monkeypatch.setattr(index, "WALK_WINDOW", window)
+    path = tmp_path / "many.tfrecord"
+    path.write_bytes(_framing.frame_records([b"abcd"]) * n)  # 20-byte frames: windows end mid-record
+    monkeypatch.setattr(index._engine, "walk_headers", walker)
+    assert 16 * n > factor * window  # the whole file's rows alone would break the bound
+    tracemalloc.start()
+    try:
+        assert count_records(str(path), use_index=False) == (n, "scan")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < factor * window, peak
+
+
+def test_create_index_holds_the_index_once(tmp_path, monkeypatch):
+    """Building and writing an index allocates the index (16 B a record, a quarter of slack
+    while it grows) and one slice's text: not the chunks and their concatenation as well, nor
+    the whole index as Python ints and text (old code: 3x the bound here)."""
+    from tfrecord_beam import _tfindex
+
+    n = 100_000
+    monkeypatch.setattr(_tfindex, "_FORMAT_ROWS", 4096)
+    path = tmp_path / "many.tfrecord"
+    path.write_bytes(_framing.frame_records([b"abcd"]) * n)
+    tracemalloc.start()
+    try:
+        built = index.create_index(str(path), str(tmp_path / "many.tfindex"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(built, index.frame_index([20] * n))
+    assert np.array_equal(index.load_index(str(tmp_path / "many.tfindex")), built)
+    assert peak < 16 * n * 5 // 4 + (1 << 20), peak

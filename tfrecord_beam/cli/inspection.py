@@ -31,7 +31,7 @@ from ..compression import resolve as resolve_compression
 from ..compression import seeks_by_members
 from ..errors import DecodeError, FeatureKindError, IndexMismatchError, TFRecordError
 from ..example import BYTES, FLOAT, INT, KIND_TO_FIELD, feature_kind
-from ..index import iter_frames
+from ..index import iter_frame_arrays
 from ..records import RecordReader
 from ._images import image_info
 
@@ -44,6 +44,7 @@ __all__ = [
     "SchemaInferenceError",
     "FeatureStats",
     "IndexStatus",
+    "IndexCheck",
     "index_status",
     "FileStats",
     "DatasetStats",
@@ -329,30 +330,83 @@ def index_status(
     With `frames` (the (n, 2) offsets and frame lengths read from the data, all of them when
     `complete`) the index is compared entry by entry. Without them, an uncompressed file gets
     the cheap check: the index's last record must end exactly at the end of the file (indexes
-    are contiguous from offset 0 by construction, `load_index` checks that).
+    are contiguous from offset 0 by construction, `load_index` checks that). A scan that reads
+    the data a chunk at a time compares as it goes with `IndexCheck` instead.
     """
-    ipath = default_index_path(data_path)
-    if not fs.exists(ipath):
-        return IndexStatus(ipath, "absent")
-    try:
-        index = load_index(ipath)
-    except (IndexMismatchError, OSError, UnicodeDecodeError) as exc:
-        return IndexStatus(ipath, "invalid", str(exc))
-    if len(index) and index[0, 0] != 0:
-        return IndexStatus(ipath, "stale", f"first record at offset {index[0, 0]}, not 0", index)
-    end = int(index[-1].sum()) if len(index) else 0
+    check = IndexCheck(data_path, compression)
     if frames is not None:
-        difference = first_difference(index, frames, "the data", complete)
-        if difference is not None:
-            return IndexStatus(ipath, "stale", difference[1], index)
-        if complete:
-            return IndexStatus(ipath, "valid", "", index)
-    if resolve_compression(data_path, compression) is not None:
-        return IndexStatus(ipath, "unchecked", "compressed data: only a full read can check it", index)
-    size = fs.file_size(data_path)
-    if end != size:
-        return IndexStatus(ipath, "stale", f"index ends at byte {end} but the file has {size} bytes", index)
-    return IndexStatus(ipath, "valid", "" if frames is None else "size and first records checked", index)
+        check.add(frames)
+    return check.status(complete, compared=frames is not None)
+
+
+class IndexCheck:
+    """`index_status` for a scan that reads the data a chunk at a time: `add(rows)` for each
+    chunk's (k, 2) rows, in order, then `status(complete)`. Holds the loaded index and the first
+    difference, never the rows read (16 bytes a record). The index is loaded at the first
+    `add` or at `status`; an error that `index_status` would raise is raised by `status`."""
+
+    def __init__(self, data_path: str, compression: Optional[str] = "auto") -> None:
+        self.data_path, self.compression = data_path, compression
+        self.path = default_index_path(data_path)
+        self.rows = 0  # rows added so far
+        self.difference: Optional[Tuple[int, str]] = None
+        self._loaded = False
+        self._index: Optional[np.ndarray] = None
+        self._known: Optional[IndexStatus] = None  # decided by the index alone
+        self._error: Optional[BaseException] = None  # raised by `status`
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        try:
+            if not fs.exists(self.path):
+                self._known = IndexStatus(self.path, "absent")
+                return
+            try:
+                index = load_index(self.path)
+            except (IndexMismatchError, OSError, UnicodeDecodeError) as exc:
+                self._known = IndexStatus(self.path, "invalid", str(exc))
+                return
+        except Exception as exc:  # noqa: BLE001 - kept for `status`, never the scan's error
+            self._error = exc
+            return
+        if len(index) and index[0, 0] != 0:
+            self._known = IndexStatus(self.path, "stale", f"first record at offset {index[0, 0]}, not 0", index)
+        self._index = index
+
+    def add(self, frames: np.ndarray) -> None:
+        """Compare the next rows read from the data (records `self.rows` on) with the index."""
+        self._load()
+        if self._index is not None and self._known is None and self.difference is None:
+            self.difference = first_difference(self._index, frames, "the data", False, first=self.rows)
+        self.rows += len(frames)
+
+    def status(self, complete: bool = True, compared: bool = True) -> IndexStatus:
+        """The index's state after the rows added (all of the data's when `complete`); with
+        `compared=False` no rows were read and an uncompressed file gets the cheap size check."""
+        self._load()
+        if self._error is not None:
+            raise self._error
+        if self._known is not None:
+            return self._known
+        index = self._index
+        assert index is not None  # loaded: neither absent nor invalid
+        end = int(index[-1].sum()) if len(index) else 0
+        if compared:
+            difference = self.difference or first_difference(
+                index, np.zeros((0, 2), np.int64), "the data", complete, first=self.rows
+            )
+            if difference is not None:
+                return IndexStatus(self.path, "stale", difference[1], index)
+            if complete:
+                return IndexStatus(self.path, "valid", "", index)
+        if resolve_compression(self.data_path, self.compression) is not None:
+            return IndexStatus(self.path, "unchecked", "compressed data: only a full read can check it", index)
+        size = fs.file_size(self.data_path)
+        if end != size:
+            return IndexStatus(self.path, "stale", f"index ends at byte {end} but the file has {size} bytes", index)
+        return IndexStatus(self.path, "valid", "size and first records checked" if compared else "", index)
 
 
 @dataclass
@@ -518,7 +572,7 @@ def scan_file(
     """
     info = FileStats(path)
     stats.files.append(info)
-    frames: List[np.ndarray] = []
+    check = IndexCheck(path, compression)  # compared chunk by chunk: the rows are not kept
     try:
         info.compression = resolve_compression(path, compression)
         info.size = fs.file_size(path)
@@ -530,7 +584,7 @@ def scan_file(
                 take = limit - info.records
             stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take])
             kept = chunk.frames()[:take]
-            frames.append(kept)
+            check.add(kept)
             info.records += take
             info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0
             if progress is not None:
@@ -544,8 +598,7 @@ def scan_file(
         info.error = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
     if info.error is None or info.size is not None:
         try:
-            all_frames = np.concatenate(frames) if frames else np.zeros((0, 2), np.int64)
-            info.index = index_status(path, compression, all_frames, info.complete)
+            info.index = check.status(info.complete)
         except OSError as exc:
             info.index = IndexStatus(default_index_path(path), "invalid", str(exc))
     return info
@@ -582,24 +635,58 @@ def count_records(
     the file (`index_status`'s cheap check), and for block-gzip files whose member table ends
     at the end of the file and matches the index. The scan checks every length CRC: it walks a
     local uncompressed file header to header (payloads skipped), reads a remote one through
-    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frames`).
+    (payload CRCs unchecked) and inflates a compressed one (`index.iter_frame_arrays`), a chunk at a time.
     """
     kind = resolve_compression(path, compression)
     if use_index and kind is None:
-        status = index_status(path, kind)
-        if status.state == "valid":
-            assert status.index is not None  # a valid index was loaded
-            return len(status.index), "index"
+        indexed = _indexed_count(path)
+        if indexed is not None:
+            return indexed, "index"
     if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
         indexed = _block_gzip_count(path)
         if indexed is not None:
             return indexed, "index"
     count = 0
-    for _ in iter_frames(path, kind):
-        count += 1
-        if progress is not None and not count & 0xFFFF:
+    for frames in iter_frame_arrays(path, kind):  # bounded chunks: memory does not grow with the file
+        count += len(frames)
+        if progress is not None:
             progress(count)
     return count, "scan"
+
+
+_INDEX_PIECE = 4 << 20  # bytes of index text `_indexed_count` parses at a time
+
+
+def _indexed_count(path: str) -> Optional[int]:
+    """The record count of an uncompressed file from its index when `index_status` calls the
+    index valid (well formed, contiguous from offset 0, ending at the end of the file), else
+    None. The text is parsed in line-aligned pieces, each chain continuing the last: memory
+    bounded by a piece, where `load_index` holds 24 B a record."""
+    ipath = default_index_path(path)
+    if not fs.exists(ipath):
+        return None
+    count = end = 0
+    try:
+        with fs.mapped_input(ipath) as data:
+            size, pos = len(data), 0
+            while pos < size:
+                stop = size if size - pos <= _INDEX_PIECE else data.rfind(b"\n", pos, pos + _INDEX_PIECE) + 1
+                if stop <= pos:  # a line longer than a piece: up to its end
+                    newline = data.find(b"\n", pos + _INDEX_PIECE)
+                    stop = size if newline < 0 else newline + 1
+                view = memoryview(data)[pos:stop]
+                try:
+                    starts, piece_end, error, fault = _engine.index_starts(view, end)
+                finally:
+                    view.release()
+                if error is not None or fault is not None:  # invalid: load_index would raise
+                    return None
+                if len(starts):
+                    count, end = count + len(starts), piece_end
+                pos = stop
+    except (OSError, UnicodeDecodeError):  # what `index_status` calls an invalid index
+        return None
+    return count if end == fs.file_size(path) else None
 
 
 def _block_gzip_count(path: str) -> Optional[int]:

@@ -17,14 +17,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from .. import fs
 from ..compression import read_at
 from ..compression import resolve as resolve_compression
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length
-from .inspection import INVALID, IndexStatus, index_status, parse_record
+from .inspection import INVALID, IndexCheck, IndexStatus, parse_record
 
 __all__ = ["Problem", "VerifyResult", "verify_file"]
 
@@ -111,7 +109,7 @@ class _ChainCheck:
         self.result, self.resumer = result, resumer
         self.path, self.kind = result.path, result.compression
         self.max_problems, self.parse, self.progress = max_problems, parse, progress
-        self.frames: List[np.ndarray] = []  # (offset, frame length) of every intact record
+        self.index = IndexCheck(self.path, self.kind)  # compared chunk by chunk while the data is clean
 
     def run(self) -> VerifyResult:
         resume: Optional[Tuple[int, Optional[int]]] = (0, 0)
@@ -150,7 +148,8 @@ class _ChainCheck:
         if self.parse:
             _check_payloads(result, chunk, self.max_problems)
         rows = chunk.frames()
-        self.frames.append(rows)
+        if not result.problems:  # the index is checked only against clean data
+            self.index.add(rows)
         result.records += len(chunk)
         result.data_bytes += int(rows[:, 1].sum())
         if self.progress is not None:
@@ -183,8 +182,7 @@ class _ChainCheck:
         one is a problem."""
         result = self.result
         try:
-            all_frames = np.concatenate(self.frames) if self.frames else np.zeros((0, 2), np.int64)
-            result.index = index_status(self.path, self.kind, all_frames, complete=True)
+            result.index = self.index.status(complete=True)
         except (TFRecordError, OSError, ValueError) as exc:
             result.index = IndexStatus("", "invalid", _text(self.path, exc))
         if result.index.state in ("stale", "invalid"):
