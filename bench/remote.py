@@ -2,7 +2,14 @@
 S3-protocol server on loopback and through an emulated link, beside mosaicml-streaming.
 
     python -m bench.remote [--quick] [--size-mb 2000] [--data 110k d1] [--workers 2 0]
-                           [--repeats 1] [--batch 64] [--no-peer] [--results]
+                           [--repeats 1] [--batch 64] [--no-peer] [--memory-size-mb M] [--results]
+
+With no flags it runs all 24 cases: {D1-like, 110 KB records} x {2, 0 DataLoader workers} x
+{local disk, server on loopback, emulated link} x {tfrecord_beam, mosaicml-streaming}, each
+`--repeats` times (medians reported), then tfrecord_beam's 12 cases once more at
+`--memory-size-mb` (default an eighth of the size) for its peak RSS at two sizes. It prints an
+estimate of its duration at the start and of the time left after each case; a case that fails
+is reported and the run goes on (exit status 1 at the end).
 
 Data: D1-like Examples (a 16 KiB `image`, `label`, `index`) and the same with a 110 KB image,
 `--size-mb` of records each (2,000 by default, 16 with `--quick`), as 8 TFRecord shards with
@@ -17,6 +24,8 @@ way, 1 Gbit/s). Each case runs in a child process, two epochs of one DataLoader:
 epoch 2 (with `cache_dir=` when this build's `TFRecordDataset` has it; the peer always has its
 local shard cache). Peak RSS is the child's whole process tree (DataLoader workers included),
 sampled from /proc; requests are counted from the server's access log, not by the client.
+The peer needs mosaicml-streaming (`make bench-remote` installs it; or put it on PYTHONPATH,
+which every case's child keeps).
 """
 
 from __future__ import annotations
@@ -194,12 +203,18 @@ def run_child(spec: Dict[str, Any], env: Dict[str, str], timeout: float = 3600) 
 
 
 # --- the run -------------------------------------------------------------------------------
+def _pythonpath() -> str:
+    """This checkout first, then the caller's PYTHONPATH (where the peer may come from)."""
+    given = os.environ.get("PYTHONPATH")
+    return str(ROOT) + (os.pathsep + given if given else "")
+
+
 def _env(server: s3server.S3Server) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(server.reader_environment())
     env.update(
         {
-            "PYTHONPATH": str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+            "PYTHONPATH": _pythonpath(),
             "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_DEFAULT_REGION": server.region,
             "S3_ENDPOINT_URL": server.endpoint,  # mosaicml-streaming's boto3 client reads it
@@ -228,6 +243,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each case (medians are reported)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--no-peer", action="store_true", help="leave mosaicml-streaming out")
+    parser.add_argument(
+        "--memory-size-mb",
+        type=int,
+        default=None,
+        help="also run tfrecord_beam's cases once at this size, for peak RSS at two sizes "
+        "(default: an eighth of --size-mb, at least 16; 0: not)",
+    )
     parser.add_argument("--results", action="store_true", help=f"write the table into {RESULTS.name}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -252,58 +274,153 @@ def main(argv: Optional[List[str]] = None) -> None:
         servers = {"loopback": (loop, str(loop_log)), "link": (link.client_server, str(link.access_log))}
         mechanism = link.mechanism
 
-        def progress(rows: List[Dict[str, Any]], final: bool) -> None:
-            text = report(rows, args, size_mb, mechanism, load_before, os.getloadavg(), final)
+        def progress(rows: List[Dict[str, Any]], memory: List[Dict[str, Any]], final: bool) -> None:
+            text = report(rows, args, size_mb, mechanism, load_before, os.getloadavg(), final, memory)
             if args.results:
                 write_results(text)
 
-        measure(args, size_mb, server_dir, servers, peer, progress)
+        rows, memory = measure(args, size_mb, server_dir, servers, peer, progress)
     finally:
         if link is not None:
             link.stop()
         if loop is not None:
             loop.stop()
+    failed = [r for r in rows + memory if r.get("error")]
+    if failed:
+        print(f"{len(failed)} case(s) failed:", file=sys.stderr)
+        for r in failed:
+            print(f"  {_case_name(r)}: {r['error']}", file=sys.stderr)
+        sys.exit(1)
 
 
-def measure(args, size_mb: int, server_dir: Path, servers, peer: bool, progress) -> List[Dict[str, Any]]:
-    """Run every case; `progress(rows, final)` after each (a long run that is stopped still
-    leaves its rows so far in RESULTS.md)."""
+# A rough model of a case's duration, for the estimate printed at the start: a fresh interpreter,
+# torch and the DataLoader workers, then two epochs at these rates (MB/s, the low end of what this
+# benchmark measured on the loaded 2-core VM at 2 GB; an idle machine is faster), and the data
+# written once (TFRecord and MDS) when not already there.
+CASE_OVERHEAD_S = 10.0
+RATE_MB_S = {"ours": 40.0, "mosaic": 17.0}
+WRITE_MB_S = 25.0
+
+
+def plan(args, size_mb: int, peer: bool) -> Tuple[List[Tuple[str, int, str, str]], List[Tuple[str, int, str]]]:
+    """The cases in the order they run: (data, workers, source, reader), and the memory cases
+    at the second size (data, workers, source; tfrecord_beam only)."""
+    readers = ["ours"] + (["mosaic"] if peer else [])
+    cases = [(k, w, src, r) for k in args.data for w in args.workers for src in args.sources for r in readers]
+    memory = [(k, w, src) for k in args.data for w in args.workers for src in args.sources]
+    return cases, memory if memory_size(args, size_mb) else []
+
+
+def memory_size(args, size_mb: int) -> int:
+    """MB per dataset of the memory cases (0: none)."""
+    if args.memory_size_mb is not None:
+        return max(0, min(args.memory_size_mb, size_mb - 1))
+    return max(16, size_mb // 8) if size_mb >= 32 else 0
+
+
+def case_estimate(reader: str, size_mb: int) -> float:
+    """Seconds one run of a case is expected to take (`CASE_OVERHEAD_S`, `RATE_MB_S`)."""
+    return CASE_OVERHEAD_S + 2 * size_mb / RATE_MB_S[reader]
+
+
+def data_estimate(server_dir: Path, kinds, size_mb: int) -> float:
+    """Seconds to write the datasets that are not written yet (TFRecord and MDS: twice the bytes)."""
+    missing = [
+        k for k in kinds if not (server_dir / "buckets" / BUCKET / f"tfr-{k}-{_records(k, size_mb)}" / "_DONE").exists()
+    ]
+    return len(missing) * 2 * size_mb / WRITE_MB_S
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:,.0f} min" if seconds >= 90 else f"{seconds:,.0f} s"
+
+
+def measure(args, size_mb: int, server_dir: Path, servers, peer: bool, progress):
+    """Run every case (`plan`); `progress(rows, memory_rows, final)` after each (a long run that
+    is stopped still leaves its rows so far in RESULTS.md). A case that fails is a row with its
+    `error`, and the run goes on. Returns (rows, memory rows)."""
     rows: List[Dict[str, Any]] = []
+    memory: List[Dict[str, Any]] = []
+    cases, memory_cases = plan(args, size_mb, peer)
+    small_mb = memory_size(args, size_mb)
+    estimates = [case_estimate(reader, size_mb) * args.repeats for _, _, _, reader in cases]
+    estimates += [case_estimate("ours", small_mb) for _ in memory_cases]
+    writing = data_estimate(server_dir, args.data, size_mb) + (
+        data_estimate(server_dir, args.data, small_mb) if memory_cases else 0.0
+    )
+    total = sum(estimates) + writing
+    print(
+        f"{len(cases)} cases x {args.repeats} run(s) at {size_mb:,} MB per dataset"
+        + (f", then {len(memory_cases)} memory cases at {small_mb:,} MB" if memory_cases else "")
+        + f": about {_minutes(total)} (a rough model: {RATE_MB_S['ours']:.0f} MB/s for tfrecord_beam, "
+        f"{RATE_MB_S['mosaic']:.0f} for the peer, {CASE_OVERHEAD_S:.0f} s a case, "
+        f"{_minutes(writing)} writing data; the estimate is corrected as cases end)",
+        flush=True,
+    )
+    started = time.monotonic()
+    expected_so_far = writing
     scratch = Path(tempfile.mkdtemp(prefix="tfrb-remote-", dir=server_dir.parent))
-    try:
-        for kind in args.data:
-            tfr, mds, n, size = make_data(server_dir, kind, size_mb)
+    datasets: Dict[Tuple[str, int], Tuple[str, str, int, int]] = {}
+
+    def dataset(kind: str, mb: int) -> Tuple[str, str, int, int]:
+        if (kind, mb) not in datasets:
+            datasets[kind, mb] = make_data(server_dir, kind, mb)
+            tfr, mds, n, size = datasets[kind, mb]
             print(f"{kind}: {n:,} records, {size / 1e6:,.0f} MB in {SHARDS} shards", flush=True)
-            for workers in args.workers:
-                for source in args.sources:
-                    readers = ["ours"] + (["mosaic"] if peer else [])
-                    for reader in readers:
-                        runs = []
-                        for r in range(args.repeats):
-                            cache = scratch / f"cache-{reader}-{source}-{kind}-{workers}-{r}"
-                            spec, env = _spec(reader, source, tfr, mds, workers, args.batch, server_dir, servers, cache)
-                            result, peak = run_child(spec, env)
-                            shutil.rmtree(cache, ignore_errors=True)
-                            for got in result["records"]:
-                                if got != n:
-                                    raise RuntimeError(f"{reader}/{source}/{kind}: {got} records, expected {n}")
-                            runs.append((result, peak))
-                        rows.append(_row(reader, source, kind, workers, n, size, runs))
-                        rows[-1]["load"] = os.getloadavg()[0]
-                        print(_line(rows[-1]), flush=True)
-                        if args.results:
-                            progress(rows, False)
+        return datasets[kind, mb]
+
+    def run_case(kind: str, workers: int, source: str, reader: str, mb: int, repeats: int) -> Dict[str, Any]:
+        tfr, mds, n, size = dataset(kind, mb)
+        runs = []
+        try:
+            for r in range(repeats):
+                cache = scratch / f"cache-{reader}-{source}-{kind}-{workers}-{mb}-{r}"
+                spec, env = _spec(reader, source, tfr, mds, workers, args.batch, server_dir, servers, cache)
+                try:
+                    result, peak = run_child(spec, env)
+                finally:
+                    shutil.rmtree(cache, ignore_errors=True)
+                for got in result["records"]:
+                    if got != n:
+                        raise RuntimeError(f"{reader}/{source}/{kind}: {got} records, expected {n}")
+                runs.append((result, peak))
+            row = _row(reader, source, kind, workers, n, size, runs)
+        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
+            row = {"data": kind, "workers": workers, "source": source, "reader": reader, "records": n}
+            row["bytes"], row["runs"], row["error"] = size, len(runs), " ".join(str(exc).split())[-500:]
+        row["load"] = os.getloadavg()[0]
+        return row
+
+    def eta(done: int) -> str:
+        nonlocal expected_so_far
+        expected_so_far += estimates[done - 1]
+        left = sum(estimates[done:])
+        scale = (time.monotonic() - started) / max(expected_so_far, 1.0)
+        return f"[{done}/{len(estimates)}, {_minutes(time.monotonic() - started)} so far, about {_minutes(left * scale)} left]"
+
+    try:
+        for kind, workers, source, reader in cases:
+            rows.append(run_case(kind, workers, source, reader, size_mb, args.repeats))
+            print(_line(rows[-1]), eta(len(rows)), flush=True)
+            if args.results:
+                progress(rows, memory, False)
+        for kind, workers, source in memory_cases:
+            memory.append(run_case(kind, workers, source, "ours", small_mb, 1))
+            memory[-1]["size_mb"] = small_mb
+            print(_line(memory[-1]), eta(len(rows) + len(memory)), flush=True)
+            if args.results:
+                progress(rows, memory, False)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    progress(rows, True)
-    return rows
+    progress(rows, memory, True)
+    return rows, memory
 
 
 def _spec(reader, source, tfr, mds, workers, batch, server_dir, servers, cache: Path):
     """The child's case and environment: which reader, where from, its cache directory."""
     spec: Dict[str, Any] = {"reader": reader, "source": source, "workers": workers, "batch": batch}
     if source == "local":
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
+        env = dict(os.environ, PYTHONPATH=_pythonpath(), PYTHONWARNINGS="ignore")
         if reader == "ours":
             spec["data"], spec["index"] = tfrecord_paths(tfr, "local", "", server_dir)
         else:
@@ -340,15 +457,24 @@ def _row(reader, source, kind, workers, n, size, runs) -> Dict[str, Any]:
     }
 
 
-def _line(row) -> str:
-    return (
-        f"  {row['data']} w={row['workers']} {row['source']:8} {row['reader']:6} "
-        f"e1 {row['records'] / row['e1']:,.0f} rec/s  e2 {row['records'] / row['e2']:,.0f} rec/s  "
-        f"rss {row['rss'] / 2**20:,.0f} MiB  requests {row['req1']}/{row['req2']}"
+def _case_name(row) -> str:
+    return f"{row['data']} w={row['workers']} {row['source']} {row['reader']}" + (
+        f" at {row['size_mb']:,} MB" if row.get("size_mb") else ""
     )
 
 
-def report(rows, args, size_mb, mechanism, load_before, load_after, final: bool = True) -> str:
+def _line(row) -> str:
+    if row.get("error"):
+        return f"  {_case_name(row)}: FAILED: {row['error'][:300]}"
+    return (
+        f"  {row['data']} w={row['workers']} {row['source']:8} {row['reader']:6} "
+        f"e1 {row['records'] / row['e1']:,.0f} rec/s  e2 {row['records'] / row['e2']:,.0f} rec/s  "
+        f"rss {row['rss'] / 2**20:,.0f} MiB  requests "
+        + ("-" if row["req1"] is None else f"{row['req1']:,.0f}/{row['req2']:,.0f}")
+    )
+
+
+def report(rows, args, size_mb, mechanism, load_before, load_after, final: bool = True, memory=()) -> str:
     cache = cache_supported()
     header = [
         "data",
@@ -365,6 +491,11 @@ def report(rows, args, size_mb, mechanism, load_before, load_after, final: bool 
     ]
     table = []
     for r in rows:
+        name = "tfrecord_beam" if r["reader"] == "ours" else "mosaicml-streaming"
+        if r.get("error"):
+            failed = "failed (see below)"
+            table.append([r["data"], r["workers"], r["source"], name] + [failed] * 6 + [f"{r.get('load', 0):.1f}"])
+            continue
         mb = r["bytes"] / 1e6
         req = "-" if r["req1"] is None else f"{r['req1']:,.0f} / {r['req2']:,.0f}"
         table.append(
@@ -372,7 +503,7 @@ def report(rows, args, size_mb, mechanism, load_before, load_after, final: bool 
                 r["data"],
                 r["workers"],
                 r["source"],
-                "tfrecord_beam" if r["reader"] == "ours" else "mosaicml-streaming",
+                name,
                 r["records"] / r["e1"],
                 mb / r["e1"],
                 r["records"] / r["e2"],
@@ -396,10 +527,37 @@ def report(rows, args, size_mb, mechanism, load_before, load_after, final: bool 
         "- load: the 1-minute load average as the case ended.",
     ]
     notes += _ratios(rows)
+    notes += [f"- {_case_name(r)} failed: {r['error']}" for r in list(rows) + list(memory) if r.get("error")]
     extra = "\n".join(notes) + "\n"
     if final:
         print(extra, flush=True)
+    if memory:
+        extra += "\n" + memory_table(rows, memory, size_mb, final)
     return text + "\n" + extra
+
+
+def memory_table(rows, memory, size_mb: int, final: bool) -> str:
+    """tfrecord_beam's peak RSS at the small size beside the full size's, case by case."""
+    full = {(r["data"], r["workers"], r["source"]): r for r in rows if r["reader"] == "ours" and not r.get("error")}
+    small_mb = memory[0]["size_mb"]
+    header = ["data", "workers", "source", f"peak RSS MiB at {small_mb:,} MB", f"at {size_mb:,} MB", "difference MiB"]
+    table = []
+    for m in memory:
+        big = full.get((m["data"], m["workers"], m["source"]))
+        small = None if m.get("error") else m["rss"] / 2**20
+        large = None if big is None else big["rss"] / 2**20
+        diff = "-" if small is None or large is None else f"{large - small:+,.0f}"
+        table.append([m["data"], m["workers"], m["source"], small or "-", large or "-", diff])
+    title = f"Peak RSS of tfrecord_beam at two sizes ({small_mb:,} and {size_mb:,} MB per dataset, process tree)"
+    text = _table(title, header, table) if not final else print_table(title, header, table)
+    note = (
+        "- Flat means the read-ahead's memory does not grow with the data; it is only full when each "
+        "reader's blocks in flight are (readahead_requests + 2) x 16 MiB by default, so below ~100 MB "
+        "per dataset the smaller size holds fewer or smaller blocks and the difference is that, not growth.\n"
+    )
+    if final:
+        print(note, flush=True)
+    return text + "\n" + note
 
 
 def _table(title, header, rows) -> str:
@@ -414,7 +572,7 @@ def _table(title, header, rows) -> str:
 def _ratios(rows) -> List[str]:
     """The issue's targets as ratios, for each dataset at the largest worker count measured."""
     out = []
-    pick = {(r["data"], r["workers"], r["source"], r["reader"]): r for r in rows}
+    pick = {(r["data"], r["workers"], r["source"], r["reader"]): r for r in rows if not r.get("error")}
     for (kind, workers, source, reader), r in sorted(pick.items()):
         if reader != "ours" or source != "link":
             continue

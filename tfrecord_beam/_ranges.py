@@ -10,8 +10,11 @@ A failed attempt (a 5xx answer, a cut connection, a short body, no answer within
 seconds) is retried after `backoff` seconds, doubled each time (capped, jittered), up to
 `attempts` attempts in all; then `RemoteReadError` names the object and the byte range. A
 missing object or a refused access is not retried. The object-store client's own retries are
-turned off for these reads where it has them (pyarrow's S3), so each request counted here is
-one request on the wire.
+turned off for these reads (`fs.ranged_filesystem`: pyarrow's S3 makes one attempt; its GCS
+client, which retries for 15 minutes by default, retries for less than its first backoff), so
+each request counted here is one request on the wire and a failing range costs at most
+`attempts` x `timeout` plus the backoffs. (After a failed attempt pyarrow's GCS client still
+sleeps its first backoff, 1-2 s, before it gives up: that wait is part of the attempt.)
 """
 
 from __future__ import annotations
@@ -132,8 +135,8 @@ class BlockMemory:
 
 def _data_filesystem(path: str) -> Tuple[Any, str]:
     """(pyarrow filesystem, path inside it) for reading ranges of `path`: `fs.ranged_filesystem`
-    (the one place clients are made and cached; for S3, one attempt per request: the retries
-    are ours)."""
+    (the one place clients are made and cached; for S3 and GCS, one attempt per request: the
+    retries are ours)."""
     return fs.ranged_filesystem(path)
 
 

@@ -120,7 +120,20 @@ _CLIENT_ENVIRONMENT = (
     "STORAGE_EMULATOR_HOST",
     "GOOGLE_APPLICATION_CREDENTIALS",
 )
-_filesystems: Dict[Tuple[Any, ...], Any] = {}
+
+
+class _Client:
+    """One cached object-store client (`filesystem`) and, once a range reader asked for it,
+    its twin for range reads (`ranged`: see `ranged_filesystem`)."""
+
+    __slots__ = ("filesystem", "ranged")
+
+    def __init__(self, filesystem: Any) -> None:
+        self.filesystem = filesystem
+        self.ranged: Any = None
+
+
+_filesystems: Dict[Tuple[Any, ...], _Client] = {}
 
 
 def _from_uri(uri: str):
@@ -137,12 +150,12 @@ def _from_uri(uri: str):
     base, query = split_query(uri)
     bucket, inner = _bucket_path(base)
     cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
-    filesystem = _filesystems.get(cache_key)
-    if filesystem is not None:
-        return filesystem, inner
+    cached = _filesystems.get(cache_key)
+    if cached is not None:
+        return cached.filesystem, inner
     filesystem, made_inner = _make_filesystem(uri)
     if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
-        _filesystems[cache_key] = filesystem
+        _filesystems[cache_key] = _Client(filesystem)
     return filesystem, made_inner
 
 
@@ -152,28 +165,40 @@ def _bucket_path(base: str) -> Tuple[str, str]:
     return bucket, urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
 
 
-_single_attempt: Dict[int, Tuple[Any, Any]] = {}  # id(cached filesystem) -> (it, its one-attempt twin)
+# How long pyarrow's GCS client may retry a range read of `ranged_filesystem`'s twin: less than
+# its first backoff (1-2 s), so it makes one attempt (google-cloud-cpp's retry loop gives up when
+# this has passed at a failure, or when it wakes from that backoff); more than the time from the
+# call to the request (the loop refuses to start once it has passed).
+GCS_RANGED_RETRY_LIMIT_S = 0.5
 
 
 def ranged_filesystem(path: str) -> Tuple[Any, str]:
     """(filesystem, path inside it) for reading byte ranges of `path` with the caller's own
-    retries (`_ranges`): the filesystem `_from_uri` caches, except that for S3 it is its twin
-    making one attempt per request, so each request the caller counts is one on the wire.
-    The twin is made once per cached client (making one costs milliseconds)."""
+    retries (`_ranges`): the filesystem `_from_uri` caches, except that for S3 and GCS it is
+    its twin making one attempt per request, so each request the caller counts is one on the
+    wire and a failing server costs the caller's attempts x timeout at most, not the client's
+    retries too (pyarrow's GCS client retries for 15 minutes by default). The twin is made once
+    per cached client (making one costs milliseconds) and kept in its cache entry."""
     filesystem, inner = _split_uri(path)
     if filesystem is None:
         return None, inner
+    cached = next((c for c in list(_filesystems.values()) if c.filesystem is filesystem), None)
+    if cached is None:  # one made for this call alone (an uncached URI, a test's stand-in)
+        return _one_attempt_twin(filesystem), inner
+    if cached.ranged is None:
+        cached.ranged = _one_attempt_twin(filesystem)
+    return cached.ranged, inner
+
+
+def _one_attempt_twin(filesystem):
+    """The same client making one attempt per request (S3, GCS); any other filesystem as it is."""
     from pyarrow import fs as pafs
 
-    if not isinstance(filesystem, pafs.S3FileSystem):
-        return filesystem, inner
-    found = _single_attempt.get(id(filesystem))
-    if found is not None and found[0] is filesystem:
-        return found[1], inner
-    twin = _single_attempt_s3(filesystem)
-    if any(cached is filesystem for cached in _filesystems.values()):  # not one made for this call alone
-        _single_attempt[id(filesystem)] = (filesystem, twin)
-    return twin, inner
+    if isinstance(filesystem, pafs.S3FileSystem):
+        return _single_attempt_s3(filesystem)
+    if isinstance(filesystem, getattr(pafs, "GcsFileSystem", ())):
+        return _single_attempt_gcs(filesystem)
+    return filesystem
 
 
 def _single_attempt_s3(filesystem):
@@ -190,6 +215,21 @@ def _single_attempt_s3(filesystem):
         if proxy and proxy.get("host"):
             settings["proxy_options"] = proxy
         return pafs.S3FileSystem(**settings, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
+        return filesystem
+
+
+def _single_attempt_gcs(filesystem):
+    """The same GCS client retrying for `GCS_RANGED_RETRY_LIMIT_S` only: one attempt (falls
+    back to the given one where pyarrow's constructor does not take back its own settings)."""
+    import datetime
+
+    from pyarrow import fs as pafs
+
+    try:
+        settings = dict(filesystem.__reduce__()[1][0])
+        settings["retry_time_limit"] = datetime.timedelta(seconds=GCS_RANGED_RETRY_LIMIT_S)
+        return pafs.GcsFileSystem(**settings)
     except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
         return filesystem
 

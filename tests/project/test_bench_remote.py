@@ -53,3 +53,39 @@ def test_cache_column_follows_the_datasets_signature():
     from tfrecord_beam.torch import TFRecordDataset
 
     assert remote.cache_supported() == ("cache_dir" in inspect.signature(TFRecordDataset.__init__).parameters)
+
+
+def _args(**given):
+    import argparse
+
+    base = dict(data=["110k", "d1"], workers=[2, 0], sources=list(remote.SOURCES), repeats=1, memory_size_mb=None)
+    base.update(given)
+    return argparse.Namespace(**base, batch=64)
+
+
+def test_one_command_plans_all_24_cases_and_the_memory_cases():
+    cases, memory = remote.plan(_args(), 2000, peer=True)
+    assert len(cases) == len(set(cases)) == 24
+    assert {c[3] for c in cases} == {"ours", "mosaic"} and {c[2] for c in cases} == {"local", "loopback", "link"}
+    assert memory == [(k, w, s) for k, w, s, r in cases if r == "ours"]  # tfrecord_beam's 12, in order
+    assert remote.memory_size(_args(), 2000) == 250 and remote.memory_size(_args(), 64) == 16
+    assert remote.plan(_args(memory_size_mb=0), 2000, peer=False) == ([c for c in cases if c[3] == "ours"], [])
+    assert remote.case_estimate("mosaic", 2000) > remote.case_estimate("ours", 2000) > remote.CASE_OVERHEAD_S
+
+
+def test_a_failed_case_is_a_row_of_the_report_and_memory_is_shown_at_two_sizes():
+    def row(source, reader, rss, error=None, **extra):
+        out = {"data": "d1", "workers": 2, "source": source, "reader": reader, "records": 100, "bytes": 10**6}
+        out.update(e1=1.0, e2=0.5, rss=rss * 2**20, req1=None, req2=None, runs=1, load=1.0, **extra)
+        if error:
+            out["error"] = error
+        return out
+
+    rows = [row("local", "ours", 600), row("link", "ours", 0, error="boom: it broke"), row("link", "mosaic", 900)]
+    memory = [row("local", "ours", 590, size_mb=250), row("link", "ours", 610, size_mb=250)]
+    text = remote.report(rows, _args(), 2000, "proxy", (1.0,), (1.0,), final=False, memory=memory)
+    assert "| d1 | 2 | link | tfrecord_beam | failed (see below) |" in text
+    assert "- d1 w=2 link ours failed: boom: it broke" in text
+    assert "Peak RSS of tfrecord_beam at two sizes (250 and 2,000 MB" in text
+    assert "| d1 | 2 | local | 590 | 600 | +10 |" in text
+    assert "| d1 | 2 | link | 610 | - | - |" in text  # its full-size case failed
