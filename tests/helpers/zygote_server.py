@@ -1,0 +1,252 @@
+"""The zygote's own side (helpers/zygote.py starts it, and says what it is for): an interpreter
+that imports the heavy third-party libraries once, then forks one child per request; each child
+makes itself what `python -c CODE ARGS` or `python -m MODULE ARGS` would have been, in the
+request's directory and environment, with its stdin and output files, and runs it.
+
+Run as `python -c "import runpy; runpy.run_path(THIS, run_name='zygote')"` from `/`, without
+PYTHONPATH: its sys.path is then the interpreter's own (stdlib, site-packages), which a child
+rebuilds from its own PYTHONPATH. No thread is started here, and none may be running at a fork.
+
+Protocol: one JSON request a line on stdin, {id, argv, env, cwd, stdin, out, err}
+(argv: ["-c", code, *args] or ["-m", module, *args]; stdin: a file to read, or null for
+/dev/null). On stdout it answers `started ID PID` at once and `exit ID CODE CPU OWN` when the child
+is reaped (CODE as subprocess gives it, negative for a signal; CPU: the child's user+system
+seconds, its reaped children included; OWN: the zygote's own so far).
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import importlib
+import importlib.machinery
+import importlib.util
+import io
+import json
+import os
+import resource
+import runpy
+import select
+import signal
+import sys
+import threading
+import types
+from typing import Any, Dict, List
+
+PRELOAD = ("numpy", "pyarrow", "torch", "apache_beam")
+
+# what a fresh interpreter has before any library runs: its signal dispositions, its path
+_SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()}
+_SYSTEM_PATH = [p for p in sys.path if p]  # started from / with -c and no PYTHONPATH: path[0] is ''
+
+# each library's own import, and what it loaded besides its package (Beam loads pyarrow.parquet)
+_LOADED: Dict[str, set] = {}
+for _top in PRELOAD:
+    _seen = set(sys.modules)
+    importlib.import_module(_top)
+    _LOADED[_top] = set(sys.modules) - _seen
+
+
+def _hide() -> None:
+    """A submodule one library loaded for another (pyarrow.parquet, loaded by Beam) is an attribute
+    of its package only once the code imports it, or the library that loads it, as it would be in a
+    fresh interpreter: `import pyarrow as pa; pa.parquet` fails there and must fail here."""
+    hidden: Dict[str, str] = {}
+    for top, names in _LOADED.items():
+        for name in names:
+            parent, _, child = name.rpartition(".")
+            module = sys.modules.get(name)
+            if parent and name.split(".")[0] != top and getattr(sys.modules.get(parent), child, None) is module:
+                hidden[name] = top
+                delattr(sys.modules[parent], child)
+    original = builtins.__import__
+
+    def reveal(name: str) -> None:
+        # the module itself with its submodules, and what a library's own import loads
+        mine = name in hidden
+        for other in [n for n in hidden if (mine and (n == name or n.startswith(name + "."))) or hidden[n] == name]:
+            module, (parent, _, child) = sys.modules[other], other.rpartition(".")
+            del hidden[other]
+            setattr(sys.modules[parent], child, module)
+
+    def hooked(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        module = original(name, globals, locals, fromlist, level)
+        if hidden:
+            if level:
+                name = importlib.util.resolve_name("." * level + name, (globals or {}).get("__package__"))
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                reveal(".".join(parts[:i]))
+            for item in fromlist or ():
+                reveal(name + "." + item)
+        return module
+
+    builtins.__import__ = hooked
+    real_import_module = importlib.import_module
+
+    def import_module(name: str, package: Any = None) -> Any:
+        module = real_import_module(name, package)
+        hooked(module.__name__)
+        return module
+
+    importlib.import_module = import_module  # type: ignore[assignment]
+
+
+def _python_path(value: str, cwd: str) -> List[str]:
+    """PYTHONPATH as the interpreter reads it: relative entries (an empty one is the directory)
+    made absolute, a trailing empty one dropped."""
+    parts = value.split(os.pathsep) if value else []
+    if parts and not parts[-1]:
+        parts.pop()
+    return [os.path.abspath(os.path.join(cwd, p)) for p in parts]
+
+
+def _std_streams() -> None:
+    """New sys.stdin/stdout/stderr on fds 0-2, configured as the interpreter configured its own
+    (the zygote's objects may hold its buffered protocol input)."""
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        old = getattr(sys, name)
+        new = io.TextIOWrapper(
+            io.open(fd, mode + "b", closefd=False),  # noqa: UP020 (buffered binary, as the interpreter's)
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=old.line_buffering,
+            write_through=old.write_through,
+        )
+        new.mode = mode  # type: ignore[misc]
+        setattr(sys, name, new)
+        setattr(sys, "__" + name + "__", new)
+
+
+def _child(request: Dict[str, Any], closing: List[int]) -> None:
+    """In the forked child: become the requested `python -c`/`python -m`, run it, exit as it would."""
+    status = 0
+    interrupted = False
+    try:
+        os.setpgid(0, 0)  # its own group: a timeout kills it with whatever it started
+        signal.set_wakeup_fd(-1)
+        for sig, handler in _SIGNALS.items():
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+        for fd in closing:
+            os.close(fd)
+        cwd = request["cwd"]
+        os.chdir(cwd)
+        stdin = os.open(request["stdin"] or os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        for fd, key in ((1, "out"), (2, "err")):
+            f = os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        _std_streams()
+        env = request["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        option, target, *args = request["argv"]
+        path0 = "" if option == "-c" else os.getcwd()
+        sys.path[:] = [path0, *_python_path(env.get("PYTHONPATH", ""), cwd), *_SYSTEM_PATH]
+        sys.path_importer_cache.clear()
+        importlib.invalidate_caches()
+        import tempfile
+
+        tempfile.tempdir = None  # chosen afresh from this environment's TMPDIR
+        if "numpy.random" in sys.modules:
+            sys.modules["numpy.random"].seed()  # the legacy global generator, seeded from entropy as when fresh
+        _hide()
+        main = types.ModuleType("__main__")  # the code's names live in __main__, as with python -c
+        main.__builtins__ = builtins  # type: ignore[attr-defined]
+        main.__loader__ = importlib.machinery.BuiltinImporter  # type: ignore[assignment]
+        sys.modules["__main__"] = main
+        if option == "-c":
+            sys.argv = ["-c", *args]
+            exec(compile(target, "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = ["-m", *args]
+            runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]  # what -m runs
+    except SystemExit as stop:
+        code = stop.code
+        if code is None or isinstance(code, int):
+            status = code or 0
+        else:
+            try:
+                print(code, file=sys.stderr)
+            finally:
+                status = 1
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        interrupted, status = True, 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    finally:  # what an interpreter does on its way out: join threads, run atexit, flush
+        try:
+            try:
+                threading._shutdown()  # type: ignore[attr-defined]
+            except BaseException:
+                sys.excepthook(*sys.exc_info())
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is None or stream.closed:
+                    continue
+                try:
+                    stream.flush()
+                except Exception:
+                    status = 120 if status == 0 else status
+            if interrupted:  # an uncaught KeyboardInterrupt: the interpreter dies of SIGINT
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+        finally:
+            os._exit(status & 0xFF)
+
+
+def serve() -> None:
+    proto = os.fdopen(os.dup(1), "w")  # stdout answers; what a library prints here goes nowhere
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    running: Dict[int, str] = {}
+    pending = b""
+    closing = [proto.fileno(), wake_r, wake_w]
+    proto.write("ready\n")
+    proto.flush()
+    while True:
+        ready = select.select([0, wake_r], [], [])[0]
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        while running:
+            try:
+                pid, wait, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            cpu, own_cpu = usage.ru_utime + usage.ru_stime, own.ru_utime + own.ru_stime
+            proto.write(f"exit {running.pop(pid)} {os.waitstatus_to_exitcode(wait)} {cpu} {own_cpu}\n")
+            proto.flush()
+        if 0 in ready:
+            data = os.read(0, 1 << 20)
+            if not data:
+                return
+            pending += data
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                # a fork copies only the forking thread: nothing else may be mid-way through anything
+                assert threading.active_count() == 1, threading.enumerate()
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, closing)
+                running[pid] = request["id"]
+                proto.write(f"started {request['id']} {pid}\n")
+                proto.flush()
+
+
+if __name__ == "zygote":
+    serve()
