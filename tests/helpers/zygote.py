@@ -234,8 +234,15 @@ class Child:
                 pass
 
     def output(self, text: bool) -> tuple:
-        out, err = (Path(self.logs.name, name).read_bytes() for name in ("out", "err"))
+        out, err = (_read(Path(self.logs.name, name)) for name in ("out", "err"))
         return (_decode(out), _decode(err)) if text else (out, err)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:  # not yet opened by the child
+        return b""
 
 
 def _decode(data: bytes) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import gc
 import importlib
 import importlib.machinery
 import importlib.util
@@ -45,6 +46,7 @@ for _top in PRELOAD:
     _seen = set(sys.modules)
     importlib.import_module(_top)
     _LOADED[_top] = set(sys.modules) - _seen
+gc.freeze()  # what the libraries made is left out of a child's collections (no copy-on-write of it)
 
 
 def _hide() -> None:
@@ -68,6 +70,9 @@ def _hide() -> None:
             module, (parent, _, child) = sys.modules[other], other.rpartition(".")
             del hidden[other]
             setattr(sys.modules[parent], child, module)
+        if not hidden:  # all revealed: the interpreter's own import again
+            builtins.__import__ = original
+            importlib.import_module = real_import_module  # type: ignore[assignment]
 
     def hooked(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         module = original(name, globals, locals, fromlist, level)
@@ -81,8 +86,10 @@ def _hide() -> None:
                 reveal(name + "." + item)
         return module
 
-    builtins.__import__ = hooked
     real_import_module = importlib.import_module
+    if not hidden:
+        return
+    builtins.__import__ = hooked
 
     def import_module(name: str, package: Any = None) -> Any:
         module = real_import_module(name, package)
@@ -90,6 +97,36 @@ def _hide() -> None:
         return module
 
     importlib.import_module = import_module  # type: ignore[assignment]
+
+
+def _without_my_frames(exc: BaseException) -> BaseException:
+    """The traceback as the interpreter would print it: without this file's frames (the exec, the
+    import hook), for the exception and those it was raised from or during."""
+    seen = set()
+    todo: List[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        frames = []
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename != __file__:
+                frames.append(tb)
+            tb = tb.tb_next
+        new = None
+        for tb in reversed(frames):
+            new = types.TracebackType(new, tb.tb_frame, tb.tb_lasti, tb.tb_lineno)
+        e.__traceback__ = new
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
+    return exc
+
+
+def _uncaught() -> None:
+    exc = sys.exc_info()[1]
+    assert exc is not None
+    sys.excepthook(type(exc), _without_my_frames(exc), exc.__traceback__)
 
 
 def _python_path(value: str, cwd: str) -> List[str]:
@@ -175,18 +212,22 @@ def _child(request: Dict[str, Any], closing: List[int]) -> None:
             finally:
                 status = 1
     except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())
+        _uncaught()
         interrupted, status = True, 1
     except BaseException:
-        sys.excepthook(*sys.exc_info())
+        _uncaught()
         status = 1
     finally:  # what an interpreter does on its way out: join threads, run atexit, flush
         try:
             try:
                 threading._shutdown()  # type: ignore[attr-defined]
             except BaseException:
-                sys.excepthook(*sys.exc_info())
+                _uncaught()
             atexit._run_exitfuncs()
+            main = sys.modules.get("__main__")
+            if main is not None:  # finalizing the modules: __main__'s objects go first (their __del__ runs)
+                main.__dict__.clear()
+            gc.collect()
             for stream in (sys.stdout, sys.stderr):
                 if stream is None or stream.closed:
                     continue
