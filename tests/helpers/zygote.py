@@ -221,6 +221,27 @@ class Child:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
+    def feed(self, fifo: str, data: bytes) -> None:
+        """Write `data` into the child's stdin pipe and close it (the child may read none of it)."""
+        fd = -1
+        while fd < 0:  # the child opens its end as it starts
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
+                if self.poll() is not None:
+                    return
+                time.sleep(0.005)
+        try:
+            while data:
+                if select.select([], [fd], [], 0.05)[1]:
+                    data = data[os.write(fd, data[:65536]) :]
+                elif self.poll() is not None:
+                    return
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, sig)
@@ -272,10 +293,9 @@ def start(
     zygote = _get()
     logs = tempfile.TemporaryDirectory(prefix="zygote-")
     stdin = None
-    if input is not None:
+    if input is not None:  # a pipe, as subprocess gives (a command may refuse to read a pipe)
         stdin = os.path.join(logs.name, "in")
-        data = input.encode(locale.getpreferredencoding(False)) if isinstance(input, str) else input
-        Path(stdin).write_bytes(data)
+        os.mkfifo(stdin)
     ident = str(next(_ids))
     request = {
         "id": ident,
@@ -286,7 +306,11 @@ def start(
         "out": os.path.join(logs.name, "out"),
         "err": os.path.join(logs.name, "err"),
     }
-    return Child([sys.executable, *argv], ident, zygote.request(request), logs)
+    child = Child([sys.executable, *argv], ident, zygote.request(request), logs)
+    if stdin is not None:
+        assert input is not None
+        child.feed(stdin, input.encode(locale.getpreferredencoding(False)) if isinstance(input, str) else input)
+    return child
 
 
 def run(
