@@ -43,6 +43,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -84,7 +85,9 @@ def _startup(name: str) -> bool:
 class _Zygote:
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        self.env = env
+        self.env = dict(env)
+        self.fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # stdin pipes go over it
+        env["ZYGOTE_FDS"] = str(theirs.fileno())
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"import runpy; runpy.run_path({str(_SERVER)!r}, run_name='zygote')"],
             stdin=subprocess.PIPE,
@@ -92,7 +95,9 @@ class _Zygote:
             env=env,
             cwd="/",
             start_new_session=True,
+            pass_fds=(theirs.fileno(),),
         )
+        theirs.close()
         self.buffer = b""
         self.exits: Dict[str, int] = {}
         self.children_cpu = 0.0
@@ -178,6 +183,7 @@ def stop() -> None:
         for f in (_zygote.proc.stdin, _zygote.proc.stdout):
             if f is not None:
                 f.close()
+        _zygote.fds.close()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         _reaped += (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         _zygote = None
@@ -221,16 +227,8 @@ class Child:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
-    def feed(self, fifo: str, data: bytes) -> None:
+    def feed(self, fd: int, data: bytes) -> None:
         """Write `data` into the child's stdin pipe and close it (the child may read none of it)."""
-        fd = -1
-        while fd < 0:  # the child opens its end as it starts
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO: no reader yet
-                if self.poll() is not None:
-                    return
-                time.sleep(0.005)
         try:
             while data:
                 if select.select([], [fd], [], 0.05)[1]:
@@ -292,24 +290,26 @@ def start(
     env = dict(os.environ if env is None else env)
     zygote = _get()
     logs = tempfile.TemporaryDirectory(prefix="zygote-")
-    stdin = None
-    if input is not None:  # a pipe, as subprocess gives (a command may refuse to read a pipe)
-        stdin = os.path.join(logs.name, "in")
-        os.mkfifo(stdin)
+    write_end = -1
+    if input is not None:  # an anonymous pipe, as subprocess gives (a command may refuse to read a pipe)
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        socket.send_fds(zygote.fds, [b"p"], [read_end])
+        os.close(read_end)
     ident = str(next(_ids))
     request = {
         "id": ident,
         "argv": argv,
         "env": env,
         "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
-        "stdin": stdin,
+        "stdin": "pipe" if write_end >= 0 else None,
         "out": os.path.join(logs.name, "out"),
         "err": os.path.join(logs.name, "err"),
     }
     child = Child([sys.executable, *argv], ident, zygote.request(request), logs)
-    if stdin is not None:
+    if write_end >= 0:
         assert input is not None
-        child.feed(stdin, input.encode(locale.getpreferredencoding(False)) if isinstance(input, str) else input)
+        child.feed(write_end, input.encode(locale.getpreferredencoding(False)) if isinstance(input, str) else input)
     return child
 
 

@@ -8,8 +8,8 @@ PYTHONPATH: its sys.path is then the interpreter's own (stdlib, site-packages), 
 rebuilds from its own PYTHONPATH. No thread is started here, and none may be running at a fork.
 
 Protocol: one JSON request a line on stdin, {id, argv, env, cwd, stdin, out, err}
-(argv: ["-c", code, *args] or ["-m", module, *args]; stdin: a file to read, or null for
-/dev/null). On stdout it answers `started ID PID` at once and `exit ID CODE CPU OWN` when the child
+(argv: ["-c", code, *args] or ["-m", module, *args]; stdin: "pipe" for the read end of a pipe
+sent just before the line over the Unix socket whose fd ZYGOTE_FDS names, or null for /dev/null). On stdout it answers `started ID PID` at once and `exit ID CODE CPU OWN` when the child
 is reaped (CODE as subprocess gives it, negative for a signal; CPU: the child's user+system
 seconds, its reaped children included; OWN: the zygote's own so far).
 """
@@ -29,6 +29,7 @@ import resource
 import runpy
 import select
 import signal
+import socket
 import sys
 import threading
 import types
@@ -155,7 +156,7 @@ def _std_streams() -> None:
         setattr(sys, "__" + name + "__", new)
 
 
-def _child(request: Dict[str, Any], closing: List[int]) -> None:
+def _child(request: Dict[str, Any], received: int, closing: List[int]) -> None:
     """In the forked child: become the requested `python -c`/`python -m`, run it, exit as it would."""
     status = 0
     interrupted = False
@@ -169,7 +170,7 @@ def _child(request: Dict[str, Any], closing: List[int]) -> None:
             os.close(fd)
         cwd = request["cwd"]
         os.chdir(cwd)
-        stdin = os.open(request["stdin"] or os.devnull, os.O_RDONLY)
+        stdin = received if received >= 0 else os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
         os.close(stdin)
         for fd, key in ((1, "out"), (2, "err")):
@@ -253,7 +254,8 @@ def serve() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     running: Dict[int, str] = {}
     pending = b""
-    closing = [proto.fileno(), wake_r, wake_w]
+    fds = socket.socket(fileno=int(os.environ.pop("ZYGOTE_FDS")))
+    closing = [proto.fileno(), wake_r, wake_w, fds.fileno()]
     proto.write("ready\n")
     proto.flush()
     while True:
@@ -281,9 +283,14 @@ def serve() -> None:
                 request = json.loads(line)
                 # a fork copies only the forking thread: nothing else may be mid-way through anything
                 assert threading.active_count() == 1, threading.enumerate()
+                received = -1
+                if request["stdin"] == "pipe":  # an anonymous pipe's read end, as subprocess's stdin is
+                    received = socket.recv_fds(fds, 1, 1)[1][0]
                 pid = os.fork()
+                if pid and received >= 0:
+                    os.close(received)
                 if pid == 0:
-                    _child(request, closing)
+                    _child(request, received, closing)
                 running[pid] = request["id"]
                 proto.write(f"started {request['id']} {pid}\n")
                 proto.flush()

@@ -113,6 +113,16 @@ def test_stdin_from_input(tmp_path, text):
     assert forked.stdout.split()[0] in (str(len(data.encode())), str(len(data.encode())).encode())
 
 
+def test_stdin_is_an_anonymous_pipe(tmp_path):
+    """As subprocess's: a pipe, that /dev/stdin reopens after the writer has closed it (a named
+    FIFO would block that open)."""
+    code = (
+        "import os, stat, time; time.sleep(0.5); print(stat.S_ISFIFO(os.fstat(0).st_mode), open('/dev/stdin').read())"
+    )
+    done = _same(["-c", code], input="piped", cwd=tmp_path)
+    assert done.stdout == "True piped\n"
+
+
 def test_dash_m_runs_the_module_as_main_with_its_argv(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
