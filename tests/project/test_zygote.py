@@ -81,11 +81,15 @@ def test_the_traceback_of_an_uncaught_exception(tmp_path):
 
 def test_the_environment_is_replaced_not_added_to(tmp_path, monkeypatch):
     monkeypatch.setenv("ZYGOTE_PARENT_ONLY", "parent")
-    env = {k: v for k, v in os.environ.items() if k != "ZYGOTE_PARENT_ONLY"}
+    zygote.run(["-c", "pass"])  # the zygote is up: PATH is in its environment
+    env = {k: v for k, v in os.environ.items() if k not in ("ZYGOTE_PARENT_ONLY", "PATH")}
     env["ZYGOTE_CHILD_ONLY"] = "child"
-    code = "import os; print(os.environ.get('ZYGOTE_PARENT_ONLY'), os.environ.get('ZYGOTE_CHILD_ONLY'), os.getcwd())"
+    code = (
+        "import os; print(os.environ.get('ZYGOTE_PARENT_ONLY'), os.environ.get('ZYGOTE_CHILD_ONLY'), "
+        "os.environ.get('PATH'), os.getcwd())"
+    )
     done = _same(["-c", code], env=env, cwd=tmp_path)
-    assert done.stdout == f"None child {tmp_path}\n"
+    assert done.stdout == f"None child None {tmp_path}\n"
     # env=None: this process's environment as it is now
     assert zygote.run(["-c", code], text=True).stdout.split()[0] == "parent"
 
