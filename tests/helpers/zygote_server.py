@@ -73,7 +73,7 @@ def _hide() -> None:
             setattr(sys.modules[parent], child, module)
         if not hidden:  # all revealed: the interpreter's own import again
             builtins.__import__ = original
-            importlib.import_module = real_import_module  # type: ignore[assignment]
+            importlib.import_module = real_import_module
 
     def hooked(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         module = original(name, globals, locals, fromlist, level)
@@ -97,7 +97,7 @@ def _hide() -> None:
         hooked(module.__name__)
         return module
 
-    importlib.import_module = import_module  # type: ignore[assignment]
+    importlib.import_module = import_module
 
 
 def _without_my_frames(exc: BaseException) -> BaseException:
@@ -195,7 +195,7 @@ def _child(request: Dict[str, Any], received: int, closing: List[int]) -> None:
         _hide()
         main = types.ModuleType("__main__")  # the code's names live in __main__, as with python -c
         main.__builtins__ = builtins  # type: ignore[attr-defined]
-        main.__loader__ = importlib.machinery.BuiltinImporter  # type: ignore[assignment]
+        main.__loader__ = importlib.machinery.BuiltinImporter
         sys.modules["__main__"] = main
         if option == "-c":
             sys.argv = ["-c", *args]
@@ -225,9 +225,9 @@ def _child(request: Dict[str, Any], received: int, closing: List[int]) -> None:
             except BaseException:
                 _uncaught()
             atexit._run_exitfuncs()
-            main = sys.modules.get("__main__")
-            if main is not None:  # finalizing the modules: __main__'s objects go first (their __del__ runs)
-                main.__dict__.clear()
+            running = sys.modules.get("__main__")
+            if running is not None:  # finalizing the modules: __main__'s objects go first (their __del__ runs)
+                running.__dict__.clear()
             gc.collect()
             for stream in (sys.stdout, sys.stderr):
                 if stream is None or stream.closed:
