@@ -288,6 +288,9 @@ def start(
     """Start `python -c`/`python -m` (argv with or without sys.executable first) in a forked child."""
     argv = _split(argv)
     env = dict(os.environ if env is None else env)
+    differs = startup_differs(env)
+    if differs:
+        raise ValueError(f"{differs} differ from the zygote's: start-up reads them, run a real interpreter")
     zygote = _get()
     logs = tempfile.TemporaryDirectory(prefix="zygote-")
     write_end = -1

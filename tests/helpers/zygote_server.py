@@ -33,7 +33,8 @@ import socket
 import sys
 import threading
 import types
-from typing import Any, Dict, List
+from collections import defaultdict
+from typing import Any, Dict, List, Set
 
 PRELOAD = ("numpy", "pyarrow", "torch", "apache_beam")
 
@@ -41,12 +42,51 @@ PRELOAD = ("numpy", "pyarrow", "torch", "apache_beam")
 _SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()}
 _SYSTEM_PATH = [p for p in sys.path if p]  # started from / with -c and no PYTHONPATH: path[0] is ''
 
+# each module's imports as it ran (already loaded or not): what its import in a fresh interpreter
+# would load, as a graph (http.client imports email.parser, which some earlier module loaded)
+_DEPS: Dict[str, Set[str]] = defaultdict(set)
+_builtin_import, _import_module = builtins.__import__, importlib.import_module
+
+
+def _note(name: str, fromlist: Any) -> None:
+    """Record `name` as imported by the module whose top-level code is running: an import in a
+    function that code called counts (its import would run it again), one in a function called
+    later does not (email.message_from_string's, once some module called it)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back  # type: ignore[assignment]
+    importer = None if frame is None else frame.f_globals.get("__name__")
+    if isinstance(importer, str):
+        _DEPS[importer].add(name)
+        _DEPS[importer].update(f"{name}.{item}" for item in fromlist or () if f"{name}.{item}" in sys.modules)
+
+
+def _recording_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+    module = _builtin_import(name, globals, locals, fromlist, level)
+    try:
+        full = importlib.util.resolve_name("." * level + name, globals.get("__package__")) if level else name
+        _note(full, fromlist)
+    except Exception:  # noqa: BLE001 - a name it cannot resolve is not recorded
+        pass
+    return module
+
+
+def _recording_import_module(name: str, package: Any = None) -> Any:
+    module = _import_module(name, package)
+    _note(module.__name__, ())
+    return module
+
+
 # each library's own import, and what it loaded besides its package (Beam loads pyarrow.parquet)
 _LOADED: Dict[str, set] = {}
-for _top in PRELOAD:
-    _seen = set(sys.modules)
-    importlib.import_module(_top)
-    _LOADED[_top] = set(sys.modules) - _seen
+builtins.__import__, importlib.import_module = _recording_import, _recording_import_module
+try:
+    for _top in PRELOAD:
+        _seen = set(sys.modules)
+        importlib.import_module(_top)
+        _LOADED[_top] = set(sys.modules) - _seen
+finally:
+    builtins.__import__, importlib.import_module = _builtin_import, _import_module
 gc.freeze()  # what the libraries made is left out of a child's collections (no copy-on-write of it)
 
 
@@ -64,10 +104,24 @@ def _hide() -> None:
                 delattr(sys.modules[parent], child)
     original = builtins.__import__
 
+    done: Set[str] = set()
+
     def reveal(name: str) -> None:
-        # the module itself with its submodules, and what a library's own import loads
+        # the module itself with its submodules, and what its import would load: every module its
+        # code imported as it ran in the zygote, and theirs (once per name)
+        if name in done and name not in hidden:
+            return
         mine = name in hidden
-        for other in [n for n in hidden if (mine and (n == name or n.startswith(name + "."))) or hidden[n] == name]:
+        todo, reached = [name], set()
+        while todo:
+            n = todo.pop()
+            if n not in reached:
+                reached.add(n)
+                done.add(n)
+                todo += _DEPS.get(n, ())
+                todo += [n.rpartition(".")[0]] if "." in n else []
+        others = [n for n in hidden if n in reached or (mine and n.startswith(name + ".")) or hidden[n] == name]
+        for other in others:
             module, (parent, _, child) = sys.modules[other], other.rpartition(".")
             del hidden[other]
             setattr(sys.modules[parent], child, module)

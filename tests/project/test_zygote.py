@@ -57,6 +57,9 @@ CASES = {
     "argv-path0": "import sys; print(sys.argv, repr(sys.path[0]), __name__)",
     "stdin-devnull": "import sys; print(repr(sys.stdin.read()))",
     "signals": "import signal; print([str(signal.getsignal(s)) for s in (2, 13, 15, 17, 25)])",
+    # http.client (preloaded) imported email.parser as it ran: importing it reveals that
+    "submodule-through-preloaded": "import http.client, email\nprint(email.parser.Parser.__name__)",
+    "submodule-not-imported": "import email\nprint(email.parser)",
     "this-package-not-loaded": "import sys; print([m for m in sys.modules if m.split('.')[0] in ('tfrecord_beam', 'pipelines', 'helpers')])",
 }
 
@@ -191,6 +194,8 @@ def test_a_startup_variable_gets_a_real_interpreter(tmp_path):
     done = zygote.run(["-c", "import sys; print(sys.flags.hash_randomization)"], env=env, text=True)
     assert done.stdout == "0\n"  # only start-up sets it: a real interpreter ran
     assert zygote.startup_differs(dict(os.environ, TFRECORD_BEAM_PURE="1", PYTHONPATH="/x")) == []
+    with pytest.raises(ValueError, match="HOME"):
+        zygote.start(["-c", "pass"], env=env)
 
 
 def test_the_engine_variable_is_read_by_the_child(tmp_path):
