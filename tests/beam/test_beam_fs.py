@@ -60,8 +60,9 @@ def test_importing_the_module_makes_beam_reuse_its_s3_clients():
     """An SDK worker imports _fs with the job's code but never calls set_options: the import
     alone must make Beam's S3 layer share one boto3 client per set of S3 options (a client
     per call cost a Flink worker most of its time)."""
-    import subprocess
     import sys
+
+    from helpers import zygote
 
     code = (
         "from tfrecord_beam.beam import _fs\n"
@@ -73,7 +74,7 @@ def test_importing_the_module_makes_beam_reuse_its_s3_clients():
         "print(one.client is two.client, one.client is other.client)\n"
     )
     env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = zygote.run([sys.executable, "-c", code], env=env, text=True, timeout=120)  # a clean process, forked
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
 
@@ -83,8 +84,9 @@ def test_reused_s3_clients_are_per_process_and_client_environment():
     options that name no credentials or endpoint take them from AWS_* variables when the client is
     made, so other variables get another client, and a forked child never uses its parent's
     (a boto3 client's connection pool is not fork-safe)."""
-    import subprocess
     import sys
+
+    from helpers import zygote
 
     code = (
         "import os\n"
@@ -106,6 +108,6 @@ def test_reused_s3_clients_are_per_process_and_client_environment():
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["AWS_EC2_METADATA_DISABLED"] = "true"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = zygote.run([sys.executable, "-c", code], env=env, text=True, timeout=120)  # a clean process, forked
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "http://127.0.0.1:2", "0"]

@@ -1,4 +1,5 @@
-"""The doc-block runner's zygote (helpers/doc_blocks.py) runs a block as `python -c` would: the
+"""The doc-block runner's zygote (helpers/zygote.py, used by helpers/doc_blocks.py; the rest of
+its contract is tests/project/test_zygote.py's) runs a block as `python -c` would: the
 heavy libraries it imported before forking must not make a block pass that fails for a reader
 (a submodule some other library loaded, reached as an attribute without its import), and what
 a block defines lives in `__main__` (plain pickle finds it there)."""
@@ -9,16 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers.doc_blocks import _block_env, run_python, stop_zygote
+from helpers.doc_blocks import _block_env, run_python
 
 pytest.importorskip("apache_beam")
 pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _zygote():
-    yield
-    stop_zygote()
 
 
 CASES = {

@@ -5,7 +5,7 @@ its own as a reader would paste it, and a ```sh block continues the block before
 from __future__ import annotations
 
 import pytest
-from helpers.doc_blocks import page_blocks, run_block, site_pages, stop_zygote
+from helpers.doc_blocks import page_blocks, run_block, site_pages
 from helpers.fixtures import REPO
 
 BLOCKS = [block for page in site_pages() for block in page_blocks(page)]
@@ -17,13 +17,6 @@ def test_the_pages_have_python_examples():
 
 def test_incoming_notes_are_not_pages():
     assert site_pages() and not [p for p in site_pages() if "incoming" in p.relative_to(REPO / "docs").parts]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _zygote():
-    """The blocks' zygote (helpers/doc_blocks.py) lives as long as this module's tests."""
-    yield
-    stop_zygote()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])

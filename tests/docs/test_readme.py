@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.doc_blocks import page_blocks, run_block, stop_zygote
+from helpers.doc_blocks import page_blocks, run_block
 from helpers.fixtures import REPO
 
 import pipelines
@@ -22,13 +22,6 @@ BLOCKS = page_blocks(REPO / "README.md")
 
 def test_the_readme_has_python_examples():
     assert len(BLOCKS) >= 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _zygote():
-    """The blocks' zygote (helpers/doc_blocks.py) lives as long as this module's tests."""
-    yield
-    stop_zygote()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])

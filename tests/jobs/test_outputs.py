@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import zygote
 from helpers.fixtures import REPO
 from helpers.jobs import FAST, entries, payloads, run_job, summary_json, write_files
 
@@ -194,10 +195,9 @@ def test_reshard_killed_in_its_commit_then_rerun(tmp_path, capsys):
     inputs, out = tmp_path / "in" / "*.tfrecord", tmp_path / "out"
     assert run_job(reshard.main, reshard_args(inputs, out / "x", 4), capsys)[0] == 0
     env = dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="4")
-    proc = subprocess.run(
+    proc = zygote.run(  # forked from the worker's zygote: the child's pid is its own, SIGKILL ends it
         [sys.executable, "-m", "pipelines.reshard"] + reshard_args(inputs, out / "x", 2, "--overwrite"),
         env=env,
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -216,10 +216,9 @@ def test_sigint_during_the_commit_finishes_it_and_exits_130(tmp_path):
     env = dict(
         os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="2", TFRECORD_BEAM_COMMIT_STOP_SIGNAL="INT"
     )
-    proc = subprocess.run(
+    proc = zygote.run(  # the zygote's child has a fresh interpreter's SIGINT handler
         [sys.executable, "-m", "pipelines.reshard"] + reshard_args(tmp_path / "in" / "*", tmp_path / "o" / "x", 2),
         env=env,
-        capture_output=True,
         text=True,
         timeout=120,
     )

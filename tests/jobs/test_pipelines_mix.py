@@ -206,7 +206,6 @@ def command_run(tmp_path_factory):
     directory, its job arguments less runner and output, its process, its output directory).
     Shared by the command test and the determinism test (the slow part is the workers' start)."""
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -217,11 +216,13 @@ def command_run(tmp_path_factory):
     args = ["--source", f"{data / 'a'}=1", "--source", f"{data / 'b'}=1", "--total_records", "50", "--num_shards", "2"]
     out = data / "out"
     env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run(
+    from helpers import zygote
+
+    # `python -m` as the zygote runs it (runpy's _run_module_as_main, as the interpreter does)
+    proc = zygote.run(
         [sys.executable, "-m", "pipelines.mix", *args, "--output_prefix", str(out / "m"), *MULTI],
         cwd=root,
         env=env,
-        capture_output=True,
         text=True,
         timeout=300,
     )

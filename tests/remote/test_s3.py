@@ -15,6 +15,7 @@ else:
     moto_server = pytest.importorskip("moto.server", reason="moto[s3] (the test extra) runs the S3 server")
     boto3 = pytest.importorskip("boto3")
 
+from helpers import zygote  # noqa: E402
 from helpers.jobs import FAST, payloads, run_job, summary_json  # noqa: E402
 
 BUCKET = "tfrecord-beam-test"
@@ -195,7 +196,6 @@ def test_empty_shards_on_s3(s3, capsys):
 def test_the_commit_lock_on_s3_has_one_winner(s3):
     """Issue 22 item 2 on an object store: create-if-absent (If-None-Match) is the claim; of
     processes racing for one claim exactly one wins, and a lock leaves nothing behind."""
-    import subprocess
     import sys
     import time
 
@@ -210,8 +210,8 @@ def test_the_commit_lock_on_s3_has_one_winner(s3):
     assert _lock.create_exclusive(path, b"second") is False
     assert client.get_object(Bucket=BUCKET, Key="lock/claim.json")["Body"].read() == b"first"
 
-    # fresh interpreters (forked children would share this process's pooled S3 connections),
-    # all released at one moment
+    # processes of their own, forked from the worker's zygote (a child forked from this process
+    # would share its pooled S3 connections; the zygote has made none), all released at one moment
     start = time.time() + 8
     script = (
         "import sys, time\n"
@@ -222,10 +222,11 @@ def test_the_commit_lock_on_s3_has_one_winner(s3):
         "sys.exit(0 if _lock.create_exclusive(sys.argv[1], b'x') else 1)\n"
     )
     racers = [
-        subprocess.Popen([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(start)] + beam)
+        zygote.start([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(start)] + beam)
         for _ in range(4)
     ]
-    assert sorted(r.wait(timeout=120) for r in racers) == [0, 1, 1, 1]
+    codes = sorted(r.wait(timeout=120) for r in racers)
+    assert codes == [0, 1, 1, 1], [r.output(True) for r in racers]
 
     notes = []
     lock = _lock.CommitLock(

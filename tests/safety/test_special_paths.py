@@ -3,11 +3,11 @@ or refuses a stream in one line, never hangs on a FIFO (named, or inside a direc
 writes an empty index, and takes a path that exists literally."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import zygote
 from helpers.jobs import payloads, summary_json
 
 from tfrecord_beam import write_records
@@ -19,11 +19,10 @@ COMMANDS = ["count", "verify", "inspect", "schema", "head"]
 
 
 def _run(argv, stdin=None, timeout=60):
-    """A command in a subprocess (a hang on a FIFO fails the test instead of hanging pytest)."""
+    """A command in a process of its own, forked from the worker's zygote (a hang on a FIFO fails
+    the test instead of hanging pytest; stdin, when given, is a pipe as subprocess's is)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(
-        [sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, input=stdin
-    )
+    return zygote.run([sys.executable, *argv], env=env, cwd=ROOT, text=True, timeout=timeout, input=stdin)
 
 
 @pytest.fixture
