@@ -140,6 +140,7 @@ class Inputs:
         key = "parquet-" + size
         if key not in self._made:
             path = self.root / f"{key}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
             self._made[key] = (path, write_parquet(path, SIZES[size], seed=3 if size == "big" else 4))
         return self._made[key]  # type: ignore[return-value]
 
