@@ -1,20 +1,29 @@
-"""Peak resident memory of a whole process tree, sampled from /proc (memory-budget tests).
+"""Peak resident memory, read from /proc (memory-budget tests). Linux only.
 
-    with PeakRSS() as small:
-        run_the_job(small_input)
-    with PeakRSS() as large:
-        run_the_job(large_input)
-    assert large.peak - small.peak < budget
+    small = job_peaks(lambda: run_the_job(small_input))
+    big = job_peaks(lambda: run_the_job(big_input))
+    assert big.main - small.main < budget          # this process (the runner's)
+    assert big.worker - small.worker < budget      # Beam's multi_processing workers
 
-`PeakRSS` samples, every few milliseconds in a thread, the RSS of this process and each of
-its descendants (Beam's multi_processing workers included) and keeps two peaks: `peak`, the
-largest sum over the tree, and `largest`, the largest single process. Comparing with a run on
-a small input removes what the runner itself costs, so what is left is the memory that grows
-with the data. Budget tests compare `largest`: a job that holds its data holds it in some
-process (at least half of it in one of two workers), while the tree's sum also moves by a
-whole worker (~165 MiB) when a short baseline run ends before its second worker has finished
-starting, which made the sum flaky on CI. `peak_rss_tree(cmd)` does the same for a command run to completion
-in a child process. Linux only (it reads /proc).
+`job_peaks(run)` measures work done in this process two ways, apart:
+
+- `main`: how far this process's peak RSS rose over where it started. The heap is trimmed
+  first (`release_free_memory`: gc, glibc's `malloc_trim`, Arrow's pool), so free memory an
+  earlier test left does not hide growth, and the kernel's high-water mark (VmHWM) is reset
+  (`/proc/self/clear_refs`), so the peak is exact, not sampled.
+- `worker`: the highest peak of any Beam SDK worker (`python -m ...sdk_worker_main`, which the
+  multi_processing runner starts through `/bin/sh -c`): the VmHWM of each, read every 20 ms
+  while it lives (a fresh process: its HWM is its peak). Those workers hold what a job on that
+  runner processes; the largest process of the tree would be the runner's (pytest, ~200 MiB
+  and more than a worker holding half the shards), blind to a worker that buffers.
+
+The workers are found by a walk of /proc every 0.25 s; a walk costs ~3 ms of CPU, so walking
+every few ms (as `PeakRSS` does) costs a quarter of a core while a job runs.
+
+`PeakRSS` (in a thread) and `peak_rss_tree(cmd)` (a command run to completion in a child
+process) sample the RSS of a whole process tree every few ms and keep `peak`, the largest sum
+over the tree, `largest`, the largest single process, and the SDK workers' peak (`worker`,
+`worker_rss`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import ctypes
 import gc
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -76,22 +86,68 @@ def rss_of(pid: int) -> int:
         return 0
 
 
+def hwm_of(pid: int) -> int:
+    """Peak resident set size of one process (VmHWM: since it started, or since `reset_hwm`;
+    0 when it vanished)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def reset_hwm(pid: int) -> bool:
+    """Set the process's VmHWM to its current RSS (`/proc/PID/clear_refs`); False where the
+    kernel does not allow it (then only sampled RSS tells its peak)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+SDK_WORKER = "apache_beam.runners.worker.sdk_worker_main"
+
+
+def is_sdk_worker(pid: int) -> bool:
+    """Whether the process is a Beam SDK worker (`python -m ...sdk_worker_main`), not the
+    `/bin/sh -c` that the multi_processing runner starts it through."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) > 2 and argv[1] == b"-m" and argv[2] == SDK_WORKER.encode()
+
+
 def rss_bytes(pids: Iterable[int]) -> int:
     """Summed resident set size of the processes (those that vanished count 0)."""
     return sum(rss_of(pid) for pid in pids)
 
 
 class TreePeaks:
-    """The peaks of a process tree over repeated samples: summed (`peak`) and per process."""
+    """The peaks of a process tree over repeated samples: summed (`peak`), per process, and
+    the Beam SDK workers' (`worker`: their VmHWM, so a peak between two samples counts too)."""
 
     def __init__(self) -> None:
         self.peak = 0
         self.per_process: Dict[int, int] = {}
+        self.workers: Set[int] = set()
+        self._kinds: Dict[int, bool] = {}
 
     def sample(self, root: int) -> int:
         sizes = {pid: rss_of(pid) for pid in process_tree(root)}
         for pid, size in sizes.items():
-            self.per_process[pid] = max(self.per_process.get(pid, 0), size)
+            if pid not in self._kinds:
+                self._kinds[pid] = pid != root and is_sdk_worker(pid)
+                if self._kinds[pid]:
+                    self.workers.add(pid)
+            peak = max(size, hwm_of(pid)) if self._kinds[pid] else size
+            self.per_process[pid] = max(self.per_process.get(pid, 0), peak)
         now = sum(sizes.values())
         self.peak = max(self.peak, now)
         return now
@@ -100,6 +156,11 @@ class TreePeaks:
     def largest(self) -> int:
         """The highest RSS any one process of the tree reached."""
         return max(self.per_process.values(), default=0)
+
+    @property
+    def worker(self) -> int:
+        """The highest peak RSS of any Beam SDK worker of the tree (0: none ran)."""
+        return max((self.per_process[pid] for pid in self.workers), default=0)
 
 
 class PeakRSS(TreePeaks):
@@ -142,22 +203,84 @@ def release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: RSS may include freed heap, as before
         pass
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:  # Arrow's own allocator (mimalloc or jemalloc) keeps freed pages too
+        arrow.default_memory_pool().release_unused()
 
 
-def largest_while(run: Callable[[], object]) -> int:
-    """The highest RSS any one process of this process tree reaches while `run` runs (bytes),
-    measured from a trimmed heap (`release_free_memory`)."""
+class JobPeaks(NamedTuple):
+    main: int  # bytes: how far this process's peak RSS rose over its RSS at the start
+    worker: int  # bytes: the highest peak RSS of any Beam SDK worker process (0: none ran)
+    workers: int  # how many SDK worker processes ran
+
+
+class _WorkerWatch:
+    """A thread that finds this tree's Beam SDK workers (a walk of /proc every `walk` s: a
+    full walk costs ~3 ms of CPU, too much every few ms) and reads each one's VmHWM every
+    `poll` s (cheap: one file), so its peak counts even when it falls between two reads; with
+    `main_rss`, this process's RSS too (where its HWM cannot be reset)."""
+
+    def __init__(self, root: int, main_rss: bool, poll: float = 0.02, walk: float = 0.25) -> None:
+        self.root, self.main_rss, self.poll, self.walk = root, main_rss, poll, walk
+        self.peaks: Dict[int, int] = {}  # worker pid: its highest VmHWM read
+        self.main = 0
+        self._seen: Set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _find(self) -> None:
+        for pid in process_tree(self.root) - self._seen:
+            self._seen.add(pid)
+            if pid != self.root and is_sdk_worker(pid):
+                self.peaks[pid] = 0
+
+    def _read(self) -> None:
+        for pid in self.peaks:
+            self.peaks[pid] = max(self.peaks[pid], hwm_of(pid))
+        if self.main_rss:
+            self.main = max(self.main, rss_of(self.root))
+
+    def _run(self) -> None:
+        next_walk = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_walk:
+                self._find()
+                next_walk = time.monotonic() + self.walk
+            self._read()
+            self._stop.wait(self.poll)
+
+    def __enter__(self) -> "_WorkerWatch":
+        self._read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+
+
+def job_peaks(run: Callable[[], object]) -> JobPeaks:
+    """Run `run` (a job in this process) and measure, apart, this process's growth and its Beam
+    SDK workers' peak (multi_processing: they hold the data they process, not this process).
+    This process's part starts from a trimmed heap (`release_free_memory`) with its HWM reset,
+    so it is exact, not sampled, where the kernel allows the reset."""
     release_free_memory()
-    with PeakRSS() as peaks:
+    me = os.getpid()
+    exact = reset_hwm(me)
+    start = rss_of(me)
+    with _WorkerWatch(me, main_rss=not exact) as watch:
         run()
-    return peaks.largest
+    top = hwm_of(me) if exact else watch.main
+    return JobPeaks(top - start, max(watch.peaks.values(), default=0), len(watch.peaks))
 
 
 def peak_growth(run_small: Callable[[], object], run_big: Callable[[], object]) -> int:
-    """How much higher the largest process of this process tree peaks while `run_big` runs
-    than while `run_small` runs (bytes): the memory that grows with the data."""
-    small = largest_while(run_small)
-    return largest_while(run_big) - small
+    """How much more this process's peak RSS rises over where it started while `run_big` runs
+    than while `run_small` runs (bytes; `job_peaks`): the memory that grows with the data, for
+    work done in this process."""
+    small = job_peaks(run_small).main
+    return job_peaks(run_big).main - small
 
 
 class Measured(NamedTuple):
@@ -166,6 +289,9 @@ class Measured(NamedTuple):
     largest_rss: int  # bytes: the largest RSS of any one process of the tree
     stdout: str
     stderr: str
+    main_rss: int = 0  # bytes: the peak RSS of the command's own process (its VmHWM, sampled)
+    worker_rss: int = 0  # bytes: the highest peak RSS of any Beam SDK worker of its tree
+    workers: int = 0  # how many SDK worker processes ran
 
 
 def peak_rss_tree(
@@ -179,9 +305,11 @@ def peak_rss_tree(
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=err)
         peaks = TreePeaks()
+        main = 0
         deadline = time.monotonic() + timeout
         while proc.poll() is None:
             peaks.sample(proc.pid)
+            main = max(main, hwm_of(proc.pid))  # a fresh process: its HWM is its peak so far
             if time.monotonic() > deadline:
                 proc.kill()
                 proc.wait()
@@ -189,7 +317,10 @@ def peak_rss_tree(
             time.sleep(interval)
         out.seek(0)
         err.seek(0)
-        return Measured(proc.returncode, peaks.peak, peaks.largest, out.read(), err.read())
+        main = max(main, peaks.per_process.get(proc.pid, 0))
+        return Measured(
+            proc.returncode, peaks.peak, peaks.largest, out.read(), err.read(), main, peaks.worker, len(peaks.workers)
+        )
 
 
 def job_env() -> dict:

@@ -1,117 +1,25 @@
 """Planned jobs (unshuffled reshard, mix, build_index) run in memory that does not grow with
-the data: each runs on an input several times larger than a budget, and the peak RSS of the
-largest process of the tree (sampled from /proc; main and multi_processing workers alike) may
-exceed that of a run on an input of the budget's size by less than the budget (a job that held its data would grow by 4x the budget at least). Also: exactly-once and order, and corrupt inputs named with record and offset.
+the data (`helpers.scale`: each job on an input 6x a 32 MiB budget, its runner's process and,
+on multi_processing, its SDK workers compared with a run on an input of the budget's size).
+Also: exactly-once and order, and corrupt inputs named with record and offset.
 
-The baseline (the small-input run) is one per runner for the module (`baseline`), from mix, the
-job that keeps the most fixed-size buffers: Beam, the runner's workers and the buffers cost
-the same whatever the input, and multi_processing start-ups are the slow part (as in
-test_pipelines_memory.py). Each measurement starts from a trimmed heap, so memory an earlier
-test's job left free in this process does not count as growth."""
+The inputs and baselines are the session's (`scale` fixture, shared with
+test_pipelines_memory.py): made once, read-only here."""
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import numpy as np
-import pytest
-from helpers.jobs import FAST, MULTI, entries, run_job, summary_json
-from helpers.rss import MiB, largest_while
+from helpers.jobs import FAST, entries, run_job, summary_json
+from helpers.scale import JOBS, RUNNERS
 
-from pipelines import build_index, mix, reshard
+from pipelines import reshard
 from tfrecord_beam.index import build_index as index_of
 from tfrecord_beam.index import load_index, verify_index
-from tfrecord_beam.records import RecordReader, RecordWriter
-
-BUDGET = 32 * MiB
-BIG_BYTES = 5 * BUDGET  # the input is 5x the budget
-SMALL_BYTES = BUDGET  # the baseline: big enough for every fixed-size buffer, so only growth is left
-RUNNERS = pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi"])
-
-
-def _write_inputs(directory: Path, total: int, files: int, seed: int, max_payload: int = 32 << 10) -> List[Path]:
-    """`files` files of random payloads (1 B .. max_payload) adding up to about `total` bytes."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(files):
-        path = directory / f"in-{k}.tfrecord"
-        written = 0
-        with RecordWriter(str(path)) as writer:
-            while written < total // files:
-                sizes = rng.integers(1, max_payload, 256)
-                blob = rng.bytes(int(sizes.sum()))
-                ends = np.cumsum(sizes)
-                writer.write_many([blob[e - s : e] for s, e in zip(sizes.tolist(), ends.tolist())])
-                written += int(sizes.sum())
-        out.append(path)
-    return out
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bounded")
-    big = _write_inputs(root / "big", BIG_BYTES, 3, 1)
-    small = _write_inputs(root / "small", SMALL_BYTES, 3, 2)
-    yield big, small
-    shutil.rmtree(root, ignore_errors=True)  # ~190 MB: not left in the temp dir if another test fails
-
-
-def _mix_job(files, out_dir: Path, total: int, runner, capsys) -> dict:
-    """mix of `files` (1 part the first file, 2 parts the others) into 3 shards under `out_dir`."""
-    code, out, err = run_job(
-        mix.main,
-        [
-            "--source",
-            f"{files[0]}=1",
-            "--source",
-            f"{files[1].parent}/in-[12].tfrecord=2",
-            "--total_records",
-            str(total),
-            "--output_prefix",
-            str(out_dir / "m"),
-            "--num_shards",
-            "3",
-            "--seed",
-            "4",
-            "--shuffle_buffer_bytes",  # runs and buckets of 4 MiB: well under the budget
-            str(4 * MiB),
-        ]
-        + runner,
-        capsys,
-    )
-    assert code == 0, err
-    return summary_json(out)
-
-
-@pytest.fixture(scope="module")
-def baseline(inputs, tmp_path_factory):
-    """`baseline(runner, capsys)`: the largest process's peak RSS of mix on the small input on
-    that runner, run once per runner for the module."""
-    _, small = inputs
-    root = tmp_path_factory.mktemp("baseline")
-    n_small = sum(len(index_of(str(f))) for f in small)
-    peaks: Dict[str, int] = {}
-
-    def measure(runner, capsys) -> int:
-        key = " ".join(runner)
-        if key not in peaks:
-            out_dir = root / f"run-{len(peaks)}"
-            peaks[key] = largest_while(lambda: _mix_job(small, out_dir, n_small, runner, capsys))
-            shutil.rmtree(out_dir, ignore_errors=True)
-        return peaks[key]
-
-    yield measure
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _growth(baseline, runner, capsys, run_big) -> int:
-    """How much higher the largest process peaks while `run_big` runs than in the baseline."""
-    small = baseline(runner, capsys)
-    return largest_while(run_big) - small
+from tfrecord_beam.records import RecordReader
 
 
 def _stream_hash(paths, payloads_of=lambda p: RecordReader(str(p))) -> str:
@@ -125,34 +33,23 @@ def _stream_hash(paths, payloads_of=lambda p: RecordReader(str(p))) -> str:
 
 
 @RUNNERS
-def test_reshard_streams_in_bounded_memory_and_keeps_order(inputs, baseline, tmp_path, capsys, runner):
-    big, _ = inputs
-
-    def job(files, name):
-        code, out, err = run_job(
-            reshard.main,
-            [
-                "--input",
-                str(files[0].parent / "*.tfrecord"),
-                "--output_prefix",
-                str(tmp_path / name / "r"),
-                "--num_shards",
-                "4",
-            ]
-            + runner,
-            capsys,
-        )
-        assert code == 0, err
-        return summary_json(out)
-
-    growth = _growth(baseline, runner, capsys, lambda: job(big, "b"))
-    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+def test_reshard_streams_in_bounded_memory_and_keeps_order(scale, tmp_path, capsys, runner):
+    big = scale.inputs.tfrecords("big")
+    main, argv = JOBS["reshard"](scale.inputs, "big", tmp_path / "b")
+    scale.bounded("reshard", runner, capsys, lambda: _ok(main, argv + runner, capsys))
     shards = sorted((tmp_path / "b").glob("r-*-of-00004.tfrecord"))
     assert len(shards) == 4
     assert _stream_hash(shards) == _stream_hash(big)  # exactly once, in input order
     counts = [len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in shards]
     assert max(counts) - min(counts) <= 1
     verify_index(str(shards[1]).replace(".tfrecord", ".tfindex"), str(shards[1]))
+
+
+def _ok(main, argv, capsys) -> dict:
+    """Run a job here; its summary (it must succeed)."""
+    code, out, err = run_job(main, argv, capsys)
+    assert code == 0, err[-3000:]
+    return summary_json(out)
 
 
 def _damaged_copies(files, directory: Path) -> List[Path]:
@@ -185,49 +82,27 @@ def _skipping_hash(paths) -> str:
     return _stream_hash(paths, payloads_of)
 
 
-def test_reshard_skip_corrupt_in_bounded_memory(inputs, baseline, tmp_path, capsys):
-    """--skip_corrupt takes the planned path too: no shard is held in memory."""
-    big = _damaged_copies(inputs[0], tmp_path / "big_in")
+def test_reshard_skip_corrupt_in_bounded_memory(scale, tmp_path, capsys):
+    """--skip_corrupt takes the planned path too: no shard is held in memory (compared with
+    reshard's baseline: the same stages, the survey reading every byte here)."""
+    big = _damaged_copies(scale.inputs.tfrecords("big"), tmp_path / "big_in")
+    summary = {}
 
-    def job(files, name):
-        code, out, err = run_job(
-            reshard.main,
-            [
-                "--input",
-                str(files[0].parent / "*.tfrecord"),
-                "--output_prefix",
-                str(tmp_path / name / "r"),
-                "--num_shards",
-                "2",
-                "--skip_corrupt",
-            ]
-            + FAST,
-            capsys,
-        )
-        assert code == 0, err
-        assert summary_json(out)["corrupt_records"] == 2
-        return summary_json(out)
+    def job():
+        argv = ["--input", str(big[0].parent / "*.tfrecord"), "--output_prefix", str(tmp_path / "b" / "r")]
+        summary.update(_ok(reshard.main, argv + ["--num_shards", "2", "--skip_corrupt"] + FAST, capsys))
 
-    growth = _growth(baseline, FAST, capsys, lambda: job(big, "b"))
-    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+    scale.bounded("reshard", FAST, capsys, job)
+    assert summary["corrupt_records"] == 2
     shards = sorted((tmp_path / "b").glob("r-*-of-00002.tfrecord"))
     assert _stream_hash(shards) == _skipping_hash(big)  # the intact records, exactly once, in input order
 
 
 @RUNNERS
-def test_build_index_in_bounded_memory(inputs, baseline, tmp_path, capsys, runner):
-    big, _ = inputs
-
-    def job(files, out_dir):
-        code, out, err = run_job(
-            build_index.main,
-            ["--input", str(files[0].parent / "*.tfrecord"), "--output_dir", str(out_dir)] + runner,
-            capsys,
-        )
-        assert code == 0, err
-
-    growth = _growth(baseline, runner, capsys, lambda: job(big, tmp_path / "b"))
-    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+def test_build_index_in_bounded_memory(scale, tmp_path, capsys, runner):
+    big = scale.inputs.tfrecords("big")
+    main, argv = JOBS["build_index"](scale.inputs, "big", tmp_path / "b")
+    scale.bounded("build_index", runner, capsys, lambda: _ok(main, argv + runner, capsys))
     for f in big:
         assert np.array_equal(
             load_index(str(tmp_path / "b" / f.name.replace(".tfrecord", ".tfindex"))), index_of(str(f))
@@ -235,17 +110,18 @@ def test_build_index_in_bounded_memory(inputs, baseline, tmp_path, capsys, runne
 
 
 @RUNNERS
-def test_mix_in_bounded_memory(inputs, baseline, tmp_path, capsys, runner):
-    big, _ = inputs
-    n_big = sum(len(index_of(str(f))) for f in big)
-    growth = _growth(baseline, runner, capsys, lambda: _mix_job(big, tmp_path / "b", n_big, runner, capsys))
-    assert growth < BUDGET, f"peak RSS grew by {growth / MiB:.0f} MiB on a {BIG_BYTES / MiB:.0f} MiB input"
+def test_mix_in_bounded_memory(scale, tmp_path, capsys, runner):
+    main, argv = JOBS["mix"](scale.inputs, "big", tmp_path / "b")
+    scale.bounded("mix", runner, capsys, lambda: _ok(main, argv + runner, capsys))
     out = sorted((tmp_path / "b").glob("m-*.tfrecord"))
-    assert sum(len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in out) == n_big
+    assert len(out) == 3
+    assert sum(len(load_index(str(s).replace(".tfrecord", ".tfindex"))) for s in out) == scale.inputs.tfrecord_count(
+        "big"
+    )
 
 
-def test_corrupt_payload_is_named_with_record_and_offset(inputs, tmp_path, capsys):
-    _, small = inputs
+def test_corrupt_payload_is_named_with_record_and_offset(scale, tmp_path, capsys):
+    small = scale.inputs.tfrecords("small")
     data = tmp_path / "in"
     data.mkdir()
     raw = bytearray(small[0].read_bytes())
@@ -266,13 +142,13 @@ def test_corrupt_payload_is_named_with_record_and_offset(inputs, tmp_path, capsy
     assert entries(out) == []
 
 
-def test_progress_lines_while_a_job_runs(inputs, tmp_path, capsys, monkeypatch):
+def test_progress_lines_while_a_job_runs(scale, tmp_path, capsys, monkeypatch):
     import re
 
     from tfrecord_beam.beam import _progress
 
     monkeypatch.setattr(_progress, "INTERVAL_S", 0.1)
-    _, small = inputs
+    small = scale.inputs.tfrecords("small")
     code, _, err = run_job(
         reshard.main,
         [

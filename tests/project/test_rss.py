@@ -38,3 +38,36 @@ def test_in_process_meter_sees_a_child_hold_memory():
     assert held.largest > HOLD  # the grandchild, not this (smaller) process
     assert held.peak - idle.peak > HOLD * 0.9
     assert held.samples > 10
+
+
+def test_job_peaks_measures_this_process_and_the_sdk_workers_apart(tmp_path):
+    """`job_peaks` (the budget tests' meter): this process's transient peak counts even when
+    freed before the end (its VmHWM, reset at the start), and memory a Beam SDK worker holds
+    counts as the worker's, found through the `/bin/sh -c` the runner starts it with."""
+    import os
+    import subprocess
+
+    from helpers.rss import SDK_WORKER, job_peaks
+
+    package = tmp_path.joinpath(*SDK_WORKER.split(".")[:-1])
+    package.mkdir(parents=True)
+    for folder in [package, *package.parents][: len(SDK_WORKER.split(".")) - 1]:
+        (folder / "__init__.py").write_text("")
+    (package / "sdk_worker_main.py").write_text(
+        f"import time; b = bytearray({HOLD}); b[::4096] = bytes(len(b[::4096])); time.sleep(0.6)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+
+    def worker():
+        subprocess.run(f"{sys.executable} -m {SDK_WORKER}", shell=True, env=env, check=True)
+
+    def hold_here():
+        b = bytearray(HOLD)
+        b[::4096] = bytes(len(b[::4096]))
+        del b
+
+    held = job_peaks(worker)
+    assert held.workers == 1 and held.worker > HOLD
+    assert held.main < HOLD / 4  # the worker's memory is not this process's
+    here = job_peaks(hold_here)
+    assert here.workers == 0 and here.main > HOLD * 0.9
