@@ -11,7 +11,7 @@ indexes beside data) and `index` (which builds and verifies them from data files
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, BinaryIO, Optional, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
@@ -140,6 +140,64 @@ def load_index_starts(index_path) -> Tuple[np.ndarray, int]:
     return starts, end
 
 
+INDEX_PIECE = 1 << 20  # bytes of index text `iter_index_starts` parses at a time (4 MiB: +16 MiB RssAnon)
+
+
+def iter_index_starts(index_path) -> Iterator[Tuple[np.ndarray, int]]:
+    """`load_index_starts` a piece at a time: `(starts, end)` of each line-aligned piece of about
+    `INDEX_PIECE` bytes that holds entries (their offsets, where the last one ends), each
+    piece's chain continuing the last. Memory is bounded by a piece (a local index is mapped),
+    where `load_index` holds 24 B a record.
+
+    Raises what `load_index` raises, with the same message and the file's line and entry
+    numbers: a malformed line when its piece is reached (nothing after it is parsed, as in
+    `load_index`), a chain fault after the last piece (an overflow anywhere wins over an
+    earlier gap, as in `index_starts`). The pieces before an error have been yielded."""
+    path = os.fspath(index_path)
+    with fs.mapped_input(path) as data:
+        size, pos, end, entries = len(data), 0, 0, 0
+        overflow: Optional[IndexMismatchError] = None
+        fault_error: Optional[IndexMismatchError] = None
+        while pos < size:
+            stop = size if size - pos <= INDEX_PIECE else data.rfind(b"\n", pos, pos + INDEX_PIECE) + 1
+            if stop <= pos:  # a line longer than a piece: up to its end
+                newline = data.find(b"\n", pos + INDEX_PIECE)
+                stop = size if newline < 0 else newline + 1
+            view = memoryview(data)[pos:stop]
+            try:
+                starts, piece_end, error, fault = _engine.index_starts(view, end)
+            finally:
+                view.release()
+            if error is not None:  # the file's line and entry numbers, not the piece's
+                code, line, line_start = error
+                lines = _lines_before(data, pos)
+                _raise_parse_error(path, data[pos:stop], entries + len(starts), (code, line + lines, line_start))
+            if fault is not None and (
+                overflow is None if fault[0] == _index_text.CHAIN_OVERFLOW else fault_error is None
+            ):
+                if fault[0] == _index_text.CHAIN_NOT_AT_ZERO and entries:  # the entry before is the last piece's
+                    fault = (_index_text.CHAIN_GAP, fault[1], fault[2], fault[3], end)
+                try:
+                    _raise_chain_fault(path, data[pos:stop], fault, _lines_before(data, pos), entries)
+                except IndexMismatchError as exc:
+                    if fault[0] == _index_text.CHAIN_OVERFLOW:
+                        overflow = exc
+                    else:
+                        fault_error = exc
+            if len(starts):
+                entries, end = entries + len(starts), piece_end
+                yield starts, piece_end
+            pos = stop
+    if overflow is not None or fault_error is not None:
+        raise overflow or fault_error  # type: ignore[misc]
+
+
+def _lines_before(data, pos: int) -> int:
+    """How many lines end before `pos` in index text (for error messages only: counted in
+    bounded slices)."""
+    return sum(data[a : min(pos, a + INDEX_PIECE)].count(b"\n") for a in range(0, pos, INDEX_PIECE))
+
+
 def _raise_chain_fault(
     path: str, data, fault: Tuple[int, int, int, int, int], lines_before: int = 0, entries_before: int = 0
 ) -> None:
@@ -212,18 +270,30 @@ def first_difference(
     `inspect`, `verify`); a caller that reads the data a chunk at a time compares each chunk
     with `first` = the records before it, then an empty one with `complete` for the count."""
     frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
-    part = index[first : first + len(frames)]
+    return part_difference(
+        index[first : first + len(frames)], frames, data_name, first, len(index) if complete else None
+    )
+
+
+def part_difference(
+    part: np.ndarray, frames: np.ndarray, data_name: str, first: int, listed: Optional[int] = None
+) -> Optional[Tuple[int, str]]:
+    """`first_difference` given only the index's rows from record `first` on (`part`: as many
+    as the index has, up to len(frames)), and with `listed`, how many entries it has in all
+    (for the count check): for callers that read the index a piece at a time."""
+    frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
     common = len(part)
     diff = np.flatnonzero(np.any(part != frames[:common], axis=1))
     if len(diff):
-        i = first + int(diff[0])
+        k = int(diff[0])
+        i = first + k
         return i, (
-            f"record {i}: index says offset {index[i, 0]} length {index[i, 1]} but {data_name} "
-            f"has offset {frames[i - first, 0]} length {frames[i - first, 1]}"
+            f"record {i}: index says offset {part[k, 0]} length {part[k, 1]} but {data_name} "
+            f"has offset {frames[k, 0]} length {frames[k, 1]}"
         )
-    if complete and len(index) != first + len(frames):
-        return min(len(index), first + len(frames)), (
-            f"index lists {len(index)} records but {data_name} holds {first + len(frames)}"
+    if listed is not None and listed != first + len(frames):
+        return min(listed, first + len(frames)), (
+            f"index lists {listed} records but {data_name} holds {first + len(frames)}"
         )
     return None
 

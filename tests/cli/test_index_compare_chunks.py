@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers.parity import NATIVE
 
-from tfrecord_beam import index, records
+from tfrecord_beam import _tfindex, index, records
 from tfrecord_beam._engine import _framing, _index_text
 from tfrecord_beam.cli import inspection
 from tfrecord_beam.cli.inspection import collect_stats, count_records, index_status
@@ -95,7 +95,7 @@ if NATIVE is not None:
 def test_count_trusts_an_index_exactly_when_index_status_does(tmp_path, monkeypatch, damage, starts):
     """count parses the index in pieces (here 64 bytes: many lines cut across); it answers
     from the index exactly when `index_status` calls it valid, else it scans."""
-    monkeypatch.setattr(inspection, "_INDEX_PIECE", 64)
+    monkeypatch.setattr(_tfindex, "INDEX_PIECE", 64)
     monkeypatch.setattr(inspection._engine, "index_starts", starts)
     path = str(tmp_path / "d.tfrecord")
     records.write_records(path, [bytes(n % 37) for n in range(500)], index_path=True)
@@ -118,7 +118,7 @@ def test_count_from_an_index_holds_a_piece_not_the_index(tmp_path, monkeypatch):
     import tracemalloc
 
     n = 200_000
-    monkeypatch.setattr(inspection, "_INDEX_PIECE", 1 << 16)
+    monkeypatch.setattr(_tfindex, "INDEX_PIECE", 1 << 16)
     path = str(tmp_path / "many.tfrecord")
     with open(path, "wb") as handle:
         handle.write(_framing.frame_records([b"abcd"]) * n)
@@ -130,3 +130,102 @@ def test_count_from_an_index_holds_a_piece_not_the_index(tmp_path, monkeypatch):
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, peak
+
+
+def _whole_file_status(path: str):
+    """(state, detail) as the whole-index comparison gave them: `load_index`'s error, else
+    `first_difference` with every row of the data, else the size check."""
+    try:
+        whole = index.load_index(default_index_path(path))
+    except IndexMismatchError as exc:
+        return "invalid", str(exc)
+    difference = first_difference(whole, build_index(path), "the data")
+    return ("stale", difference[1]) if difference is not None else ("valid", "")
+
+
+def _overflow_after_gap(text: bytes) -> bytes:
+    """A gap early and an offset + length past 2**63 late: `load_index` names the overflow."""
+    lines = text.split(b"\n")
+    offset, length = lines[10].split()
+    lines[10] = b"%d %s" % (int(offset) + 1, length)
+    offset, _ = lines[-20].split()
+    lines[-20] = b"%s %d" % (offset, (1 << 63) - 1)
+    return b"\n".join(lines)
+
+
+CHECK_DAMAGE = INDEX_DAMAGE + ["overflow after gap", "gap at a piece start", "moved boundary"]
+
+
+@pytest.mark.parametrize("starts", STARTS)
+@pytest.mark.parametrize("damage", CHECK_DAMAGE)
+def test_index_check_in_pieces_reports_what_the_whole_index_does(tmp_path, monkeypatch, damage, starts):
+    """inspect and verify parse the index in pieces (here 64 bytes) in step with the data's
+    chunks (here a few records: the reader's chunk bytes made small) and give the state and
+    the words, line and record numbers the whole loaded index gave."""
+    monkeypatch.setattr(_tfindex, "INDEX_PIECE", 64)
+    monkeypatch.setattr(_tfindex._engine, "index_starts", starts)
+    path = str(tmp_path / "d.tfrecord")
+    sizes = [n % 37 for n in range(500)]
+    records.write_records(path, [bytes(n) for n in sizes], index_path=True)
+    ipath = default_index_path(path)
+    with open(ipath, "rb") as handle:
+        text = handle.read()
+    if damage == "overflow after gap":
+        text = _overflow_after_gap(text)
+    elif damage == "gap at a piece start":  # the first entry of some piece is one byte off
+        lines = text.split(b"\n")
+        at = next(i for i in range(1, len(lines)) if sum(len(x) + 1 for x in lines[:i]) > 64 * 3)
+        at = max(i for i in range(at) if (sum(len(x) + 1 for x in lines[:i]) <= 64 * 3))
+        offset, length = lines[at].split()
+        lines[at] = b"%d %s" % (int(offset) + 1, length)
+        text = b"\n".join(lines)
+    elif damage == "moved boundary":  # well formed, stale: data record 300 is one byte longer
+        sizes[300] += 1
+        records.write_records(path, [bytes(n) for n in sizes], index_path=False)
+    else:
+        text = _damaged_index(text, damage)
+    with open(ipath, "wb") as handle:
+        handle.write(text)
+    if damage == "data grew":
+        with open(path, "ab") as handle:
+            handle.write(_framing.frame_records([b"more"]))
+    expected = _whole_file_status(path)
+    assert expected[0] == (
+        "valid"
+        if damage in ("none", "comments and blanks", "long line")
+        else "stale"
+        if damage in ("one entry less", "data grew", "moved boundary")
+        else "invalid"
+    )
+    assert (index_status(path).state == "valid") == (expected[0] == "valid")
+    info = collect_stats([path]).files[0].index
+    assert (info.state, info.detail) == expected
+    result = verify_file(path)
+    assert (result.index.state, result.index.detail) == expected
+    frames = build_index(path)
+    status = inspection.IndexCheck(path)
+    for lo in range(0, len(frames), 7):  # chunks of 7 rows: pieces and chunks out of step
+        status.add(frames[lo : lo + 7])
+    assert (status.status().state, status.status().detail) == expected
+
+
+def test_index_check_holds_a_piece_not_the_index(tmp_path, monkeypatch):
+    """verify with a valid index of 500 k records allocates about a reader chunk (1 MiB and
+    its rows, read ahead) and the index rows that chunk is compared with (5.2 MB for 300 k to 1 M
+    records): loading the whole index held 24 B a record (11.2 MB peak here)."""
+    import tracemalloc
+
+    n = 500_000
+    monkeypatch.setattr(_tfindex, "INDEX_PIECE", 1 << 16)
+    path = str(tmp_path / "many.tfrecord")
+    with open(path, "wb") as handle:
+        handle.write(_framing.frame_records([b"abcd"]) * n)
+    index.write_index(index.frame_index([20] * n), default_index_path(path))
+    tracemalloc.start()
+    try:
+        result = verify_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.records == n and result.index.state == "valid" and not result.problems
+    assert peak < 7 << 20, peak

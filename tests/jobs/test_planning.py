@@ -219,7 +219,8 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         sl = slice(a, a + 50)
         spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
     tables = spiller.close()
-    assert len(tables) > 4  # several runs, each with segments in every bucket
+    assert sorted(t.shard for t in tables) == [0, 1]  # one table per shard for all the runs
+    assert all(len(set(t.runs.tolist())) > 4 for t in tables)  # several runs, each with segments
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
@@ -235,6 +236,40 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         mine = np.flatnonzero(shards == shard)
         expected = [payloads[i] for i in mine[np.argsort(keys[mine])]]
         assert list(RecordReader(str(dest))) == expected and groups == [len(mine)]
+
+
+def test_spilled_runs_metadata_is_a_few_numbers_a_segment(tmp_path):
+    """A reader's spiller keeps, until its range ends, what it spilled: one row of numbers per
+    segment (48 B), not a table per (run, shard) (~750 B each: with many shards and small
+    records, most of a run's segments hold one record, ~9% of the bytes read). 30 runs of
+    small records into 100 shards: ~3,000 segments."""
+    import contextlib
+    import os
+    import tracemalloc
+
+    @contextlib.contextmanager
+    def nowhere(path):
+        with open(os.devnull, "wb") as handle:
+            yield handle, lambda: None
+
+    shards, n, size = 100, 600, 100
+    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 7, 0, [1] * shards, nowhere, run_bytes=n * size)
+    rng = np.random.default_rng(0)
+    framed = bytes(n * size)
+    starts, sizes = np.arange(n, dtype=np.int64) * size, np.full(n, size, np.int64)
+    tracemalloc.start()
+    try:
+        for _ in range(30):
+            spiller.add(framed, starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, dtype=np.uint64))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    tables = spiller.close()
+    segments = sum(len(t.runs) for t in tables)
+    assert segments > 2900 and sorted(t.shard for t in tables) == list(range(shards))
+    assert sum(int(t.records.sum()) for t in tables) == 30 * n
+    assert {s.run for t in tables for s in t.segments()} == {(7, r) for r in range(30)}
+    assert held < 100 * segments, (held, segments)
 
 
 def test_spill_handles_are_reused_and_bounded(tmp_path):

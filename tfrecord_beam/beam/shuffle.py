@@ -12,7 +12,7 @@ The machinery is mix's (`tfrecord_beam.jobs`, one external shuffle in the packag
 1. Readers (one Beam element per input byte range) collect up to `buffer_bytes` of frames
    (the input's framing, copied, CRCs checked on reading), sort them by (shard, bucket, key)
    and append them as one *run* to the range's spill file (`RunSpiller`). Only one
-   `SegmentTable` per (run, shard) goes to the GroupByKey: numpy columns of (bucket, offset,
+   `SegmentTable` per (spill file, shard) goes to the GroupByKey: numpy columns of (bucket, offset,
    records, bytes).
 2. One writer per shard takes its buckets in order (`write_merged`): each bucket (expected
    size `buffer_bytes / 2`) is read back (CRCs checked again), ordered by key in memory and
@@ -111,7 +111,7 @@ def bucket_runs(
     skip_corrupt: bool = False,
 ) -> Iterator[Tuple[int, jobs.SegmentTable]]:
     """Read one range (CRCs checked) into one spill file of runs of at most about
-    `plan.buffer_bytes` each; yield (shard, SegmentTable) per run and shard, and append the
+    `plan.buffer_bytes` each; yield (shard, SegmentTable) per shard (all runs), and append the
     range's `Coverage` and `Digest` to the lists given. With `skip_corrupt` (--skip_corrupt)
     corrupt records are stepped over (`skipping.SkippingReader`) and reported to
     `on_corrupt(file, offset, reason)` instead of failing the read. `progress` counts the records

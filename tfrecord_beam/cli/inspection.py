@@ -18,14 +18,14 @@ import math
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _engine, blockgzip, fs
 from .._engine._common import KIND_NONE_NAME, MISSING, PRESENT
 from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
-from .._tfindex import default_index_path, first_difference, load_index
+from .._tfindex import default_index_path, iter_index_starts, load_index, part_difference
 from ..columnar import decode_examples, encoded_lengths
 from ..compression import resolve as resolve_compression
 from ..compression import seeks_by_members
@@ -313,13 +313,11 @@ class IndexStatus:
 
     `state`: "absent", "valid", "stale" (describes some other data), "invalid" (not an index
     file), or "unchecked" (present, but a compressed file would have to be inflated to check).
-    `index` holds the loaded (n, 2) array when it could be read.
     """
 
     path: str
     state: str
     detail: str = ""
-    index: Optional[np.ndarray] = None
 
 
 def index_status(
@@ -341,72 +339,112 @@ def index_status(
 
 class IndexCheck:
     """`index_status` for a scan that reads the data a chunk at a time: `add(rows)` for each
-    chunk's (k, 2) rows, in order, then `status(complete)`. Holds the loaded index and the first
-    difference, never the rows read (16 bytes a record). The index is loaded at the first
-    `add` or at `status`; an error that `index_status` would raise is raised by `status`."""
+    chunk's (k, 2) rows, in order, then `status(complete)`. The index text is parsed in pieces
+    in step with the rows (`_tfindex.iter_index_starts`): it holds the index rows of a piece
+    not yet compared and the first difference, never the whole index nor the rows read (16
+    bytes a record each). `status` parses the rest of the text (the whole of it must be well
+    formed and contiguous, as `load_index` requires) for the count and where the index ends.
+    An error that `index_status` would raise is raised by `status`."""
 
     def __init__(self, data_path: str, compression: Optional[str] = "auto") -> None:
         self.data_path, self.compression = data_path, compression
         self.path = default_index_path(data_path)
         self.rows = 0  # rows added so far
         self.difference: Optional[Tuple[int, str]] = None
-        self._loaded = False
-        self._index: Optional[np.ndarray] = None
+        self._pieces: Optional[Iterator[Tuple[np.ndarray, int]]] = None  # None: not opened or all parsed
+        self._opened = False
+        self._entries = 0  # index entries parsed so far
+        self._end = 0  # where the last of them ends
+        self._pending = np.zeros((0, 2), np.int64)  # parsed index rows from record `self.rows` on
         self._known: Optional[IndexStatus] = None  # decided by the index alone
         self._error: Optional[BaseException] = None  # raised by `status`
 
-    def _load(self) -> None:
-        if self._loaded:
+    def _open(self) -> None:
+        if self._opened:
             return
-        self._loaded = True
+        self._opened = True
         try:
             if not fs.exists(self.path):
                 self._known = IndexStatus(self.path, "absent")
                 return
-            try:
-                index = load_index(self.path)
-            except (IndexMismatchError, OSError, UnicodeDecodeError) as exc:
-                self._known = IndexStatus(self.path, "invalid", str(exc))
-                return
         except Exception as exc:  # noqa: BLE001 - kept for `status`, never the scan's error
             self._error = exc
             return
-        if len(index) and index[0, 0] != 0:
-            self._known = IndexStatus(self.path, "stale", f"first record at offset {index[0, 0]}, not 0", index)
-        self._index = index
+        self._pieces = iter_index_starts(self.path)
+
+    def _parse_piece(self) -> Optional[np.ndarray]:
+        """The (k, 2) rows of the next piece of the index; None when there is none (all
+        parsed, or the index is invalid: `_known` / `_error` says so)."""
+        if self._pieces is None:
+            return None
+        try:
+            starts, end = next(self._pieces)
+        except StopIteration:
+            self._pieces = None
+            return None
+        except (IndexMismatchError, OSError, UnicodeDecodeError) as exc:
+            self._pieces, self._known = None, IndexStatus(self.path, "invalid", str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - kept for `status`, never the scan's error
+            self._pieces, self._error = None, exc
+            return None
+        rows = np.empty((len(starts), 2), dtype=np.int64)
+        rows[:, 0] = starts  # the chain holds: each length is where the next entry starts, less its own start
+        np.subtract(starts[1:], starts[:-1], out=rows[:-1, 1])
+        rows[-1, 1] = end - int(starts[-1])
+        self._entries, self._end = self._entries + len(starts), end
+        return rows
 
     def add(self, frames: np.ndarray) -> None:
         """Compare the next rows read from the data (records `self.rows` on) with the index."""
-        self._load()
-        if self._index is not None and self._known is None and self.difference is None:
-            self.difference = first_difference(self._index, frames, "the data", False, first=self.rows)
+        self._open()
+        frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
+        if self.difference is None and self._known is None and self._error is None:
+            parts, have = [self._pending], len(self._pending)
+            while have < len(frames):
+                rows = self._parse_piece()
+                if rows is None:
+                    break
+                parts.append(rows)
+                have += len(rows)
+            self._pending = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            if self._known is None and self._error is None:
+                part, self._pending = self._pending[: len(frames)], self._pending[len(frames) :]
+                self.difference = part_difference(part, frames, "the data", self.rows)
+                if self.difference is not None:
+                    self._pending = np.zeros((0, 2), np.int64)
         self.rows += len(frames)
 
     def status(self, complete: bool = True, compared: bool = True) -> IndexStatus:
         """The index's state after the rows added (all of the data's when `complete`); with
         `compared=False` no rows were read and an uncompressed file gets the cheap size check."""
-        self._load()
+        self._open()
+        self._pending = np.zeros((0, 2), np.int64)
+        while self._parse_piece() is not None:  # the rest: its validity, count and end
+            pass
         if self._error is not None:
             raise self._error
         if self._known is not None:
             return self._known
-        index = self._index
-        assert index is not None  # loaded: neither absent nor invalid
-        end = int(index[-1].sum()) if len(index) else 0
+        end = self._end
         if compared:
-            difference = self.difference or first_difference(
-                index, np.zeros((0, 2), np.int64), "the data", complete, first=self.rows
+            difference = self.difference or part_difference(
+                np.zeros((0, 2), np.int64),
+                np.zeros((0, 2), np.int64),
+                "the data",
+                self.rows,
+                self._entries if complete else None,
             )
             if difference is not None:
-                return IndexStatus(self.path, "stale", difference[1], index)
+                return IndexStatus(self.path, "stale", difference[1])
             if complete:
-                return IndexStatus(self.path, "valid", "", index)
+                return IndexStatus(self.path, "valid", "")
         if resolve_compression(self.data_path, self.compression) is not None:
-            return IndexStatus(self.path, "unchecked", "compressed data: only a full read can check it", index)
+            return IndexStatus(self.path, "unchecked", "compressed data: only a full read can check it")
         size = fs.file_size(self.data_path)
         if end != size:
-            return IndexStatus(self.path, "stale", f"index ends at byte {end} but the file has {size} bytes", index)
-        return IndexStatus(self.path, "valid", "size and first records checked" if compared else "", index)
+            return IndexStatus(self.path, "stale", f"index ends at byte {end} but the file has {size} bytes")
+        return IndexStatus(self.path, "valid", "size and first records checked" if compared else "")
 
 
 @dataclass
@@ -654,37 +692,19 @@ def count_records(
     return count, "scan"
 
 
-_INDEX_PIECE = 4 << 20  # bytes of index text `_indexed_count` parses at a time
-
-
 def _indexed_count(path: str) -> Optional[int]:
     """The record count of an uncompressed file from its index when `index_status` calls the
     index valid (well formed, contiguous from offset 0, ending at the end of the file), else
-    None. The text is parsed in line-aligned pieces, each chain continuing the last: memory
-    bounded by a piece, where `load_index` holds 24 B a record."""
+    None. The text is parsed in pieces (`_tfindex.iter_index_starts`): memory bounded by a
+    piece, where `load_index` holds 24 B a record."""
     ipath = default_index_path(path)
     if not fs.exists(ipath):
         return None
     count = end = 0
     try:
-        with fs.mapped_input(ipath) as data:
-            size, pos = len(data), 0
-            while pos < size:
-                stop = size if size - pos <= _INDEX_PIECE else data.rfind(b"\n", pos, pos + _INDEX_PIECE) + 1
-                if stop <= pos:  # a line longer than a piece: up to its end
-                    newline = data.find(b"\n", pos + _INDEX_PIECE)
-                    stop = size if newline < 0 else newline + 1
-                view = memoryview(data)[pos:stop]
-                try:
-                    starts, piece_end, error, fault = _engine.index_starts(view, end)
-                finally:
-                    view.release()
-                if error is not None or fault is not None:  # invalid: load_index would raise
-                    return None
-                if len(starts):
-                    count, end = count + len(starts), piece_end
-                pos = stop
-    except (OSError, UnicodeDecodeError):  # what `index_status` calls an invalid index
+        for starts, piece_end in iter_index_starts(ipath):
+            count, end = count + len(starts), piece_end
+    except (IndexMismatchError, OSError, UnicodeDecodeError):  # what `index_status` calls an invalid index
         return None
     return count if end == fs.file_size(path) else None
 

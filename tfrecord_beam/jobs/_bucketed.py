@@ -4,8 +4,8 @@ Readers give each record they emit a destination shard and an i.i.d. random 64-b
 key's top bits pick one of the shard's `buckets` (so a bucket holds about 1/buckets of the
 shard); a `RunSpiller` buffers at most `RUN_BYTES` of frames, sorts them by (shard, bucket,
 key) and appends them to one temporary file as segments (keys, then frames), described per
-(run, shard) by one `SegmentTable` (numpy columns, so the runner moves one small element per
-run and shard, not one per segment). A shard writer
+shard by one `SegmentTable` for all of the file's runs (numpy columns, so the runner moves one
+small element per spill file and shard, not one per segment or run). A shard writer
 then takes its buckets in order, reads every segment of one bucket, sorts the records by key
 and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
 that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
@@ -52,22 +52,27 @@ class Segment(NamedTuple):
 
 
 class SegmentTable(NamedTuple):
-    """The segments of one run bound for one shard: one row per bucket present."""
+    """The segments of one spill file's runs bound for one shard: one row per (run, bucket) present."""
 
     shard: int
     path: str
-    run: Tuple[int, int]
+    task: int
     group: int
-    buckets: np.ndarray  # int64 columns, one row per segment
+    runs: np.ndarray  # int64 columns, one row per segment: run number (of `task`'s), bucket, ...
+    buckets: np.ndarray
     offsets: np.ndarray
     records: np.ndarray
     frame_bytes: np.ndarray
 
     def segments(self) -> List[Segment]:
         return [
-            Segment(self.shard, b, self.path, self.run, o, n, f, self.group)
-            for b, o, n, f in zip(
-                self.buckets.tolist(), self.offsets.tolist(), self.records.tolist(), self.frame_bytes.tolist()
+            Segment(self.shard, b, self.path, (self.task, r), o, n, f, self.group)
+            for r, b, o, n, f in zip(
+                self.runs.tolist(),
+                self.buckets.tolist(),
+                self.offsets.tolist(),
+                self.records.tolist(),
+                self.frame_bytes.tolist(),
             )
         ]
 
@@ -104,7 +109,7 @@ class RunSpiller:
         self._runs = 0
         self._pending: list = []  # (chunk bytes, frame starts, sizes, shards, keys)
         self._pending_bytes = 0
-        self.tables: List[SegmentTable] = []
+        self._rows: List[np.ndarray] = []  # per run: (segments, 6) int64 (shard, run, bucket, offset, records, bytes)
 
     def add(self, framed, starts: np.ndarray, sizes: np.ndarray, shards: np.ndarray, keys: np.ndarray) -> None:
         """Frames framed[starts[i] : starts[i] + sizes[i]] go to shards[i] with keys[i]."""
@@ -133,7 +138,7 @@ class RunSpiller:
         dest = np.stack([shards[order], buckets[order]], axis=1)
         bounds = np.flatnonzero(np.any(dest[1:] != dest[:-1], axis=1)) + 1
         chunks = [p[0] for p in self._pending]
-        rows: dict = {}
+        rows: List[Tuple[int, int, int, int, int, int]] = []
         for part in np.split(order, bounds):
             shard, bucket = int(shards[part[0]]), int(buckets[part[0]])
             key_bytes = keys[part].astype("<u8").tobytes()
@@ -145,30 +150,35 @@ class RunSpiller:
             )
             self._handle.write(key_bytes)
             self._handle.write(frames)
-            rows.setdefault(shard, []).append((bucket, self._written, len(part), len(frames)))
+            rows.append((shard, self._runs, bucket, self._written, len(part), len(frames)))
             self._written += len(key_bytes) + len(frames)
-        for shard, table in sorted(rows.items()):
-            cols = np.asarray(table, dtype=np.int64).reshape(-1, 4)
-            self.tables.append(
-                SegmentTable(
-                    shard,
-                    self.path,
-                    (self.task, self._runs),
-                    self.group,
-                    cols[:, 0].copy(),
-                    cols[:, 1].copy(),
-                    cols[:, 2].copy(),
-                    cols[:, 3].copy(),
-                )
-            )
+        self._rows.append(np.asarray(rows, dtype=np.int64).reshape(-1, 6))  # one array a run: ~48 B a segment
         self._runs += 1
         self._pending, self._pending_bytes = [], 0
 
     def close(self) -> List[SegmentTable]:
+        """Spill what is left, commit the file; one SegmentTable per shard (its segments in run
+        order). The runs' rows are kept as one array each (48 B a segment) until here, not
+        as a table per (run, shard) (~750 B each: 9% of the bytes read for 200-byte records
+        into 1,000 shards)."""
         self._spill()
         self._commit()
         self._cm.__exit__(None, None, None)
-        return self.tables
+        rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 6), np.int64)
+        self._rows = []
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        cuts = np.flatnonzero(rows[1:, 0] != rows[:-1, 0]) + 1
+        return [
+            SegmentTable(
+                int(part[0, 0]),
+                self.path,
+                self.task,
+                self.group,
+                *(np.ascontiguousarray(part[:, k]) for k in range(1, 6)),
+            )
+            for part in np.split(rows, cuts)
+            if len(part)
+        ]
 
     def abort(self) -> None:
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
