@@ -388,7 +388,7 @@ def write_mixed_shard(
     counter = jobio.ProgressFile(progress_dir, "write", f"{shard:05d}")
     # the writer indexes what it writes (a gzip shard with an index is block-gzip, as reshard's)
     with jobio.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        digest, groups = jobs.write_merged(
+        meant, groups = jobs.write_merged(
             tables,
             writer,
             jobio.open_input,
@@ -397,13 +397,16 @@ def write_mixed_shard(
             scratch=None if work_dir is None else _shuffle.scratch(work_dir),
         )
     counter.flush()
+    # the proof is of what the writer wrote (its frames' footers), its file's size checked
+    file_bytes = jobs.check_shard(spec.path(name), writer, jobio.file_size, meant=meant)
+    digest = writer.digest
     result = {
         "shard": shard,
         "name": name,
         "records": digest[0],
         "bytes": digest[1],
         "checksum": digest[2],
-        "file_bytes": jobio.file_size(spec.path(name)),
+        "file_bytes": file_bytes,
         "groups": groups,
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)

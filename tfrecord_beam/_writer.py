@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Optional, Union
 import numpy as np
 
 from . import _blockgzip_write, _engine, _tfindex, blockgzip, fs
+from . import digest as _digest
 from . import compression as _compression
 from ._engine._common import FRAME_OVERHEAD
 from .errors import UnclosedWriterWarning
@@ -98,6 +99,10 @@ class RecordWriter:
             raise
         self._offset = 0  # uncompressed bytes handed on (to the compressor or the file)
         self._records = 0  # records handed on
+        # (records, payload bytes, checksum) of the frames handed on, from their own footers:
+        # the proof of what was written (see `digest`), not of what a caller meant to write
+        self._digest: _digest.Digest = (0, 0, 0)
+        self._file_bytes = 0  # bytes handed to the file (compressed bytes for a compressed stream)
         self._buf = _EMPTY_BUFFER  # frames of single writes, handed on when full (see `write`)
         self._pos = 0
         self.closed = False
@@ -110,6 +115,21 @@ class RecordWriter:
     def offset(self) -> int:
         """Uncompressed bytes written so far (the offset the next record will have)."""
         return self._offset + self._pos
+
+    @property
+    def digest(self) -> "_digest.Digest":
+        """(records, payload bytes, checksum) of the frames handed on so far (`digest.frame_digest`),
+        read from the footers of the bytes this writer wrote; after `close()`, of the whole file."""
+        if self._pos:
+            view = memoryview(self._buf)[: self._pos]
+            lengths = _engine.scan_frames(view, False)[1]
+            return _digest.add_digests(self._digest, _digest.framed_digest(view, lengths + FRAME_OVERHEAD))
+        return self._digest
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes this writer wrote to its file; after `close()`, the size the file must have."""
+        return self._file_bytes
 
     @property
     def records_written(self) -> int:
@@ -177,6 +197,7 @@ class RecordWriter:
         lengths = _engine.scan_frames(view, False)[1]
         if self._index is not None:
             self._index.add(lengths + FRAME_OVERHEAD)
+        self._digest = _digest.add_digests(self._digest, _digest.framed_digest(view, lengths + FRAME_OVERHEAD))
         if self._blocks is not None:  # block-gzip members: the compressor keeps what it is given
             self._blocks.add(bytes(view), lengths + FRAME_OVERHEAD)
         else:  # local files copy (or write) synchronously; other streams may keep what they are given
@@ -204,6 +225,7 @@ class RecordWriter:
         self._drain()
         if self._index is not None:
             self._index.add(sizes)
+        self._digest = _digest.add_digests(self._digest, _digest.framed_digest(framed, sizes))
         if self._blocks is not None:
             self._blocks.add(framed, sizes)
         else:
@@ -216,6 +238,7 @@ class RecordWriter:
             data = self._deflater.compress(data)
         if data:
             self._file.write(data)
+            self._file_bytes += len(data)
 
     def flush(self) -> None:
         """Flush buffered bytes to the temporary file (the target appears only on close)."""
@@ -236,8 +259,12 @@ class RecordWriter:
         try:
             self._drain()  # the write buffer's frames come first
             if self._deflater is not None:
-                self._file.write(self._deflater.flush())
+                tail = self._deflater.flush()
+                self._file.write(tail)
+                self._file_bytes += len(tail)
             members = self.members = self._blocks.finish() if self._blocks is not None else None
+            if members is not None:
+                self._file_bytes = members.file_size
             if self._index is not None:
                 index_final = self.index_path
             elif self._own_layer:  # a stale index at the default name goes; a non-index file is never touched

@@ -339,6 +339,7 @@ class Output:
         self._check_rivals()
         if not self.overwrite:
             self._check_existing()  # another run may have committed while this one worked
+        self._check_staged(shards)
         old = set(self.existing())
         run = dict(self.owner.record, committed_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         manifest = Manifest(
@@ -364,6 +365,22 @@ class Output:
         _apply_journal(self.directory, self.temp_dir, journal, lock.check)
         self.committed = True
         return [self.final_path(s.name) for s in shards]
+
+    def _check_staged(self, shards: List[ShardEntry]) -> None:
+        """Refuse to commit a shard whose staged file is not the size its writer wrote (the
+        manifest's `file_bytes`): cut off, replaced or missing since it was written."""
+        for entry in shards:
+            path = self.temp_path(entry.name)
+            try:
+                size = _fs.file_size(path)
+            except FileNotFoundError:
+                size = None
+            if size != entry.file_bytes:
+                found = "missing" if size is None else f"{size} bytes"
+                raise OutputError(
+                    f"{entry.name}: {found} in staging, its writer wrote {entry.file_bytes} bytes "
+                    f"({entry.records} records); this run's output was not committed"
+                )
 
     def _check_rivals(self) -> None:
         """Refuse to commit when another run of this output, started at the same time (both

@@ -20,6 +20,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
+from tfrecord_beam import jobs
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
 from tfrecord_beam.beam import _fs
@@ -152,15 +153,18 @@ def write_parquet_shard(
     finally:
         if current is not None:
             current[1].close()
+    # the manifest's count and checksum are of what the writer wrote, its file's size checked
+    file_bytes = jobs.check_shard(spec.path(name), writer, _fs.file_size, meant=(records, size, digest[2]))
+    records, size, checksum = writer.digest
     result = {
         "shard": shard,
         "name": name,
         "records": records,
         "bytes": size,
-        "checksum": digest[2],
+        "checksum": checksum,
         "skipped": len(corrupt),
         "planned": sum(p.stop - p.start for p in pieces),
-        "file_bytes": _fs.file_size(spec.path(name)),
+        "file_bytes": file_bytes,
         "groups": [records],
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)

@@ -141,7 +141,14 @@ def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[
     index_path = spec.path(spec.index_name(plan.shard)) if spec.write_index else None
     counter = _progress.ProgressFile(progress_dir, "write", f"{plan.shard:05d}")
     stats = copy_pieces(
-        plan.pieces, spec.path(name), index_path, spec.compression, _fs.open_input, _fs.atomic_output, counter.add
+        plan.pieces,
+        spec.path(name),
+        index_path,
+        spec.compression,
+        _fs.open_input,
+        _fs.atomic_output,
+        counter.add,
+        file_size=_fs.file_size,
     )
     counter.flush()
     result = {
@@ -150,7 +157,7 @@ def _write_one(plan: ShardPlan, spec: _stages.ShardSpec, progress_dir: Optional[
         "records": stats["records"],
         "bytes": stats["bytes"],
         "checksum": stats["checksum"],
-        "file_bytes": _fs.file_size(spec.path(name)),
+        "file_bytes": stats["file_bytes"],
         "groups": stats["groups"],
     }
     _stages.write_result(spec.path("_results"), f"shard-{plan.shard:05d}.json", result)

@@ -191,16 +191,19 @@ def write_shuffled_shard(
     name = spec.name(shard)
     index_path = spec.path(spec.index_name(shard)) if spec.write_index else None
     with _fs.record_writer(spec.path(name), spec.compression, index_path=index_path) as writer:
-        written, _ = jobs.write_merged(
+        meant, _ = jobs.write_merged(
             list(tables), writer, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
         )
+    # the proof is of what the writer wrote (its frames' footers), its file's size checked
+    file_bytes = jobs.check_shard(spec.path(name), writer, _fs.file_size, meant=meant)
+    written = writer.digest
     result = {
         "shard": shard,
         "name": name,
         "records": written[0],
         "bytes": written[1],
         "checksum": written[2],
-        "file_bytes": _fs.file_size(spec.path(name)),
+        "file_bytes": file_bytes,
         "groups": [written[0]],
     }
     _stages.write_result(spec.path("_results"), f"shard-{shard:05d}.json", result)

@@ -19,6 +19,7 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_beam import digest as _digest
+from tfrecord_beam import jobs as _jobs
 from tfrecord_beam._sizes import DEFAULT_SPLIT_BYTES
 from tfrecord_beam.compression import resolve as resolve_compression
 from tfrecord_beam.index import default_index_path
@@ -184,8 +185,7 @@ def read_results(directory: str) -> List[dict]:
     ]
 
 
-class ChecksumMismatch(Exception):
-    """The output does not hold exactly the records the job meant to write."""
+ChecksumMismatch = _jobs.ChecksumMismatch  # the output does not hold exactly the records meant
 
 
 def check_digests(expected: Tuple[int, int, int], written: Tuple[int, int, int], what: str) -> None:

@@ -25,6 +25,7 @@ from ..records import ReadSpan, RecordReader, RecordWriter
 from ..skipping import SkippingReader
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
+from ._written import check_shard
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
@@ -110,10 +111,17 @@ def copy_pieces(
     open_input: Opener,
     atomic_output: AtomicOutput,
     progress: Optional[Callable[[int, int], None]] = None,
+    file_size: Optional[Callable[[str], int]] = None,
 ) -> dict:
     """Copy the pieces, in order, into one new file (and its index); returns its stats:
-    records, bytes (payload bytes), checksum (see `_walk.frame_digest`), stream_bytes and
-    groups (records per source group). Nothing is left behind on failure."""
+    records, bytes (payload bytes), checksum (see `_walk.frame_digest`), stream_bytes,
+    file_bytes and groups (records per source group). Nothing is left behind on failure.
+
+    The records, bytes and checksum are those the writer wrote (`RecordWriter.digest`, from
+    the footers of the frames it handed to the file), checked equal to those read, and the
+    file's size on disk (`file_size`, default `os.path.getsize`) equal to what the writer
+    wrote (`_written.check_shard`): a shard that lost, doubled or cut off records fails here,
+    named, before any commit."""
     # the writer streams its own index (GZIP shards with an index are block-gzip)
     writer = RecordWriter(data_path, compression, index_path=index_path, atomic_output=atomic_output)
     digest = (0, 0, 0)
@@ -131,11 +139,14 @@ def copy_pieces(
     except BaseException:
         writer.abort()
         raise
+    file_bytes = check_shard(data_path, writer, file_size or os.path.getsize, meant=digest)
+    digest = writer.digest
     width = max(groups) + 1 if groups else 0
     return {
         "records": digest[0],
         "bytes": digest[1],
         "checksum": digest[2],
         "stream_bytes": writer.offset,
+        "file_bytes": file_bytes,
         "groups": [groups.get(g, 0) for g in range(width)],
     }
