@@ -16,8 +16,8 @@ from typing import Any, BinaryIO, Callable, Iterable, Optional, Union
 import numpy as np
 
 from . import _blockgzip_write, _engine, _tfindex, blockgzip, fs
-from . import digest as _digest
 from . import compression as _compression
+from . import digest as _digest
 from ._engine._common import FRAME_OVERHEAD
 from .errors import UnclosedWriterWarning
 
