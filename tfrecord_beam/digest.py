@@ -109,7 +109,7 @@ def chunk_digest(chunk) -> Digest:
 
 def file_digest(path: str, compression=None) -> Digest:
     """The digest of every record of one TFRecord file (CRCs checked while reading)."""
-    from .records import RecordReader
+    from ._reader import RecordReader
 
     out: Digest = (0, 0, 0)
     for chunk in RecordReader(path, compression).chunks():
