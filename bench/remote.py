@@ -31,6 +31,7 @@ which every case's child keeps).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -73,18 +74,22 @@ def _examples(kind: str, n: int):
         yield i, rng.bytes(IMAGE[kind]), float(i % 1000) / 1000.0
 
 
-def make_data(server_dir: Path, kind: str, size_mb: int) -> Tuple[str, str, int, int]:
-    """Write (once) the TFRecord shards with indexes and the MDS copy into the bucket
-    directory; returns (tfrecord prefix, mds prefix, records, tfrecord bytes) under the bucket."""
-    from streaming import MDSWriter
-
+def make_data(server_dir: Path, kind: str, size_mb: int, with_peer: bool = True) -> Tuple[str, str, int, int]:
+    """Write (once) the TFRecord shards with indexes and, for the peer, the MDS copy into the
+    bucket directory; returns (tfrecord prefix, mds prefix, records, tfrecord bytes) under the
+    bucket. Without the peer (`--no-peer`, or mosaicml-streaming not installed) no MDS is written."""
     from tfrecord_beam import example, records
+
+    if with_peer:
+        from streaming import MDSWriter
+    else:  # the same loop, nothing written for the peer
+        MDSWriter = _NoMDS  # noqa: N806
 
     n = _records(kind, size_mb)
     tfr, mds = f"tfr-{kind}-{n}", f"mds-{kind}-{n}"
     bucket = server_dir / "buckets" / BUCKET
     done = bucket / tfr / "_DONE"
-    if not done.exists():
+    if not done.exists() or (with_peer and not (bucket / mds / "index.json").exists()):
         shutil.rmtree(bucket / tfr, ignore_errors=True)
         shutil.rmtree(bucket / mds, ignore_errors=True)
         (bucket / tfr).mkdir(parents=True)
@@ -107,6 +112,16 @@ def make_data(server_dir: Path, kind: str, size_mb: int) -> Tuple[str, str, int,
         done.write_text(str(n))
     size = sum(p.stat().st_size for p in (bucket / tfr).glob("*.tfrecord"))
     return tfr, mds, n, size
+
+
+class _NoMDS(contextlib.nullcontext):
+    """MDSWriter's shape, writing nothing (a run without the peer)."""
+
+    def __init__(self, **_: Any) -> None:
+        super().__init__(self)
+
+    def write(self, sample: Dict[str, Any]) -> None:
+        pass
 
 
 def tfrecord_paths(tfr: str, where: str, query: str, server_dir: Path) -> Tuple[List[str], List[str]]:
@@ -364,7 +379,7 @@ def measure(args, size_mb: int, server_dir: Path, servers, peer: bool, progress)
 
     def dataset(kind: str, mb: int) -> Tuple[str, str, int, int]:
         if (kind, mb) not in datasets:
-            datasets[kind, mb] = make_data(server_dir, kind, mb)
+            datasets[kind, mb] = make_data(server_dir, kind, mb, with_peer=peer)
             tfr, mds, n, size = datasets[kind, mb]
             print(f"{kind}: {n:,} records, {size / 1e6:,.0f} MB in {SHARDS} shards", flush=True)
         return datasets[kind, mb]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from helpers.fixtures import REPO
 
 sys.path.insert(0, str(REPO))  # bench/ is not installed: it runs from the checkout
@@ -89,3 +90,16 @@ def test_a_failed_case_is_a_row_of_the_report_and_memory_is_shown_at_two_sizes()
     assert "Peak RSS of tfrecord_beam at two sizes (250 and 2,000 MB" in text
     assert "| d1 | 2 | local | 590 | 600 | +10 |" in text
     assert "| d1 | 2 | link | 610 | - | - |" in text  # its full-size case failed
+
+
+def test_without_the_peer_no_mds_is_written_and_streaming_is_not_needed(tmp_path, monkeypatch):
+    """`--no-peer` (or no mosaicml-streaming installed) writes the TFRecord shards only; a later
+    run with the peer writes both again rather than trusting shards without their MDS copy."""
+    monkeypatch.setitem(sys.modules, "streaming", None)  # `import streaming` raises, as when not installed
+    tfr, mds, n, size = remote.make_data(tmp_path, "d1", 1, with_peer=False)
+    bucket = tmp_path / "buckets" / remote.BUCKET
+    shards = sorted((bucket / tfr).glob("*.tfrecord"))
+    assert len(shards) == remote.SHARDS and sum(p.stat().st_size for p in shards) == size > 0
+    assert not (bucket / mds).exists()
+    with pytest.raises(ImportError):  # the peer's run must write MDS: it needs streaming, not the old shards
+        remote.make_data(tmp_path, "d1", 1, with_peer=True)
