@@ -115,21 +115,32 @@ def test_count_trusts_an_index_exactly_when_index_status_does(tmp_path, monkeypa
 def test_count_from_an_index_holds_a_piece_not_the_index(tmp_path, monkeypatch):
     """Counting from a valid index of 200 k records allocates about one piece's entries:
     `load_index` made the (n, 2) array (16 B a record, 3.2 MB here) and its starts."""
-    import tracemalloc
-
     n = 200_000
+    path = _indexed_file(tmp_path, n, monkeypatch)
+    counted, peak = _traced_peak(count_records, path)
+    assert counted == (n, "index")
+    assert peak < 1 << 20, peak
+
+
+def _indexed_file(tmp_path, n: int, monkeypatch) -> str:
+    """A file of n 4-byte records with its valid index, the index read in 64 KiB pieces."""
     monkeypatch.setattr(_tfindex, "INDEX_PIECE", 1 << 16)
     path = str(tmp_path / "many.tfrecord")
     with open(path, "wb") as handle:
         handle.write(_framing.frame_records([b"abcd"]) * n)
     index.write_index(index.frame_index([20] * n), default_index_path(path))
+    return path
+
+
+def _traced_peak(function, *args):
+    """(function(*args), the peak of Python allocations while it ran)."""
+    import tracemalloc
+
     tracemalloc.start()
     try:
-        assert count_records(path) == (n, "index")
-        peak = tracemalloc.get_traced_memory()[1]
+        return function(*args), tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 1 << 20, peak
 
 
 def _whole_file_status(path: str):
@@ -213,19 +224,7 @@ def test_index_check_holds_a_piece_not_the_index(tmp_path, monkeypatch):
     """verify with a valid index of 500 k records allocates about a reader chunk (1 MiB and
     its rows, read ahead) and the index rows that chunk is compared with (5.2 MB for 300 k to 1 M
     records): loading the whole index held 24 B a record (11.2 MB peak here)."""
-    import tracemalloc
-
     n = 500_000
-    monkeypatch.setattr(_tfindex, "INDEX_PIECE", 1 << 16)
-    path = str(tmp_path / "many.tfrecord")
-    with open(path, "wb") as handle:
-        handle.write(_framing.frame_records([b"abcd"]) * n)
-    index.write_index(index.frame_index([20] * n), default_index_path(path))
-    tracemalloc.start()
-    try:
-        result = verify_file(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    result, peak = _traced_peak(verify_file, _indexed_file(tmp_path, n, monkeypatch))
     assert result.records == n and result.index.state == "valid" and not result.problems
     assert peak < 7 << 20, peak
