@@ -145,9 +145,11 @@ def test_jobs_from_s3_to_s3_with_manifest_and_an_interrupted_commit(s3, capsys):
             output = commit.Output(prefix, "test", {}, overwrite=True, say=lambda m: None)
             from tfrecord_beam.beam import _fs
 
-            with _fs.record_writer(output.temp_path("r-00000-of-00001.tfrecord")) as writer:
+            staged = output.temp_path("r-00000-of-00001.tfrecord")
+            with _fs.record_writer(staged) as writer:
                 writer.write_many(payloads(4))
-            output.commit([mf.ShardEntry("r-00000-of-00001.tfrecord", 4, 0)])
+            # its true size: the commit refuses a shard whose size differs from its entry's
+            output.commit([mf.ShardEntry("r-00000-of-00001.tfrecord", 4, _fs.file_size(staged))])
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
