@@ -5,7 +5,7 @@ per epoch (1: from the server, 2: from cache_dir), with pyarrow's pool and trace
         python bench/remote_rss.py
 
 A variant is `,`-joined NAME=VALUE environment settings of the child ("default": none; TRACE:
-tracemalloc on; TRIM=1: malloc_trim(0) after each new block). Data: bench.remote's 110 KB
+tracemalloc on; WORKERS=N: DataLoader workers, default 0; TRIM=1: malloc_trim(0) after each new block). Data: bench.remote's 110 KB
 records in 8 shards under /tmp/rssgrow/server (versitygw on port 9611). See RESULTS.md,
 "Peak memory through a server" section.
 """
@@ -73,7 +73,7 @@ def child(spec):
 
         tracemalloc.start()
     ds = TFRecordDataset(spec["data"], spec["index"], DESCRIPTION, batch_size=64, cache_dir=spec["cache_dir"])
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=int(os.environ.get("WORKERS", "0")))
     res = {"pool": pa.default_memory_pool().backend_name, "epochs": []}
     for _ in range(2):
         peak.clear()
@@ -107,6 +107,7 @@ def main() -> None:
     import tempfile
 
     from helpers import s3server
+    from helpers.rss import TreePeaks
 
     from bench import remote
 
@@ -138,11 +139,26 @@ def main() -> None:
                         env[k] = v
                 cache = Path(tempfile.mkdtemp(prefix="cache-", dir=str(server_dir.parent)))
                 spec = {"data": data, "index": index, "cache_dir": str(cache), "trace": "TRACE" in var}
-                out = subprocess.run(
+                proc = subprocess.Popen(
                     [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
                     env=env,
-                    capture_output=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
                     text=True,
+                )
+                tree = TreePeaks()  # the whole process tree (DataLoader workers), both epochs
+                reader = threading.Thread(target=lambda: box.append(proc.communicate()), daemon=True)
+                box: list = []
+                reader.start()
+                while proc.poll() is None:
+                    tree.sample(proc.pid)
+                    time.sleep(0.02)
+                reader.join()
+                out = subprocess.CompletedProcess(proc.args, proc.returncode, *box[0])
+                print(
+                    f"{mb:5d}MB {var:40s} tree peak {tree.peak >> 20} MiB (both epochs), per process "
+                    + " ".join(str(v >> 20) for v in tree.per_process.values()),
+                    flush=True,
                 )
                 shutil.rmtree(cache, ignore_errors=True)
                 if out.returncode:
