@@ -165,6 +165,13 @@ def _bucket_path(base: str) -> Tuple[str, str]:
     return bucket, urllib.parse.unquote(f"{bucket}/{key}" if key else bucket).rstrip("/") or bucket
 
 
+# How long pyarrow's GCS client retries one call (open, stat, list, read) before it fails, unless a
+# gs:// URI says otherwise (`?retry_limit_seconds=S`): the one place that bounds gs:// retries
+# outside the range reads. pyarrow's own default is 15 minutes, so a persistent 5xx on an index
+# read or a stat looked like a hang; a minute rides out a brief outage and then fails, naming
+# the object (`open_input`, `file_stat`, `map_input`).
+GCS_RETRY_LIMIT_S = 60.0
+
 # How long pyarrow's GCS client may retry a range read of `ranged_filesystem`'s twin: less than
 # its first backoff (1-2 s), so it makes one attempt (google-cloud-cpp's retry loop gives up when
 # this has passed at a failure, or when it wakes from that backoff); more than the time from the
@@ -222,13 +229,22 @@ def _single_attempt_s3(filesystem):
 def _single_attempt_gcs(filesystem):
     """The same GCS client retrying for `GCS_RANGED_RETRY_LIMIT_S` only: one attempt (falls
     back to the given one where pyarrow's constructor does not take back its own settings)."""
+    return _gcs_with_retry_limit(filesystem, GCS_RANGED_RETRY_LIMIT_S, replace=True)
+
+
+def _gcs_with_retry_limit(filesystem, seconds: float, replace: bool):
+    """The same GCS client retrying for `seconds` (`replace`) or, when it has no limit of its
+    own (pyarrow's 15 minutes), for `seconds`; falls back to the given one where pyarrow's
+    constructor does not take back its own settings."""
     import datetime
 
     from pyarrow import fs as pafs
 
     try:
         settings = dict(filesystem.__reduce__()[1][0])
-        settings["retry_time_limit"] = datetime.timedelta(seconds=GCS_RANGED_RETRY_LIMIT_S)
+        if not replace and settings.get("retry_time_limit") is not None:
+            return filesystem
+        settings["retry_time_limit"] = datetime.timedelta(seconds=seconds)
         return pafs.GcsFileSystem(**settings)
     except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
         return filesystem
@@ -243,7 +259,7 @@ def _make_filesystem(uri: str):
         if custom is not None:
             return custom
     try:
-        return pafs.FileSystem.from_uri(uri)
+        filesystem, inner = pafs.FileSystem.from_uri(uri)
     except (ValueError, TypeError, OSError) as exc:
         if "Unrecognized filesystem type" not in str(exc) and "not supported" not in str(exc).lower():
             raise ValueError(f"{uri}: not a URI pyarrow.fs can open: {exc}") from None
@@ -255,6 +271,9 @@ def _make_filesystem(uri: str):
             ) from None
         filesystem, inner = fsspec.core.url_to_fs(uri)
         return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), inner
+    if isinstance(filesystem, getattr(pafs, "GcsFileSystem", ())):  # no limit in the URI: ours
+        filesystem = _gcs_with_retry_limit(filesystem, GCS_RETRY_LIMIT_S, replace=False)
+    return filesystem, inner
 
 
 # The query parameters of a gs:// URI: pyarrow's own, and `anonymous` (ours: pyarrow's URI
@@ -289,7 +308,9 @@ def _gcs_filesystem(uri: str):
         if key in params:
             raise ValueError(f"{uri}: query parameter {key!r} given twice")
         params[key] = value
-    options: Dict[str, Any] = {}
+    import datetime
+
+    options: Dict[str, Any] = {"retry_time_limit": datetime.timedelta(seconds=GCS_RETRY_LIMIT_S)}
     if emulator:
         parsed = urllib.parse.urlsplit(emulator if "://" in emulator else "http://" + emulator)
         if not parsed.netloc:
@@ -305,8 +326,6 @@ def _gcs_filesystem(uri: str):
             raise ValueError(f"{uri}: anonymous={params['anonymous']!r}: use true or false")
         options["anonymous"] = flag in ("true", "1")
     if "retry_limit_seconds" in params:
-        import datetime
-
         try:
             seconds = float(params["retry_limit_seconds"])
         except ValueError:
@@ -346,9 +365,33 @@ def open_input(path: PathLike) -> BinaryIO:
         raise FileNotFoundError(
             errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
         ) from None
+    except OSError as exc:
+        raise _naming(path, exc) from exc
     if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):
-        return _EndSafeFile(handle)  # type: ignore[return-value]
+        with _remote_errors(path):
+            return _EndSafeFile(handle, os.fspath(path))  # type: ignore[return-value]
     return handle
+
+
+@contextlib.contextmanager
+def _remote_errors(path: PathLike) -> Iterator[None]:
+    """A remote call's OSError (other than a missing object) as `_naming` says."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _naming(path, exc) from exc
+
+
+def _naming(path: PathLike, exc: OSError) -> OSError:
+    """`exc` (a remote call that failed: for GCS, after `GCS_RETRY_LIMIT_S` of retries) as an
+    OSError naming the object (without its query string): pyarrow's GCS errors name none."""
+    if exc.filename is not None:
+        return exc
+    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+    message = f"{split_query(os.fspath(path))[0]}: {first}"
+    return OSError(exc.errno, message) if exc.errno is not None else OSError(message)
 
 
 def _pafs():
@@ -366,8 +409,9 @@ class _EndSafeFile:
     end is kept without asking the store, and reads there return b"". Everything else is the
     pyarrow file's."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
+        self._name = name  # what a failed read names (`_naming`)
         self._size = int(inner.size())
         self._past_end: Optional[int] = None  # the position, when at or past the end
 
@@ -383,7 +427,8 @@ class _EndSafeFile:
             self._past_end = position
             return position
         self._past_end = None
-        return self._inner.seek(position)
+        with _remote_errors(self._name):
+            return self._inner.seek(position)
 
     def tell(self) -> int:
         return self._past_end if self._past_end is not None else self._inner.tell()
@@ -391,15 +436,20 @@ class _EndSafeFile:
     def read(self, nbytes: Optional[int] = None) -> bytes:
         if self._past_end is not None:
             return b""
-        return self._inner.read() if nbytes is None or nbytes < 0 else self._inner.read(nbytes)
+        with _remote_errors(self._name):
+            return self._inner.read() if nbytes is None or nbytes < 0 else self._inner.read(nbytes)
 
     def readinto(self, buffer: Any) -> int:
-        return 0 if self._past_end is not None else self._inner.readinto(buffer)
+        if self._past_end is not None:
+            return 0
+        with _remote_errors(self._name):
+            return self._inner.readinto(buffer)
 
     def read_at(self, nbytes: int, offset: int) -> bytes:
         if offset >= self._size:
             return b""
-        return self._inner.read_at(min(nbytes, self._size - offset), offset)
+        with _remote_errors(self._name):
+            return self._inner.read_at(min(nbytes, self._size - offset), offset)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -419,7 +469,7 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
     replace files by rename, which is safe): hold it briefly, or watch the file's size."""
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is not None:
-        with filesystem.open_input_file(inner) as remote:
+        with _remote_errors(path), filesystem.open_input_file(inner) as remote:
             return remote.read(), None
     handle = io.open(inner, "rb")
     try:
@@ -464,7 +514,8 @@ def file_stat(path: PathLike) -> FileStat:
     if filesystem is None:
         info = os.stat(inner)
         return FileStat(info.st_size, info.st_mtime_ns)
-    found = filesystem.get_file_info(inner)
+    with _remote_errors(path):
+        found = filesystem.get_file_info(inner)
     if found.size is None:
         raise FileNotFoundError(f"{os.fspath(path)}: no such object")
     return FileStat(int(found.size), found.mtime_ns)
@@ -477,7 +528,8 @@ def exists(path: PathLike) -> bool:
         return os.path.isfile(inner)
     from pyarrow import fs as pafs
 
-    return filesystem.get_file_info(inner).type == pafs.FileType.File
+    with _remote_errors(path):
+        return filesystem.get_file_info(inner).type == pafs.FileType.File
 
 
 GLOB_CHARS = "*?["
@@ -561,7 +613,8 @@ def list_dir(directory: PathLike) -> List[str]:
         )
     from pyarrow import fs as pafs
 
-    infos = filesystem.get_file_info(pafs.FileSelector(inner.rstrip("/"), allow_not_found=True))
+    with _remote_errors(directory):
+        infos = filesystem.get_file_info(pafs.FileSelector(inner.rstrip("/"), allow_not_found=True))
     return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
 
@@ -591,7 +644,8 @@ def is_dir(path: PathLike) -> bool:
         return os.path.isdir(inner)
     from pyarrow import fs as pafs
 
-    return filesystem.get_file_info(inner.rstrip("/")).type == pafs.FileType.Directory
+    with _remote_errors(path):
+        return filesystem.get_file_info(inner.rstrip("/")).type == pafs.FileType.Directory
 
 
 def data_files(target: PathLike) -> List[str]:
@@ -664,7 +718,8 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     scheme, rest = pattern.split("://", 1)
     authority = rest.split("/", 1)[0]
     user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""  # s3://KEY:SECRET@bucket keeps its keys
-    infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    with _remote_errors(pattern):
+        infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     wanted = inner.split("/")  # as a local glob: `*` stays within one path segment
 
     def matches(path: str) -> bool:

@@ -34,12 +34,15 @@ HERE = Path(__file__).resolve().parent
 class RangeFaults:
     """A fault rule: the first `times` GETs with a Range header for objects whose path holds
     `name` (and, when `start` is set, whose range starts at that byte) get `fault`
-    (`("status", 503)`, `("stall", seconds)`, `("cut", bytes)`); the rest pass."""
+    (`("status", 503)`, `("stall", seconds)`, `("cut", bytes)`); the rest pass. With
+    `ranged=False` the rule takes the GETs WITHOUT a Range header instead (metadata, listings,
+    whole-object reads), with `ranged=None` every GET."""
 
     fault: Tuple[str, float]
     times: int
     name: str = ".tfrecord"
     start: Optional[int] = None
+    ranged: Optional[bool] = True
 
     def rule(self, log: Any):
         """The `FaultProxy` rule, logging each fault it injects to `log` as a JSON object."""
@@ -50,7 +53,9 @@ class RangeFaults:
 
         def decide(method: str, path: str, headers: Any):
             span = headers.get("Range")
-            if method != "GET" or span is None or self.name not in path.split("?")[0]:
+            if method != "GET" or self.name not in path.split("?")[0]:
+                return None
+            if self.ranged is not None and (span is not None) != self.ranged:
                 return None
             if wanted is not None and not span.startswith(wanted):
                 return None
@@ -58,7 +63,7 @@ class RangeFaults:
                 if hits[0] >= self.times:
                     return None
                 hits[0] += 1
-                log.write(json.dumps({"fault": [kind, value], "range": span, "at": time.time()}) + "\n")
+                log.write(json.dumps({"fault": [kind, value], "range": span, "path": path, "at": time.time()}) + "\n")
                 return (kind, value)
 
         return decide
