@@ -360,13 +360,12 @@ def open_input(path: PathLike) -> BinaryIO:
     if filesystem is None:
         return io.open(inner, "rb")
     try:
-        handle = filesystem.open_input_file(inner)
+        with _remote_errors(path):
+            handle = filesystem.open_input_file(inner)
     except FileNotFoundError as exc:  # pyarrow's GCS error names no object: name the URI
         raise FileNotFoundError(
             errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
         ) from None
-    except OSError as exc:
-        raise _naming(path, exc) from exc
     if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):
         with _remote_errors(path):
             return _EndSafeFile(handle, os.fspath(path))  # type: ignore[return-value]
@@ -381,7 +380,10 @@ def _remote_errors(path: PathLike) -> Iterator[None]:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise _naming(path, exc) from exc
+        named = _naming(path, exc)
+        if named is exc:  # it names its object already: as it was
+            raise
+        raise named from exc
 
 
 def _naming(path: PathLike, exc: OSError) -> OSError:
