@@ -398,8 +398,7 @@ def write_mixed_shard(
         )
     counter.flush()
     # the proof is of what the writer wrote (its frames' footers), its file's size checked
-    file_bytes = jobs.check_shard(spec.path(name), writer, jobio.file_size, meant=meant)
-    digest = writer.digest
+    digest, file_bytes = jobs.check_written(spec.path(name), writer, jobio.file_size, meant=meant)
     result = {
         "shard": shard,
         "name": name,

@@ -154,8 +154,9 @@ def write_parquet_shard(
         if current is not None:
             current[1].close()
     # the manifest's count and checksum are of what the writer wrote, its file's size checked
-    file_bytes = jobs.check_shard(spec.path(name), writer, _fs.file_size, meant=(records, size, digest[2]))
-    records, size, checksum = writer.digest
+    (records, size, checksum), file_bytes = jobs.check_written(
+        spec.path(name), writer, _fs.file_size, meant=(records, size, digest[2])
+    )
     result = {
         "shard": shard,
         "name": name,

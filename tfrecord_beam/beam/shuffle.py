@@ -195,8 +195,7 @@ def write_shuffled_shard(
             list(tables), writer, _fs.open_input, max_bytes=plan.buffer_bytes, scratch=scratch(work_dir)
         )
     # the proof is of what the writer wrote (its frames' footers), its file's size checked
-    file_bytes = jobs.check_shard(spec.path(name), writer, _fs.file_size, meant=meant)
-    written = writer.digest
+    written, file_bytes = jobs.check_written(spec.path(name), writer, _fs.file_size, meant=meant)
     result = {
         "shard": shard,
         "name": name,

@@ -19,7 +19,7 @@ from ._bucketed import RUN_BYTES, RunSpiller, Scratch, SegmentTable, bucket_of, 
 from ._copy import copy_pieces, piece_chunks
 from ._plan import FileSurvey, Piece, ShardPlan, Surveyor, merge_parts, plan_contiguous, survey, survey_parts
 from ._walk import add_digests, frame_digest, walk_frames, walk_frames_skipping
-from ._written import ChecksumMismatch, check_shard
+from ._written import ChecksumMismatch, check_written
 
 __all__ = [
     # how much of each frame a walk checks (lengths only, or both CRCs)
@@ -44,7 +44,7 @@ __all__ = [
     "piece_chunks",
     # the proof of what a shard writer wrote
     "ChecksumMismatch",
-    "check_shard",
+    "check_written",
     # the shuffles' bounded buckets
     "RUN_BYTES",
     "RunSpiller",

@@ -25,7 +25,7 @@ from ..records import ReadSpan, RecordReader, RecordWriter
 from ..skipping import SkippingReader
 from ._plan import Piece
 from ._walk import add_digests, chunk_footers, frame_digest
-from ._written import check_shard
+from ._written import check_written
 
 COPY_READ_BYTES = 1 << 22
 Opener = Callable[[str], BinaryIO]
@@ -120,7 +120,7 @@ def copy_pieces(
     The records, bytes and checksum are those the writer wrote (`RecordWriter.digest`, from
     the footers of the frames it handed to the file), checked equal to those read, and the
     file's size on disk (`file_size`, default `os.path.getsize`) equal to what the writer
-    wrote (`_written.check_shard`): a shard that lost, doubled or cut off records fails here,
+    wrote (`_written.check_written`): a shard that lost, doubled or cut off records fails here,
     named, before any commit."""
     # the writer streams its own index (GZIP shards with an index are block-gzip)
     writer = RecordWriter(data_path, compression, index_path=index_path, atomic_output=atomic_output)
@@ -139,8 +139,7 @@ def copy_pieces(
     except BaseException:
         writer.abort()
         raise
-    file_bytes = check_shard(data_path, writer, file_size or os.path.getsize, meant=digest)
-    digest = writer.digest
+    digest, file_bytes = check_written(data_path, writer, file_size or os.path.getsize, meant=digest)
     width = max(groups) + 1 if groups else 0
     return {
         "records": digest[0],

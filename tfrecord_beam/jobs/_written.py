@@ -8,7 +8,7 @@ named here.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Tuple
 
 
 class ChecksumMismatch(Exception):
@@ -19,21 +19,18 @@ def describe(digest: Tuple[int, int, int]) -> str:
     return f"{digest[0]} records / {digest[1]} bytes / checksum {digest[2]:016x}"
 
 
-def check_shard(
-    path: str,
-    writer,
-    file_size: Callable[[str], int],
-    meant: Optional[Tuple[int, int, int]] = None,
-) -> int:
-    """After `writer.close()`: raise ChecksumMismatch naming the shard unless its file on disk
-    has the size the writer wrote and (given `meant`, the digest of what was handed to the
-    writer) the writer wrote exactly those records; returns the size."""
-    written = tuple(writer.digest)
-    if meant is not None and tuple(meant) != written:
+def check_written(
+    path: str, writer, file_size: Callable[[str], int], meant: Tuple[int, int, int]
+) -> Tuple[Tuple[int, int, int], int]:
+    """After `writer.close()`: raise ChecksumMismatch naming the shard unless the writer wrote
+    exactly `meant` (the digest of what was handed to it) and its file on disk has the size the
+    writer wrote; returns (the written digest, that size) for the shard's result."""
+    written: Tuple[int, int, int] = tuple(writer.digest)
+    if tuple(meant) != written:
         raise ChecksumMismatch(f"{path}: meant to write {describe(meant)}, its writer wrote {describe(written)}")
     size = file_size(path)
     if size != writer.file_bytes:
         raise ChecksumMismatch(
             f"{path}: {size} bytes on disk, its writer wrote {writer.file_bytes} ({describe(written)})"
         )
-    return size
+    return written, size
