@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from helpers import sdk_workers
 from helpers.fixtures import FIXTURES
 from helpers.parity import NATIVE
 from hypothesis import settings
@@ -17,6 +18,21 @@ from tfrecord_beam._engine import _decode, _framing
 # with a Flink cluster and a parallel test run, a 200 ms deadline fails correct code.
 settings.register_profile("tfrecord_beam", deadline=None)
 settings.load_profile("tfrecord_beam")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", f"{sdk_workers.MARKER}: Beam's multi_processing SDK workers as fresh interpreters, not forked"
+    )
+    sdk_workers.install()  # this process's multi_processing jobs fork their SDK workers (helpers/sdk_workers.py)
+
+
+@pytest.fixture(autouse=True)
+def _sdk_workers(request):
+    """A test marked `fresh_sdk_workers` gets Beam's own SDK workers (fresh interpreters)."""
+    sdk_workers.enabled = request.node.get_closest_marker(sdk_workers.MARKER) is None
+    yield
+    sdk_workers.enabled = True
 
 
 @pytest.fixture

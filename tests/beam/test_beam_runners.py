@@ -68,6 +68,7 @@ def _inputs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_sdk_workers  # the runner as users run it: its workers are fresh interpreters
 def test_multi_processing_direct_runner(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", _env_with_repo()["PYTHONPATH"])
     payloads = _inputs(tmp_path)

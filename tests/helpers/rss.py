@@ -12,13 +12,16 @@
   earlier test left does not hide growth, and the kernel's high-water mark (VmHWM) is reset
   (`/proc/self/clear_refs`), so the peak is exact, not sampled.
 - `worker`: the highest peak of any Beam SDK worker (`python -m ...sdk_worker_main`, which the
-  multi_processing runner starts through `/bin/sh -c`): the VmHWM of each, read every 20 ms
-  while it lives (a fresh process: its HWM is its peak). Those workers hold what a job on that
-  runner processes; the largest process of the tree would be the runner's (pytest, ~200 MiB
-  and more than a worker holding half the shards), blind to a worker that buffers.
+  multi_processing runner starts through `/bin/sh -c`, or one forked from the zygote in its
+  place: helpers/sdk_workers.py): the VmHWM of each, read every 20 ms while it lives (a new
+  process: its HWM is its peak; a forked one's starts at the zygote's resident size, the same
+  for every forked worker, so compare forked with forked: `forked`). Those workers hold what a
+  job on that runner processes; the largest process of the tree would be the runner's (pytest,
+  ~200 MiB and more than a worker holding half the shards), blind to a worker that buffers.
 
-The workers are found by a walk of /proc every 0.25 s; a walk costs ~3 ms of CPU, so walking
-every few ms (as `PeakRSS` does) costs a quarter of a core while a job runs.
+The workers are found by a walk of /proc every 0.25 s (a walk costs ~3 ms of CPU, so walking
+every few ms, as `PeakRSS` does, costs a quarter of a core while a job runs), the forked ones
+(children of the zygote, not of this process) from `sdk_workers.forked()` at every read.
 
 `PeakRSS` (in a thread) and `peak_rss_tree(cmd)` (a command run to completion in a child
 process) sample the RSS of a whole process tree every few ms and keep `peak`, the largest sum
@@ -38,6 +41,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, NamedTuple, Optional, Sequence, Set
 
+from . import sdk_workers
 from .fixtures import REPO
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -110,7 +114,7 @@ def reset_hwm(pid: int) -> bool:
         return False
 
 
-SDK_WORKER = "apache_beam.runners.worker.sdk_worker_main"
+SDK_WORKER = sdk_workers.MODULE
 
 
 def is_sdk_worker(pid: int) -> bool:
@@ -212,19 +216,24 @@ class JobPeaks(NamedTuple):
     main: int  # bytes: how far this process's peak RSS rose over its RSS at the start
     worker: int  # bytes: the highest peak RSS of any Beam SDK worker process (0: none ran)
     workers: int  # how many SDK worker processes ran
+    forked: int = 0  # how many of them were forked from the zygote (helpers/sdk_workers.py)
 
 
 class _WorkerWatch:
     """A thread that finds this tree's Beam SDK workers (a walk of /proc every `walk` s: a
     full walk costs ~3 ms of CPU, too much every few ms) and reads each one's VmHWM every
     `poll` s (cheap: one file), so its peak counts even when it falls between two reads; with
-    `main_rss`, this process's RSS too (where its HWM cannot be reset)."""
+    `main_rss`, this process's RSS too (where its HWM cannot be reset). The workers forked
+    from the zygote for this process (`sdk_workers.forked()`) count from their start, found at
+    every read."""
 
     def __init__(self, root: int, main_rss: bool, poll: float = 0.02, walk: float = 0.25) -> None:
         self.root, self.main_rss, self.poll, self.walk = root, main_rss, poll, walk
         self.peaks: Dict[int, int] = {}  # worker pid: its highest VmHWM read
         self.main = 0
         self._seen: Set[int] = set()
+        self._forked_before = sdk_workers.forked()
+        self.forked: Set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -235,6 +244,9 @@ class _WorkerWatch:
                 self.peaks[pid] = 0
 
     def _read(self) -> None:
+        for pid in sdk_workers.forked() - self._forked_before - self.forked:
+            self.forked.add(pid)
+            self.peaks[pid] = 0
         for pid in self.peaks:
             self.peaks[pid] = max(self.peaks[pid], hwm_of(pid))
         if self.main_rss:
@@ -272,7 +284,7 @@ def job_peaks(run: Callable[[], object]) -> JobPeaks:
     with _WorkerWatch(me, main_rss=not exact) as watch:
         run()
     top = hwm_of(me) if exact else watch.main
-    return JobPeaks(top - start, max(watch.peaks.values(), default=0), len(watch.peaks))
+    return JobPeaks(top - start, max(watch.peaks.values(), default=0), len(watch.peaks), len(watch.forked))
 
 
 def peak_growth(run_small: Callable[[], object], run_big: Callable[[], object]) -> int:

@@ -297,6 +297,8 @@ class Scale:
             assert peaks.workers == 0, f"{where}: {peaks.workers} SDK worker processes"
             return peaks
         assert peaks.workers == worker_base.workers == 2, f"{where}: {peaks.workers} SDK workers seen, not 2"
+        # a forked worker's peak starts at the zygote's size (helpers/sdk_workers.py): like with like
+        assert peaks.forked == worker_base.forked, f"{where}: {peaks.forked} workers forked, the baseline's {worker_base.forked}"
         growth = peaks.worker - worker_base.worker
         assert growth < BUDGET, (
             f"{where}: an SDK worker peaked at {peaks.worker / MiB:.0f} MiB, {growth / MiB:.0f} MiB over the "

@@ -47,6 +47,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -83,10 +84,14 @@ def _startup(name: str) -> bool:
 
 
 class _Zygote:
+    """The zygote process and its answers. Thread-safe: Beam's worker threads start and wait for
+    their SDK workers side by side (helpers/sdk_workers.py); one thread at a time reads the
+    answers and files each (`started`, `exits`) for the thread that waits for it."""
+
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         self.env = dict(env)
-        self.fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # stdin pipes go over it
+        self.fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # passed fds go over it
         env["ZYGOTE_FDS"] = str(theirs.fileno())
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"import runpy; runpy.run_path({str(_SERVER)!r}, run_name='zygote')"],
@@ -99,9 +104,13 @@ class _Zygote:
         )
         theirs.close()
         self.buffer = b""
+        self.started: Dict[str, int] = {}
         self.exits: Dict[str, int] = {}
         self.children_cpu = 0.0
         self.own_cpu = 0.0
+        self.sending = threading.Lock()  # a request's passed fds and its line go together
+        self.answers = threading.Condition()  # guards started, exits, the counters and `reading`
+        self.reading = False  # a thread is reading answers (only it touches `buffer`)
         assert self._line(None) == "ready", "the zygote did not start"
 
     def _line(self, deadline: Optional[float]) -> Optional[str]:
@@ -119,41 +128,57 @@ class _Zygote:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode()
 
-    def _pump(self, deadline: Optional[float]) -> bool:
-        """Read one answer; False at the deadline."""
-        line = self._line(deadline)
-        if line is None:
-            return False
+    def _file(self, line: str) -> None:
         kind, ident, *rest = line.split()
-        if kind == "exit":
+        if kind == "started":
+            self.started[ident] = int(rest[0])
+        elif kind == "exit":
             self.exits[ident] = int(rest[0])
             self.children_cpu += float(rest[1])
             self.own_cpu = float(rest[2])
-        return True
 
-    def request(self, request: Dict[str, Any]) -> int:
+    def _until(self, answered: Dict[str, int], ident: str, deadline: Optional[float]) -> Optional[int]:
+        """The answer filed under `ident` in `answered` (taken out), or None at the deadline:
+        this thread reads answers while no other does, else waits for the reader to file one."""
+        with self.answers:
+            while ident not in answered:
+                left = None if deadline is None else deadline - time.monotonic()
+                if self.reading:
+                    if left is not None and left <= 0:
+                        return None
+                    self.answers.wait(left)
+                    continue
+                self.reading = True
+                try:
+                    self.answers.release()
+                    try:
+                        line = self._line(deadline)
+                    finally:
+                        self.answers.acquire()
+                    if line is None:
+                        break
+                    self._file(line)
+                finally:
+                    self.reading = False
+                    self.answers.notify_all()
+            return answered.pop(ident, None)
+
+    def request(self, request: Dict[str, Any], passed: Sequence[int] = ()) -> int:
+        """Send a request (each of `passed`, an fd, goes first over the socket); the child's pid."""
         assert self.proc.stdin is not None
         import json
 
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
-        while True:
-            line = self._line(None)
-            assert line is not None
-            kind, ident, *rest = line.split()
-            if kind == "started" and ident == request["id"]:
-                return int(rest[0])
-            if kind == "exit":
-                self.exits[ident] = int(rest[0])
-                self.children_cpu += float(rest[1])
-                self.own_cpu = float(rest[2])
+        with self.sending:
+            for fd in passed:
+                socket.send_fds(self.fds, [b"p"], [fd])
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        pid = self._until(self.started, request["id"], None)
+        assert pid is not None
+        return pid
 
     def wait(self, ident: str, timeout: Optional[float]) -> Optional[int]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while ident not in self.exits:
-            if not self._pump(deadline):
-                return None
-        return self.exits.pop(ident)
+        return self._until(self.exits, ident, None if timeout is None else time.monotonic() + timeout)
 
 
 _zygote: Optional[_Zygote] = None
@@ -162,14 +187,18 @@ _spent_by_stopped = 0.0  # what stopped zygotes reported
 _reaped = 0.0  # what stopped zygotes added to this process's RUSAGE_CHILDREN when reaped
 
 
+_starting = threading.Lock()
+
+
 def _get() -> _Zygote:
     global _zygote
-    if _zygote is None or _zygote.proc.poll() is not None:
-        if _zygote is not None:
-            stop()
-        _zygote = _Zygote()
-        atexit.register(stop)
-    return _zygote
+    with _starting:
+        if _zygote is None or _zygote.proc.poll() is not None:
+            if _zygote is not None:
+                stop()
+            _zygote = _Zygote()
+            atexit.register(stop)
+        return _zygote
 
 
 def stop() -> None:
@@ -213,6 +242,7 @@ class Child:
     """A started child: subprocess.Popen's pid, poll, wait, send_signal, kill, returncode."""
 
     def __init__(self, argv: Sequence[str], ident: str, pid: int, logs: tempfile.TemporaryDirectory) -> None:
+        # logs: the folder of its output files (what went to an fd given to `start` is not there)
         self.args, self.ident, self.pid, self.logs = list(argv), ident, pid, logs
         self.returncode: Optional[int] = None
 
@@ -284,8 +314,13 @@ def start(
     env: Optional[Mapping[str, str]] = None,
     cwd: Union[str, os.PathLike, None] = None,
     input: Input = None,
+    stdout: Optional[int] = None,
+    stderr: Optional[int] = None,
 ) -> Child:
-    """Start `python -c`/`python -m` (argv with or without sys.executable first) in a forked child."""
+    """Start `python -c`/`python -m` (argv with or without sys.executable first) in a forked child.
+    `stdout`/`stderr`: an fd of this process that becomes the child's fd 1/2 (the same open
+    file, as a Popen child inherits it: `sys.stdout.fileno()` for where this process's output
+    goes), else a file that `Child.output` reads."""
     argv = _split(argv)
     env = dict(os.environ if env is None else env)
     differs = startup_differs(env)
@@ -293,12 +328,11 @@ def start(
         raise ValueError(f"{differs} differ from the zygote's: start-up reads them, run a real interpreter")
     zygote = _get()
     logs = tempfile.TemporaryDirectory(prefix="zygote-")
-    write_end = -1
+    write_end = read_end = -1
     if input is not None:  # an anonymous pipe, as subprocess gives (a command may refuse to read a pipe)
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
-        socket.send_fds(zygote.fds, [b"p"], [read_end])
-        os.close(read_end)
+    passed = [fd for fd in (read_end, stdout, stderr) if fd is not None and fd >= 0]  # in this order
     ident = str(next(_ids))
     request = {
         "id": ident,
@@ -306,10 +340,15 @@ def start(
         "env": env,
         "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
         "stdin": "pipe" if write_end >= 0 else None,
-        "out": os.path.join(logs.name, "out"),
-        "err": os.path.join(logs.name, "err"),
+        "out": os.path.join(logs.name, "out") if stdout is None else None,  # None: the fd passed
+        "err": os.path.join(logs.name, "err") if stderr is None else None,
     }
-    child = Child([sys.executable, *argv], ident, zygote.request(request), logs)
+    try:
+        pid = zygote.request(request, passed)
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+    child = Child([sys.executable, *argv], ident, pid, logs)
     if write_end >= 0:
         assert input is not None
         child.feed(write_end, input.encode(locale.getpreferredencoding(False)) if isinstance(input, str) else input)

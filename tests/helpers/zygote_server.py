@@ -9,7 +9,8 @@ rebuilds from its own PYTHONPATH. No thread is started here, and none may be run
 
 Protocol: one JSON request a line on stdin, {id, argv, env, cwd, stdin, out, err}
 (argv: ["-c", code, *args] or ["-m", module, *args]; stdin: "pipe" for the read end of a pipe
-sent just before the line over the Unix socket whose fd ZYGOTE_FDS names, or null for /dev/null). On stdout it answers `started ID PID` at once and `exit ID CODE CPU OWN` when the child
+sent just before the line over the Unix socket whose fd ZYGOTE_FDS names, or null for /dev/null;
+out, err: the path of a file, or null for an fd sent over that socket after stdin's, out's first). On stdout it answers `started ID PID` at once and `exit ID CODE CPU OWN` when the child
 is reaped (CODE as subprocess gives it, negative for a signal; CPU: the child's user+system
 seconds, its reaped children included; OWN: the zygote's own so far).
 """
@@ -210,7 +211,7 @@ def _std_streams() -> None:
         setattr(sys, "__" + name + "__", new)
 
 
-def _child(request: Dict[str, Any], received: int, closing: List[int]) -> None:
+def _child(request: Dict[str, Any], received: List[int], closing: List[int]) -> None:
     """In the forked child: become the requested `python -c`/`python -m`, run it, exit as it would."""
     status = 0
     interrupted = False
@@ -224,11 +225,15 @@ def _child(request: Dict[str, Any], received: int, closing: List[int]) -> None:
             os.close(fd)
         cwd = request["cwd"]
         os.chdir(cwd)
-        stdin = received if received >= 0 else os.open(os.devnull, os.O_RDONLY)
-        os.dup2(stdin, 0)
-        os.close(stdin)
+        passed = list(received)
+        stdin = passed.pop(0) if request["stdin"] == "pipe" else os.open(os.devnull, os.O_RDONLY)
+        streams = {0: stdin}
         for fd, key in ((1, "out"), (2, "err")):
-            f = os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            path = request[key]
+            streams[fd] = passed.pop(0) if path is None else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for fd, f in streams.items():  # moved past 0-2 first: one received may already sit there
+            streams[fd] = os.dup(f) if f <= 2 else f
+        for fd, f in streams.items():
             os.dup2(f, fd)
             os.close(f)
         _std_streams()
@@ -337,12 +342,13 @@ def serve() -> None:
                 request = json.loads(line)
                 # a fork copies only the forking thread: nothing else may be mid-way through anything
                 assert threading.active_count() == 1, threading.enumerate()
-                received = -1
-                if request["stdin"] == "pipe":  # an anonymous pipe's read end, as subprocess's stdin is
-                    received = socket.recv_fds(fds, 1, 1)[1][0]
+                # an anonymous pipe's read end, as subprocess's stdin is; fds for stdout/stderr
+                wanted = (request["stdin"] == "pipe") + (request["out"] is None) + (request["err"] is None)
+                received = [socket.recv_fds(fds, 1, 1)[1][0] for _ in range(wanted)]
                 pid = os.fork()
-                if pid and received >= 0:
-                    os.close(received)
+                if pid:
+                    for fd in received:
+                        os.close(fd)
                 if pid == 0:
                     _child(request, received, closing)
                 running[pid] = request["id"]
