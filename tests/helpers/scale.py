@@ -12,9 +12,10 @@ than the budget. Two sides are measured apart (`helpers.rss.job_peaks`):
   (~1 CPU s each).
 - multi_processing's two SDK worker processes, where that runner's data is: the higher worker
   peak. Compared with the workers of one small-input job per family (`FAMILY`): what a worker
-  imports sets its floor (pyarrow's ~40 MiB), more than which job it runs. A multi_processing
-  run costs ~8 CPU s whatever its input (two workers each importing Beam), so these are the
-  slow part: two baselines, one run per test.
+  imports sets its floor (pyarrow's ~40 MiB), more than which job it runs. The workers are
+  forked from the test worker's zygote (helpers/sdk_workers.py: a floor of its ~420 MiB, the
+  same for the baseline's, which is checked): ~6 CPU s a run less than two fresh interpreters
+  importing Beam, still the slow part: two baselines, one run per test.
 
 Baselines are measured once per session (per pytest-xdist worker) before the first big job
 that needs them, so the lazy imports of a first run count there, never as a big job's growth.
@@ -298,7 +299,9 @@ class Scale:
             return peaks
         assert peaks.workers == worker_base.workers == 2, f"{where}: {peaks.workers} SDK workers seen, not 2"
         # a forked worker's peak starts at the zygote's size (helpers/sdk_workers.py): like with like
-        assert peaks.forked == worker_base.forked, f"{where}: {peaks.forked} workers forked, the baseline's {worker_base.forked}"
+        assert peaks.forked == worker_base.forked, (
+            f"{where}: {peaks.forked} workers forked, the baseline's {worker_base.forked}"
+        )
         growth = peaks.worker - worker_base.worker
         assert growth < BUDGET, (
             f"{where}: an SDK worker peaked at {peaks.worker / MiB:.0f} MiB, {growth / MiB:.0f} MiB over the "
