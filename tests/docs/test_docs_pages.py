@@ -40,7 +40,7 @@ def test_a_sh_blocks_python_is_forked_from_the_zygote_and_acts_as_python(tmp_pat
             "echo piped | python -c 'import sys; print(sys.stdin.read().strip())'",
             "python -c 'import sys; sys.stderr.write(\"to stderr\\n\"); raise SystemExit(3)' || echo status $?",
             "python -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)' || echo status $?",
-            "echo 'import sys; print(\"script\", \"apache_beam\" in sys.modules)' > s.py && python s.py",
+            'echo \'import sys; print("script", "apache_beam" in sys.modules)\' > s.py && python s.py',
             "python -m json.tool <<< '[1]'",
         ]
     )

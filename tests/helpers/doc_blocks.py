@@ -140,13 +140,22 @@ sys.exit(code if code >= 0 else 128 - code)
 """
 
 
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def _serve(server: socket.socket, shim_dir: str, stop: threading.Event) -> None:
     while True:
         conn, _ = server.accept()
         with conn:
             if stop.is_set():
                 return
-            request = json.loads(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+            request = json.loads(_read_all(conn))
             env = {k: v for k, v in request["env"].items() if not k.startswith("TFRB_DOC_")}
             # the child's PATH is the block's: without the shim (a `python` it starts is real)
             env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d != shim_dir)
