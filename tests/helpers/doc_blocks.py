@@ -179,7 +179,8 @@ def _serve(server: socket.socket, shim_dir: str, stop: threading.Event) -> None:
 def _python_through_zygote(env: dict) -> Iterator[dict]:
     """`env` for a ```sh block whose `python -c`/`python -m` commands are forked from the zygote
     (served by a thread of this process while the block runs)."""
-    with tempfile.TemporaryDirectory(prefix="docsh-") as tmp:
+    short = "/tmp" if len(tempfile.gettempdir()) > 60 else None  # a socket's path is at most 107 bytes
+    with tempfile.TemporaryDirectory(prefix="docsh-", dir=short) as tmp:
         shim_dir = os.path.join(tmp, "bin")
         os.mkdir(shim_dir)
         Path(tmp, "client.py").write_text(_SHIM_CLIENT)
