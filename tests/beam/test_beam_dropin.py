@@ -102,30 +102,36 @@ def test_output_type_hints():
 
 
 # -- compression ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", codecs.COMPRESSED)
-def test_compressed_suffix_auto_and_explicit(tmp_path, kind):
-    codec = compression.CODECS[kind]
-    suffix, magic = codec.beam_suffix, codec.magic  # the suffix Beam's AUTO reads as the codec
-    prefix = str(tmp_path / "result")
+def test_compressed_suffix_auto_and_explicit(tmp_path):
+    """Every compressed kind (codecs.COMPRESSED), each in its own directory, written by one
+    pipeline and read by another (a pipeline's fixed cost was most of each kind's time when
+    each had its own two)."""
     with _pipeline() as p:
-        _ = p | beam.Create(plain_payloads(20)) | WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=1)
-    (name,) = _data_files(tmp_path)
-    assert name == f"result-00000-of-00001{suffix}"
-    shard = os.path.join(tmp_path, name)
-    with open(shard, "rb") as handle:
-        assert handle.read(1) == magic[:1]
-    assert list(records.read_records(shard, kind)) == plain_payloads(20)
-    verify_index(default_index_path(shard), shard)
-    renamed = str(tmp_path / "renamed.bin")
-    os.rename(shard, renamed)  # no suffix: AUTO reads it as uncompressed, so say what it is
-    beam_kind = codec.beam_type
+        payloads = p | beam.Create(plain_payloads(20))
+        for kind in codecs.COMPRESSED:
+            suffix = compression.CODECS[kind].beam_suffix  # the suffix Beam's AUTO reads as the codec
+            _ = payloads | f"Write {kind}" >> WriteToTFRecord(
+                str(tmp_path / kind / "result"), file_name_suffix=suffix, num_shards=1
+            )
+    for kind in codecs.COMPRESSED:
+        codec = compression.CODECS[kind]
+        (name,) = _data_files(tmp_path / kind)
+        assert name == f"result-00000-of-00001{codec.beam_suffix}", kind
+        shard = os.path.join(tmp_path / kind, name)
+        with open(shard, "rb") as handle:
+            assert handle.read(1) == codec.magic[:1], kind
+        assert list(records.read_records(shard, kind)) == plain_payloads(20), kind
+        verify_index(default_index_path(shard), shard)
+        os.rename(shard, tmp_path / kind / "renamed.bin")  # no suffix: AUTO reads it as uncompressed, so say what it is
     with _pipeline() as p:
-        auto = p | "Auto" >> ReadFromTFRecord(prefix + "-*")
-        assert_that(auto, equal_to([]), label="nothing left under the prefix")
-        explicit = p | "Explicit" >> ReadFromTFRecord(renamed, compression_type=beam_kind)
-        assert_that(explicit, equal_to(plain_payloads(20)), label="explicit")
-        theirs = p | "Theirs" >> tfrecordio.ReadFromTFRecord(renamed, compression_type=beam_kind)
-        assert_that(theirs, equal_to(plain_payloads(20)), label="Beam reads it")
+        for kind in codecs.COMPRESSED:
+            beam_kind, renamed = compression.CODECS[kind].beam_type, str(tmp_path / kind / "renamed.bin")
+            auto = p | f"Auto {kind}" >> ReadFromTFRecord(str(tmp_path / kind / "result") + "-*")
+            assert_that(auto, equal_to([]), label=f"{kind}: nothing left under the prefix")
+            explicit = p | f"Explicit {kind}" >> ReadFromTFRecord(renamed, compression_type=beam_kind)
+            assert_that(explicit, equal_to(plain_payloads(20)), label=f"{kind}: explicit")
+            theirs = p | f"Theirs {kind}" >> tfrecordio.ReadFromTFRecord(renamed, compression_type=beam_kind)
+            assert_that(theirs, equal_to(plain_payloads(20)), label=f"{kind}: Beam reads it")
 
 
 def test_suffix_checks_use_the_full_shard_name_and_advise_right(tmp_path):

@@ -22,3 +22,48 @@ def test_incoming_notes_are_not_pages():
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_page_python_block_runs_alone(block, tmp_path):
     run_block(block, tmp_path)
+
+
+def test_a_sh_blocks_python_is_forked_from_the_zygote_and_acts_as_python(tmp_path):
+    """A ```sh block's `python -c`/`python -m` runs in a child of the zygote (its preloaded Beam
+    is already in sys.modules), with the block's arguments, directory, environment and piped
+    stdin, its output and exit status; other uses of `python` are the interpreter itself."""
+    import subprocess
+
+    from helpers.doc_blocks import _block_env, _python_through_zygote
+
+    script = "\n".join(
+        [
+            "export ANSWER=42",
+            """python -c 'import os, sys; print(sys.argv[1:], os.getcwd(), os.environ["ANSWER"])' a 'b c'""",
+            "python -c 'import sys; print(\"apache_beam\" in sys.modules)'",
+            "echo piped | python -c 'import sys; print(sys.stdin.read().strip())'",
+            "python -c 'import sys; sys.stderr.write(\"to stderr\\n\"); raise SystemExit(3)' || echo status $?",
+            "python -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)' || echo status $?",
+            'echo \'import sys; print("script", "apache_beam" in sys.modules)\' > s.py && python s.py',
+            "python -m json.tool <<< '[1]'",
+        ]
+    )
+    with _python_through_zygote(_block_env()) as env:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"['a', 'b c'] {tmp_path} 42",
+        "True",
+        "piped",
+        "status 3",
+        "status 143",
+        "script False",
+        "[",
+        "    1",
+        "]",
+    ]
+    assert done.stderr.splitlines()[0] == "to stderr" and "Terminated" in done.stderr  # bash's, for the signal

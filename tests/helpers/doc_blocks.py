@@ -9,20 +9,29 @@ on a 2-core machine, nothing of this package); the block still needs every impor
 until the block imports it or that library), and its names live in `__main__`. A ```sh block is a shell session that
 continues the Python block just before it on the same page (the README's tour: Python writes
 data, the shell runs a job and the CLI on it): it runs under `bash -euo pipefail` in that
-block's directory, right after it. Other shell fences (```bash, ```text) are shown, not run.
+block's directory, right after it; its `python -c`/`python -m` commands (the jobs' `python -m
+pipelines.NAME`) are forked from the same zygote (a `python` first on the shell's PATH hands
+them to this process: `_python_through_zygote`), any other `python` use runs the interpreter.
+Other shell fences (```bash, ```text) are shown, not run.
 docs/incoming/ holds notes not yet folded into a page: not pages, not run.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from helpers import zygote
 from helpers.fixtures import REPO
@@ -85,15 +94,116 @@ def run_block(block: Block, directory: Path) -> None:
     if "'missing'" in block.code:
         assert "'missing': array([], dtype=float32)" in done.stdout
     if block.shell is not None:
-        shell = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block.shell],
-            cwd=directory,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        with _python_through_zygote(env) as shell_env:
+            shell = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block.shell],
+                cwd=directory,
+                env=shell_env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         assert shell.returncode == 0, (
             f"{block.id}: the sh block after the python block failed:\n{block.shell}\n"
             f"{shell.stdout[-2000:]}\n{shell.stderr[-3000:]}"
         )
+
+
+# The `python` a ```sh block finds first on its PATH: a client (an interpreter without site,
+# ~10 ms) that sends its arguments, directory, environment and piped stdin to the test worker,
+# which runs `python -c`/`python -m` in a child of the zygote (`zygote.run`), and passes back
+# its output and exit status; any other use (a script, -V, no arguments) is the real interpreter.
+_SHIM_CLIENT = """\
+import base64, json, os, socket, stat, sys
+
+argv = sys.argv[1:]
+real = os.environ["TFRB_DOC_PYTHON"]
+if len(argv) < 2 or argv[0] not in ("-c", "-m"):
+    os.execv(real, [real, *argv])
+mode = os.fstat(0).st_mode
+piped = stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+stdin = base64.b64encode(sys.stdin.buffer.read()).decode() if piped else None
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["TFRB_DOC_ZYGOTE"])
+conn.sendall(json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "stdin": stdin}).encode())
+conn.shutdown(socket.SHUT_WR)
+reply = json.loads(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+sys.stdout.buffer.write(base64.b64decode(reply["out"]))
+sys.stdout.flush()
+sys.stderr.buffer.write(base64.b64decode(reply["err"]))
+sys.stderr.flush()
+code = reply["code"]
+if code < 0:
+    os.kill(os.getpid(), -code)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _serve(server: socket.socket, shim_dir: str, stop: threading.Event) -> None:
+    while True:
+        conn, _ = server.accept()
+        with conn:
+            if stop.is_set():
+                return
+            request = json.loads(_read_all(conn))
+            env = {k: v for k, v in request["env"].items() if not k.startswith("TFRB_DOC_")}
+            # the child's PATH is the block's: without the shim (a `python` it starts is real)
+            env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d != shim_dir)
+            stdin = request["stdin"]
+            try:
+                done = zygote.run(
+                    request["argv"],
+                    env=env,
+                    cwd=request["cwd"],
+                    input=base64.b64decode(stdin) if stdin is not None else None,
+                    timeout=600,
+                )
+                reply = {"code": done.returncode, "out": done.stdout, "err": done.stderr}
+            except Exception as exc:  # noqa: BLE001 - the block's command fails, saying why
+                reply = {"code": 1, "out": b"", "err": f"doc-block python: {exc!r}\n".encode()}
+            reply["out"], reply["err"] = (base64.b64encode(reply[k]).decode() for k in ("out", "err"))
+            conn.sendall(json.dumps(reply).encode())
+
+
+@contextlib.contextmanager
+def _python_through_zygote(env: dict) -> Iterator[dict]:
+    """`env` for a ```sh block whose `python -c`/`python -m` commands are forked from the zygote
+    (served by a thread of this process while the block runs)."""
+    short = "/tmp" if len(tempfile.gettempdir()) > 60 else None  # a socket's path is at most 107 bytes
+    with tempfile.TemporaryDirectory(prefix="docsh-", dir=short) as tmp:
+        shim_dir = os.path.join(tmp, "bin")
+        os.mkdir(shim_dir)
+        Path(tmp, "client.py").write_text(_SHIM_CLIENT)
+        shim = Path(shim_dir, "python")
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {tmp}/client.py "$@"\n')
+        shim.chmod(0o755)
+        address = os.path.join(tmp, "zygote.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(address)
+        server.listen()
+        stop = threading.Event()
+        thread = threading.Thread(target=_serve, args=(server, shim_dir, stop), daemon=True)
+        thread.start()
+        try:
+            yield dict(
+                env,
+                PATH=os.pathsep.join([shim_dir, env.get("PATH", "")]),
+                TFRB_DOC_PYTHON=sys.executable,
+                TFRB_DOC_ZYGOTE=address,
+            )
+        finally:
+            stop.set()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+                wake.connect(address)
+            thread.join(30)
+            server.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import zygote
 from helpers.fixtures import REPO
-from helpers.jobs import FAST, entries, payloads, run_job, summary_json, write_files
+from helpers.jobs import FAST, entries, payloads, run_job, stage_shards, summary_json, write_files
 
 import pipelines
 from pipelines import _common, build_index, mix, parquet_to_tfrecord, reshard, tfrecord_to_parquet
@@ -191,9 +191,12 @@ def test_a_kill_at_any_commit_step_leaves_old_or_incomplete_and_the_next_run_com
 
 
 def test_reshard_killed_in_its_commit_then_rerun(tmp_path, capsys):
-    write_files(tmp_path / "in", "a", [300])
+    data = write_files(tmp_path / "in", "a", [300])
     inputs, out = tmp_path / "in" / "*.tfrecord", tmp_path / "out"
-    assert run_job(reshard.main, reshard_args(inputs, out / "x", 4), capsys)[0] == 0
+    # an earlier output of 4 shards (committed as a reshard run commits it) for the killed run to overwrite
+    old = commit.Output(str(out / "x"), "reshard", {"num_shards": 4}, say=lambda m: None)
+    old.commit(stage_shards(old, [(f"x-{k:05d}-of-00004", data[k * 75 : (k + 1) * 75]) for k in range(4)]))
+    assert mf.read_manifest(str(out / "_MANIFEST.x.json")).records == 300
     env = dict(os.environ, PYTHONPATH=str(REPO), TFRECORD_BEAM_COMMIT_STOP_AFTER="4")
     proc = zygote.run(  # forked from the worker's zygote: the child's pid is its own, SIGKILL ends it
         [sys.executable, "-m", "pipelines.reshard"] + reshard_args(inputs, out / "x", 2, "--overwrite"),

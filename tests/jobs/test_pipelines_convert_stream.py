@@ -30,6 +30,8 @@ def test_plan_cuts_rows_into_equal_contiguous_pieces():
 
 @pytest.mark.parametrize("runner", [FAST, MULTI], ids=["fnapi", "multi_processing"])
 def test_parquet_shards_hold_planned_rows_in_order(tmp_path, capsys, runner):
+    """Also --columns and --rename, which the workers of multi_processing must get too (the
+    round trip with them: test_pipelines_parquet.py's test_columns_rename_and_multi_processing)."""
     ids = []
     for f, (rows, group) in enumerate([(700, 64), (1, 1), (333, 1000)]):
         start = len(ids)
@@ -38,12 +40,14 @@ def test_parquet_shards_hold_planned_rows_in_order(tmp_path, capsys, runner):
             {
                 "id": pa.array(np.arange(start, start + rows, dtype=np.int64)),
                 "s": pa.array([f"v{i}" for i in range(start, start + rows)]),
+                "x": pa.array(np.zeros(rows)),  # not in --columns
             }
         )
         pq.write_table(table, str(tmp_path / f"in-{f}.parquet"), row_group_size=group)
     code, out, err = run_job(
         parquet_to_tfrecord.main,
         ["--input", str(tmp_path / "in-*.parquet"), "--output_prefix", str(tmp_path / "tf" / "t"), "--num_shards", "3"]
+        + ["--columns", "id,s", "--rename", "s=text"]
         + runner,
         capsys,
     )
@@ -52,8 +56,10 @@ def test_parquet_shards_hold_planned_rows_in_order(tmp_path, capsys, runner):
     assert summary["row_groups"] == 11 + 1 + 1 and "each shard as planned" in summary["verified"]
     shards = read_shards(tmp_path / "tf", "t-*.tfrecord")
     assert [len(s) for s in shards] == [344, 345, 345]
-    got = [parse_example(p).features.feature["id"].int64_list.value[0] for s in shards for p in s]
-    assert got == ids
+    examples = [parse_example(p).features.feature for s in shards for p in s]
+    assert [e["id"].int64_list.value[0] for e in examples] == ids
+    assert {name for e in examples for name in e} == {"id", "text"}
+    assert [e["text"].bytes_list.value[0] for e in examples] == [f"v{i}".encode() for i in ids]
 
 
 def test_tfrecord_to_parquet_row_groups_are_bounded_and_order_kept(tmp_path, capsys):

@@ -86,6 +86,8 @@ def test_round_trip_through_tfrecord(tmp_path, capsys):
 
 
 def test_columns_rename_and_multi_processing(tmp_path, capsys):
+    """--columns and --rename there and back, the way back on multi_processing (the way there on
+    multi_processing, with both flags: test_pipelines_convert_stream.py's [multi_processing])."""
     write_parquet(tmp_path / "pq", make_table(50), parts=1)
     code, _, err = run_job(
         parquet_to_tfrecord.main,
@@ -99,7 +101,7 @@ def test_columns_rename_and_multi_processing(tmp_path, capsys):
             "--rename",
             "s=text",
         ]
-        + MULTI,
+        + FAST,
         capsys,
     )
     assert code == 0, err

@@ -38,32 +38,9 @@ def test_reshard_keeps_the_multiset_and_balances(tmp_path, capsys):
     assert not [e for e in entries(out) if e.startswith(".")]
 
 
-def test_shuffle_is_deterministic_for_a_seed(tmp_path, capsys):
-    data = write_files(tmp_path / "in", "a", [300, 200])
-    runs = {}
-    for name, seed in (("s1", 5), ("s2", 5), ("s3", 6)):
-        code, _, err = run_job(
-            reshard.main,
-            [
-                "--input",
-                str(tmp_path / "in" / "*"),
-                "--output_prefix",
-                str(tmp_path / name / "x"),
-                "--num_shards",
-                "2",
-                "--shuffle",
-                "--seed",
-                str(seed),
-            ]
-            + FAST,
-            capsys,
-        )
-        assert code == 0, err
-        runs[name] = read_shards(tmp_path / name, "x-*.tfrecord")
-    assert runs["s1"] == runs["s2"]
-    assert runs["s1"] != runs["s3"]
-    flat = [p for s in runs["s1"] for p in s]
-    assert Counter(flat) == Counter(data) and flat != data
+# --shuffle's determinism for a seed (and that another seed gives another order, every record
+# once): tests/jobs/test_pipelines_shuffle.py (test_same_seed_same_output_however_split, across
+# splits and buffers; test_every_record_exactly_once_and_the_same_on_either_runner, across runners).
 
 
 @pytest.mark.parametrize("kind", codecs.STREAMS)  # GZIP out: test_pipelines_blockgzip

@@ -76,9 +76,10 @@ def _skipping_read(path: Path, compression) -> Tuple[List[bytes], List[Tuple[str
     return [p for chunk in reader.chunks() for p in chunk.payloads()], letters
 
 
-@pytest.fixture
-def damaged(tmp_path) -> Inputs:
-    inputs = Inputs(tmp_path / "in")
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory) -> Inputs:
+    """Made once for the module: the jobs only read it (their outputs go under each test's tmp_path)."""
+    inputs = Inputs(tmp_path_factory.mktemp("damaged") / "in")
     # the streaming reader agrees with what the damage should cost
     assert inputs.plain_stream == inputs.plain_kept
     assert [o for _, o in inputs.plain_letters] == inputs.plain_bad
@@ -129,8 +130,9 @@ def test_reshard_skip_corrupt_copies_exactly_the_intact_records_in_order(
         "--balance",
         balance,
     ]
-    code, _, err = run_job(reshard.main, args + FAST, capsys)
-    assert code == 1 and str(damaged.plain) in err and f"byte offset {damaged.plain_bad[1]}" in err  # as before
+    if balance == "records":  # without the flag the survey fails on the damage, before any balancing
+        code, _, err = run_job(reshard.main, args + FAST, capsys)
+        assert code == 1 and str(damaged.plain) in err and f"byte offset {damaged.plain_bad[1]}" in err  # as before
     code, stdout, err = run_job(reshard.main, args + ["--skip_corrupt"] + FAST, capsys)
     assert code == 0, err
     assert _shards(out, "x") == damaged.stream  # exactly once, in input order
