@@ -73,9 +73,7 @@ def test_the_cached_gcs_client_retries_for_a_bounded_time(gcs):
     assert set_here.__reduce__()[1][0]["retry_time_limit"] == datetime.timedelta(seconds=7)
 
 
-def test_a_persistent_5xx_on_an_index_a_record_file_or_a_listing_fails_naming_it_in_bounded_time(
-    gcs, shard, faulty
-):
+def test_a_persistent_5xx_on_an_index_a_record_file_or_a_listing_fails_naming_it_in_bounded_time(gcs, shard, faulty):
     """An index read whole, the core's reader (no read-ahead) opening a record file, the file's
     size and a listing: each is retried, then fails naming its object (or pattern) in bounded
     time. Each call's wait is the client's backoffs, no CPU: the four run at once (pyarrow
