@@ -214,21 +214,21 @@ def test_the_commit_lock_on_s3_has_one_winner(s3, tmp_path):
 
     # processes of their own, forked from the worker's zygote (a child forked from this process
     # would share its pooled S3 connections; the zygote has made none), all released at one
-    # moment: each says it is ready (imports done, options set), then waits for the go
-    # (polled each millisecond); the go comes once all four are ready, not at a fixed time
-    # that had to allow for the slowest start-up on a loaded machine (it was 8 s ahead)
+    # moment: each says it is ready (imports done, options set) and then opens a FIFO, which
+    # blocks until the test opens its other end, once all four are ready (not at a fixed time
+    # that had to allow for the slowest start-up on a loaded machine: it was 8 s ahead)
     script = (
-        "import os, sys, time\n"
+        "import os, sys\n"
         "from apache_beam.options.pipeline_options import PipelineOptions\n"
         "from tfrecord_beam.beam import _fs, _lock\n"
         "_fs.set_options(PipelineOptions(sys.argv[3:]))\n"
         "open(os.path.join(sys.argv[2], f'ready-{os.getpid()}'), 'w').close()\n"
-        "while not os.path.exists(os.path.join(sys.argv[2], 'go')):\n"
-        "    time.sleep(0.001)\n"
+        "open(os.path.join(sys.argv[2], 'go')).close()\n"
         "sys.exit(0 if _lock.create_exclusive(sys.argv[1], b'x') else 1)\n"
     )
     gate = tmp_path / "gate"
     gate.mkdir()
+    os.mkfifo(gate / "go")
     racers = [
         zygote.start([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(gate)] + beam)
         for _ in range(4)
@@ -236,9 +236,9 @@ def test_the_commit_lock_on_s3_has_one_winner(s3, tmp_path):
     deadline = time.monotonic() + 120
     while len(list(gate.glob("ready-*"))) < len(racers):
         assert time.monotonic() < deadline and all(r.poll() is None for r in racers), [r.output(True) for r in racers]
-        time.sleep(0.01)
-    (gate / "go").touch()
-    codes = sorted(r.wait(timeout=120) for r in racers)
+        time.sleep(0.02)
+    with open(gate / "go", "w"):  # open till all have run: one still on its way to its open() gets through
+        codes = sorted(r.wait(timeout=120) for r in racers)
     assert codes == [0, 1, 1, 1], [r.output(True) for r in racers]
 
     notes = []
