@@ -122,9 +122,17 @@ def test_except_corrupt_record_error_fires_with_dataloader_workers(tmp_path):
         handle.seek(offset + 14)  # a payload byte: payload CRC mismatch
         handle.write(b"\xff")
     dataset = TFRecordDataset(path, None, {"id": "int"})
-    with pytest.raises(CorruptRecordError) as info:
-        for _ in DataLoader(dataset, batch_size=None, num_workers=2):
-            pass
+    batches = iter(DataLoader(dataset, batch_size=None, num_workers=2))
+    try:
+        with pytest.raises(CorruptRecordError) as info:
+            for _ in batches:
+                pass
+    finally:
+        # The error's traceback holds the iterator, in a reference cycle (the frame that raised
+        # it holds the error) that only a garbage collection frees, after multiprocessing's
+        # finalizers closed the iterator's queues: its shutdown could not tell the workers to
+        # stop, and waited 5 s on each (in whatever test that collection fell). Stopped here.
+        batches._shutdown_workers()
     assert type(info.value) is CorruptRecordError
     assert info.value.path == path and info.value.offset == offset
     assert "payload CRC mismatch" in info.value.reason and "worker process" in str(info.value)

@@ -45,6 +45,11 @@ class FaultProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY on the client's connection: an answer goes out as two writes (the
+            # headers, then the body), and with Nagle's algorithm the second waited for the
+            # client's delayed ACK of the first, 40 ms an answer (a gs:// exists() took 90 ms
+            # through the proxy, 5 ms with this; each GCS test's requests all pass the proxy)
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:  # quiet
                 pass

@@ -102,6 +102,11 @@ class ProcessProxy:
         """The Range header of each request answered with a fault, in order."""
         return [line["range"] for line in self._lines() if isinstance(line, dict)]
 
+    @property
+    def injected_paths(self) -> List[str]:
+        """The path (query string included) of each request answered with a fault, in order."""
+        return [line["path"] for line in self._lines() if isinstance(line, dict)]
+
     def ranged_gets(self, name: str = ".tfrecord") -> List[str]:
         """The Range headers of the GET requests for objects whose name holds `name`."""
         return [r for m, p, r in self.requests if m == "GET" and r is not None and name in p.split("?")[0]]

@@ -137,7 +137,7 @@ def test_a_fallen_back_direct_run_does_not_cut_the_jobs_own_slow_sockets(tmp_pat
     monkeypatch.setenv("TFRECORD_BEAM_DOWNLOAD_TIMEOUT", "0.5")
     done = tmp_path / "done"
     options = _options("--runner=DirectRunner")
-    with _SlowServer(delay=2.0) as port:
+    with _SlowServer(delay=1.0) as port:  # twice the bound: a bound that reached it would cut it
 
         def build(p):
             _ = p | beam.Create([port]) | beam.Map(_ask) | beam.Map(lambda answer: done.write_bytes(answer))
@@ -233,20 +233,34 @@ class _Blackhole:
 
 @pytest.mark.slow
 def test_beams_own_prism_download_waits_forever_on_a_blackhole(tmp_path):
-    """Why the bound is needed: Beam's download (urlopen without a timeout) is still waiting."""
+    """Why the bound is needed: Beam's download (urlopen without a timeout) is still waiting,
+    connected to the blackhole, 5 s after it started (timed from the download's start, not the
+    interpreter's: the imports take seconds of CPU); the bound these tests give it is 1-3 s."""
     code = (
         "from apache_beam.runners.portability.prism_runner import PrismJobServer as S\n"
+        "print('downloading', flush=True)\n"
         "S._download_to_local_path('https://github.com/apache/beam/releases/download/v0/x.zip', S.BIN_CACHE)\n"
     )
-    with _Blackhole() as port:
-        with pytest.raises(subprocess.TimeoutExpired):
-            subprocess.run([sys.executable, "-c", code], env=_reshard_env(tmp_path, port), timeout=10)
+    hole = _Blackhole()
+    with hole as port:
+        env = _reshard_env(tmp_path, port)
+        download = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert download.stdout is not None and download.stdout.readline() == "downloading\n"
+            with pytest.raises(subprocess.TimeoutExpired):
+                download.wait(timeout=5)
+            hole.sock.settimeout(0)
+            hole.sock.accept()[0].close()  # its connection was waiting there (raises if none)
+        finally:
+            download.kill()
+            download.wait()
 
 
 @pytest.mark.slow
 def test_direct_runner_does_not_stall_on_a_blackholed_prism_download(tmp_path):
     with _Blackhole() as port:
-        data, proc, seconds = _run_direct(tmp_path, _reshard_env(tmp_path, port, timeout_s="3"), timeout=300)
+        # the bound, 1 s (each socket operation: connecting to the proxy works, its answer never comes)
+        data, proc, seconds = _run_direct(tmp_path, _reshard_env(tmp_path, port, timeout_s="1"), timeout=300)
     _assert_fell_back(tmp_path, data, proc)
     assert "timed out" in proc.stderr
     assert seconds < 120, seconds
@@ -290,7 +304,7 @@ def test_a_dead_job_endpoint_fails_fast_with_one_line_naming_it(tmp_path):
     within seconds, which endpoint it could not reach, and stages nothing."""
     write_files(tmp_path / "in", "a", [10])
     port = _closed_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TFRECORD_BEAM_ENDPOINT_WAIT="3")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TFRECORD_BEAM_ENDPOINT_WAIT="1")  # the shortest whole second
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "pipelines.reshard", "--input", str(tmp_path / "in"), "--output_prefix"]
@@ -311,7 +325,7 @@ def test_a_dead_job_endpoint_fails_fast_with_one_line_naming_it(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert lines == [
-        f"reshard: error: no job service at --job_endpoint=127.0.0.1:{port} (Connection refused, waited 3 s): "
+        f"reshard: error: no job service at --job_endpoint=127.0.0.1:{port} (Connection refused, waited 1 s): "
         "start the runner (make runners) or fix the flag"
     ], lines
     assert took < 30, took

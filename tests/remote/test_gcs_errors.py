@@ -65,6 +65,19 @@ def ids_of(batches) -> list:
     return [int(i) for batch in batches for i in batch["id"][:, 0]]
 
 
+@contextmanager
+def iterating(loader):
+    """`iter(loader)`, its workers stopped on the way out. An error raised through a
+    DataLoader's iterator leaves it in a reference cycle; a later garbage collection (in
+    whatever test it falls) frees it after multiprocessing's finalizers closed its queues, so
+    its shutdown could not tell the workers to stop and waited 5 s on each of them."""
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        batches._shutdown_workers()
+
+
 @pytest.mark.parametrize("fault", [("status", 503), ("cut", 1000)])
 def test_the_first_range_reads_fail_then_the_read_succeeds(gcs, shard, faulty, fault):
     with faulty(RangeFaults(fault, times=2)) as proxy:
@@ -123,8 +136,9 @@ def test_dataloader_workers_retry_and_the_last_failure_crosses_to_the_loop(gcs, 
     with faulty(RangeFaults(("status", 503), times=100, start=2 * READAHEAD)) as proxy:
         ds = dataset(gcs, proxy.host_port, request_attempts=2)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
-        with pytest.raises(RemoteReadError, match=rf"gs://{gcs.bucket}/e\.tfrecord.*{FAILING.replace('=', ' ')}"):
-            list(loader)
+        failing = rf"gs://{gcs.bucket}/e\.tfrecord.*{FAILING.replace('=', ' ')}"
+        with iterating(loader) as batches, pytest.raises(RemoteReadError, match=failing):
+            list(batches)
         assert proxy.injected == [FAILING] * 2
 
 

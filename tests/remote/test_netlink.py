@@ -58,8 +58,9 @@ def test_the_link_delays_and_limits_the_rate_and_counts_requests(mode, tmp_path)
         # 50 MiB at 250 Mbit/s is 1.68 s on the wire alone
         assert seconds >= BIG * 8 / RATE * 0.95, seconds
 
-        time.sleep(0.2)  # the log is written as each request ends
-        counts = link.requests() - before
+        deadline = time.monotonic() + 10  # the log is written as each request ends
+        while (counts := link.requests() - before)["s3_GetObject"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert counts["s3_HeadObject"] == 5 and counts["s3_GetObject"] == 1, counts
     finally:
         link.stop()
@@ -137,22 +138,26 @@ def test_the_link_is_a_20ms_round_trip_and_carries_bulk_at_its_rate(mode, tmp_pa
         assert 2 * delay <= through <= alone + 2 * delay + 0.025, (through, alone)
 
         def bulk(c) -> float:
-            seconds = []
-            for _ in range(2):  # the better of two: the machine is shared
-                start = time.perf_counter()
-                body = c.get_object(Bucket="rtt", Key="big.bin")["Body"].read()
-                seconds.append(time.perf_counter() - start)
-                assert len(body) == BIG
-            return min(seconds)
+            start = time.perf_counter()
+            body = c.get_object(Bucket="rtt", Key="big.bin")["Body"].read()
+            assert len(body) == BIG
+            return time.perf_counter() - start
 
         # the wire time, or the machine's own time when that is longer (a loaded 2-core VM moves
         # 50 MiB through S3 in 0.5-1.5 s alone), and not more
         wire = BIG * 8 / rate
-        through, alone = bulk(client), bulk(direct)
         # the kernel's tbf paces at the rate; the proxy's own pacing (no namespace: sleeps in
         # Python on a loaded VM) reaches 60-65% of it
         slack = 1.3 if mode == "netns" else 1 / 0.55
-        assert wire * 0.95 <= through <= max(wire, alone) * slack + 2 * delay, (through, alone, wire)
+        # The better of two GETs each way (the machine is shared), taken only when needed: a
+        # first GET through the link within the wire time's bound meets the bound whatever the
+        # machine's own time, so the other three (each 1.7 s of waiting through the link) would
+        # change nothing.
+        through, alone = bulk(client), None
+        if through > wire * slack + 2 * delay:
+            through, alone = min(through, bulk(client)), min(bulk(direct), bulk(direct))
+        bound = max(wire, alone or 0.0) * slack + 2 * delay
+        assert wire * 0.95 <= through <= bound, (through, alone, wire)
     finally:
         link.stop()
     assert link.leftovers() == []

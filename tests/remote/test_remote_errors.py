@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -61,6 +62,19 @@ def ids_of(batches) -> list:
     return [int(i) for batch in batches for i in batch["id"][:, 0]]
 
 
+@contextmanager
+def iterating(loader):
+    """`iter(loader)`, its workers stopped on the way out. An error raised through a
+    DataLoader's iterator leaves it in a reference cycle; a later garbage collection (in
+    whatever test it falls) frees it after multiprocessing's finalizers closed its queues, so
+    its shutdown could not tell the workers to stop and waited 5 s on each of them."""
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        batches._shutdown_workers()
+
+
 @pytest.mark.parametrize("fault", [("status", 503), ("status", 500), ("cut", 1000)])
 def test_a_failing_request_is_retried_and_nothing_is_lost(remote, shard, s3_server, fault):
     ids, _ = shard
@@ -109,8 +123,8 @@ def test_the_error_crosses_dataloader_workers(remote, shard, s3_server):
     with FaultProxy(s3_server.host_port, rule) as proxy:
         ds = dataset(remote, proxy.host_port, request_attempts=2)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
-        with pytest.raises(RemoteReadError, match=r"e\.tfrecord.*bytes 262144-393215"):
-            list(loader)
+        with iterating(loader) as batches, pytest.raises(RemoteReadError, match=r"e\.tfrecord.*bytes 262144-393215"):
+            list(batches)
 
 
 def test_a_missing_object_is_not_retried(remote, shard, s3_server):

@@ -195,7 +195,7 @@ def test_empty_shards_on_s3(s3, capsys):
     assert sorted(v for k, v in sizes.items() if k.endswith(".tfrecord")) == [0, 20]
 
 
-def test_the_commit_lock_on_s3_has_one_winner(s3):
+def test_the_commit_lock_on_s3_has_one_winner(s3, tmp_path):
     """Issue 22 item 2 on an object store: create-if-absent (If-None-Match) is the claim; of
     processes racing for one claim exactly one wins, and a lock leaves nothing behind."""
     import sys
@@ -213,21 +213,32 @@ def test_the_commit_lock_on_s3_has_one_winner(s3):
     assert client.get_object(Bucket=BUCKET, Key="lock/claim.json")["Body"].read() == b"first"
 
     # processes of their own, forked from the worker's zygote (a child forked from this process
-    # would share its pooled S3 connections; the zygote has made none), all released at one moment
-    start = time.time() + 8
+    # would share its pooled S3 connections; the zygote has made none), all released at one
+    # moment: each says it is ready (imports done, options set) and then opens a FIFO, which
+    # blocks until the test opens its other end, once all four are ready (not at a fixed time
+    # that had to allow for the slowest start-up on a loaded machine: it was 8 s ahead)
     script = (
-        "import sys, time\n"
+        "import os, sys\n"
         "from apache_beam.options.pipeline_options import PipelineOptions\n"
         "from tfrecord_beam.beam import _fs, _lock\n"
         "_fs.set_options(PipelineOptions(sys.argv[3:]))\n"
-        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "open(os.path.join(sys.argv[2], f'ready-{os.getpid()}'), 'w').close()\n"
+        "open(os.path.join(sys.argv[2], 'go')).close()\n"
         "sys.exit(0 if _lock.create_exclusive(sys.argv[1], b'x') else 1)\n"
     )
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    os.mkfifo(gate / "go")
     racers = [
-        zygote.start([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(start)] + beam)
+        zygote.start([sys.executable, "-c", script, f"s3://{BUCKET}/lock/race.json", str(gate)] + beam)
         for _ in range(4)
     ]
-    codes = sorted(r.wait(timeout=120) for r in racers)
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready-*"))) < len(racers):
+        assert time.monotonic() < deadline and all(r.poll() is None for r in racers), [r.output(True) for r in racers]
+        time.sleep(0.02)
+    with open(gate / "go", "w"):  # open till all have run: one still on its way to its open() gets through
+        codes = sorted(r.wait(timeout=120) for r in racers)
     assert codes == [0, 1, 1, 1], [r.output(True) for r in racers]
 
     notes = []

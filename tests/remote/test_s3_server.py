@@ -331,7 +331,14 @@ def test_read_from_tfrecord_splits_block_gzip_on_s3(bucket, tmp_path):
 
 def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, s3_bucket, monkeypatch, tmp_path):
     """The trap is a real detector: pyarrow (the core's layer) and a boto3 client built from
-    the environment both go to AWS_ENDPOINT_URL, and are counted there."""
+    the environment both go to AWS_ENDPOINT_URL, and are counted there.
+
+    Here the trap answers each request 403 (as S3 answers a key it does not know) instead of
+    closing the connection: a closed connection is what pyarrow's S3 client retries, every
+    0.2 s for 6 s (arrow's ConnectRetryStrategy), all of it waiting; a 403 it does not retry.
+    It counts connections as `TrapEndpoint` does, on accepting each."""
+    import socket
+
     import boto3
     import botocore.exceptions
     from botocore.config import Config
@@ -339,7 +346,29 @@ def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, 
 
     from tfrecord_beam import fs
 
-    trap = TrapEndpoint()
+    class AnsweringTrap(TrapEndpoint):
+        def _serve(self) -> None:
+            while not self._stop.is_set():
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    continue
+                self.connections += 1
+                with conn:
+                    conn.settimeout(5)
+                    try:
+                        request = b""
+                        while b"\r\n\r\n" not in request:
+                            chunk = conn.recv(65536)
+                            if not chunk:
+                                break
+                            request += chunk
+                        conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        conn.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+
+    trap = AnsweringTrap()
     try:
         for key, value in trap_environment(trap, tmp_path).items():
             monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
@@ -350,7 +379,7 @@ def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, 
         core = trap.connections
         assert core > 0
         client = boto3.client("s3", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
-        with pytest.raises(botocore.exceptions.BotoCoreError):
+        with pytest.raises(botocore.exceptions.ClientError, match="403"):
             client.head_object(Bucket=s3_bucket, Key="x.tfrecord")
         assert trap.connections > core
     finally:
