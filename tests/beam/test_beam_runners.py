@@ -22,8 +22,10 @@ pytest.importorskip("apache_beam")
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+from helpers import sdk_workers  # noqa: E402
 from helpers.beam_data import example_payloads, write_file  # noqa: E402
 from helpers.fixtures import REPO as _REPO  # noqa: E402
+from helpers.rss import job_peaks  # noqa: E402
 
 from tfrecord_beam import records  # noqa: E402
 from tfrecord_beam.beam import DecodeExamples, EncodeExamples, ReadAllFromTFRecord, ReadFromTFRecord, WriteToTFRecord  # noqa: E402
@@ -74,9 +76,17 @@ def test_multi_processing_direct_runner(tmp_path, monkeypatch):
     payloads = _inputs(tmp_path)
     options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=2)
     out = str(tmp_path / "out")
-    with beam.Pipeline(runner="DirectRunner", options=options) as p:
-        _copy_pipeline(p, str(tmp_path), out)
+
+    def run() -> None:
+        with beam.Pipeline(runner="DirectRunner", options=options) as p:
+            _copy_pipeline(p, str(tmp_path), out)
+
+    before = sdk_workers.forked()
+    peaks = job_peaks(run)
     _check_output(tmp_path, out, payloads)
+    # the marker's opt-out (helpers/sdk_workers.py): none forked from the zygote; both found on
+    # this process's tree by their command line `python -m ...sdk_worker_main`, so fresh
+    assert sdk_workers.forked() == before and peaks.workers == 2 and peaks.forked == 0, peaks
 
 
 def _free_port() -> int:

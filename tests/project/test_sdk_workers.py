@@ -1,8 +1,9 @@
 """helpers/sdk_workers.py: the SDK workers of a multi_processing job run in the test process are
 forked from the zygote (helpers/zygote.py) and do the job's work; Beam's own handling of a worker
 (its wait, the RuntimeError of a non-zero exit, where its output goes) is unchanged; a test
-marked `fresh_sdk_workers` gets Beam's fresh interpreters; `helpers.rss.job_peaks` finds the
-forked workers."""
+marked `fresh_sdk_workers` gets Beam's fresh interpreters (proven where the marker is used:
+tests/beam/test_beam_runners.py's multi_processing test, which runs 2 fresh workers anyway);
+`helpers.rss.job_peaks` finds the forked workers."""
 
 from __future__ import annotations
 
@@ -55,20 +56,6 @@ def test_a_multi_processing_jobs_workers_are_forked_and_do_the_work(tmp_path, mo
     assert {parent for _, parent in handled.values()} == {zygote.zygote_pid()}  # the zygote's children
     # job_peaks finds them though they are the zygote's children: 2 workers, both forked
     assert peaks.workers == peaks.forked == 2 and peaks.worker > 0
-
-
-@pytest.mark.fresh_sdk_workers
-def test_the_opt_out_gives_real_interpreters(tmp_path, monkeypatch):
-    from helpers.rss import job_peaks
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    before = sdk_workers.forked()
-    peaks = job_peaks(lambda: _run_pipeline(tmp_path / "out"))
-    handled = _handlers(tmp_path / "out")
-    assert sorted(handled) == list(range(40)) and sdk_workers.forked() == before
-    assert zygote.zygote_pid() not in {parent for _, parent in handled.values()}
-    # found on this process's tree with the command line `python -m ...sdk_worker_main`: fresh
-    assert peaks.workers == 2 and peaks.forked == 0
 
 
 def _worker(plugin: str) -> object:
