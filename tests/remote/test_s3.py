@@ -1,10 +1,12 @@
 """Object stores end to end against a real S3-protocol server on loopback: the core
 reader/writer with its index through pyarrow.fs (URIs with a query string), the torch dataset,
 the CLI, and reshard from s3:// to s3:// through Beam's FileSystems, with the manifest, an
-interrupted commit and empty shards. These run on the `s3_server` fixture's versitygw with the
-trap of tests/remote/test_s3_server.py (the `bucket` fixture: Beam's --s3_* flags only, nothing
-left in the bucket but what is asserted); the commit-lock race runs on moto's standalone
-server, started and stopped here (the `s3` fixture)."""
+interrupted commit and empty shards. The jobs run on the `s3_server` fixture's versitygw with
+the trap of tests/remote/test_s3_server.py (the `bucket` fixture: Beam's --s3_* flags only,
+nothing left in the bucket but what is asserted); the core's writer, the torch dataset and the
+commit-lock race run on moto's standalone server, started and stopped here (the `s3` fixture;
+pyarrow's writer against versitygw failed a CompleteMultipartUpload now and then: "an error
+occurred when parsing the HTTP request", in 2 of 4 runs at -n 2)."""
 
 import logging
 import os
@@ -71,40 +73,43 @@ def objects(bucket: Bucket) -> list:
     return [k for k in bucket.keys() if not k.endswith("/")]
 
 
-def test_core_reader_writer_index_glob_and_cli_with_a_query_string(bucket, capsys):
+def test_core_reader_writer_index_glob_and_cli_with_a_query_string(s3, capsys):
     from tfrecord_beam import cli, fs
     from tfrecord_beam.index import default_index_path, load_index, verify_index
     from tfrecord_beam.records import RecordReader, RecordWriter
 
+    _, query, _, client = s3
     data = payloads(50)
-    with bucket.reading():
-        for k in range(2):
-            uri = bucket.core_uri(f"core/d-{k}.tfrecord")
-            assert default_index_path(uri) == bucket.core_uri(f"core/d-{k}.tfindex")  # not "...http.tfindex"
-            with RecordWriter(uri, index_path=True) as writer:
-                writer.write_many(data[k * 25 : (k + 1) * 25])
-        assert objects(bucket) == [f"core/d-{k}.{ext}" for k in range(2) for ext in ("tfindex", "tfrecord")]
-        found = fs.expand(bucket.core_uri("core/d-*.tfrecord"))
-        assert found == [bucket.core_uri(f"core/d-{k}.tfrecord") for k in range(2)]
-        assert [p for f in found for p in RecordReader(f)] == data
-        assert len(load_index(default_index_path(found[1]))) == 25
-        verify_index(default_index_path(found[0]), found[0])
-        assert cli.main(["count", bucket.core_uri("core/")]) == 0
+    for k in range(2):
+        uri = f"s3://{BUCKET}/core/d-{k}.tfrecord{query}"
+        assert default_index_path(uri) == f"s3://{BUCKET}/core/d-{k}.tfindex{query}"  # not "...http.tfindex"
+        with RecordWriter(uri, index_path=True) as writer:
+            writer.write_many(data[k * 25 : (k + 1) * 25])
+    assert keys(client, "core/") == ["d-0.tfindex", "d-0.tfrecord", "d-1.tfindex", "d-1.tfrecord"]  # no temporaries
+    found = fs.expand(f"s3://{BUCKET}/core/d-*.tfrecord{query}")
+    assert found == [f"s3://{BUCKET}/core/d-{k}.tfrecord{query}" for k in range(2)]
+    assert [p for f in found for p in RecordReader(f)] == data
+    assert len(load_index(default_index_path(found[1]))) == 25
+    verify_index(default_index_path(found[0]), found[0])
+    assert cli.main(["count", f"s3://{BUCKET}/core/{query}"]) == 0
     assert "50  total" in capsys.readouterr().out
 
 
-def test_torch_dataset_over_s3_globs(bucket):
+def test_torch_dataset_over_s3_globs(s3):
     pytest.importorskip("torch")
     from tfrecord_beam.records import write_records
     from tfrecord_beam.torch import TFRecordDataset
 
-    with bucket.reading():
-        for k in range(3):
-            write_records(bucket.core_uri(f"torch/t-{k}.tfrecord"), payloads(20, start=20 * k), index_path=True)
-        ds = TFRecordDataset(
-            bucket.core_uri("torch/t-*.tfrecord"), bucket.core_uri("torch/t-*.tfindex"), {"i": "int"}, batch_size=16
-        )
-        got = sorted(int(i) for w in range(2) for b in ds.iter_worker(w, 2) for i in b["i"][:, 0])
+    _, query, _, _ = s3
+    for k in range(3):
+        write_records(f"s3://{BUCKET}/torch/t-{k}.tfrecord{query}", payloads(20, start=20 * k), index_path=True)
+    ds = TFRecordDataset(
+        f"s3://{BUCKET}/torch/t-*.tfrecord{query}",
+        f"s3://{BUCKET}/torch/t-*.tfindex{query}",
+        {"i": "int"},
+        batch_size=16,
+    )
+    got = sorted(int(i) for w in range(2) for b in ds.iter_worker(w, 2) for i in b["i"][:, 0])
     assert got == list(range(60))
 
 
