@@ -12,10 +12,12 @@ client built from the environment) connects there, and the test sees it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -23,9 +25,12 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 from .processes import end_process
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "runners" / "s3.sh"
@@ -245,3 +250,100 @@ def trap_environment(trap: TrapEndpoint, home: Path) -> Dict[str, Optional[str]]
         }
     )
     return changes
+
+
+# -- what the tests on the server share (tests/remote/test_s3_server.py, test_s3.py) ------------
+
+
+@dataclass
+class Bucket:
+    """One test's bucket on the server, with what a test needs to reach it (the `bucket`
+    fixture of the S3 test modules: `s3_server`, `s3_bucket` and `s3_trap` together)."""
+
+    server: S3Server
+    name: str
+    client: Any
+    monkeypatch: "pytest.MonkeyPatch"
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """The keys in the environment while readers outside Beam run (never during a job)."""
+        with self.monkeypatch.context() as patch:
+            for key, value in self.server.reader_environment().items():
+                patch.setenv(key, value)
+            yield
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.name}/{key}"
+
+    def core_uri(self, key: str) -> str:
+        """The URI the core's pyarrow layer opens (endpoint and keys in its query string)."""
+        return self.uri(key) + self.server.query
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
+
+    def keys(self, prefix: str = "") -> List[str]:
+        return keys(self.client, self.name, prefix)
+
+    @property
+    def flags(self) -> List[str]:
+        """Beam's flags for a job here: the server's --s3_* flags and the in-process runner."""
+        from .jobs import FAST
+
+        return self.server.beam_flags + FAST
+
+
+def framed(records: List[bytes], compression: Optional[str] = None) -> bytes:
+    """The bytes of a TFRecord file holding `records`."""
+    from tfrecord_beam.records import RecordWriter
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "f.tfrecord")
+        with RecordWriter(path, compression) as writer:
+            writer.write_many(records)
+        with open(path, "rb") as handle:
+            return handle.read()
+
+
+def upload_inputs(bucket: Bucket, prefix: str, counts: List[int], tag: int = 0, suffix: str = ".tfrecord") -> list:
+    """Files PREFIX/d-K.tfrecord with counts[K] records; all records written, in order."""
+    from .jobs import payloads
+
+    out: list = []
+    for k, n in enumerate(counts):
+        data = payloads(n, tag, sum(counts[:k]))
+        bucket.put(f"{prefix}/d-{k}{suffix}", framed(data, "gzip" if suffix.endswith(".gz") else None))
+        out += data
+    return out
+
+
+def check_manifest(bucket: Bucket, manifest_key: str) -> list:
+    """Every shard of the manifest matches it (size, index, count, bytes, checksum); the
+    records of all shards, in shard order."""
+    from tfrecord_beam import manifest as mf
+    from tfrecord_beam.records import RecordReader
+
+    path = bucket.core_uri(manifest_key)
+    records: list = []
+    with bucket.reading():
+        manifest = mf.read_manifest(path)
+        for entry, shard in zip(manifest.shards, mf.shard_paths(manifest, path)):
+            assert mf.check_shard(entry, shard, full=True) == []
+            if entry.compression != "parquet":
+                records += list(RecordReader(shard))
+    assert len(records) == manifest.records or manifest.shards[0].compression == "parquet"
+    return records
+
+
+def shard_names(name: str, shards: int, suffix: str = ".tfrecord", index: bool = True) -> List[str]:
+    """The data files (and indexes) of output NAME with `shards` shards."""
+    out = []
+    for k in range(shards):
+        out.append(f"{name}-{k:05d}-of-{shards:05d}{suffix}")
+        if index:
+            out.append(f"{name}-{k:05d}-of-{shards:05d}.tfindex")
+    return out

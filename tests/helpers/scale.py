@@ -17,11 +17,13 @@ than the budget. Two sides are measured apart (`helpers.rss.job_peaks`):
   same for the baseline's, which is checked): ~6 CPU s a run less than two fresh interpreters
   importing Beam, still the slow part: two baselines, one run per test.
 
-Baselines are measured once per session (per pytest-xdist worker) before the first big job
-that needs them, so the lazy imports of a first run count there, never as a big job's growth.
-The inputs are made once per session too, each when first used, read-only (a test that damages
-one damages a copy), and deleted at the session's end (~450 MB: Examples and Parquet rows,
-{i, blob of 1 B .. 32 KiB}).
+Baselines are measured once per session per pytest-xdist worker (they are this process's
+peaks) before the first big job that needs them, so the lazy imports of a first run count
+there, never as a big job's growth. The inputs (~450 MB: Examples and Parquet rows, {i, blob
+of 1 B .. 32 KiB}, deterministic from their seeds) are made once per test session, shared by
+its xdist workers (`Inputs`: ~2 CPU s and 450 MB of disk writes each, per worker before), each when
+first used, read-only (a test that damages one damages a copy), and deleted by the last
+worker using them at its end.
 
 Sizes: BUDGET 32 MiB; SMALL = BUDGET (every fixed-size buffer filled: the baseline leaves only
 growth); BIG = 6x BUDGET. Measured 2026-12-02 (bench/RESULTS.md) with every job broken to hold
@@ -35,9 +37,14 @@ a break that also reaches the baseline's job (which then holds its 32 MiB output
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import shutil
+import stat
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -70,7 +77,7 @@ def write_tfrecords(directory: Path, total: int, seed: int, files: int = FILES) 
     from tfrecord_beam.example import encode_example
     from tfrecord_beam.records import RecordWriter
 
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     block = rng.bytes(64 << 10)
     paths, n = [], 0
@@ -111,39 +118,110 @@ def write_parquet(path: Path, total: int, seed: int) -> int:
     return rows
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (flock: released by the kernel if its holder dies)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_only(path: Path) -> None:
+    """Make a tree read-only (files 0444, directories 0555)."""
+    for directory, _, files in os.walk(path):
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o444)
+        os.chmod(directory, 0o555)
+
+
+def _remove(path: Path) -> None:
+    """Remove a tree `_read_only` made (its directories writable again first)."""
+    if not path.exists():
+        return
+    for directory, _, _ in os.walk(path):
+        os.chmod(directory, os.stat(directory).st_mode | stat.S_IWUSR | stat.S_IXUSR)
+    shutil.rmtree(path)
+
+
 class Inputs:
     """The session's inputs, each made on first use: `tfrecords(size)` (FILES files) and
-    `parquet(size)` for size "small" or "big", with their record counts."""
+    `parquet(size)` for size "small" or "big", with their record counts.
 
-    def __init__(self, root: Path) -> None:
+    Shared by the processes of a test session (pytest-xdist workers, `root` the same for each),
+    once each: an input is made under its lock into a private directory, made read-only and
+    renamed into place (ROOT/KEY, its count in ROOT/KEY.json, written first); a process that
+    wants it meanwhile waits on the lock, and one that finds ROOT/KEY uses it. A process
+    registers as a user (ROOT/users/PID) before its first input and `close` unregisters it;
+    the last to close removes ROOT (one that comes later makes what it needs again).
+    """
+
+    def __init__(self, root: Path, user: str = "") -> None:
         self.root = root
-        self._made: Dict[str, object] = {}
+        self.user = user or str(os.getpid())
+        self._made: Dict[str, Tuple[Path, int]] = {}
+        self._registered = False
 
     def tfrecords(self, size: str) -> List[Path]:
-        return self._tfrecords(size)[0]
+        return sorted(self._input("tfrecords-" + size)[0].glob("in-*.tfrecord"))
 
     def tfrecord_count(self, size: str) -> int:
-        return self._tfrecords(size)[1]
-
-    def _tfrecords(self, size: str) -> Tuple[List[Path], int]:
-        key = "tfrecords-" + size
-        if key not in self._made:
-            self._made[key] = write_tfrecords(self.root / key, SIZES[size], seed=1 if size == "big" else 2)
-        return self._made[key]  # type: ignore[return-value]
+        return self._input("tfrecords-" + size)[1]
 
     def parquet(self, size: str) -> Path:
-        return self._parquet(size)[0]
+        return self._input("parquet-" + size)[0] / "in.parquet"
 
     def parquet_rows(self, size: str) -> int:
-        return self._parquet(size)[1]
+        return self._input("parquet-" + size)[1]
 
-    def _parquet(self, size: str) -> Tuple[Path, int]:
-        key = "parquet-" + size
-        if key not in self._made:
-            path = self.root / f"{key}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._made[key] = (path, write_parquet(path, SIZES[size], seed=3 if size == "big" else 4))
-        return self._made[key]  # type: ignore[return-value]
+    def _make(self, key: str, directory: Path) -> int:
+        """Write input `key` into `directory` (which exists); its record count."""
+        kind, size = key.split("-")
+        if kind == "tfrecords":
+            return write_tfrecords(directory, SIZES[size], seed=1 if size == "big" else 2)[1]
+        return write_parquet(directory / "in.parquet", SIZES[size], seed=3 if size == "big" else 4)
+
+    def _input(self, key: str) -> Tuple[Path, int]:
+        if key in self._made:
+            return self._made[key]
+        self._register()
+        final, count_file = self.root / key, self.root / f"{key}.json"
+        with _locked(self.root / f"{key}.lock"):
+            if not final.exists():
+                for stale in self.root.glob(f"{key}.*.tmp"):  # a maker that died: no one else makes it now
+                    _remove(stale)
+                temp = self.root / f"{key}.{self.user}.tmp"
+                temp.mkdir()
+                count = self._make(key, temp)
+                count_temp = self.root / f"{key}.json.{self.user}.tmp"
+                count_temp.write_text(json.dumps({"count": count}))
+                os.replace(count_temp, count_file)
+                _read_only(temp)
+                os.rename(temp, final)
+        self._made[key] = (final, json.loads(count_file.read_text())["count"])
+        return self._made[key]
+
+    def _register(self) -> None:
+        if self._registered:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        with _locked(self.root.parent / f"{self.root.name}.lock"):
+            (self.root / "users").mkdir(exist_ok=True)
+            (self.root / "users" / self.user).touch()
+        self._registered = True
+
+    def close(self) -> None:
+        """Unregister; the last user removes the inputs."""
+        if not self._registered:
+            return
+        self._registered = False
+        self._made.clear()
+        with _locked(self.root.parent / f"{self.root.name}.lock"):
+            (self.root / "users" / self.user).unlink()
+            if not any((self.root / "users").iterdir()):
+                _remove(self.root)
 
 
 def _reshard(inputs: Inputs, size: str, out: Path) -> Tuple[Callable, List[str]]:
@@ -264,11 +342,11 @@ def measure(main: Callable, argv: Sequence[str], runner: Sequence[str], capsys) 
 
 
 class Scale:
-    """Inputs and baselines for the session (the `scale` fixture)."""
+    """Inputs (the session's, shared) and baselines (this process's) for the `scale` fixture."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.inputs = Inputs(root / "inputs")
+    def __init__(self, root: Path, inputs: Inputs) -> None:
+        self.root = root  # this process's: the baselines' outputs
+        self.inputs = inputs
         self._baselines: Dict[Tuple[str, str], JobPeaks] = {}
 
     def baseline(self, job: str, runner: Sequence[str], capsys) -> JobPeaks:
