@@ -71,12 +71,18 @@ def test_importing_the_module_makes_beam_reuse_its_s3_clients():
         "a = PipelineOptions(['--s3_endpoint_url=http://127.0.0.1:1', '--s3_region_name=us-east-1'])\n"
         "b = PipelineOptions(['--s3_endpoint_url=http://127.0.0.1:2', '--s3_region_name=us-east-1'])\n"
         "one, two, other = boto3_client.Client(a), boto3_client.Client(a), boto3_client.Client(b)\n"
-        "print(one.client is two.client, one.client is other.client)\n"
+        "class Elsewhere:  # options keeping their values in no `_all_options` store: read through a view\n"
+        "    def __init__(self, options):\n"
+        "        self.options = options\n"
+        "    def view_as(self, cls):\n"
+        "        return self.options.view_as(cls)\n"
+        "three, four = boto3_client.Client(Elsewhere(a)), boto3_client.Client(Elsewhere(b))\n"
+        "print(one.client is two.client, one.client is other.client, three.client is one.client, four.client is other.client)\n"
     )
     env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s")
     out = zygote.run([sys.executable, "-c", code], env=env, text=True, timeout=120)  # a clean process, forked
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "False"]
+    assert out.stdout.split() == ["True", "False", "True", "True"]
 
 
 def test_reused_s3_clients_are_per_process_and_client_environment():

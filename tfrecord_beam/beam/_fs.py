@@ -63,8 +63,12 @@ def _reuse_s3_clients() -> None:
             store = getattr(options, "_all_options", None)
             if not isinstance(store, dict) or not all(name in store for name in _S3_CLIENT_OPTIONS):
                 options.view_as(_s3_options())  # adds the S3 options' values to the store
-                store = options._all_options
-            chosen = [store[name] for name in _S3_CLIENT_OPTIONS]
+                store = getattr(options, "_all_options", None)
+            if isinstance(store, dict) and all(name in store for name in _S3_CLIENT_OPTIONS):
+                chosen = [store[name] for name in _S3_CLIENT_OPTIONS]
+            else:  # a Beam that keeps them elsewhere (a private store): read them through a view
+                view = options.view_as(_s3_options())
+                chosen = [getattr(view, name, None) for name in _S3_CLIENT_OPTIONS]
         else:
             chosen = [options.get(name) for name in _S3_CLIENT_OPTIONS]
         key = repr((os.getpid(), [os.environ.get(name) for name in _core_fs._CLIENT_ENVIRONMENT], chosen))
