@@ -76,6 +76,8 @@ def test_importing_the_module_makes_beam_reuse_its_s3_clients():
         "        self.options = options\n"
         "    def view_as(self, cls):\n"
         "        return self.options.view_as(cls)\n"
+        "    def get(self, name, default=None):  # how Beam's client reads options that are not PipelineOptions\n"
+        "        return self.options.get_all_options().get(name, default)\n"
         "three, four = boto3_client.Client(Elsewhere(a)), boto3_client.Client(Elsewhere(b))\n"
         "print(one.client is two.client, one.client is other.client, three.client is one.client, four.client is other.client)\n"
     )
