@@ -173,19 +173,27 @@ def _bucket_path(base: str) -> Tuple[str, str]:
 GCS_RETRY_LIMIT_S = 60.0
 
 # How long pyarrow's GCS client may retry a range read of `ranged_filesystem`'s twin: less than
-# its first backoff (1-2 s), so it makes one attempt (google-cloud-cpp's retry loop gives up when
-# this has passed at a failure, or when it wakes from that backoff); more than the time from the
-# call to the request (the loop refuses to start once it has passed).
+# its first backoff (1-2 s), so a request failing before its body (a 5xx, a refused or reset
+# connection) is made once (google-cloud-cpp's retry loop gives up when this has passed at a
+# failure, or when it wakes from that backoff); more than the time from the call to the request
+# (the loop refuses to start once it has passed: 0 makes no request at all, "Retry policy
+# exhausted before first request attempt"). A download cut after its body began is another
+# matter: the client's read stream resumes it with a new ranged GET under a retry policy it
+# starts afresh at that failure (RetryObjectReadSource::Read), which no limit that lets a first
+# request through refuses (seen with 0.5 s and 1 ms alike); a failure of the resume's request
+# ends the read, after the client's backoff. So such a cut costs a GET the caller does not count.
 GCS_RANGED_RETRY_LIMIT_S = 0.5
 
 
 def ranged_filesystem(path: str) -> Tuple[Any, str]:
     """(filesystem, path inside it) for reading byte ranges of `path` with the caller's own
     retries (`_ranges`): the filesystem `_from_uri` caches, except that for S3 and GCS it is
-    its twin making one attempt per request, so each request the caller counts is one on the
-    wire and a failing server costs the caller's attempts x timeout at most, not the client's
-    retries too (pyarrow's GCS client retries for 15 minutes by default). The twin is made once
-    per cached client (making one costs milliseconds) and kept in its cache entry."""
+    its twin making one attempt per request, so a failing server costs the caller's attempts x
+    timeout at most, not the client's retries too (pyarrow's GCS client retries for 15 minutes
+    by default). Each request the caller counts is one on the wire, except a GCS download cut
+    after its body began: the client resumes that one itself (see `GCS_RANGED_RETRY_LIMIT_S`),
+    inside the caller's attempt and its timeout. The twin is made once per cached client
+    (making one costs milliseconds) and kept in its cache entry."""
     filesystem, inner = _split_uri(path)
     if filesystem is None:
         return None, inner
@@ -227,8 +235,9 @@ def _single_attempt_s3(filesystem):
 
 
 def _single_attempt_gcs(filesystem):
-    """The same GCS client retrying for `GCS_RANGED_RETRY_LIMIT_S` only: one attempt (falls
-    back to the given one where pyarrow's constructor does not take back its own settings)."""
+    """The same GCS client retrying for `GCS_RANGED_RETRY_LIMIT_S` only: one attempt per request
+    (a download cut after its body began is still resumed once by the client); falls back to
+    the given one where pyarrow's constructor does not take back its own settings."""
     return _gcs_with_retry_limit(filesystem, GCS_RANGED_RETRY_LIMIT_S, replace=True)
 
 
