@@ -12,8 +12,9 @@ seconds) is retried after `backoff` seconds, doubled each time (capped, jittered
 missing object or a refused access is not retried. The object-store client's own retries are
 turned off for these reads (`fs.ranged_filesystem`: pyarrow's S3 makes one attempt; its GCS
 client, which retries for 15 minutes by default, retries for less than its first backoff), so
-each request counted here is one request on the wire and a failing range costs at most
-`attempts` x `timeout` plus the backoffs. (After a failed attempt pyarrow's GCS client still
+each request counted here is one request on the wire (but one: a gs:// download cut mid-body
+is resumed once by the client inside the attempt, a second GET of the range) and a failing
+range costs at most `attempts` x `timeout` plus the backoffs. (After a failed attempt pyarrow's GCS client still
 sleeps its first backoff, 1-2 s, before it gives up: that wait is part of the attempt.)
 """
 
