@@ -143,8 +143,13 @@ class TreePeaks:
         self.workers: Set[int] = set()
         self._kinds: Dict[int, bool] = {}
 
-    def sample(self, root: int) -> int:
-        sizes = {pid: rss_of(pid) for pid in process_tree(root)}
+    def sample(self, root: int, exclude: Optional[int] = None) -> int:
+        """Sample `root`'s tree, less the subtree of `exclude` (a descendant that is not part of
+        what is measured: the test worker's zygote and its children)."""
+        tree = process_tree(root)
+        if exclude is not None and exclude in tree:
+            tree -= process_tree(exclude)
+        sizes = {pid: rss_of(pid) for pid in tree}
         for pid, size in sizes.items():
             if pid not in self._kinds:
                 self._kinds[pid] = pid != root and is_sdk_worker(pid)
@@ -169,7 +174,9 @@ class TreePeaks:
 
 class PeakRSS(TreePeaks):
     """Context manager: `.peak` is the highest summed RSS of the process tree seen while
-    inside, `.largest` that of its largest process."""
+    inside, `.largest` that of its largest process. The test worker's zygote (helpers/zygote.py)
+    is this process's child but not part of the work measured: its tree is left out (its
+    children, forked SDK workers among them, each count the zygote's ~450 MB as resident)."""
 
     def __init__(self, root: Optional[int] = None, interval: float = 0.01) -> None:
         super().__init__()
@@ -181,7 +188,8 @@ class PeakRSS(TreePeaks):
 
     def _sample(self) -> int:
         self.samples += 1
-        return self.sample(self.root)
+        zygote = sys.modules.get("helpers.zygote")
+        return self.sample(self.root, zygote.zygote_pid() if zygote is not None else None)
 
     def _run(self) -> None:
         while not self._stop.is_set():

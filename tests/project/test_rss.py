@@ -40,6 +40,26 @@ def test_in_process_meter_sees_a_child_hold_memory():
     assert held.samples > 10
 
 
+def test_in_process_meter_leaves_out_the_zygote_and_its_children():
+    """The test worker's zygote and what it forks (doc blocks, SDK workers of in-process jobs)
+    are this process's descendants, each counting the zygote's pages as resident, but not the
+    work a PeakRSS measures: a child the zygote keeps alive meanwhile is not in the sum."""
+    import subprocess
+
+    from helpers import zygote
+
+    lingering = zygote.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with PeakRSS() as meter:
+            subprocess.run([sys.executable, "-c", IDLE], check=True)
+        assert lingering.poll() is None
+        assert {zygote.zygote_pid(), lingering.pid}.isdisjoint(meter.per_process), meter.per_process
+        assert len(meter.per_process) >= 3  # this process, the command and its child
+    finally:
+        lingering.kill()
+        lingering.wait()
+
+
 def test_job_peaks_measures_this_process_and_the_sdk_workers_apart(tmp_path):
     """`job_peaks` (the budget tests' meter): this process's transient peak counts even when
     freed before the end (its VmHWM, reset at the start), and memory a Beam SDK worker holds
