@@ -28,9 +28,8 @@ def test_a_sh_blocks_python_is_forked_from_the_zygote_and_acts_as_python(tmp_pat
     """A ```sh block's `python -c`/`python -m` runs in a child of the zygote (its preloaded Beam
     is already in sys.modules), with the block's arguments, directory, environment and piped
     stdin, its output and exit status; other uses of `python` are the interpreter itself."""
-    import subprocess
 
-    from helpers.doc_blocks import _block_env, _python_through_zygote
+    from helpers.doc_blocks import _block_env, run_shell
 
     script = "\n".join(
         [
@@ -44,16 +43,7 @@ def test_a_sh_blocks_python_is_forked_from_the_zygote_and_acts_as_python(tmp_pat
             "python -m json.tool <<< '[1]'",
         ]
     )
-    with _python_through_zygote(_block_env()) as env:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    done = run_shell(script, tmp_path, _block_env(), timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"['a', 'b c'] {tmp_path} 42",

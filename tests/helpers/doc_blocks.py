@@ -86,6 +86,21 @@ def run_python(code: str, directory: Path, timeout: float = 300) -> "subprocess.
         raise AssertionError(f"the block ran over {timeout} s:\n{code}") from None
 
 
+def run_shell(script: str, directory: Path, env: dict, timeout: float = 600) -> "subprocess.CompletedProcess[str]":
+    """Run a ```sh block under `bash -euo pipefail` in `directory`, its `python -c`/`-m`
+    commands forked from the zygote (`_python_through_zygote`); stdin is /dev/null."""
+    with _python_through_zygote(env) as shell_env:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=directory,
+            env=shell_env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
 def run_block(block: Block, directory: Path) -> None:
     """Run the block (and its shell continuation) in `directory`; fail naming the page and block."""
     env = _block_env()
@@ -94,16 +109,7 @@ def run_block(block: Block, directory: Path) -> None:
     if "'missing'" in block.code:
         assert "'missing': array([], dtype=float32)" in done.stdout
     if block.shell is not None:
-        with _python_through_zygote(env) as shell_env:
-            shell = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", block.shell],
-                cwd=directory,
-                env=shell_env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
+        shell = run_shell(block.shell, directory, env)
         assert shell.returncode == 0, (
             f"{block.id}: the sh block after the python block failed:\n{block.shell}\n"
             f"{shell.stdout[-2000:]}\n{shell.stderr[-3000:]}"

@@ -69,3 +69,21 @@ def reader_keys(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 def index_key(key: str) -> str:
     """The index's key beside data key `key` (the core's naming rule)."""
     return default_index_path(key)
+
+
+def ids_of(batches) -> List[int]:
+    """The ids of the records in a remote dataset's batches (the "id" feature of `record`)."""
+    return [int(i) for batch in batches for i in batch["id"][:, 0]]
+
+
+@contextlib.contextmanager
+def iterating(loader) -> Iterator:
+    """`iter(loader)`, its workers stopped on the way out. An error raised through a
+    DataLoader's iterator leaves it in a reference cycle; a later garbage collection (in
+    whatever test it falls) frees it after multiprocessing's finalizers closed its queues, so
+    its shutdown could not tell the workers to stop and waited 5 s on each of them."""
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        batches._shutdown_workers()

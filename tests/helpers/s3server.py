@@ -25,7 +25,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from .processes import end_process
 
@@ -207,9 +207,12 @@ def keys(client, bucket: str, prefix: str = "") -> List[str]:
 
 
 class TrapEndpoint:
-    """A loopback listener that accepts and counts connections (and answers nothing useful)."""
+    """A loopback listener that accepts and counts connections and answers nothing useful: it
+    closes each (the caller fails fast), or hands it to `answer` (say, a 403 a client does not
+    retry)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Optional[Callable[[socket.socket], None]] = None) -> None:
+        self._answer = answer
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
@@ -227,7 +230,9 @@ class TrapEndpoint:
             except OSError:
                 continue
             self.connections += 1
-            conn.close()  # the caller fails fast instead of waiting for an answer
+            with conn:
+                if self._answer is not None:
+                    self._answer(conn)
 
     def close(self) -> None:
         self._stop.set()

@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers.jobs import FAST, payloads, run_job, summary_json
-from helpers.remote_data import write_local
+from helpers.remote_data import ids_of, write_local
 
 KiB = 1 << 10
-
-
-def ids_of(batches) -> list:
-    return [int(i) for batch in batches for i in batch["id"][:, 0]]
 
 
 @pytest.mark.parametrize("compression", [None, "gzip"])

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 from helpers.proxyproc import ProcessProxy, RangeFaults
-from helpers.remote_data import write_local
+from helpers.remote_data import ids_of, iterating, write_local
 
 torch = pytest.importorskip("torch")
 
@@ -63,23 +63,6 @@ def dataset(gcs, via: str, **kwargs) -> TFRecordDataset:
     return TFRecordDataset(
         gcs.uri("e.tfrecord", via), gcs.uri("e.tfindex", via), batch_size=50, readahead_bytes=READAHEAD, **kwargs
     )
-
-
-def ids_of(batches) -> list:
-    return [int(i) for batch in batches for i in batch["id"][:, 0]]
-
-
-@contextmanager
-def iterating(loader):
-    """`iter(loader)`, its workers stopped on the way out. An error raised through a
-    DataLoader's iterator leaves it in a reference cycle; a later garbage collection (in
-    whatever test it falls) frees it after multiprocessing's finalizers closed its queues, so
-    its shutdown could not tell the workers to stop and waited 5 s on each of them."""
-    batches = iter(loader)
-    try:
-        yield batches
-    finally:
-        batches._shutdown_workers()
 
 
 @pytest.mark.parametrize("fault", [("status", 503), ("cut", 0), ("cut", 1000)])

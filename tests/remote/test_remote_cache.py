@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers.remote_data import Remote, write_local  # noqa: E402
+from helpers.remote_data import Remote, ids_of, write_local  # noqa: E402
 
 from tfrecord_beam._rangecache import ENTRY_SUFFIX, RangeCache  # noqa: E402
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
@@ -47,10 +47,6 @@ def dataset(remote: Remote, cache: Path, via=None, **kwargs) -> TFRecordDataset:
         readahead_bytes=READAHEAD,
         **kwargs,
     )
-
-
-def ids_of(batches) -> list:
-    return [int(i) for batch in batches for i in batch["id"][:, 0]]
 
 
 def entries(cache: Path) -> list:

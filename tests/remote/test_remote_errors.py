@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from helpers.faultproxy import FaultProxy  # noqa: E402
-from helpers.remote_data import Remote, write_local  # noqa: E402
+from helpers.remote_data import Remote, ids_of, iterating, write_local  # noqa: E402
 
 from tfrecord_beam.errors import CorruptRecordError, RemoteReadError  # noqa: E402
 from tfrecord_beam.index import load_index  # noqa: E402
@@ -56,23 +55,6 @@ def dataset(remote: Remote, via: str, **kwargs) -> TFRecordDataset:
     return TFRecordDataset(
         remote.uri("e.tfrecord", via), remote.uri("e.tfindex", via), batch_size=50, readahead_bytes=READAHEAD, **kwargs
     )
-
-
-def ids_of(batches) -> list:
-    return [int(i) for batch in batches for i in batch["id"][:, 0]]
-
-
-@contextmanager
-def iterating(loader):
-    """`iter(loader)`, its workers stopped on the way out. An error raised through a
-    DataLoader's iterator leaves it in a reference cycle; a later garbage collection (in
-    whatever test it falls) frees it after multiprocessing's finalizers closed its queues, so
-    its shutdown could not tell the workers to stop and waited 5 s on each of them."""
-    batches = iter(loader)
-    try:
-        yield batches
-    finally:
-        batches._shutdown_workers()
 
 
 @pytest.mark.parametrize("fault", [("status", 503), ("status", 500), ("cut", 1000)])

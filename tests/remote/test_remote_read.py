@@ -18,15 +18,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers.remote_data import Remote, write_local  # noqa: E402
+from helpers.remote_data import Remote, ids_of, write_local  # noqa: E402
 
 from tfrecord_beam.torch import TFRecordDataset  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-
-
-def ids_of(batches) -> list:
-    return [int(i) for batch in batches for i in batch["id"][:, 0]]
 
 
 def upload(remote: Remote, tmp_path: Path, name: str, first: int, count: int, size: int, compression=None):

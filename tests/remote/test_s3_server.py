@@ -317,29 +317,21 @@ def test_the_trap_catches_the_core_and_boto3_reading_the_environment(s3_server, 
 
     from tfrecord_beam import fs
 
-    class AnsweringTrap(TrapEndpoint):
-        def _serve(self) -> None:
-            while not self._stop.is_set():
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    continue
-                self.connections += 1
-                with conn:
-                    conn.settimeout(5)
-                    try:
-                        request = b""
-                        while b"\r\n\r\n" not in request:
-                            chunk = conn.recv(65536)
-                            if not chunk:
-                                break
-                            request += chunk
-                        conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                        conn.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
+    def forbid(conn: socket.socket) -> None:
+        conn.settimeout(5)
+        try:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                request += chunk
+            conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
-    trap = AnsweringTrap()
+    trap = TrapEndpoint(answer=forbid)
     try:
         for key, value in trap_environment(trap, tmp_path).items():
             monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
