@@ -61,12 +61,9 @@ def _reuse_s3_clients() -> None:
         # a call, most of the CPU a small job on S3 spent in this layer)
         if hasattr(options, "view_as"):
             store = getattr(options, "_all_options", None)
-            if not isinstance(store, dict) or not all(name in store for name in _S3_CLIENT_OPTIONS):
-                options.view_as(_s3_options())  # adds the S3 options' values to the store
-                store = getattr(options, "_all_options", None)
             if isinstance(store, dict) and all(name in store for name in _S3_CLIENT_OPTIONS):
                 chosen = [store[name] for name in _S3_CLIENT_OPTIONS]
-            else:  # a Beam that keeps them elsewhere (a private store): read them through a view
+            else:  # the first call (the view adds the S3 options to the store), or a Beam without it
                 view = options.view_as(_s3_options())
                 chosen = [getattr(view, name, None) for name in _S3_CLIENT_OPTIONS]
         else:
