@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, NamedTuple, Optional, Sequence, Set
 
-from . import sdk_workers
+from . import sdk_workers, zygote
 from .fixtures import REPO
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -188,8 +188,7 @@ class PeakRSS(TreePeaks):
 
     def _sample(self) -> int:
         self.samples += 1
-        zygote = sys.modules.get("helpers.zygote")
-        return self.sample(self.root, zygote.zygote_pid() if zygote is not None else None)
+        return self.sample(self.root, zygote.zygote_pid())
 
     def _run(self) -> None:
         while not self._stop.is_set():
