@@ -161,10 +161,13 @@ def test_a_worker_that_dies_holding_the_lock_does_not_stall_the_others(monkeypat
 
 def _claim_write_check(ring, rounds, conflicts) -> None:
     me = struct.pack("<q", os.getpid())
-    for _ in range(rounds):
+    done, deadline = 0, time.monotonic() + 60
+    while done < rounds:  # `rounds` claims, not attempts: under load most attempts find both slots held
+        assert time.monotonic() < deadline, f"{done} of {rounds} claims in 60 s"
         claimed = ring._claim()
         if claimed is None:
             continue
+        done += 1
         slot, generation = claimed
         at = _ring._HEADER_BYTES + slot * ring.slot_bytes
         ring._map[at : at + 8] = me
@@ -186,7 +189,7 @@ def test_claims_are_exclusive_across_processes():
     for c in children:
         c.join()
     assert all(c.exitcode == 0 for c in children) and conflicts.value == 0
-    assert sum(_generations(ring)) > 300  # the slots did change hands
+    assert sum(_generations(ring)) == 3 * 300  # every claim, by any of the three, bumped one slot once
 
 
 def test_full_or_too_small_rings_and_other_processes_send_through_the_pipe(monkeypatch):
