@@ -59,6 +59,28 @@ def dataset(payload: int, total: int, files: int = 8) -> List[Path]:
     return paths
 
 
+def reshard_args(files: List[Path], prefix, shuffle: bool = False) -> list:
+    """reshard's arguments over all of `files` (a `dataset`) into SHARDS shards under `prefix`;
+    `shuffle`: reshard --shuffle, seed 1 (bench_first_hour runs the same jobs)."""
+    args = ["--input", str(files[0].parent / "in-*.tfrecord"), "--output_prefix", prefix, "--num_shards", SHARDS]
+    return args + (["--shuffle", "--seed", 1] if shuffle else [])
+
+
+def mix_args(files: List[Path], records: int, prefix) -> list:
+    """mix 3:1's arguments: `files` 0-5 of a `dataset` weighted 3, 6-7 weighted 1, `records` out
+    (as many as in), SHARDS shards under `prefix`, seed 1."""
+    a = str(files[0].parent / "in-[0-5].tfrecord")
+    b = str(files[0].parent / "in-[67].tfrecord")
+    return ["--source", a + "=3", "--source", b + "=1", "--total_records", records] + [
+        "--output_prefix",
+        prefix,
+        "--num_shards",
+        SHARDS,
+        "--seed",
+        1,
+    ]
+
+
 def measure(kind: str, *args) -> Tuple[float, int, float, dict]:
     """(seconds, peak RSS of the process tree, CPU seconds, bytes moved) of one run in a fresh
     interpreter: `kind` is a pipelines module or a plain loop. Seconds are timed in the child
@@ -232,16 +254,7 @@ def run(
                     )
                 for name, runner in workers:
                     seconds, peak, cpu = median_run(
-                        repeats,
-                        "reshard",
-                        "--input",
-                        pattern,
-                        "--output_prefix",
-                        tmp / "rs" / "r",
-                        "--num_shards",
-                        SHARDS,
-                        *runner,
-                        cleanup=clean("rs"),
+                        repeats, "reshard", *reshard_args(files, tmp / "rs" / "r"), *runner, cleanup=clean("rs")
                     )
                     times[name] = seconds
                     rows.append(
@@ -273,26 +286,9 @@ def run(
                 text += table(f"build_index, {label} records, {nbytes / 1e9:.2f} GB", rows, times)
             if "mix" in jobs and payload >= 1024:
                 rows, times = [], {}
-                a = str(files[0].parent / "in-[0-5].tfrecord")
-                b = str(files[0].parent / "in-[67].tfrecord")
                 for name, runner in workers:
                     seconds, peak, cpu = median_run(
-                        repeats,
-                        "mix",
-                        "--source",
-                        a + "=3",
-                        "--source",
-                        b + "=1",
-                        "--total_records",
-                        records,
-                        "--output_prefix",
-                        tmp / "mx" / "m",
-                        "--num_shards",
-                        SHARDS,
-                        "--seed",
-                        1,
-                        *runner,
-                        cleanup=clean("mx"),
+                        repeats, "mix", *mix_args(files, records, tmp / "mx" / "m"), *runner, cleanup=clean("mx")
                     )
                     times[name] = seconds
                     rows.append(
@@ -319,20 +315,15 @@ def mix_vs_shuffle(files: List[Path], records: int, nbytes: int, label: str, tmp
     """mix 3:1 (as many records out as in) against reshard --shuffle of the same files into the
     same shards, 1 worker, runs interleaved (mix, shuffle, mix, ...) so that both see the same
     load; the 1-minute load average before each pair is printed beside the medians."""
-    a = str(files[0].parent / "in-[0-5].tfrecord")
-    b = str(files[0].parent / "in-[67].tfrecord")
-    pattern = str(files[0].parent / "in-*.tfrecord")
-    mix_args = ["--source", a + "=3", "--source", b + "=1", "--total_records", records]
-    mix_args += ["--output_prefix", tmp / "mx" / "m", "--num_shards", SHARDS, "--seed", 1, *ONE]
-    shuffle_args = ["--input", pattern, "--output_prefix", tmp / "sh" / "s", "--num_shards", SHARDS]
-    shuffle_args += ["--shuffle", "--seed", 1, *ONE]
+    mixing = mix_args(files, records, tmp / "mx" / "m") + ONE
+    shuffling = reshard_args(files, tmp / "sh" / "s", shuffle=True) + ONE
     runs = {"mix": [], "shuffle": []}
     loads = []
     for _ in range(repeats):
         loads.append(os.getloadavg()[0])
-        runs["mix"].append(measure("mix", *mix_args))
+        runs["mix"].append(measure("mix", *mixing))
         shutil.rmtree(tmp / "mx", ignore_errors=True)
-        runs["shuffle"].append(measure("reshard", *shuffle_args))
+        runs["shuffle"].append(measure("reshard", *shuffling))
         shutil.rmtree(tmp / "sh", ignore_errors=True)
     rows = []
     for what, key in (("mix 3:1 (select, shuffle within shards, proof)", "mix"), ("reshard --shuffle", "shuffle")):
