@@ -20,6 +20,7 @@ __all__ = [
     "Digest",
     "mix64",
     "frame_digest",
+    "index_digest",
     "payload_digest",
     "add_digests",
     "combine_digests",
@@ -55,6 +56,18 @@ def frame_digest(crcs: np.ndarray, payload_lengths: np.ndarray) -> Digest:
     # .item(): Python ints whose type Beam cannot infer, so its coders pickle the 64-bit sum
     # (a VarIntCoder, inferred from int(...), refuses sums of 2**63 and more)
     return len(lengths), lengths.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
+
+
+def index_digest(offsets: np.ndarray, frame_sizes: np.ndarray) -> Digest:
+    """(entries, frame bytes indexed, checksum) of `.tfindex` entries (offset, frame size): what
+    build_index proves its indexes with. An entry's key mixes its offset with its size, so the
+    sum, though it does not depend on the order the entries are added in, changes when an
+    entry is lost, doubled, altered or moved to another offset."""
+    sizes = np.asarray(frame_sizes, dtype=np.int64)
+    if not len(sizes):
+        return 0, 0, 0
+    keys = mix64(np.asarray(offsets, dtype=np.int64).astype(np.uint64)) ^ sizes.astype(np.uint64)
+    return len(sizes), sizes.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
 
 
 def payload_digest(payloads: Sequence[bytes]) -> Digest:
