@@ -66,7 +66,9 @@ def index_digest(offsets: np.ndarray, frame_sizes: np.ndarray) -> Digest:
     sizes = np.asarray(frame_sizes, dtype=np.int64)
     if not len(sizes):
         return 0, 0, 0
-    keys = mix64(np.asarray(offsets, dtype=np.int64).astype(np.uint64)) ^ sizes.astype(np.uint64)
+    # offset times an odd constant (the golden ratio's), plus the size: one mix per entry
+    keys = np.asarray(offsets, dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    keys += sizes.astype(np.uint64)
     return len(sizes), sizes.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
 
 
