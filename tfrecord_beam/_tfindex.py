@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, fs
-from . import digest as _digest
+from . import _engine, _mix, fs
 from ._engine import _index_text
 from .errors import IndexMismatchError, OverwriteRefusedError
 
@@ -337,7 +336,7 @@ class IndexStream:
         self._commit: fs.Commit
         self._handle, self._commit = self._cm.__enter__()
         self.offset = 0
-        self.digest: _digest.Digest = (0, 0, 0)
+        self.digest: Tuple[int, int, int] = (0, 0, 0)
         self.file_bytes = 0
 
     def add(self, sizes) -> None:
@@ -345,7 +344,7 @@ class IndexStream:
         if len(sizes):
             index = frame_index(sizes, self.offset)
             self._write(format_index(index))
-            self.digest = _digest.add_digests(self.digest, _digest.index_digest(index[:, 0], index[:, 1]))
+            self.digest = _mix.add_digests(self.digest, _mix.index_digest(index[:, 0], index[:, 1]))
             self.offset = int(index[-1, 0] + index[-1, 1])
 
     def _write(self, text: bytes) -> None:

@@ -16,6 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ._mix import _MASK64, add_digests, index_digest, mix64
+
 __all__ = [
     "Digest",
     "mix64",
@@ -32,18 +34,6 @@ __all__ = [
 ]
 
 Digest = tuple  # (records, payload bytes, checksum); untyped so Beam pickles, not varints, the 64-bit sums
-_MASK64 = (1 << 64) - 1
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser over a uint64 array: a bijection whose outputs look i.i.d. uniform."""
-    z = np.asarray(x, dtype=np.uint64).copy()
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
 
 
 def frame_digest(crcs: np.ndarray, payload_lengths: np.ndarray) -> Digest:
@@ -58,20 +48,6 @@ def frame_digest(crcs: np.ndarray, payload_lengths: np.ndarray) -> Digest:
     return len(lengths), lengths.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
 
 
-def index_digest(offsets: np.ndarray, frame_sizes: np.ndarray) -> Digest:
-    """(entries, frame bytes indexed, checksum) of `.tfindex` entries (offset, frame size): what
-    build_index proves its indexes with. An entry's key mixes its offset with its size, so the
-    sum, though it does not depend on the order the entries are added in, changes when an
-    entry is lost, doubled, altered or moved to another offset."""
-    sizes = np.asarray(frame_sizes, dtype=np.int64)
-    if not len(sizes):
-        return 0, 0, 0
-    # offset times an odd constant (the golden ratio's), plus the size: one mix per entry
-    keys = np.asarray(offsets, dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    keys += sizes.astype(np.uint64)
-    return len(sizes), sizes.sum().item(), mix64(keys).sum(dtype=np.uint64).item()
-
-
 def payload_digest(payloads: Sequence[bytes]) -> Digest:
     """The digest of payloads (their CRC32Cs computed here)."""
     from . import _engine
@@ -79,11 +55,6 @@ def payload_digest(payloads: Sequence[bytes]) -> Digest:
     crcs = np.fromiter(map(_engine.masked_crc32c, payloads), dtype=np.uint64, count=len(payloads))
     lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
     return frame_digest(crcs, lengths)
-
-
-def add_digests(a: Digest, b: Digest) -> Digest:
-    """The digest of two disjoint sets of records together."""
-    return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
 
 
 def combine_digests(digests: Iterable[Digest]) -> Digest:
