@@ -3,9 +3,12 @@
 Each file is walked from its first record by its 12-byte headers: every length CRC is checked
 (a flipped length can never shift the index), payloads are skipped (seeked over, for large
 records) unless --verify, which checks every payload CRC too. The index is streamed to a
-temporary name and renamed when the walk reached the end of the file, so memory does not grow
-with the file and no partial index is ever left. A corrupt or truncated file gets no index:
-it is listed in the summary with the file, record and offset at fault, counted, and the job
+temporary name, so memory does not grow with the file, and renamed when the walk reached the
+end of the file and the index is proven to hold exactly one entry per record walked, in order
+(`jobs.check_written`: the digest of the entries written against the walk's, and the file's
+size against the bytes written; else the job fails, exit 1, naming the index and its data
+file): no partial or wrong index is ever left. A corrupt or truncated file gets no index: it
+is listed in the summary with the file, record and offset at fault, counted, and the job
 exits with status 3 (bad data reported).
 """
 
@@ -60,9 +63,20 @@ from tfrecord_beam import blockgzip, fs, jobtools
 from tfrecord_beam.beam import CorruptRecord, jobio
 from tfrecord_beam.beam import commit as _commit
 from tfrecord_beam.beam.commit import corrupt_line
+from tfrecord_beam.digest import Digest
 from tfrecord_beam.errors import TFRecordError
-from tfrecord_beam.index import default_index_path, format_index
-from tfrecord_beam.jobs import VERIFY_ALL, VERIFY_LENGTHS, walk_frames
+from tfrecord_beam.index import default_index_path
+from tfrecord_beam.jobs import (
+    VERIFY_ALL,
+    VERIFY_LENGTHS,
+    ChecksumMismatch,
+    IndexStream,
+    add_digests,
+    check_meant,
+    check_written,
+    index_digest,
+    walk_frames,
+)
 
 from . import _common
 from ._common import JobError, Summary
@@ -98,25 +112,30 @@ def index_file(
     compression: Optional[str],
     progress_dir: Optional[str],
 ) -> None:
-    """Walk one file and stream its index to its target, or count the file as corrupt."""
+    """Walk one file and stream its index to its target, or count the file as corrupt; the
+    index is moved into place only once it is proven to hold the walk's entries (`_commit_proven`)."""
     number, path = task
     counter = jobio.ProgressFile(progress_dir, "index", f"{number:06d}")
     level = VERIFY_ALL if verify else VERIFY_LENGTHS
     kind = _compression.resolve(path, compression)
-    records = 0
+    target = index_target(path, output_dir)
+    meant: Digest = (0, 0, 0)  # the index_digest of the entries the walk read
     try:
-        with jobio.open_input(path) as raw, jobio.atomic_output(index_target(path, output_dir)) as (handle, commit):
-            members = _MemberCheck(raw) if kind == "gzip" else None  # block-gzip: keep its member table
-            for block in walk_frames(raw, kind, path, verify=level):
-                handle.write(format_index(np.stack([block.offsets, block.sizes], axis=1)))
-                if members is not None:
-                    members.see(block.offsets)
-                records += len(block)
-                counter.add(len(block), int(block.sizes.sum()))
-            table = members.table_for(block_end(block) if records else 0) if members is not None else None
-            if table is not None:
-                handle.write(table.format())
-            commit()
+        with jobio.open_input(path) as raw:
+            stream = IndexStream(target, jobio.atomic_output)
+            try:
+                members = _MemberCheck(raw) if kind == "gzip" else None  # block-gzip: keep its member table
+                for block in walk_frames(raw, kind, path, verify=level):
+                    stream.add(block.sizes)
+                    meant = add_digests(meant, index_digest(block.offsets, block.sizes))
+                    if members is not None:
+                        members.see(block.offsets)
+                    counter.add(len(block), int(block.sizes.sum()))
+                table = members.table_for(block_end(block) if meant[0] else 0) if members is not None else None
+                (records, _, _), index_bytes = _commit_proven(stream, table, meant, f"{target} (the index of {path})")
+            except BaseException:
+                stream.abort()  # nothing of this run's index is left (a finished one was moved in)
+                raise
     except TFRecordError as err:
         Metrics.counter(NAMESPACE, "corrupt_files").inc()
         Metrics.string_set(NAMESPACE, "corrupt").add(str(err))
@@ -128,7 +147,25 @@ def index_file(
         counter.flush()
     Metrics.counter(NAMESPACE, "indexed_files").inc()
     Metrics.counter(NAMESPACE, "records").inc(records)
-    Metrics.counter(NAMESPACE, "index_bytes").inc(jobio.file_size(index_target(path, output_dir)))
+    Metrics.counter(NAMESPACE, "index_bytes").inc(index_bytes)
+
+
+def _commit_proven(stream: IndexStream, table, meant: Digest, what: str) -> Tuple[Digest, int]:
+    """Finish the index (with its member table) and move it into place only when its stream
+    wrote exactly the `meant` entries and its file has the size the stream wrote; otherwise
+    ChecksumMismatch naming `what` fails the job, and no index of this run is left (one written
+    in place, an object store's, which appeared when finished, is deleted). Returns (the
+    written digest, the index's size)."""
+    check_meant(what, stream, meant)  # before the finish, which makes an object store's index appear
+    commit = stream.finish(table)
+    try:
+        proof = check_written(what, stream, jobio.file_size, meant, on_disk=commit.temp or commit.final)
+    except ChecksumMismatch:
+        if commit.temp is None:
+            jobio.delete([commit.final])
+        raise
+    commit.move()
+    return proof
 
 
 def block_end(block) -> int:

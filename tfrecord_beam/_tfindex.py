@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _engine, fs
+from . import _engine, _mix, fs
 from ._engine import _index_text
 from .errors import IndexMismatchError, OverwriteRefusedError
 
@@ -324,7 +324,11 @@ AtomicOutput = fs.AtomicOutput
 
 class IndexStream:
     """Writes `.tfindex` lines for frames as they are written, under a temporary name beside
-    the index (nothing held in memory); `finish`, then the commit's `move`, puts it in place."""
+    the index (nothing held in memory); `finish`, then the commit's `move`, puts it in place.
+
+    It keeps the proof of what it wrote, as `RecordWriter` does (`jobs.check_written` reads
+    both): `digest`, the `digest.index_digest` of the entries it handed to its file, and
+    `file_bytes`, the bytes it handed to it."""
 
     def __init__(self, path: str, atomic_output: Optional[AtomicOutput] = None) -> None:
         self._cm = (atomic_output or fs.atomic_output)(path)
@@ -332,19 +336,26 @@ class IndexStream:
         self._commit: fs.Commit
         self._handle, self._commit = self._cm.__enter__()
         self.offset = 0
+        self.digest: Tuple[int, int, int] = (0, 0, 0)
+        self.file_bytes = 0
 
     def add(self, sizes) -> None:
         """Index frames of `sizes` bytes that follow those indexed so far."""
         if len(sizes):
             index = frame_index(sizes, self.offset)
-            self._handle.write(format_index(index))
+            self._write(format_index(index))
+            self.digest = _mix.add_digests(self.digest, _mix.index_digest(index[:, 0], index[:, 1]))
             self.offset = int(index[-1, 0] + index[-1, 1])
+
+    def _write(self, text: bytes) -> None:
+        self._handle.write(text)
+        self.file_bytes += len(text)
 
     def finish(self, members: Optional["MemberTable"] = None) -> fs.Commit:
         """Finish the temporary file (with a block-gzip member table after the records) without
         moving it; returns the commit whose `move()` puts it in place (`_publish` orders moves)."""
         if members is not None:
-            self._handle.write(members.format())
+            self._write(members.format())
         self._commit.finish()
         return self._commit
 

@@ -16,10 +16,13 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ._mix import _MASK64, add_digests, index_digest, mix64
+
 __all__ = [
     "Digest",
     "mix64",
     "frame_digest",
+    "index_digest",
     "payload_digest",
     "add_digests",
     "combine_digests",
@@ -31,18 +34,6 @@ __all__ = [
 ]
 
 Digest = tuple  # (records, payload bytes, checksum); untyped so Beam pickles, not varints, the 64-bit sums
-_MASK64 = (1 << 64) - 1
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser over a uint64 array: a bijection whose outputs look i.i.d. uniform."""
-    z = np.asarray(x, dtype=np.uint64).copy()
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
 
 
 def frame_digest(crcs: np.ndarray, payload_lengths: np.ndarray) -> Digest:
@@ -64,11 +55,6 @@ def payload_digest(payloads: Sequence[bytes]) -> Digest:
     crcs = np.fromiter(map(_engine.masked_crc32c, payloads), dtype=np.uint64, count=len(payloads))
     lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
     return frame_digest(crcs, lengths)
-
-
-def add_digests(a: Digest, b: Digest) -> Digest:
-    """The digest of two disjoint sets of records together."""
-    return a[0] + b[0], a[1] + b[1], (a[2] + b[2]) & _MASK64
 
 
 def combine_digests(digests: Iterable[Digest]) -> Digest:

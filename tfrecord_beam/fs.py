@@ -77,6 +77,16 @@ PathLike = Union[str, "os.PathLike[str]"]
 class Commit(Protocol):
     """What an `atomic_output` yields beside its file (this module's and `beam._fs`'s)."""
 
+    @property
+    def temp(self) -> Optional[str]:
+        """Where the file is written until `move` renames it to `final`, spelt as its layer's
+        file functions take it; None where it is written at `final` itself (`beam._fs` on an
+        object store: it appears there when finished)."""
+
+    @property
+    def final(self) -> str:
+        """The target."""
+
     def finish(self) -> None:
         """Close the file without moving it into place."""
 

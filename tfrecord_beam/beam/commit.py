@@ -368,7 +368,21 @@ class Output:
 
     def _check_staged(self, shards: List[ShardEntry]) -> None:
         """Refuse to commit a shard whose staged file is not the size its writer wrote (the
-        manifest's `file_bytes`): cut off, replaced or missing since it was written."""
+        manifest's `file_bytes`): cut off, replaced or missing since it was written.
+
+        Why sizes and not record counts: the records are proven before this point. Each entry's
+        records, payload bytes and checksum are its writer's digest of the frames it handed to
+        the file, already checked equal to what the shard was given, and the file's size equal
+        to the bytes it wrote, when it closed (`jobs.check_written`); the job checked the sum
+        against its input's. What can happen to a staged file after that is that it is cut,
+        grown, removed or replaced: the size catches all of these except a replacement by a file
+        of the same size, and the one writer of a staged name is that shard's (a retried one
+        writes the same records from the same plan). A count would need the file read again (a
+        header walk reads every page of small records; a compressed shard must be inflated):
+        one more full read of every shard, for damage that keeps the size and changes only the
+        framing; damage inside payloads it would miss anyway (that is `tfrecord-beam verify`'s
+        full CRC read). Comparing the writer's digest carried in the manifest would compare the
+        entry with itself: the entry is made from that digest."""
         for entry in shards:
             path = self.temp_path(entry.name)
             try:

@@ -15,11 +15,13 @@ imports them from `tfrecord_beam.jobs`, never from the private modules (tests ma
 """
 
 from .._engine._common import VERIFY_ALL, VERIFY_LENGTHS
+from .._tfindex import IndexStream
+from ..digest import index_digest
 from ._bucketed import RUN_BYTES, RunSpiller, Scratch, SegmentTable, bucket_of, buckets_for, write_merged
 from ._copy import copy_pieces, piece_chunks
 from ._plan import FileSurvey, Piece, ShardPlan, Surveyor, merge_parts, plan_contiguous, survey, survey_parts
 from ._walk import add_digests, frame_digest, walk_frames, walk_frames_skipping
-from ._written import ChecksumMismatch, check_written
+from ._written import ChecksumMismatch, check_meant, check_written
 
 __all__ = [
     # how much of each frame a walk checks (lengths only, or both CRCs)
@@ -42,8 +44,11 @@ __all__ = [
     # copying planned pieces
     "copy_pieces",
     "piece_chunks",
-    # the proof of what a shard writer wrote
+    # the proof of what a shard writer (or an index stream) wrote
+    "IndexStream",
+    "index_digest",
     "ChecksumMismatch",
+    "check_meant",
     "check_written",
     # the shuffles' bounded buckets
     "RUN_BYTES",
