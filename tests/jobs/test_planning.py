@@ -220,7 +220,7 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
     tables = spiller.close()
     assert sorted(t.shard for t in tables) == [0, 1]  # one table per shard for all the runs
-    assert all(len(set(t.runs.tolist())) > 4 for t in tables)  # several runs, each with segments
+    assert all(len({s.run for s in t.segments(core_fs.open_input)}) > 4 for t in tables)  # several runs each
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
@@ -238,38 +238,44 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         assert list(RecordReader(str(dest))) == expected and groups == [len(mine)]
 
 
-def test_spilled_runs_metadata_is_a_few_numbers_a_segment(tmp_path):
-    """A reader's spiller keeps, until its range ends, what it spilled: one row of numbers per
-    segment (48 B), not a table per (run, shard) (~750 B each: with many shards and small
-    records, most of a run's segments hold one record, ~9% of the bytes read). 30 runs of
-    small records into 100 shards: ~3,000 segments."""
-    import contextlib
-    import os
+def test_spiller_memory_does_not_grow_with_its_segments(tmp_path):
+    """A reader's spiller writes each run's segment rows (48 B per (run, shard, bucket)) to a
+    local file as it spills the run, and `close` sorts them there into the spill file's tail:
+    its tracemalloc peak, `close` included, is the same for 15 runs and for 45 (100 shards of
+    small records, ~100 segments a run; a spiller that held the rows until `close` grew by
+    ~95 B a segment here). The tables it returns point at the rows (one small tuple a shard)."""
     import tracemalloc
 
-    @contextlib.contextmanager
-    def nowhere(path):
-        with open(os.devnull, "wb") as handle:
-            yield handle, lambda: None
-
     shards, n, size = 100, 600, 100
-    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 7, 0, [1] * shards, nowhere, run_bytes=n * size)
-    rng = np.random.default_rng(0)
     framed = bytes(n * size)
     starts, sizes = np.arange(n, dtype=np.int64) * size, np.full(n, size, np.int64)
-    tracemalloc.start()
-    try:
-        for _ in range(30):
-            spiller.add(framed, starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, dtype=np.uint64))
-        held = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    tables = spiller.close()
-    segments = sum(len(t.runs) for t in tables)
-    assert segments > 2900 and sorted(t.shard for t in tables) == list(range(shards))
-    assert sum(int(t.records.sum()) for t in tables) == 30 * n
-    assert {s.run for t in tables for s in t.segments()} == {(7, r) for r in range(30)}
-    assert held < 100 * segments, (held, segments)
+
+    def spill(runs, traced=True):
+        path = str(tmp_path / f"runs-{runs}")
+        spiller = _bucketed.RunSpiller(path, 7, 0, [1] * shards, core_fs.atomic_output, run_bytes=n * size)
+        rng = np.random.default_rng(runs)
+        if traced:
+            tracemalloc.start()
+        try:
+            for _ in range(runs):
+                spiller.add(
+                    framed, starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, dtype=np.uint64)
+                )
+            tables = spiller.close()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        segments = [s for t in tables for s in t.segments(core_fs.open_input)]
+        return peak, tables, segments
+
+    spill(2, traced=False)  # one-time allocations (caches of the modules used) before measuring
+    small, _, few = spill(15)
+    large, tables, many = spill(45)
+    assert len(many) - len(few) > 2900
+    assert large - small < 10 * (len(many) - len(few)), (small, large, len(few), len(many))
+    assert sorted(t.shard for t in tables) == list(range(shards))
+    assert sum(s.records for s in many) == 45 * n and {s.run for s in many} == {(7, r) for r in range(45)}
+    assert all(s.shard == t.shard for t in tables for s in t.segments(core_fs.open_input))
 
 
 def test_spill_handles_are_reused_and_bounded(tmp_path):
