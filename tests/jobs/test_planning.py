@@ -278,6 +278,73 @@ def test_spiller_memory_does_not_grow_with_its_segments(tmp_path):
     assert all(s.shard == t.shard for t in tables for s in t.segments(core_fs.open_input))
 
 
+def test_sort_rows_is_a_stable_sort_by_shard_and_bucket_in_blocks(tmp_path):
+    """`close`'s sort of the segment rows through local files, a few rows at a time, gives the
+    rows in (shard, bucket) order with the runs in order within each pair (as a stable sort)."""
+    import tempfile
+
+    rng = np.random.default_rng(5)
+    rows = np.zeros((2000, _bucketed.ROW), np.int64)
+    rows[:, 0] = rng.integers(0, 7, len(rows))  # shard
+    rows[:, 1] = np.arange(len(rows)) // 50  # run: runs in order, as the spiller writes them
+    rows[:, 2] = rng.integers(0, 30, len(rows))  # bucket
+    rows[:, 3:] = rng.integers(0, 1 << 40, (len(rows), 3))
+    with tempfile.TemporaryFile(dir=tmp_path) as source, tempfile.TemporaryFile(dir=tmp_path) as out:
+        source.write(rows.astype("<i8").tobytes())
+        codes, counts = _bucketed.sort_rows(source, len(rows), out, block_rows=97)
+        out.seek(0)
+        got = np.frombuffer(out.read(), "<i8").reshape(-1, _bucketed.ROW)
+    expected = rows[np.lexsort((rows[:, 1], rows[:, 2], rows[:, 0]))]
+    assert np.array_equal(got, expected)
+    pairs, times = np.unique((expected[:, 0] << 32) | expected[:, 2], return_counts=True)
+    assert codes.tolist() == pairs.tolist() and counts.tolist() == times.tolist()
+
+
+def _spill_tables(tmp_path, runs=12, shards=3, buckets=5):
+    """A spill file's tables: `runs` runs of 200 (unframed) records into `shards` x `buckets`."""
+    n, size = 200, 40
+    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 2, 0, [buckets] * shards, core_fs.atomic_output, n * size)
+    rng = np.random.default_rng(3)
+    starts, sizes = np.arange(n, dtype=np.int64) * size, np.full(n, size, np.int64)
+    for _ in range(runs):
+        spiller.add(bytes(n * size), starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, np.uint64))
+    return spiller.close()
+
+
+def test_table_rows_are_read_bucket_by_bucket_a_block_at_a_time(tmp_path):
+    """A shard writer reads a table's rows a block at a time, bucket by bucket: the same
+    segments in the same order whatever the block, each bucket's in run order."""
+    tables = _spill_tables(tmp_path)
+    for table in tables:
+        whole = table.segments(core_fs.open_input)
+        assert [(s.bucket, s.run) for s in whole] == sorted((s.bucket, s.run) for s in whole)
+        assert len(whole) == table.rows and len({s.run for s in whole}) == 12
+        handles = _bucketed.Handles(core_fs.open_input)
+        cursor = _bucketed.TableRows(table, handles, block_rows=2)
+        got, bucket = [], cursor.head()
+        while bucket is not None:
+            assert cursor.take(bucket - 1) == []  # a bucket before the head's has none
+            got.append(cursor.take(bucket))
+            bucket = cursor.head()
+        handles.close()
+        assert [s for part in got for s in part] == whole and all(len({s.bucket for s in p}) == 1 for p in got)
+
+
+def test_damaged_or_cut_segment_rows_are_reported(tmp_path):
+    tables = _spill_tables(tmp_path)
+    path = tmp_path / "runs"
+    raw = bytearray(path.read_bytes())
+    table = tables[1]
+    raw[table.offset + _bucketed.ROW_BYTES * 3] ^= 0x40  # the shard of its fourth row
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="segment rows damaged") as err:
+        table.segments(core_fs.open_input)
+    assert err.value.path == str(path)
+    path.write_bytes(bytes(raw[: table.offset + 10]))
+    with pytest.raises(CorruptRecordError, match="spill file ends early"):
+        table.segments(core_fs.open_input)
+
+
 def test_spill_handles_are_reused_and_bounded(tmp_path):
     opened, closed = [], []
 
