@@ -327,7 +327,9 @@ def test_table_rows_are_read_bucket_by_bucket_a_block_at_a_time(tmp_path):
             got.append(cursor.take(bucket))
             bucket = cursor.head()
         handles.close()
-        assert [s for part in got for s in part] == whole and all(len({s.bucket for s in p}) == 1 for p in got)
+        assert [s for part in got for s in part] == whole
+        assert [p[0].bucket for p in got] == sorted({s.bucket for s in whole})  # a bucket's rows in one take
+        assert all(len({s.bucket for s in p}) == 1 for p in got)
 
 
 def test_damaged_or_cut_segment_rows_are_reported(tmp_path):
