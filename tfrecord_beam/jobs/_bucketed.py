@@ -3,13 +3,16 @@
 Readers give each record they emit a destination shard and an i.i.d. random 64-bit key. The
 key's top bits pick one of the shard's `buckets` (so a bucket holds about 1/buckets of the
 shard); a `RunSpiller` buffers at most `RUN_BYTES` of frames, sorts them by (shard, bucket,
-key) and appends them to one temporary file as segments (keys, then frames), described per
-shard by one `SegmentTable` for all of the file's runs (numpy columns, so the runner moves one
-small element per spill file and shard, not one per segment or run). A shard writer
-then takes its buckets in order, reads every segment of one bucket, sorts the records by key
-and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
-that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
-segments' metadata travels through the runner. A bucket that turns out larger than the
+key) and appends them to one temporary file as segments (keys, then frames). Each segment is
+described by a row of 6 numbers (48 B), which goes to a local temporary file as its run is
+written; at the end the rows are sorted there by (shard, bucket, run) and appended to the
+spill file (`sort_rows`), and one `SegmentTable` per shard says where its rows are (the
+runner moves one small element per spill file and shard, whatever the segments). A shard
+writer then takes its buckets in order, reads the rows of one bucket from each table
+(`TableRows`) and every segment of the bucket, sorts the records by key and writes them
+(`merge_bucket`): the shard is its records in key order, a uniform permutation that is a
+pure function of the keys. Memory is a run or a bucket, never a shard, and no segment's row
+is held longer than its run or its bucket. A bucket that turns out larger than the
 writer may hold (`write_merged(max_bytes=...)`: compressed inputs inflate past their
 estimate, or random variation) is first cut by key quantiles into smaller ones through
 temporary files (`split_bucket`); each segment's keys are sorted, so a cut is a few
@@ -22,6 +25,7 @@ key range).
 
 from __future__ import annotations
 
+import io
 import math
 import shutil
 import tempfile
@@ -122,7 +126,7 @@ class RunSpiller:
         self._runs = 0
         self._pending: list = []  # (chunk bytes, frame starts, sizes, shards, keys)
         self._pending_bytes = 0
-        self._rows: Optional[BinaryIO] = None  # local temporary file: the runs' rows, in run order
+        self._rows: Optional[io.BufferedRandom] = None  # local temporary file: the runs' rows, in run order
         self._row_count = 0
         self._block_rows = max(1024, run_bytes // 256)  # rows sorted at a time: ~0.6 of a run's bytes
 
@@ -207,7 +211,7 @@ class RunSpiller:
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
 
 
-def _row_blocks(source: BinaryIO, rows: int, block_rows: int, name: str) -> Iterator[np.ndarray]:
+def _row_blocks(source: io.BufferedRandom, rows: int, block_rows: int, name: str) -> Iterator[np.ndarray]:
     """The `rows` rows of a local file, `block_rows` at a time, each block read into the same
     buffer (a block is valid until the next one is read)."""
     buffer = bytearray(ROW_BYTES * min(block_rows, rows))
@@ -221,7 +225,7 @@ def _row_blocks(source: BinaryIO, rows: int, block_rows: int, name: str) -> Iter
 
 
 def sort_rows(
-    source: BinaryIO, rows: int, out: BinaryIO, block_rows: int, name: str = "segment rows"
+    source: io.BufferedRandom, rows: int, out: io.BufferedRandom, block_rows: int, name: str = "segment rows"
 ) -> Tuple[np.ndarray, np.ndarray]:
     """A stable counting sort of the `rows` segment rows of `source` (a local file) by (shard,
     bucket) into `out` (a local file: each block's rows go to their computed places), in
@@ -497,8 +501,9 @@ def write_merged(
     max_bytes: Optional[int] = None,
     scratch: Optional[Scratch] = None,
 ) -> Tuple[Tuple[int, int, int], List[int]]:
-    """Write a shard from its segment tables, bucket by bucket; (digest, records per group).
-    With `max_bytes` and `scratch`, a bucket of more frame bytes is split before it is sorted."""
+    """Write a shard from its segment tables, bucket by bucket (each table's rows read a block
+    at a time, `TableRows`); (digest, records per group). With `max_bytes` and `scratch`, a
+    bucket of more frame bytes is split before it is sorted."""
     from ._walk import add_digests, frame_digest
 
     digest = (0, 0, 0)
