@@ -278,6 +278,51 @@ def test_spiller_memory_does_not_grow_with_its_segments(tmp_path):
     assert all(s.shard == t.shard for t in tables for s in t.segments(core_fs.open_input))
 
 
+def test_shard_writer_memory_does_not_grow_with_the_segments(tmp_path):
+    """A shard writer reads each table's rows a block at a time, bucket by bucket, not every
+    segment of its shard first: its tracemalloc peak is the same for 10 runs into 40 buckets
+    (400 segments) and 30 runs into 120 (3,600), buckets of the same size (a writer that
+    gathered the shard's segments first grew by ~200 B a segment here)."""
+    import tracemalloc
+
+    from tfrecord_beam._engine._framing import frame_records
+
+    n = 600
+    payloads = [bytes([i % 251]) * 80 for i in range(n)]
+    framed = frame_records(payloads)
+    sizes = np.full(n, 96, np.int64)
+    starts = np.cumsum(sizes) - sizes
+
+    class Writer:
+        records = 0
+
+        def write_framed(self, data, frame_sizes):
+            self.records += len(frame_sizes)
+
+    def write(runs, buckets):
+        spiller = _bucketed.RunSpiller(str(tmp_path / f"r{runs}"), 1, 0, [buckets], core_fs.atomic_output, n * 96)
+        rng = np.random.default_rng(runs)
+        for _ in range(runs):
+            keys = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+            spiller.add(framed, starts, sizes, np.zeros(n, np.int64), keys)
+        tables = spiller.close()
+        writer = Writer()
+        tracemalloc.start()
+        try:
+            digest, _ = _bucketed.write_merged(tables, writer, core_fs.open_input)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert writer.records == digest[0] == runs * n
+        return peak, tables[0].rows
+
+    write(2, 8)  # one-time allocations before measuring
+    small, few = write(10, 40)
+    large, many = write(30, 120)
+    assert many - few > 3000
+    assert large - small < 20 * (many - few), (small, large, few, many)
+
+
 def test_sort_rows_is_a_stable_sort_by_shard_and_bucket_in_blocks(tmp_path):
     """`close`'s sort of the segment rows through local files, a few rows at a time, gives the
     rows in (shard, bucket) order with the runs in order within each pair (as a stable sort)."""

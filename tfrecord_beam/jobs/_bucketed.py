@@ -229,9 +229,9 @@ def sort_rows(
 ) -> Tuple[np.ndarray, np.ndarray]:
     """A stable counting sort of the `rows` segment rows of `source` (a local file) by (shard,
     bucket) into `out` (a local file: each block's rows go to their computed places), in
-    memory of a block of `block_rows` rows and a count per (shard, bucket) present (`name`
-    names the spill file in errors). Returns
-    the pairs present, in order, as codes `shard << 32 | bucket`, and their row counts."""
+    memory of a block of `block_rows` rows and a count per (shard, bucket) present; `name`
+    names the spill file in errors. Returns the pairs present, in order, as codes
+    `shard << 32 | bucket`, and their row counts."""
 
     def codes_of(block: np.ndarray) -> np.ndarray:
         return (block[:, 0] << 32) | block[:, 2]
@@ -286,7 +286,7 @@ class TableRows:
     """A table's rows read from its spill file `block_rows` at a time, bucket by bucket in
     order: memory is a block, or one bucket's rows of the file (one a run), never the table."""
 
-    def __init__(self, table: SegmentTable, handles: Handles, block_rows: int = 256) -> None:
+    def __init__(self, table: SegmentTable, handles: Handles, block_rows: int = 64) -> None:
         self.table, self.handles, self.block_rows = table, handles, block_rows
         self._read = 0
         self._buffer = np.zeros((0, ROW), np.int64)
