@@ -220,7 +220,7 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         spiller.add(framed, index[sl, 0], index[sl, 1], shards[sl], keys[sl])
     tables = spiller.close()
     assert sorted(t.shard for t in tables) == [0, 1]  # one table per shard for all the runs
-    assert all(len(set(t.runs.tolist())) > 4 for t in tables)  # several runs, each with segments
+    assert all(len({s.run for s in t.segments(core_fs.open_input)}) > 4 for t in tables)  # several runs each
     for shard in (0, 1):
         dest = tmp_path / f"s{shard}.tfrecord"
         writer = RecordWriter(str(dest))
@@ -238,38 +238,158 @@ def test_keyed_runs_merge_into_key_order(tmp_path):
         assert list(RecordReader(str(dest))) == expected and groups == [len(mine)]
 
 
-def test_spilled_runs_metadata_is_a_few_numbers_a_segment(tmp_path):
-    """A reader's spiller keeps, until its range ends, what it spilled: one row of numbers per
-    segment (48 B), not a table per (run, shard) (~750 B each: with many shards and small
-    records, most of a run's segments hold one record, ~9% of the bytes read). 30 runs of
-    small records into 100 shards: ~3,000 segments."""
-    import contextlib
-    import os
+def test_spiller_memory_does_not_grow_with_its_segments(tmp_path):
+    """A reader's spiller writes each run's segment rows (48 B per (run, shard, bucket)) to a
+    local file as it spills the run, and `close` sorts them there into the spill file's tail:
+    its tracemalloc peak, `close` included, is the same for 15 runs and for 45 (100 shards of
+    small records, ~100 segments a run; a spiller that held the rows until `close` grew by
+    ~95 B a segment here). The tables it returns point at the rows (one small tuple a shard)."""
     import tracemalloc
 
-    @contextlib.contextmanager
-    def nowhere(path):
-        with open(os.devnull, "wb") as handle:
-            yield handle, lambda: None
-
     shards, n, size = 100, 600, 100
-    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 7, 0, [1] * shards, nowhere, run_bytes=n * size)
-    rng = np.random.default_rng(0)
     framed = bytes(n * size)
     starts, sizes = np.arange(n, dtype=np.int64) * size, np.full(n, size, np.int64)
-    tracemalloc.start()
-    try:
-        for _ in range(30):
-            spiller.add(framed, starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, dtype=np.uint64))
-        held = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    tables = spiller.close()
-    segments = sum(len(t.runs) for t in tables)
-    assert segments > 2900 and sorted(t.shard for t in tables) == list(range(shards))
-    assert sum(int(t.records.sum()) for t in tables) == 30 * n
-    assert {s.run for t in tables for s in t.segments()} == {(7, r) for r in range(30)}
-    assert held < 100 * segments, (held, segments)
+
+    def spill(runs, traced=True):
+        path = str(tmp_path / f"runs-{runs}")
+        spiller = _bucketed.RunSpiller(path, 7, 0, [1] * shards, core_fs.atomic_output, run_bytes=n * size)
+        rng = np.random.default_rng(runs)
+        if traced:
+            tracemalloc.start()
+        try:
+            for _ in range(runs):
+                spiller.add(
+                    framed, starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, dtype=np.uint64)
+                )
+            tables = spiller.close()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        segments = [s for t in tables for s in t.segments(core_fs.open_input)]
+        return peak, tables, segments
+
+    spill(2, traced=False)  # one-time allocations (caches of the modules used) before measuring
+    small, _, few = spill(15)
+    large, tables, many = spill(45)
+    assert len(many) - len(few) > 2900
+    assert large - small < 10 * (len(many) - len(few)), (small, large, len(few), len(many))
+    assert sorted(t.shard for t in tables) == list(range(shards))
+    assert sum(s.records for s in many) == 45 * n and {s.run for s in many} == {(7, r) for r in range(45)}
+    assert all(s.shard == t.shard for t in tables for s in t.segments(core_fs.open_input))
+
+
+def test_shard_writer_memory_does_not_grow_with_the_segments(tmp_path):
+    """A shard writer reads each table's rows a block at a time, bucket by bucket, not every
+    segment of its shard first: its tracemalloc peak is the same for 10 runs into 40 buckets
+    (400 segments) and 30 runs into 120 (3,600), buckets of the same size (a writer that
+    gathered the shard's segments first grew by ~200 B a segment here)."""
+    import tracemalloc
+
+    from tfrecord_beam._engine._framing import frame_records
+
+    n = 600
+    payloads = [bytes([i % 251]) * 80 for i in range(n)]
+    framed = frame_records(payloads)
+    sizes = np.full(n, 96, np.int64)
+    starts = np.cumsum(sizes) - sizes
+
+    class Writer:
+        records = 0
+
+        def write_framed(self, data, frame_sizes):
+            self.records += len(frame_sizes)
+
+    def write(runs, buckets):
+        spiller = _bucketed.RunSpiller(str(tmp_path / f"r{runs}"), 1, 0, [buckets], core_fs.atomic_output, n * 96)
+        rng = np.random.default_rng(runs)
+        for _ in range(runs):
+            keys = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+            spiller.add(framed, starts, sizes, np.zeros(n, np.int64), keys)
+        tables = spiller.close()
+        writer = Writer()
+        tracemalloc.start()
+        try:
+            digest, _ = _bucketed.write_merged(tables, writer, core_fs.open_input)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert writer.records == digest[0] == runs * n
+        return peak, tables[0].rows
+
+    write(2, 8)  # one-time allocations before measuring
+    small, few = write(10, 40)
+    large, many = write(30, 120)
+    assert many - few > 3000
+    assert large - small < 20 * (many - few), (small, large, few, many)
+
+
+def test_sort_rows_is_a_stable_sort_by_shard_and_bucket_in_blocks(tmp_path):
+    """`close`'s sort of the segment rows through local files, a few rows at a time, gives the
+    rows in (shard, bucket) order with the runs in order within each pair (as a stable sort)."""
+    import tempfile
+
+    rng = np.random.default_rng(5)
+    rows = np.zeros((2000, _bucketed.ROW), np.int64)
+    rows[:, 0] = rng.integers(0, 7, len(rows))  # shard
+    rows[:, 1] = np.arange(len(rows)) // 50  # run: runs in order, as the spiller writes them
+    rows[:, 2] = rng.integers(0, 30, len(rows))  # bucket
+    rows[:, 3:] = rng.integers(0, 1 << 40, (len(rows), 3))
+    with tempfile.TemporaryFile(dir=tmp_path) as source, tempfile.TemporaryFile(dir=tmp_path) as out:
+        source.write(rows.astype("<i8").tobytes())
+        codes, counts = _bucketed.sort_rows(source, len(rows), out, block_rows=97)
+        out.seek(0)
+        got = np.frombuffer(out.read(), "<i8").reshape(-1, _bucketed.ROW)
+    expected = rows[np.lexsort((rows[:, 1], rows[:, 2], rows[:, 0]))]
+    assert np.array_equal(got, expected)
+    pairs, times = np.unique((expected[:, 0] << 32) | expected[:, 2], return_counts=True)
+    assert codes.tolist() == pairs.tolist() and counts.tolist() == times.tolist()
+
+
+def _spill_tables(tmp_path, runs=12, shards=3, buckets=5):
+    """A spill file's tables: `runs` runs of 200 (unframed) records into `shards` x `buckets`."""
+    n, size = 200, 40
+    spiller = _bucketed.RunSpiller(str(tmp_path / "runs"), 2, 0, [buckets] * shards, core_fs.atomic_output, n * size)
+    rng = np.random.default_rng(3)
+    starts, sizes = np.arange(n, dtype=np.int64) * size, np.full(n, size, np.int64)
+    for _ in range(runs):
+        spiller.add(bytes(n * size), starts, sizes, rng.integers(0, shards, n), rng.integers(0, 2**63, n, np.uint64))
+    return spiller.close()
+
+
+def test_table_rows_are_read_bucket_by_bucket_a_block_at_a_time(tmp_path):
+    """A shard writer reads a table's rows a block at a time, bucket by bucket: the same
+    segments in the same order whatever the block, each bucket's in run order."""
+    tables = _spill_tables(tmp_path)
+    for table in tables:
+        whole = table.segments(core_fs.open_input)
+        assert [(s.bucket, s.run) for s in whole] == sorted((s.bucket, s.run) for s in whole)
+        assert len(whole) == table.rows and len({s.run for s in whole}) == 12
+        handles = _bucketed.Handles(core_fs.open_input)
+        cursor = _bucketed.TableRows(table, handles, block_rows=2)
+        got, bucket = [], cursor.head()
+        while bucket is not None:
+            assert cursor.take(bucket - 1) == []  # a bucket before the head's has none
+            got.append(cursor.take(bucket))
+            bucket = cursor.head()
+        handles.close()
+        assert [s for part in got for s in part] == whole
+        assert [p[0].bucket for p in got] == sorted({s.bucket for s in whole})  # a bucket's rows in one take
+        assert all(len({s.bucket for s in p}) == 1 for p in got)
+
+
+def test_damaged_or_cut_segment_rows_are_reported(tmp_path):
+    tables = _spill_tables(tmp_path)
+    path = tmp_path / "runs"
+    raw = bytearray(path.read_bytes())
+    table = tables[1]
+    raw[table.offset + _bucketed.ROW_BYTES * 3] ^= 0x40  # the shard of its fourth row
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="segment rows damaged") as err:
+        table.segments(core_fs.open_input)
+    assert err.value.path == str(path)
+    path.write_bytes(bytes(raw[: table.offset + 10]))
+    with pytest.raises(CorruptRecordError, match="spill file ends early"):
+        table.segments(core_fs.open_input)
 
 
 def test_spill_handles_are_reused_and_bounded(tmp_path):

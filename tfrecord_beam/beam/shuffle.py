@@ -12,8 +12,8 @@ The machinery is mix's (`tfrecord_beam.jobs`, one external shuffle in the packag
 1. Readers (one Beam element per input byte range) collect up to `buffer_bytes` of frames
    (the input's framing, copied, CRCs checked on reading), sort them by (shard, bucket, key)
    and append them as one *run* to the range's spill file (`RunSpiller`). Only one
-   `SegmentTable` per (spill file, shard) goes to the GroupByKey: numpy columns of (bucket, offset,
-   records, bytes).
+   `SegmentTable` per (spill file, shard) goes to the GroupByKey: where the file's rows of
+   (bucket, offset, records, bytes) for that shard are (appended to the file, sorted by bucket).
 2. One writer per shard takes its buckets in order (`write_merged`): each bucket (expected
    size `buffer_bytes / 2`) is read back (CRCs checked again), ordered by key in memory and
    appended to the shard; a bucket that turns out larger than `buffer_bytes` (e.g. from

@@ -3,13 +3,16 @@
 Readers give each record they emit a destination shard and an i.i.d. random 64-bit key. The
 key's top bits pick one of the shard's `buckets` (so a bucket holds about 1/buckets of the
 shard); a `RunSpiller` buffers at most `RUN_BYTES` of frames, sorts them by (shard, bucket,
-key) and appends them to one temporary file as segments (keys, then frames), described per
-shard by one `SegmentTable` for all of the file's runs (numpy columns, so the runner moves one
-small element per spill file and shard, not one per segment or run). A shard writer
-then takes its buckets in order, reads every segment of one bucket, sorts the records by key
-and writes them (`merge_bucket`): the shard is its records in key order, a uniform permutation
-that is a pure function of the keys. Memory is a run or a bucket, never a shard; only the
-segments' metadata travels through the runner. A bucket that turns out larger than the
+key) and appends them to one temporary file as segments (keys, then frames). Each segment is
+described by a row of 6 numbers (48 B), which goes to a local temporary file as its run is
+written; at the end the rows are sorted there by (shard, bucket, run) and appended to the
+spill file (`sort_rows`), and one `SegmentTable` per shard says where its rows are (the
+runner moves one small element per spill file and shard, whatever the segments). A shard
+writer then takes its buckets in order, reads the rows of one bucket from each table
+(`TableRows`) and every segment of the bucket, sorts the records by key and writes them
+(`merge_bucket`): the shard is its records in key order, a uniform permutation that is a
+pure function of the keys. Memory is a run or a bucket, never a shard, and no segment's row
+is held longer than its run or its bucket. A bucket that turns out larger than the
 writer may hold (`write_merged(max_bytes=...)`: compressed inputs inflate past their
 estimate, or random variation) is first cut by key quantiles into smaller ones through
 temporary files (`split_bucket`); each segment's keys are sorted, so a cut is a few
@@ -22,7 +25,10 @@ key range).
 
 from __future__ import annotations
 
+import io
 import math
+import shutil
+import tempfile
 import uuid
 from typing import BinaryIO, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -51,30 +57,37 @@ class Segment(NamedTuple):
     group: int
 
 
+ROW = 6  # int64 numbers a segment's row: (shard, run, bucket, offset, records, frame bytes)
+ROW_BYTES = 8 * ROW
+
+
 class SegmentTable(NamedTuple):
-    """The segments of one spill file's runs bound for one shard: one row per (run, bucket) present."""
+    """Where the segments of one spill file's runs bound for one shard are described: `rows`
+    rows of `ROW` int64 (shard, run number of `task`'s, bucket, offset, records, frame bytes)
+    at `offset` of the spill file, sorted by (bucket, run). A few numbers whatever the
+    segments: the runner moves one small element per spill file and shard, and the rows are
+    read back bucket by bucket (`TableRows`)."""
 
     shard: int
     path: str
     task: int
     group: int
-    runs: np.ndarray  # int64 columns, one row per segment: run number (of `task`'s), bucket, ...
-    buckets: np.ndarray
-    offsets: np.ndarray
-    records: np.ndarray
-    frame_bytes: np.ndarray
+    offset: int
+    rows: int
 
-    def segments(self) -> List[Segment]:
-        return [
-            Segment(self.shard, b, self.path, (self.task, r), o, n, f, self.group)
-            for r, b, o, n, f in zip(
-                self.runs.tolist(),
-                self.buckets.tolist(),
-                self.offsets.tolist(),
-                self.records.tolist(),
-                self.frame_bytes.tolist(),
-            )
-        ]
+    def segments(self, open_input: Callable[[str], BinaryIO]) -> List[Segment]:
+        """All of the table's segments, in (bucket, run) order (tests, small tables)."""
+        handles = Handles(open_input)
+        try:
+            cursor = TableRows(self, handles, block_rows=max(1, self.rows))
+            out: List[Segment] = []
+            bucket = cursor.head()
+            while bucket is not None:
+                out += cursor.take(bucket)
+                bucket = cursor.head()
+            return out
+        finally:
+            handles.close()
 
 
 def buckets_for(shard_bytes: float, bucket_bytes: int = BUCKET_BYTES) -> int:
@@ -89,7 +102,11 @@ def bucket_of(keys: np.ndarray, buckets: np.ndarray) -> np.ndarray:
 
 
 class RunSpiller:
-    """Collects selected frames of chunks, spills them as sorted runs into one file."""
+    """Collects selected frames of chunks, spills them as sorted runs into one file, then the
+    runs' segment rows sorted by (shard, bucket, run) (`close`). Memory is one run, whatever
+    the number of runs: each run's rows go to a local temporary file as the run is written
+    (48 B a segment, ~1.6 M segments for 100 GB in 64 MB runs into 1,000 buckets), and are
+    sorted there (`sort_rows`)."""
 
     def __init__(
         self,
@@ -109,7 +126,9 @@ class RunSpiller:
         self._runs = 0
         self._pending: list = []  # (chunk bytes, frame starts, sizes, shards, keys)
         self._pending_bytes = 0
-        self._rows: List[np.ndarray] = []  # per run: (segments, 6) int64 (shard, run, bucket, offset, records, bytes)
+        self._rows: Optional[io.BufferedRandom] = None  # local temporary file: the runs' rows, in run order
+        self._row_count = 0
+        self._block_rows = max(1024, run_bytes // 256)  # rows sorted at a time: ~0.6 of a run's bytes
 
     def add(self, framed, starts: np.ndarray, sizes: np.ndarray, shards: np.ndarray, keys: np.ndarray) -> None:
         """Frames framed[starts[i] : starts[i] + sizes[i]] go to shards[i] with keys[i]."""
@@ -152,36 +171,91 @@ class RunSpiller:
             self._handle.write(frames)
             rows.append((shard, self._runs, bucket, self._written, len(part), len(frames)))
             self._written += len(key_bytes) + len(frames)
-        self._rows.append(np.asarray(rows, dtype=np.int64).reshape(-1, 6))  # one array a run: ~48 B a segment
+        if self._rows is None:
+            self._rows = tempfile.TemporaryFile(prefix="tfrb-rows-")
+        self._rows.write(np.asarray(rows, dtype="<i8").tobytes())
+        self._row_count += len(rows)
         self._runs += 1
         self._pending, self._pending_bytes = [], 0
 
     def close(self) -> List[SegmentTable]:
-        """Spill what is left, commit the file; one SegmentTable per shard (its segments in run
-        order). The runs' rows are kept as one array each (48 B a segment) until here, not
-        as a table per (run, shard) (~750 B each: 9% of the bytes read for 200-byte records
-        into 1,000 shards)."""
+        """Spill what is left, append the runs' rows sorted by (shard, bucket, run) to the file
+        (sorted in a second local temporary file: the spill file is written in order), commit
+        it; one SegmentTable per shard present, pointing at its rows."""
         self._spill()
+        tables: List[SegmentTable] = []
+        if self._rows is not None:
+            with tempfile.TemporaryFile(prefix="tfrb-rows-") as ordered:
+                codes, counts = sort_rows(self._rows, self._row_count, ordered, self._block_rows, self.path)
+                ordered.seek(0)
+                shutil.copyfileobj(ordered, self._handle, ROW_BYTES * self._block_rows)
+            self._rows.close()
+            self._rows = None
+            shard_of = codes >> 32
+            shards, firsts = np.unique(shard_of, return_index=True)
+            starts = np.concatenate([[0], np.cumsum(counts)])
+            ends = [*firsts[1:].tolist(), len(codes)]
+            for shard, first, end in zip(shards.tolist(), firsts.tolist(), ends):
+                at, stop = int(starts[first]), int(starts[end])
+                tables.append(
+                    SegmentTable(shard, self.path, self.task, self.group, self._written + ROW_BYTES * at, stop - at)
+                )
         self._commit()
         self._cm.__exit__(None, None, None)
-        rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 6), np.int64)
-        self._rows = []
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
-        cuts = np.flatnonzero(rows[1:, 0] != rows[:-1, 0]) + 1
-        return [
-            SegmentTable(
-                int(part[0, 0]),
-                self.path,
-                self.task,
-                self.group,
-                *(np.ascontiguousarray(part[:, k]) for k in range(1, 6)),
-            )
-            for part in np.split(rows, cuts)
-            if len(part)
-        ]
+        return tables
 
     def abort(self) -> None:
+        if self._rows is not None:
+            self._rows.close()
+            self._rows = None
         self._cm.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+def _row_blocks(source: io.BufferedRandom, rows: int, block_rows: int, name: str) -> Iterator[np.ndarray]:
+    """The `rows` rows of a local file, `block_rows` at a time, each block read into the same
+    buffer (a block is valid until the next one is read)."""
+    buffer = bytearray(ROW_BYTES * min(block_rows, rows))
+    view = memoryview(buffer)
+    source.seek(0)
+    for first in range(0, rows, block_rows):
+        n = min(block_rows, rows - first)
+        if source.readinto(view[: ROW_BYTES * n]) != ROW_BYTES * n:
+            raise CorruptRecordError(name, ROW_BYTES * first, None, "segment rows cut short (local temporary file)")
+        yield np.frombuffer(buffer, dtype="<i8", count=ROW * n).reshape(n, ROW)
+
+
+def sort_rows(
+    source: io.BufferedRandom, rows: int, out: io.BufferedRandom, block_rows: int, name: str = "segment rows"
+) -> Tuple[np.ndarray, np.ndarray]:
+    """A stable counting sort of the `rows` segment rows of `source` (a local file) by (shard,
+    bucket) into `out` (a local file: each block's rows go to their computed places), in
+    memory of a block of `block_rows` rows and a count per (shard, bucket) present; `name`
+    names the spill file in errors. Returns the pairs present, in order, as codes
+    `shard << 32 | bucket`, and their row counts."""
+
+    def codes_of(block: np.ndarray) -> np.ndarray:
+        return (block[:, 0] << 32) | block[:, 2]
+
+    codes, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for block in _row_blocks(source, rows, block_rows, name):  # first pass: rows per pair
+        present, times = np.unique(codes_of(block), return_counts=True)
+        merged = np.union1d(codes, present)
+        total = np.zeros(len(merged), np.int64)
+        total[np.searchsorted(merged, codes)] += counts
+        total[np.searchsorted(merged, present)] += times
+        codes, counts = merged, total
+    free = np.cumsum(counts) - counts  # next row of each pair's range in `out`
+    for block in _row_blocks(source, rows, block_rows, name):  # second pass: each row to its place
+        pair = np.searchsorted(codes, codes_of(block))
+        order = np.argsort(pair, kind="stable")  # stable: runs stay in order within a pair
+        pair, block = pair[order], block[order]
+        cuts = [0, *(np.flatnonzero(pair[1:] != pair[:-1]) + 1).tolist(), len(pair)]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            p = int(pair[a])
+            out.seek(ROW_BYTES * int(free[p]))
+            out.write(block[a:b].tobytes())
+            free[p] += b - a
+    return codes, counts
 
 
 class Handles:
@@ -208,18 +282,57 @@ class Handles:
         self._open.clear()
 
 
-def _read_exactly(segment: Segment, handle: BinaryIO, into: memoryview) -> None:
-    """Fill `into` from the segment's offset; CorruptRecordError when the file ends early."""
-    handle.seek(segment.offset)
+class TableRows:
+    """A table's rows read from its spill file `block_rows` at a time, bucket by bucket in
+    order: memory is a block, or one bucket's rows of the file (one a run), never the table."""
+
+    def __init__(self, table: SegmentTable, handles: Handles, block_rows: int = 64) -> None:
+        self.table, self.handles, self.block_rows = table, handles, block_rows
+        self._read = 0
+        self._buffer = np.zeros((0, ROW), np.int64)
+
+    def _more(self) -> bool:
+        n = min(self.block_rows, self.table.rows - self._read)
+        if n <= 0:
+            return False
+        at = self.table.offset + ROW_BYTES * self._read
+        data = memoryview(bytearray(ROW_BYTES * n))
+        _read_exactly(self.table.path, at, self.handles.get(self.table.path), data)
+        rows = np.frombuffer(data, dtype="<i8").reshape(n, ROW)
+        buckets = np.concatenate([self._buffer[-1:, 2], rows[:, 2]])
+        if np.any(rows[:, 0] != self.table.shard) or np.any(buckets[1:] < buckets[:-1]):
+            raise CorruptRecordError(self.table.path, at, None, "segment rows damaged (temporary file)")
+        self._buffer = np.concatenate([self._buffer, rows]) if len(self._buffer) else rows
+        self._read += n
+        return True
+
+    def head(self) -> Optional[int]:
+        """The bucket of the next segment; None after the last."""
+        if not len(self._buffer) and not self._more():
+            return None
+        return int(self._buffer[0, 2])
+
+    def take(self, bucket: int) -> List[Segment]:
+        """The segments of `bucket` (the head's, else none), in run order."""
+        while True:
+            k = int(np.searchsorted(self._buffer[:, 2], bucket, side="right"))
+            if k < len(self._buffer) or not self._more():
+                break
+        part, self._buffer = self._buffer[:k], self._buffer[k:]
+        t = self.table
+        return [Segment(t.shard, b, t.path, (t.task, r), o, n, f, t.group) for _, r, b, o, n, f in part.tolist()]
+
+
+def _read_exactly(path: str, offset: int, handle: BinaryIO, into: memoryview) -> None:
+    """Fill `into` from `offset` of a spill file; CorruptRecordError when the file ends early."""
+    handle.seek(offset)
     done = 0
     while done < len(into):
         data = handle.read(len(into) - done)  # read, not readinto: any binary file object will do
         got = len(data)
         into[done : done + got] = data
         if not got:
-            raise CorruptRecordError(
-                segment.path, segment.offset, None, "spill file ends early (removed or truncated?)"
-            )
+            raise CorruptRecordError(path, offset, None, "spill file ends early (removed or truncated?)")
         done += got
 
 
@@ -239,7 +352,7 @@ def read_segment(
     `verify` (a temporary file damaged on disk is an error naming it, never a silent loss)."""
     data = memoryview(bytearray(8 * segment.records + segment.frame_bytes))
     with open_input(segment.path) as handle:
-        _read_exactly(segment, handle, data)
+        _read_exactly(segment.path, segment.offset, handle, data)
     keys = np.frombuffer(data, dtype="<u8", count=segment.records)
     frames = data[8 * segment.records :]
     offsets, lengths = _check_frames(segment, frames, verify)
@@ -269,7 +382,7 @@ def merge_bucket(
     groups: dict = {}
     try:
         for seg, pos, end in zip(segments, positions[:-1], positions[1:]):
-            _read_exactly(seg, handles.get(seg.path), whole[pos:end])
+            _read_exactly(seg.path, seg.offset, handles.get(seg.path), whole[pos:end])
             frames_at = pos + 8 * seg.records
             offsets, lengths = _check_frames(seg, whole[frames_at:end], VERIFY_ALL)
             keys_l.append(np.frombuffer(whole, dtype="<u8", count=seg.records, offset=pos))
@@ -388,21 +501,25 @@ def write_merged(
     max_bytes: Optional[int] = None,
     scratch: Optional[Scratch] = None,
 ) -> Tuple[Tuple[int, int, int], List[int]]:
-    """Write a shard from its segment tables, bucket by bucket; (digest, records per group).
-    With `max_bytes` and `scratch`, a bucket of more frame bytes is split before it is sorted."""
+    """Write a shard from its segment tables, bucket by bucket (each table's rows read a block
+    at a time, `TableRows`); (digest, records per group). With `max_bytes` and `scratch`, a
+    bucket of more frame bytes is split before it is sorted."""
     from ._walk import add_digests, frame_digest
 
-    by_bucket: dict = {}
-    for table in tables:
-        for seg in table.segments():
-            by_bucket.setdefault(seg.bucket, []).append(seg)
     digest = (0, 0, 0)
     groups: List[int] = []
     handles = Handles(open_input)  # spill files stay open from bucket to bucket
     try:
-        for bucket in sorted(by_bucket):
+        cursors = [TableRows(table, handles) for table in tables]
+        while True:
+            heads = [cursor.head() for cursor in cursors]
+            live = [h for h in heads if h is not None]
+            if not live:
+                break
+            bucket = min(live)
+            segments = [s for cursor, h in zip(cursors, heads) if h == bucket for s in cursor.take(bucket)]
             for framed, sizes, footers, counts in merge_bounded(
-                by_bucket[bucket], open_input, max_bytes, scratch, handles=handles
+                segments, open_input, max_bytes, scratch, handles=handles
             ):
                 writer.write_framed(framed, sizes)
                 part = frame_digest(footers, sizes)
