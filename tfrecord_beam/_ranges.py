@@ -162,7 +162,8 @@ class RangeSource:
 
     `version` (the object's modification time) is part of the cache key, so a replaced object
     is never served from its predecessor's blocks. Handles are opened as needed, one per
-    concurrent request, and dropped after a failure; after a fork they are opened afresh.
+    concurrent request (on GCS one per object, shared: `GCS_OPEN_FILES`), and dropped after a
+    failure; after a fork they are opened afresh.
     """
 
     def __init__(
@@ -269,23 +270,38 @@ class RangeSource:
         raise _failure(self.path, offset, length, last, int(options.attempts), started)
 
     def _attempt(self, offset: int, length: int) -> bytes:
-        handle = self._take()
+        handle, shared = self._take()
         try:
             data = handle.read_at(length, offset) if hasattr(handle, "read_at") else _seek_read(handle, offset, length)
+            if len(data) != length:
+                raise OSError(
+                    f"short read: {len(data)} of {length} bytes (the object changed, or the connection was cut)"
+                )
         except BaseException:
-            _close(handle)
+            if shared:  # the other readers of it may still be using it: it closes after them
+                _GCS_FILES.drop(self._shared_key(), handle)
+            else:
+                _close(handle)
             raise
-        if len(data) != length:
-            _close(handle)
-            raise OSError(f"short read: {len(data)} of {length} bytes (the object changed, or the connection was cut)")
-        self._give(handle)
+        if not shared:
+            self._give(handle)
         return bytes(data) if not isinstance(data, bytes) else data
 
-    def _take(self):
+    def _shared_key(self) -> Tuple[str, int, Optional[int]]:
+        return (self.path, self.size, self.version)
+
+    def _take(self) -> Tuple[Any, bool]:
+        """(an open file of the object, whether it is shared: a GCS file, see `GCS_OPEN_FILES`)."""
+        filesystem, inner = _data_filesystem(self.path)
+        if isinstance(filesystem, _gcs_class()):
+            return _GCS_FILES.get(self._shared_key(), lambda: self._open(filesystem, inner)), True
         with self._lock_here():
             if self._idle:
-                return self._idle.pop()
-        filesystem, inner = _data_filesystem(self.path)
+                return self._idle.pop(), False
+        return self._open(filesystem, inner), False
+
+    def _open(self, filesystem: Any, inner: str) -> Any:
+        """A new file of the object, checked to be the size listed."""
         handle = open(inner, "rb") if filesystem is None else filesystem.open_input_file(inner)
         size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
         if size != self.size:  # a new handle asks the store: the object must still be the listed one
@@ -307,6 +323,73 @@ class RangeSource:
         if self._pid != os.getpid():  # forked: the parent's handles and lock are not ours
             self._idle, self._lock, self._pid = [], threading.Lock(), os.getpid()
         return self._lock
+
+
+# pyarrow's GCS file starts a download of the whole object at its first use, whatever that is
+# (every call checks `closed()`, which opens the file's lazy sequential stream: arrow's gcsfs.cc,
+# GcsRandomAccessFile::InitializeStream), and a range read never reads it: the client takes in
+# what its buffers hold (0.2-4 MB of a large object measured on loopback, all of a smaller one)
+# and keeps that connection until the file is closed. One file per concurrent request, kept
+# idle per object, made that download readahead_requests times per object and held a socket
+# for each file kept (126 sockets after reading 40 objects). So a GCS file is opened once per
+# object per process and shared by the threads reading it (each `read_at` is a ranged request
+# of its own: sharing one is safe once its stream has started, which `_open`'s size check
+# does), and at most this many stay open, the least recently used dropped first.
+GCS_OPEN_FILES = 8
+
+
+def _gcs_class() -> Any:
+    from pyarrow import fs as pafs
+
+    return getattr(pafs, "GcsFileSystem", ())
+
+
+class _SharedFiles:
+    """This process's open GCS files, one per object (path, size, version), at most `limit`;
+    least recently used dropped first. A file dropped is not closed here (a reader may be in
+    a request on it): it closes when its last reader lets go of it. A forked child starts
+    empty (the parent's connections are not its own)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._files: "collections.OrderedDict[Tuple[str, int, Optional[int]], Any]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _here(self) -> threading.Lock:
+        if self._pid != os.getpid():
+            self._files, self._lock, self._pid = collections.OrderedDict(), threading.Lock(), os.getpid()
+        return self._lock
+
+    def get(self, key: Tuple[str, int, Optional[int]], opener: Callable[[], Any]) -> Any:
+        with self._here():
+            found = self._files.get(key)
+            if found is not None:
+                self._files.move_to_end(key)
+                return found
+        opened = opener()  # outside the lock: a request
+        with self._here():
+            found = self._files.get(key)
+            if found is None:
+                self._files[key] = found = opened
+                while len(self._files) > self.limit:
+                    self._files.popitem(last=False)
+                return found
+        _close(opened)  # another thread opened it meanwhile: no one else holds this one
+        return found
+
+    def drop(self, key: Tuple[str, int, Optional[int]], handle: Any) -> None:
+        """Forget `handle` (after a failed request on it), if it is still the object's file."""
+        with self._here():
+            if self._files.get(key) is handle:
+                del self._files[key]
+
+    def __len__(self) -> int:
+        with self._here():
+            return len(self._files)
+
+
+_GCS_FILES = _SharedFiles(GCS_OPEN_FILES)
 
 
 def _failure(path: str, offset: int, length: int, cause: BaseException, attempts: int, started: float):

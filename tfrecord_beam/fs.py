@@ -427,8 +427,11 @@ class _EndSafeFile:
     pyarrow's GCS file opens a ranged read at every seek, and GCS answers a range that starts at
     the object's end with 416 (apache/arrow#38854): `seek(0, SEEK_END)`, which the readers use
     to learn a file's size, fails on every non-empty object. Here a position at or past the
-    end is kept without asking the store, and reads there return b"". Everything else is the
-    pyarrow file's."""
+    end is kept without asking the store, and reads there return b"". A seek to where the file
+    already is asks nothing either: pyarrow's file starts its whole-object download at its first
+    use (`size()` here), and a seek opens another from that offset, so the readers' seek to 0
+    after learning the size made two downloads of the object, the first cut at the client's
+    buffers (up to MBs on the wire) unread. Everything else is the pyarrow file's."""
 
     def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
@@ -449,6 +452,8 @@ class _EndSafeFile:
             return position
         self._past_end = None
         with _remote_errors(self._name):
+            if position == self._inner.tell():  # no new download for a seek that stays put
+                return position
             return self._inner.seek(position)
 
     def tell(self) -> int:

@@ -8,7 +8,8 @@ answer passed back, unless `fault(method, path, headers)` says otherwise for tha
 * `("stall", seconds)`: wait that long before doing anything (the client times out first);
 * `("cut", n)`: pass the server's headers and only n bytes of the body, then close.
 
-`requests` lists (method, path, Range header) of every request that arrived, faults included.
+`requests` lists (method, path, Range header) of every request that arrived, faults included;
+`served` lists (method, path, body bytes) of every answer the server gave.
 `rewrite(method, path, headers, body) -> (headers, body)` may change a request before it is
 passed on (helpers/gcsserver.py mends fake-gcs-server's batch requests with it).
 """
@@ -40,6 +41,7 @@ class FaultProxy:
         self.fault: FaultRule = fault or (lambda method, path, headers: None)
         self.rewrite = rewrite
         self.requests: List[Tuple[str, str, Optional[str]]] = []
+        self.served: List[Tuple[str, str, int]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -110,6 +112,8 @@ class FaultProxy:
                 data = answer.read()
             finally:
                 upstream.close()
+            with self._lock:
+                self.served.append((method, path, len(data)))
             handler.send_response(answer.status, answer.reason)
             for key, value in answer.getheaders():
                 if key.lower() not in ("transfer-encoding", "connection", "content-length"):

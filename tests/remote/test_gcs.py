@@ -210,3 +210,83 @@ def test_a_missing_object_is_an_error_naming_it(gcs, capsys):
     )
     assert code == 1 and missing in err, err
     assert gcs.keys("o/") == []
+
+
+def media_gets(proxy, name: str):
+    """The Range header (None: the whole object) of each download of an object named `name`."""
+    return [r for m, p, r in proxy.requests if m == "GET" and "alt=media" in p and name in p.split("?")[0]]
+
+
+def test_a_sequential_read_of_a_gs_object_downloads_it_once(gcs, gcs_proxy, tmp_path):
+    """pyarrow's GCS file starts a download of the whole object at its first use (the size the
+    reader asks for), and a seek starts another: the reader's seek to 0 after learning the size
+    made two downloads, the first cut unread at the client's buffers. Now one, read through."""
+    from tfrecord_beam.records import RecordReader
+
+    local = tmp_path / "s.tfrecord"
+    write_local(local, 0, 50, 1 * KiB)
+    gcs.upload(local, "s/s.tfrecord")
+    assert len(list(RecordReader(gcs.uri("s/s.tfrecord", via=gcs_proxy.host_port)))) == 50
+    assert media_gets(gcs_proxy, "s.tfrecord") == [None]
+
+
+def socket_count() -> int:
+    import os
+
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # closed meanwhile (the listing's own fd among them)
+            pass
+    return count
+
+
+def test_range_reads_share_one_gcs_file_per_object(gcs, gcs_proxy, tmp_path):
+    """Each pyarrow GCS file downloads its whole object from its first use on (nothing reads
+    that download; the client takes in what its buffers hold and keeps the connection until
+    the file closes). The read-ahead opened one file per concurrent request: 3 such downloads
+    of the object with 3 requests in flight. Now one file per object per process, shared."""
+    pytest.importorskip("torch")
+    from tfrecord_beam.torch import TFRecordDataset
+
+    local = tmp_path / "r.tfrecord"
+    ids = write_local(local, 0, 600, 1 * KiB)  # ~10 blocks of 64 KiB
+    gcs.upload(local, "r/r.tfrecord")
+    ds = TFRecordDataset(
+        gcs.uri("r/r.tfrecord", via=gcs_proxy.host_port),
+        gcs.uri("r/r.tfindex", via=gcs_proxy.host_port),
+        batch_size=50,
+        readahead_bytes=64 * KiB,
+        readahead_requests=3,
+    )
+    assert ids_of(ds.iter_worker(0, 1)) == ids
+    downloads = media_gets(gcs_proxy, "r.tfrecord")
+    assert downloads.count(None) == 1 and len(downloads) == 1 + math.ceil(local.stat().st_size / (64 * KiB))
+
+
+def test_at_most_gcs_open_files_stay_open(gcs, tmp_path):
+    """The read-ahead kept its GCS files per object read, each holding the connection of its
+    unread download: a socket per file kept (126 after reading 40 objects). Now at most
+    `GCS_OPEN_FILES`, the least recently used dropped first."""
+    pytest.importorskip("torch")
+    from tfrecord_beam import _ranges
+    from tfrecord_beam.torch import TFRecordDataset
+
+    cap = _ranges.GCS_OPEN_FILES
+
+    def read_objects(prefix: str, count: int) -> int:
+        """Read `count` new objects of ~320 KiB (more than the client's buffers take in of an
+        unread download, so each such download holds its socket); the sockets open after."""
+        for k in range(count):
+            local = tmp_path / f"{prefix}-{k:02d}.tfrecord"
+            write_local(local, k * 8, 8, 40 * KiB)
+            gcs.upload(local, f"m/{prefix}-{k:02d}.tfrecord")
+        ds = TFRecordDataset(gcs.uri(f"m/{prefix}-*.tfrecord"), gcs.uri(f"m/{prefix}-*.tfindex"), batch_size=50)
+        assert len(ids_of(ds.iter_worker(0, 1))) == 8 * count
+        return socket_count()
+
+    after_cap = read_objects("a", cap)
+    after_more = read_objects("b", 2 * cap)
+    assert after_more - after_cap < cap  # was one or more per object read
+    assert len(_ranges._GCS_FILES) == cap

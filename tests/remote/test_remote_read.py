@@ -289,3 +289,24 @@ def test_range_reads_use_the_cached_client_made_once_with_one_attempt_per_reques
     assert fs.ranged_filesystem(remote.uri("b.tfrecord"))[0] is twin  # the same bucket and query
     assert fs._from_uri(remote.uri("b.tfrecord"))[0] is cached
     assert fs.ranged_filesystem("/local/x.tfrecord") == (None, "/local/x.tfrecord")
+
+
+def test_a_small_read_of_a_large_object_sends_only_ranged_gets(remote, proxy, tmp_path):
+    """The bytes the server sends for a small read do not grow with the object (a pyarrow GCS
+    file starts an unread whole-object download at its first use; S3 files do not: a HEAD,
+    then only ranged GETs): the first record by the core's reader and by the read-ahead, and
+    `count` from the index, of an 8 MiB object."""
+    from tfrecord_beam import cli, fs
+    from tfrecord_beam._ranges import RangeSource, RemoteOptions, RemoteStats
+    from tfrecord_beam.records import RecordReader
+
+    upload(remote, tmp_path, "big.tfrecord", 0, 128, 64 * KiB)  # 8 MiB
+    uri = remote.uri("big.tfrecord", proxy.host_port)
+    assert next(iter(RecordReader(uri)))
+    source = RangeSource(uri, fs.file_size(uri), None, RemoteOptions(readahead_bytes=64 * KiB), RemoteStats())
+    assert len(source.fetch(0, 4096)) == 4096
+    assert cli.main(["count", uri]) == 0
+    gets = [r for m, p, r in proxy.requests if m == "GET" and "big.tfrecord" in p.split("?")[0]]
+    assert None not in gets and gets == ["bytes=0-1048575", "bytes=0-4095"]  # the reader's first MiB
+    served = sum(n for m, p, n in proxy.served if "big.tfrecord" in p.split("?")[0])
+    assert served == 1 * MiB + 4096
