@@ -100,7 +100,9 @@ def test_an_abandoned_epoch_leaves_no_slot_lost(files):
     deadline = time.monotonic() + 30
     while taken() < 12 and time.monotonic() < deadline:  # the workers fill slots ahead of the reader
         time.sleep(0.01)
-    assert taken() >= 12
+    # at least one batch left in a slot: under load a worker that waits past _LOCK_WAIT for the
+    # slot lock sends its batch through the pipe instead (CI beside a benchmark: 8 of 16 taken)
+    assert taken() >= 1
     del it  # the workers are shut down with batches still in flight
     owners = {_ring._SLOT_HEADER.unpack_from(ds._ring._map, s * _ring._SLOT_HEADER.size)[1] for s in range(16)}
     while any(_ring._alive(pid) for pid in owners - {0}) and time.monotonic() < deadline:
