@@ -20,7 +20,7 @@
 # FLINK_REST_PORT (8281), FLINK_RPC_PORT (6223), FLINK_BLOB_PORT (6224), FLINK_TM_PORT0 (6230:
 # TaskManager N uses PORT0+2N-2 for RPC and the next for data), FLINK_JOB_PORT (8297, then
 # +1 artifacts, +2 expansion), FLINK_S3_BUCKET (tfrb-flink),
-# FLINK_TM_MEMORY (1024m), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m),
+# FLINK_TM_MEMORY (1216m: 384m of it metaspace, which every Beam job adds classes to), FLINK_JM_MEMORY (800m), FLINK_JOB_SERVER_HEAP (384m),
 # FLINK_SLOT_TIMEOUT_MS (60000: a job waiting for a slot fails after that).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/portable.sh"
@@ -76,9 +76,9 @@ rest.port: $REST_PORT
 taskmanager.host: 127.0.0.1
 taskmanager.bind-host: 127.0.0.1
 taskmanager.numberOfTaskSlots: 1
-taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-1024m}
+taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-1216m}
 taskmanager.memory.managed.size: 64m
-taskmanager.memory.jvm-metaspace.size: 192m
+taskmanager.memory.jvm-metaspace.size: 384m
 taskmanager.memory.framework.heap.size: 64m
 taskmanager.memory.framework.off-heap.batch-shuffle.size: 32m
 parallelism.default: $TASKMANAGERS
