@@ -181,9 +181,13 @@ def _index_swaps_second_and_third(original, stream, sizes, call):
         original(stream, stream.held)
 
 
-def _failed_on_one_index(err: str, out: Path, inputs: Path) -> re.Match:
-    """The error line names one index and its own data file; that index is not in place, no
-    temporary index is left, and an index the job did put in place is right."""
+def _build_index_fails_on_one_index(inputs: Path, out: Path, monkeypatch, capsys) -> str:
+    """Run build_index, which must exit 1 with an error line naming one index and its own data
+    file; that index is not in place, no temporary index is left, and an index the job did put in
+    place is right. The error line."""
+    code = _build_index(inputs, out, monkeypatch)
+    err = capsys.readouterr().err
+    assert code == 1, err
     line = [t for t in err.splitlines() if "error:" in t][-1]
     named = INDEX_LINE.search(line)
     assert named and named.group(1) == named.group(2), line
@@ -191,7 +195,7 @@ def _failed_on_one_index(err: str, out: Path, inputs: Path) -> re.Match:
     assert f"{named.group(1)}.tfindex" not in left and not [n for n in left if n.startswith(".")], left
     for name in left:  # the other file's index may have been finished first: it is whole
         verify_index(str(out / name), str(inputs / name.replace(".tfindex", ".tfrecord")))
-    return named
+    return line
 
 
 @pytest.mark.parametrize(
@@ -203,11 +207,7 @@ def test_an_index_that_loses_doubles_or_reorders_entries_fails_build_index(
     index_inputs, tmp_path, capsys, monkeypatch, break_
 ):
     _index_calls(monkeypatch, break_)
-    code = _build_index(index_inputs, tmp_path / "idx", monkeypatch)
-    err = capsys.readouterr().err
-    assert code == 1, err
-    _failed_on_one_index(err, tmp_path / "idx", index_inputs)
-    line = [t for t in err.splitlines() if "error:" in t][-1]
+    line = _build_index_fails_on_one_index(index_inputs, tmp_path / "idx", monkeypatch, capsys)
     meant, wrote = re.search(r"meant to write (\d+) records.*its writer wrote (\d+) records", line).groups()
     expected = {_index_drops_second: int.__lt__, _index_doubles_first: int.__gt__}.get(break_, int.__eq__)
     assert expected(int(wrote), int(meant)), line  # reordered: as many entries, the checksum differs
@@ -224,11 +224,7 @@ def test_an_index_cut_short_before_its_rename_fails_build_index(index_inputs, tm
         return commit
 
     monkeypatch.setattr(IndexStream, "finish", finish_then_truncate)
-    code = _build_index(index_inputs, tmp_path / "idx", monkeypatch)
-    err = capsys.readouterr().err
-    assert code == 1, err
-    _failed_on_one_index(err, tmp_path / "idx", index_inputs)
-    line = [t for t in err.splitlines() if "error:" in t][-1]
+    line = _build_index_fails_on_one_index(index_inputs, tmp_path / "idx", monkeypatch, capsys)
     size, wrote = re.search(r"(\d+) bytes on disk, its writer wrote (\d+)", line).groups()
     assert int(size) == int(wrote) - 5, line
 
