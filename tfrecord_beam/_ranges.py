@@ -185,6 +185,7 @@ class RangeSource:
         self._idle: List[Any] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._on_gcs: Optional[bool] = None  # the object's store is GCS: its files are shared (`_take`)
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -291,17 +292,21 @@ class RangeSource:
         return (self.path, self.size, self.version)
 
     def _take(self) -> Tuple[Any, bool]:
-        """(an open file of the object, whether it is shared: a GCS file, see `GCS_OPEN_FILES`)."""
-        filesystem, inner = _data_filesystem(self.path)
-        if isinstance(filesystem, _gcs_class()):
-            return _GCS_FILES.get(self._shared_key(), lambda: self._open(filesystem, inner)), True
+        """(an open file of the object, whether it is shared: a GCS file, see `GCS_OPEN_FILES`).
+        Which kind the object's store is is learnt once; the store is asked for only when a
+        file is opened, not on every request."""
+        if self._on_gcs is None:
+            self._on_gcs = isinstance(_data_filesystem(self.path)[0], _gcs_class())
+        if self._on_gcs:
+            return _GCS_FILES.get(self._shared_key(), self._open), True
         with self._lock_here():
             if self._idle:
                 return self._idle.pop(), False
-        return self._open(filesystem, inner), False
+        return self._open(), False
 
-    def _open(self, filesystem: Any, inner: str) -> Any:
+    def _open(self) -> Any:
         """A new file of the object, checked to be the size listed."""
+        filesystem, inner = _data_filesystem(self.path)
         handle = open(inner, "rb") if filesystem is None else filesystem.open_input_file(inner)
         size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
         if size != self.size:  # a new handle asks the store: the object must still be the listed one
