@@ -174,7 +174,9 @@ class TreePeaks:
 
 class PeakRSS(TreePeaks):
     """Context manager: `.peak` is the highest summed RSS of the process tree seen while
-    inside, `.largest` that of its largest process. The test worker's zygote (helpers/zygote.py)
+    inside, `.start` the sum on entry (what was already there: servers a session fixture
+    started are children too, and their RSS drifts between two meters), `.largest` the RSS of
+    its largest process. The test worker's zygote (helpers/zygote.py)
     is this process's child but not part of the work measured: its tree is left out (its
     children, forked SDK workers among them, each count the zygote's ~450 MB as resident)."""
 
@@ -183,6 +185,7 @@ class PeakRSS(TreePeaks):
         self.root = root or os.getpid()
         self.interval = interval
         self.samples = 0
+        self.start = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -196,7 +199,7 @@ class PeakRSS(TreePeaks):
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "PeakRSS":
-        self._sample()
+        self.start = self._sample()
         self._thread.start()
         return self
 
