@@ -282,9 +282,11 @@ static void fuzz_encoder(const uint8_t *data, size_t size) {
             const int64_t *o = (const int64_t *)(void *)offs.data;
             const uint8_t *ptrs[6];
             int64_t lens[6];
+            int64_t sizes[6];
             if (offs.len != (n + 1) * 8 || o[0] != 0 || (size_t)o[n] != out.len) abort();
+            if (tfr_example_lengths(cols, ncols, n, sizes, &bad) != TFR_ENC_OK) abort();
             for (size_t i = 0; i < n; i++) {
-                if (o[i + 1] < o[i]) abort();
+                if (o[i + 1] < o[i] || sizes[i] != o[i + 1] - o[i]) abort(); /* the sizes pass agrees */
                 ptrs[i] = out.data + o[i];
                 lens[i] = o[i + 1] - o[i];
             }

@@ -606,11 +606,9 @@ def encode_examples(
 
 def encoded_lengths(columns: Mapping[str, Column], n: int) -> np.ndarray:
     """How long each of the n Examples `encode_examples(columns)` would write is (int64): what
-    `tfrecord-beam inspect` compares with the records it decoded. It encodes them to learn it
-    (about half of inspect's time on small records, bench_first_hour); a sizes-only pass of the
-    encoder would not make the payloads."""
-    _, offsets = _engine.encode_examples(_engine_columns(list(columns.values())), n, False)
-    return np.diff(offsets)
+    `tfrecord-beam inspect` compares with the records it decoded. The encoder's sizes pass
+    alone: no payload is written."""
+    return _engine.example_lengths(_engine_columns(list(columns.values())), n)
 
 
 # -- batched file readers ------------------------------------------------------------------------

@@ -206,6 +206,11 @@ def test_hostile_arguments_same_errors():
     both("encode_examples", [(b"a", 3, np.arange(3), np.array([0, 2]), None, None)], 2)
     both("encode_examples", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2)
     assert both("encode_examples", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
+    assert both("example_lengths", [(b"a", 3, np.arange(3), np.array([0, 2, 5]), None, None)], 2) is ValueError
+    assert both("example_lengths", [(b"a", 3, np.arange(3), np.array([0, 2]), None, None)], 2) is ValueError
+    assert both("example_lengths", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2) is ValueError
+    assert both("example_lengths", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
+    assert both("example_lengths", [], -1) is ValueError
 
 
 def _list_variants(kind):
@@ -330,6 +335,7 @@ def test_encode_parity_and_roundtrip(case):
     n, cols = case
     payloads, offsets = both("encode_examples", cols, n)
     framed = both("encode_examples", cols, n, True)
+    assert both("example_lengths", cols, n).tolist() == np.diff(offsets).tolist()  # the sizes pass alone
     records = [payloads[offsets[i] : offsets[i + 1]].tobytes() for i in range(n)]
     assert framed == _framing.frame_records(records)
     for r in records:  # upb writes the very same bytes

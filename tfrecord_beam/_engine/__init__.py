@@ -10,7 +10,7 @@ The package holds one pure twin per compiled function, with the compiled module'
 - `_framing`: scan_frames, frame_records, masked_crc32c, find_length_crc(s), append_frame,
   walk_headers (struct + google-crc32c; candidate headers vectorised with numpy);
 - `_decode`: decode_examples, decode_sequence_examples (upb);
-- `_encode`: encode_examples (vectorised numpy), and encode_sequence_examples, which has no
+- `_encode`: encode_examples and example_lengths (vectorised numpy), and encode_sequence_examples, which has no
   compiled counterpart and serves both engines;
 - `_rows`: example_rows, decode_example_rows, sequence_rows (columns -> per-record dicts).
 
@@ -45,6 +45,7 @@ __all__ = [
     "decode_examples",
     "decode_sequence_examples",
     "encode_examples",
+    "example_lengths",
     "encode_sequence_examples",
     "example_rows",
     "decode_example_rows",
@@ -84,6 +85,7 @@ if _native is not None:
     decode_examples = _native.decode_examples
     decode_sequence_examples = _native.decode_sequence_examples
     encode_examples = _native.encode_examples
+    example_lengths = _native.example_lengths
     example_rows = _native.example_rows
     decode_example_rows = _native.decode_example_rows
     sequence_rows = _native.sequence_rows
@@ -105,6 +107,7 @@ else:
     decode_examples = _decode.decode_examples
     decode_sequence_examples = _decode.decode_sequence_examples
     encode_examples = _encode.encode_examples
+    example_lengths = _encode.example_lengths
     example_rows = _rows.example_rows
     decode_example_rows = _rows.decode_example_rows
     sequence_rows = _rows.sequence_rows

@@ -28,6 +28,7 @@ from ._framing import frame_records
 
 __all__ = [
     "encode_examples",
+    "example_lengths",
     "encode_sequence_examples",
     "split_payloads",
     "varint_sizes",
@@ -421,6 +422,12 @@ def encode_examples(
     cols = _example_columns(columns, n)
     data, offsets = _length_delimited(0x0A, _features(cols, n)).materialize()
     return frame_records(split_payloads(data, offsets)) if framed else (data, offsets)
+
+
+def example_lengths(columns: Sequence[tuple], n: int) -> np.ndarray:
+    """The int64 length of each of the n payloads `encode_examples(columns, n)` would write:
+    the lengths its pieces already know, before any byte is gathered."""
+    return _length_delimited(0x0A, _features(_example_columns(columns, n), n)).lengths.astype(np.int64, copy=False)
 
 
 def encode_sequence_examples(context: Sequence[tuple], lists: Sequence[tuple], n: int) -> Tuple[np.ndarray, np.ndarray]:

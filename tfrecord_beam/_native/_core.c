@@ -595,37 +595,26 @@ static int keep(PyObject *hold, PyObject *o) {
     return rc;
 }
 
-/* columns: sequence of (name bytes, kind int, values, row_splits, value_offsets|None, status|None);
- * n records. Returns (payload buffer as uint8 array, offsets int64 n+1), or bytes when framed. */
-static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw) {
-    static char *kwn[] = {"columns", "n", "framed", NULL};
-    PyObject *columns;
-    Py_ssize_t n;
-    int framed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "On|p", kwn, &columns, &n, &framed)) return NULL;
-    if (n < 0) { PyErr_SetString(PyExc_ValueError, "n < 0"); return NULL; }
-    PyObject *cols = PySequence_Tuple(columns), *result = NULL;
-    if (!cols) return NULL;
+/* Fill ec[0..m) from columns, a tuple of (name bytes, kind int, values, row_splits,
+ * value_offsets|None, status|None) for n records; the arrays made go to `hold`, which keeps
+ * them alive. -1 with an exception set on bad input. */
+static int enc_columns(PyObject *cols, Py_ssize_t n, tfr_enc_col *ec, PyObject *hold) {
     Py_ssize_t m = PyTuple_GET_SIZE(cols);
-    tfr_enc_col *ec = (tfr_enc_col *)PyMem_Calloc(m ? (size_t)m : 1, sizeof(tfr_enc_col));
-    PyObject *hold = PyList_New(0);
-    tfr_buf out = {0}, offs = {0};
-    if (!ec || !hold) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t j = 0; j < m; j++) {
         PyObject *name, *values, *splits, *voffs, *status;
         int kind;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, j), "SiOOOO", &name, &kind, &values, &splits, &voffs, &status)) goto done;
-        if (kind < 1 || kind > 3) { PyErr_SetString(PyExc_ValueError, "kind must be 1, 2 or 3"); goto done; }
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, j), "SiOOOO", &name, &kind, &values, &splits, &voffs, &status)) return -1;
+        if (kind < 1 || kind > 3) { PyErr_SetString(PyExc_ValueError, "kind must be 1, 2 or 3"); return -1; }
         PyArrayObject *v = (PyArrayObject *)PyArray_FROMANY(values, KIND_TYPE[kind], 1, 1, NPY_ARRAY_IN_ARRAY);
-        if (!v || keep(hold, (PyObject *)v) < 0) goto done;
+        if (!v || keep(hold, (PyObject *)v) < 0) return -1;
         PyArrayObject *s = as_i64(splits);
-        if (!s || keep(hold, (PyObject *)s) < 0) goto done;
+        if (!s || keep(hold, (PyObject *)s) < 0) return -1;
         if (PyArray_SIZE(s) != n + 1) {
             PyErr_Format(PyExc_ValueError, "column %zd: row_splits must have n+1 = %zd items", j, n + 1);
-            goto done;
+            return -1;
         }
         PyObject *text = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name), NULL);
-        if (!text) goto done; /* map keys are proto3 strings: UTF-8 only, as upb insists */
+        if (!text) return -1; /* map keys are proto3 strings: UTF-8 only, as upb insists */
         Py_DECREF(text);
         ec[j].name = (const uint8_t *)PyBytes_AS_STRING(name);
         ec[j].name_len = (size_t)PyBytes_GET_SIZE(name);
@@ -635,26 +624,53 @@ static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw
         ec[j].row_splits = (const int64_t *)PyArray_DATA(s);
         if (kind == TFR_KIND_BYTES) {
             PyArrayObject *o = voffs == Py_None ? NULL : as_i64(voffs);
-            if (!o) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bytes columns need value_offsets"); goto done; }
-            if (keep(hold, (PyObject *)o) < 0) goto done;
-            if (PyArray_SIZE(o) < 1) { PyErr_SetString(PyExc_ValueError, "value_offsets is empty"); goto done; }
+            if (!o) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bytes columns need value_offsets"); return -1; }
+            if (keep(hold, (PyObject *)o) < 0) return -1;
+            if (PyArray_SIZE(o) < 1) { PyErr_SetString(PyExc_ValueError, "value_offsets is empty"); return -1; }
             ec[j].value_offsets = (const int64_t *)PyArray_DATA(o);
             ec[j].nvalues = (size_t)PyArray_SIZE(o) - 1;
         }
         if (status != Py_None) {
             PyArrayObject *st = (PyArrayObject *)PyArray_FROMANY(status, NPY_UINT8, 1, 1, NPY_ARRAY_IN_ARRAY);
-            if (!st || keep(hold, (PyObject *)st) < 0) goto done;
-            if (PyArray_SIZE(st) != n) { PyErr_SetString(PyExc_ValueError, "status must have n items"); goto done; }
+            if (!st || keep(hold, (PyObject *)st) < 0) return -1;
+            if (PyArray_SIZE(st) != n) { PyErr_SetString(PyExc_ValueError, "status must have n items"); return -1; }
             ec[j].status = (const uint8_t *)PyArray_DATA(st);
         }
     }
-    int bad;
-    int rc = tfr_encode_examples(ec, (size_t)m, (size_t)n, framed, &out, &offs, &bad);
-    if (rc == TFR_ENC_NOMEM) { PyErr_NoMemory(); goto done; }
-    if (rc != TFR_ENC_OK) {
-        PyErr_Format(PyExc_ValueError, "column %d: row_splits or value_offsets are not consistent with the values", bad);
+    return 0;
+}
+
+/* The exception of a tfr_encode_* return code other than OK; NULL. */
+static PyObject *enc_error(int rc, int bad) {
+    if (rc == TFR_ENC_NOMEM) return PyErr_NoMemory();
+    return PyErr_Format(PyExc_ValueError, "column %d: row_splits or value_offsets are not consistent with the values", bad);
+}
+
+/* columns (see enc_columns), n records. Returns (payload buffer as uint8 array, offsets int64
+ * n+1), or bytes when framed; with lengths_only, the int64 length of each payload instead
+ * (nothing is written: what `inspect` compares with the records it decoded). */
+static PyObject *encode_call(PyObject *columns, Py_ssize_t n, int framed, int lengths_only) {
+    if (n < 0) { PyErr_SetString(PyExc_ValueError, "n < 0"); return NULL; }
+    PyObject *cols = PySequence_Tuple(columns), *result = NULL;
+    if (!cols) return NULL;
+    Py_ssize_t m = PyTuple_GET_SIZE(cols);
+    tfr_enc_col *ec = (tfr_enc_col *)PyMem_Calloc(m ? (size_t)m : 1, sizeof(tfr_enc_col));
+    PyObject *hold = PyList_New(0);
+    tfr_buf out = {0}, offs = {0};
+    if (!ec || !hold) { PyErr_NoMemory(); goto done; }
+    if (enc_columns(cols, n, ec, hold) < 0) goto done;
+    int bad, rc;
+    if (lengths_only) {
+        npy_intp dims[1] = {n};
+        PyArrayObject *lengths = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_INT64);
+        if (!lengths) goto done;
+        rc = tfr_example_lengths(ec, (size_t)m, (size_t)n, (int64_t *)PyArray_DATA(lengths), &bad);
+        if (rc == TFR_ENC_OK) result = (PyObject *)lengths;
+        else { Py_DECREF(lengths); enc_error(rc, bad); }
         goto done;
     }
+    rc = tfr_encode_examples(ec, (size_t)m, (size_t)n, framed, &out, &offs, &bad);
+    if (rc != TFR_ENC_OK) { enc_error(rc, bad); goto done; }
     if (framed) {
         result = PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.len);
     } else {
@@ -669,6 +685,22 @@ done:
     Py_XDECREF(hold);
     Py_DECREF(cols);
     return result;
+}
+
+static PyObject *py_encode_examples(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwn[] = {"columns", "n", "framed", NULL};
+    PyObject *columns;
+    Py_ssize_t n;
+    int framed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On|p", kwn, &columns, &n, &framed)) return NULL;
+    return encode_call(columns, n, framed, 0);
+}
+
+static PyObject *py_example_lengths(PyObject *self, PyObject *args) {
+    PyObject *columns;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &columns, &n)) return NULL;
+    return encode_call(columns, n, 0, 1);
 }
 
 static PyMethodDef methods[] = {
@@ -697,6 +729,8 @@ static PyMethodDef methods[] = {
      "decode_sequence_examples(records, context_names, context_kinds, names, kinds, offsets=None, lengths=None)."},
     {"encode_examples", (PyCFunction)(void (*)(void))py_encode_examples, METH_VARARGS | METH_KEYWORDS,
      "encode_examples(columns, n, framed=False) -> (payloads uint8, offsets int64) or bytes."},
+    {"example_lengths", py_example_lengths, METH_VARARGS,
+     "example_lengths(columns, n) -> int64 length of each payload encode_examples would write."},
     {"encode_example", (PyCFunction)(void (*)(void))tfr_py_encode_example, METH_VARARGS | METH_KEYWORDS,
      "encode_example(datum, framed=False) -> bytes, or None when a value needs the Python path."},
     {"encode_sequence_example", (PyCFunction)(void (*)(void))tfr_py_encode_sequence_example,

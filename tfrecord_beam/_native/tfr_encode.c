@@ -107,32 +107,72 @@ static uint8_t *write_list(uint8_t *p, const tfr_enc_col *c, size_t i) {
     return p;
 }
 
-int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int framed,
-                        tfr_buf *out, tfr_buf *offsets, int *bad_col) {
+/* Check the columns and sort them into upb's key order (`order`, ncols items). */
+static int prepare(const tfr_enc_col *cols, size_t ncols, size_t n, size_t *order, int *bad_col) {
     *bad_col = -1;
     for (size_t j = 0; j < ncols; j++)
         if (check_col(&cols[j], n)) { *bad_col = (int)j; return TFR_ENC_BAD_INPUT; }
-    size_t k = ncols ? ncols : 1;
-    size_t *order = (size_t *)malloc(k * sizeof(size_t));
-    size_t *fsizes = (size_t *)malloc(k * sizeof(size_t));
-    size_t *lsizes = (size_t *)malloc(k * sizeof(size_t));
-    int rc = TFR_ENC_OK;
-    if (!order || !fsizes || !lsizes) rc = TFR_ENC_NOMEM;
-    if (rc == TFR_ENC_OK) {
-        for (size_t j = 0; j < ncols; j++) order[j] = j;
-        sort_base = cols; /* not reentrant; the binding holds the GIL */
-        qsort(order, ncols, sizeof(size_t), by_key);
-        if (!framed && tfr_buf_push_i64(offsets, 0)) rc = TFR_ENC_NOMEM;
+    for (size_t j = 0; j < ncols; j++) order[j] = j;
+    sort_base = cols; /* not reentrant; the binding holds the GIL */
+    qsort(order, ncols, sizeof(size_t), by_key);
+    return TFR_ENC_OK;
+}
+
+/* Size of record i's Features message (the Example's field 1); sets fsizes[t] and lsizes[t]
+ * (the Feature and list message sizes of the t-th column in key order). */
+static size_t features_size(const tfr_enc_col *cols, const size_t *order, size_t ncols, size_t i, size_t *fsizes,
+                            size_t *lsizes) {
+    size_t fs_total = 0;
+    for (size_t t = 0; t < ncols; t++) {
+        const tfr_enc_col *c = &cols[order[t]];
+        if (c->status && c->status[i] == TFR_MISSING) continue;
+        fsizes[t] = feature_size(c, i, &lsizes[t]);
+        size_t e = entry_size(c, fsizes[t]);
+        fs_total += 1 + vsize(e) + e;
     }
+    return fs_total;
+}
+
+/* The scratch arrays of one call: key order and per-column sizes. */
+typedef struct {
+    size_t *order, *fsizes, *lsizes;
+} enc_scratch;
+
+static int scratch_open(enc_scratch *s, size_t ncols) {
+    size_t k = ncols ? ncols : 1;
+    s->order = (size_t *)malloc(k * sizeof(size_t));
+    s->fsizes = (size_t *)malloc(k * sizeof(size_t));
+    s->lsizes = (size_t *)malloc(k * sizeof(size_t));
+    return s->order && s->fsizes && s->lsizes ? TFR_ENC_OK : TFR_ENC_NOMEM;
+}
+
+static void scratch_close(enc_scratch *s) {
+    free(s->order);
+    free(s->fsizes);
+    free(s->lsizes);
+}
+
+int tfr_example_lengths(const tfr_enc_col *cols, size_t ncols, size_t n, int64_t *lengths, int *bad_col) {
+    enc_scratch s;
+    int rc = scratch_open(&s, ncols);
+    if (rc == TFR_ENC_OK) rc = prepare(cols, ncols, n, s.order, bad_col);
     for (size_t i = 0; i < n && rc == TFR_ENC_OK; i++) {
-        size_t fs_total = 0;
-        for (size_t t = 0; t < ncols; t++) {
-            const tfr_enc_col *c = &cols[order[t]];
-            if (c->status && c->status[i] == TFR_MISSING) continue;
-            fsizes[t] = feature_size(c, i, &lsizes[t]);
-            size_t e = entry_size(c, fsizes[t]);
-            fs_total += 1 + vsize(e) + e;
-        }
+        size_t fs_total = features_size(cols, s.order, ncols, i, s.fsizes, s.lsizes);
+        lengths[i] = (int64_t)(1 + vsize(fs_total) + fs_total);
+    }
+    scratch_close(&s);
+    return rc;
+}
+
+int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int framed,
+                        tfr_buf *out, tfr_buf *offsets, int *bad_col) {
+    enc_scratch s;
+    int rc = scratch_open(&s, ncols);
+    if (rc == TFR_ENC_OK) rc = prepare(cols, ncols, n, s.order, bad_col);
+    if (rc == TFR_ENC_OK && !framed && tfr_buf_push_i64(offsets, 0)) rc = TFR_ENC_NOMEM;
+    const size_t *order = s.order, *fsizes = s.fsizes, *lsizes = s.lsizes;
+    for (size_t i = 0; i < n && rc == TFR_ENC_OK; i++) {
+        size_t fs_total = features_size(cols, order, ncols, i, s.fsizes, s.lsizes);
         size_t payload = 1 + vsize(fs_total) + fs_total;
         size_t need = payload + (framed ? TFR_FRAME_OVERHEAD : 0);
         if (i == 16 && n > 32) { /* size the output once from the first records: no doubling copies */
@@ -169,9 +209,7 @@ int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int fra
         out->len += need;
         if (!framed && tfr_buf_push_i64(offsets, (int64_t)out->len)) rc = TFR_ENC_NOMEM;
     }
-    free(order);
-    free(fsizes);
-    free(lsizes);
+    scratch_close(&s);
     return rc;
 }
 

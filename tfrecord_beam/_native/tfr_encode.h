@@ -27,6 +27,11 @@ enum { TFR_ENC_OK = 0, TFR_ENC_BAD_INPUT = 1, TFR_ENC_NOMEM = 2 };
 int tfr_encode_examples(const tfr_enc_col *cols, size_t ncols, size_t n, int framed,
                         tfr_buf *out, tfr_buf *offsets, int *bad_col);
 
+/* The payload length of each of the n records tfr_encode_examples would write (lengths: n
+ * int64), computed without writing them: a record is exactly the columns' Example when it is
+ * this long and decodes to them. Same checks and return codes. */
+int tfr_example_lengths(const tfr_enc_col *cols, size_t ncols, size_t n, int64_t *lengths, int *bad_col);
+
 /* upb's map-key order: bytewise on the common prefix, then the LONGER key first. */
 int tfr_upb_key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
 
