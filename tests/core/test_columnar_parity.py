@@ -208,7 +208,10 @@ def test_hostile_arguments_same_errors():
     assert both("encode_examples", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
     assert both("example_lengths", [(b"a", 3, np.arange(3), np.array([0, 2, 5]), None, None)], 2) is ValueError
     assert both("example_lengths", [(b"a", 3, np.arange(3), np.array([0, 2]), None, None)], 2) is ValueError
-    assert both("example_lengths", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2) is ValueError
+    assert (
+        both("example_lengths", [(b"a", 1, np.zeros(3, np.uint8), np.array([0, 1, 2]), np.array([0, 2, 9]), None)], 2)
+        is ValueError
+    )
     assert both("example_lengths", [(b"\xff", 3, np.arange(1), np.array([0, 1]), None, None)], 1) is UnicodeDecodeError
     assert both("example_lengths", [], -1) is ValueError
 
