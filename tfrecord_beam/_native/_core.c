@@ -664,12 +664,17 @@ static PyObject *encode_call(PyObject *columns, Py_ssize_t n, int framed, int le
         npy_intp dims[1] = {n};
         PyArrayObject *lengths = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_INT64);
         if (!lengths) goto done;
-        rc = tfr_example_lengths(ec, (size_t)m, (size_t)n, (int64_t *)PyArray_DATA(lengths), &bad);
+        int64_t *into = (int64_t *)PyArray_DATA(lengths);
+        Py_BEGIN_ALLOW_THREADS /* the arrays are held by `hold`; the encoder has no global state */
+        rc = tfr_example_lengths(ec, (size_t)m, (size_t)n, into, &bad);
+        Py_END_ALLOW_THREADS
         if (rc == TFR_ENC_OK) result = (PyObject *)lengths;
         else { Py_DECREF(lengths); enc_error(rc, bad); }
         goto done;
     }
+    Py_BEGIN_ALLOW_THREADS
     rc = tfr_encode_examples(ec, (size_t)m, (size_t)n, framed, &out, &offs, &bad);
+    Py_END_ALLOW_THREADS
     if (rc != TFR_ENC_OK) { enc_error(rc, bad); goto done; }
     if (framed) {
         result = PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.len);

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -83,6 +84,16 @@ def _fast_columns(buffer: Any, offsets: np.ndarray, lengths: np.ndarray, descrip
         return None
     differ = np.flatnonzero(encoded_lengths(columns, len(offsets)) != lengths)
     return columns if not len(differ) else int(differ[0])
+
+
+class _Decoded(NamedTuple):
+    """A batch's `_fast_columns` started in a thread, with the description it was given."""
+
+    description: Dict[str, str]
+    future: "Future[Any]"
+
+    def result(self) -> Any:
+        return self.future.result()
 
 
 def _minmax(current: Optional[Tuple[Any, Any]], lo: Any, hi: Any) -> Tuple[Any, Any]:
@@ -227,10 +238,12 @@ class FeatureStats:
             return
         self.bytes_count += len(lengths)
         self.bytes_length = _minmax(self.bytes_length, int(lengths.min()), int(lengths.max()))
-        high = np.concatenate([[0], np.cumsum(buffer >= 0x80)])
-        maybe = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])  # ASCII values are UTF-8
-        for k in maybe.tolist():
-            self._check_text(buffer[offsets[k] : offsets[k + 1]].tobytes())
+        wide = buffer >= 0x80
+        if wide.any():  # ASCII values are UTF-8: only a value holding a high byte is checked
+            high = np.concatenate([[0], np.cumsum(wide)])
+            maybe = np.flatnonzero(high[offsets[1:]] != high[offsets[:-1]])
+            for k in maybe.tolist():
+                self._check_text(buffer[offsets[k] : offsets[k + 1]].tobytes())
         if self.sample is None:
             non_empty = np.flatnonzero(lengths)
             if len(non_empty):
@@ -528,21 +541,30 @@ class DatasetStats:
                 stats.add_sequence(feature_list)
         return rtype
 
-    def add_payloads(self, buffer: Any, offsets: np.ndarray, lengths: np.ndarray) -> None:
+    def add_payloads(
+        self, buffer: Any, offsets: np.ndarray, lengths: np.ndarray, decoded: Optional["_Decoded"] = None
+    ) -> None:
         """Account the records `buffer[offsets[i]:offsets[i] + lengths[i]]` (a reader chunk).
 
         Example records go through the batched decoder (`columnar.decode_examples`) with the
         features seen so far, and statistics are taken per column with numpy. To know that a
         record holds nothing else (another feature, field 2 of a SequenceExample, an unusual
-        encoding), the decoded columns are encoded again: a record whose encoding is not exactly
-        as long as it was goes, with its batch, the per-record way (`add_record`), which also
-        learns its features for the next batches. Both ways give the same statistics.
+        encoding), the decoded columns' encoded lengths (`columnar.encoded_lengths`) must be
+        the records' lengths: a record that is longer goes, with its batch, the per-record way
+        (`add_record`), which also learns its features for the next batches. Both ways give the
+        same statistics. `decoded`: the first try, already made (`_Decoded`, in a thread while
+        the last batch was accounted); used when its description is still the one to use.
         """
         if not len(offsets):
             return
         if not self.record_types[SEQUENCE_EXAMPLE]:  # SequenceExample data: the per-record way
             for _ in range(_LEARN_TRIES):
-                columns = _fast_columns(buffer, offsets, lengths, self._fast_description())
+                description = self._fast_description()
+                if decoded is not None and decoded.description == description:
+                    columns = decoded.result()
+                else:
+                    columns = _fast_columns(buffer, offsets, lengths, description)
+                decoded = None
                 if isinstance(columns, dict):
                     self._add_columns(columns, len(offsets))
                     return
@@ -552,6 +574,17 @@ class DatasetStats:
                     break
         for payload in _engine.slice_payloads(buffer, offsets, lengths):
             self.add_record(payload)
+
+    def decode_ahead(
+        self, pool: ThreadPoolExecutor, buffer: Any, offsets: np.ndarray, lengths: np.ndarray
+    ) -> Optional["_Decoded"]:
+        """Start `add_payloads`' first try of a batch in `pool` (the compiled decoder and sizes
+        pass run without the GIL, beside the statistics of the batch before); None for
+        SequenceExample data, which goes the per-record way."""
+        if self.record_types[SEQUENCE_EXAMPLE] or not len(offsets):
+            return None
+        description = self._fast_description()
+        return _Decoded(description, pool.submit(_fast_columns, buffer, offsets, lengths, description))
 
     def _fast_description(self) -> Dict[str, str]:
         """{name: kind} of every feature seen: the kind seen most (as first seen for a feature
@@ -616,21 +649,19 @@ def scan_file(
         info.size = fs.file_size(path)
         if seeks_by_members(info.compression):
             info.gzip_layout = blockgzip.layout(path)
-        for chunk in RecordReader(path, info.compression).chunks():
-            take = len(chunk)
-            if limit is not None and info.records + take >= limit:
-                take = limit - info.records
-            stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take])
-            kept = chunk.frames()[:take]
-            check.add(kept)
-            info.records += take
-            info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0
-            if progress is not None:
-                progress(file_number, file_count, path, info.records, info.data_bytes)
-            if limit is not None and info.records >= limit:
-                break
-        else:
-            info.complete = True
+        with ThreadPoolExecutor(1, thread_name_prefix="tfrb-inspect") as pool:
+            for chunk, take, decoded in _decoding_ahead(stats, pool, RecordReader(path, info.compression), limit):
+                stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take], decoded)
+                kept = chunk.frames()[:take]
+                check.add(kept)
+                info.records += take
+                info.data_bytes += int(kept[:, 1].sum()) if len(kept) else 0
+                if progress is not None:
+                    progress(file_number, file_count, path, info.records, info.data_bytes)
+                if limit is not None and info.records >= limit:
+                    break
+            else:
+                info.complete = True
     except (TFRecordError, OSError, ValueError, zlib.error) as exc:
         info.exception = exc
         info.error = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
@@ -640,6 +671,38 @@ def scan_file(
         except OSError as exc:
             info.index = IndexStatus(default_index_path(path), "invalid", str(exc))
     return info
+
+
+def _decoding_ahead(
+    stats: DatasetStats, pool: ThreadPoolExecutor, reader: RecordReader, limit: Optional[int]
+) -> Iterator[Tuple[Any, int, Optional[_Decoded]]]:
+    """(chunk, records of it to take, its first decode try started in `pool`) per chunk of the
+    reader, the next chunk read and its decode started before this one is yielded: reading
+    and decoding (no GIL) overlap the statistics of the chunk before. A read error comes
+    after the chunks before it, as it would without the look-ahead."""
+    chunks = reader.chunks()
+    pending = None
+    taken = 0
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            break
+        except BaseException:
+            if pending is not None:
+                yield pending
+            raise
+        take = len(chunk) if limit is None else min(len(chunk), limit - taken)
+        taken += take
+        offsets, lengths = chunk.payload_offsets[:take], chunk.payload_lengths[:take]
+        started = (chunk, take, stats.decode_ahead(pool, chunk.buffer, offsets, lengths))
+        if pending is not None:
+            yield pending
+        pending = started
+        if limit is not None and taken >= limit:
+            break  # no chunk is read past the limit
+    if pending is not None:
+        yield pending
 
 
 def collect_stats(
