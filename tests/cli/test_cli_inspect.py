@@ -163,12 +163,13 @@ def test_batched_statistics_of_plain_examples_take_the_batched_way(monkeypatch):
     assert batched.to_dict() == stats_of(payloads).to_dict()
 
 
-@pytest.mark.parametrize("corrupt_at", [None, 1200])
-def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monkeypatch, engine, corrupt_at):
+@pytest.mark.parametrize("corrupt_at, limit", [(None, None), (1200, None), (None, 700)])
+def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monkeypatch, engine, corrupt_at, limit):
     """scan_file decodes the next chunk in a thread while it takes this one's statistics. Over
     many small chunks whose features come and go (a decode started before the chunk ahead
     taught a feature is made again), the statistics are the per-record parse's; a corrupt
-    record after many chunks leaves every record before it counted, and the error names it."""
+    record after many chunks leaves every record before it counted, and the error names it; a
+    limit inside a chunk counts just that many."""
     import functools
 
     from tfrecord_beam.cli import inspection
@@ -184,10 +185,10 @@ def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monk
         path.write_bytes(bytes(data))
     monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
     chunks = []  # one progress call per chunk accounted
-    stats = collect_stats([str(path)], progress=lambda *done: chunks.append(done))
+    stats = collect_stats([str(path)], limit=limit, progress=lambda *done: chunks.append(done))
     info = stats.files[0]
-    counted = len(payloads) if corrupt_at is None else corrupt_at
-    assert info.records == counted and info.complete == (corrupt_at is None)
+    counted = corrupt_at or limit or len(payloads)
+    assert info.records == counted and info.complete == (counted == len(payloads))
     if corrupt_at is not None:
         assert f"record {corrupt_at}" in info.error and str(path) in info.error, info.error
     got, want = stats.to_dict(), stats_of(payloads[:counted]).to_dict()
