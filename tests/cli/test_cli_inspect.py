@@ -194,7 +194,7 @@ def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monk
     got, want = stats.to_dict(), stats_of(payloads[:counted]).to_dict()
     got.pop("files"), want.pop("files")
     assert got == want
-    assert len(chunks) >= 15  # many chunks went through the look-ahead
+    assert len(chunks) >= 10  # many chunks went through the look-ahead
 
 
 # -- description and Arrow schema ---------------------------------------------------------------
