@@ -1,16 +1,24 @@
-"""What every benchmark shares: generated datasets, a median timer and a table printer."""
+"""What every benchmark shares: generated datasets, a median timer, a command's measure and a
+table printer."""
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 DATA_DIR = Path(os.environ.get("TFRECORD_BEAM_BENCH_DATA", Path(__file__).resolve().parent / "_data"))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "tests") not in sys.path:  # the memory tests' process-tree sampler: one implementation
+    sys.path.insert(0, str(ROOT / "tests"))
 
 
 def median_seconds(
@@ -29,6 +37,66 @@ def median_seconds(
         fn()
         times.append(clock() - start)
     return statistics.median(times)
+
+
+def job_env() -> dict:
+    """The environment of a measured command: this checkout's package first on its path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class Measured(NamedTuple):
+    """One command run to its end."""
+
+    returncode: int
+    wall: float  # seconds, start to exit
+    cpu: float  # user + system seconds of the whole process tree (the kernel's accounting)
+    peak_rss: int  # bytes: the highest summed RSS of the tree seen
+    stdout: str
+    stderr: str
+
+
+def run_measured(
+    cmd: Sequence[str],
+    *,
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: float = 3600.0,
+    interval: float = 0.02,
+) -> Measured:
+    """Run `cmd` to its end (stdin closed, output to temp files): its wall seconds, the CPU
+    seconds of it and every descendant (the RUSAGE_CHILDREN delta: steadier than wall on a
+    shared machine) and the peak RSS summed over its process tree, sampled every `interval` s
+    by the memory tests' sampler (`tests/helpers/rss.PeakRSS`). Over `timeout`: killed, and
+    RuntimeError naming the command."""
+    from helpers.rss import PeakRSS  # tests/helpers (on the path: see below)
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile("w+b") as out, tempfile.TemporaryFile("w+b") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
+        with PeakRSS(root=proc.pid, interval=interval) as rss:
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"{' '.join(map(str, cmd))} ran over {timeout:.0f} s") from None
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return Measured(code, wall, cpu, rss.peak, stdout, stderr)
 
 
 def print_table(title: str, header: Sequence[str], rows: List[Sequence[object]]) -> str:

@@ -29,10 +29,9 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench._common import DATA_DIR, print_table
+from bench._common import DATA_DIR, job_env, print_table, run_measured
 from bench.bench_pipelines import parquet_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,32 +39,17 @@ ONE = ["--runner=DirectRunner"]
 TWO = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
-def _rss():
-    sys.path.insert(0, str(ROOT / "tests"))
-    from helpers import rss as _rss  # tests/helpers/rss.py: the process-tree sampler the memory tests use
-
-    return _rss
-
-
 CPU = {}  # wall seconds of a run -> its CPU seconds (user + system, the whole process tree)
 
 
 def measure(cmd, python=sys.executable):
-    """(wall seconds, peak tree RSS MiB, stdout) of one command run to completion; its CPU
-    seconds (every process of the tree, from the kernel's accounting) go to CPU[wall]."""
-    import resource
-
-    rss = _rss()
-    env = rss.job_env()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    got = rss.peak_rss_tree([python, *cmd], env=env, cwd=str(ROOT), timeout=3600)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    CPU[wall] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    """(wall seconds, peak tree RSS MiB, stdout) of one command run to completion
+    (`_common.run_measured`); its CPU seconds go to CPU[wall]."""
+    got = run_measured([python, *cmd], cwd=str(ROOT), env=job_env())
+    CPU[got.wall] = got.cpu
     if got.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} failed ({got.returncode}): {got.stderr[-1500:]}")
-    return wall, got.peak_rss / 2**20, got.stdout
+    return got.wall, got.peak_rss / 2**20, got.stdout
 
 
 PLAIN_PARQUET = r"""

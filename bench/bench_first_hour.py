@@ -37,21 +37,18 @@ import datetime
 import math
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from bench import bench_planned
-from bench._common import DATA_DIR, print_table
-from bench.bench_planned import PeakRSS  # the tests' sampler, which bench_planned already imports
+from bench._common import DATA_DIR, job_env, print_table, run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("build_index", "reshard", "mix", "parquet_to_tfrecord", "tfrecord_to_parquet")
@@ -109,38 +106,14 @@ class Run(NamedTuple):
     stderr: str
 
 
-def job_env() -> Dict[str, str]:
-    """The environment of every command: this checkout's package first on the path."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
 def measure(cmd: Sequence[str], cwd: Path, timeout: float = 3600.0) -> Run:
-    """Run `cmd` to its end from `cwd`, stdout and stderr to files there: its wall, CPU and peak
-    RSS. A failure raises, naming the command and the end of its stderr."""
-    out_path, err_path = cwd / ".stdout", cwd / ".stderr"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            list(cmd), cwd=str(cwd), env=job_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err
-        )
-        with PeakRSS(root=proc.pid, interval=0.02) as rss:
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"{' '.join(map(str, cmd))} ran over {timeout:.0f} s") from None
-        wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stderr = err_path.read_text(errors="replace")
-    if code != 0:
-        tail = "\n".join(stderr.splitlines()[-5:])
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed with status {code}:\n{tail}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return Run(wall, cpu, rss.peak, stderr)
+    """Run `cmd` to its end from `cwd` (`_common.run_measured`): its wall, CPU and peak RSS. A
+    failure raises, naming the command and the end of its stderr."""
+    got = run_measured(cmd, cwd=str(cwd), env=job_env(), timeout=timeout)
+    if got.returncode != 0:
+        tail = "\n".join(got.stderr.splitlines()[-5:])
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed with status {got.returncode}:\n{tail}")
+    return Run(got.wall, got.cpu, got.peak_rss, got.stderr)
 
 
 def progress_lines(stderr: str) -> int:

@@ -19,7 +19,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +27,9 @@ from typing import List, Tuple
 
 import numpy as np
 
-from bench._common import DATA_DIR, print_table
+from bench._common import DATA_DIR, job_env, print_table, run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from helpers.rss import PeakRSS  # noqa: E402  (the tests' sampler: one implementation)
 
 ONE = ["--runner=DirectRunner"]
 TWO = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
@@ -89,20 +86,12 @@ def measure(kind: str, *args) -> Tuple[float, int, float, dict]:
     are the child's own /proc/self/io counters at its end (`rchar`/`wchar`: bytes passed to
     read and write calls, page cache or not; `read_bytes`/`write_bytes`: what reached the
     disk): the whole job with 1 worker, only the main process with more."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "bench.bench_planned", "--one", json.dumps([kind, [str(a) for a in args]])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(ROOT), env=env)
-    with PeakRSS(root=proc.pid, interval=0.05) as rss:
-        out, _ = proc.communicate()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} {args} failed with status {proc.returncode}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    return result["seconds"], rss.peak, cpu, result.get("io", {})
+    got = run_measured(cmd, cwd=str(ROOT), env=job_env(), interval=0.05)
+    if got.returncode != 0:
+        raise RuntimeError(f"{kind} {args} failed with status {got.returncode}")
+    result = json.loads(got.stdout.strip().splitlines()[-1])
+    return result["seconds"], got.peak_rss, got.cpu, result.get("io", {})
 
 
 def _run_one(spec: str) -> None:
