@@ -80,12 +80,7 @@ class SegmentTable(NamedTuple):
         handles = Handles(open_input)
         try:
             cursor = TableRows(self, handles, block_rows=max(1, self.rows))
-            out: List[Segment] = []
-            bucket = cursor.head()
-            while bucket is not None:
-                out += cursor.take(bucket)
-                bucket = cursor.head()
-            return out
+            return [segment for bucket in by_bucket([cursor]) for segment in bucket]
         finally:
             handles.close()
 
@@ -493,6 +488,18 @@ def merge_bounded(
         scratch.remove(sub.directory)
 
 
+def by_bucket(cursors: Sequence["TableRows"]) -> Iterator[List[Segment]]:
+    """The segments of the tables behind `cursors`, one list per bucket, buckets in order: each
+    table's rows are in (bucket, run) order, so a bucket is the merge of the tables' heads."""
+    while True:
+        heads = [cursor.head() for cursor in cursors]
+        live = [h for h in heads if h is not None]
+        if not live:
+            return
+        bucket = min(live)
+        yield [s for cursor, h in zip(cursors, heads) if h == bucket for s in cursor.take(bucket)]
+
+
 def write_merged(
     tables: Sequence[SegmentTable],
     writer,
@@ -510,14 +517,7 @@ def write_merged(
     groups: List[int] = []
     handles = Handles(open_input)  # spill files stay open from bucket to bucket
     try:
-        cursors = [TableRows(table, handles) for table in tables]
-        while True:
-            heads = [cursor.head() for cursor in cursors]
-            live = [h for h in heads if h is not None]
-            if not live:
-                break
-            bucket = min(live)
-            segments = [s for cursor, h in zip(cursors, heads) if h == bucket for s in cursor.take(bucket)]
+        for segments in by_bucket([TableRows(table, handles) for table in tables]):
             for framed, sizes, footers, counts in merge_bounded(
                 segments, open_input, max_bytes, scratch, handles=handles
             ):
