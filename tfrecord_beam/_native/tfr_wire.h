@@ -92,7 +92,7 @@ static inline ptrdiff_t tfr_varint_run(const uint8_t *p, const uint8_t *stop, co
             if (ends) { /* the first one or two varints, without a branch on their lengths */
                 uint64_t rest = ends & (ends - 1), upto1 = ends ^ (ends - 1), upto2 = rest ^ (rest - 1);
                 v = tfr_swar_compact(x & upto1 & ~TFR_HI7);
-                uint64_t v2 = tfr_swar_compact((x & upto2 & ~upto1 & ~TFR_HI7) >> ((__builtin_ctzll(ends) + 1) & 63));
+                uint64_t v2 = tfr_swar_compact((x & upto2 & ~TFR_HI7) >> ((__builtin_ctzll(ends) + 1) & 63));
                 memcpy(dst + count, &v, 8);
                 memcpy(dst + count + 1, &v2, 8); /* a spare slot when there is no second one */
                 count += 1 + (rest != 0);
