@@ -28,17 +28,20 @@ static inline int tfr_varint(const uint8_t **pp, const uint8_t *end, uint64_t *o
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define TFR_BIG_ENDIAN 1
 #endif
-/* Word-at-a-time (SWAR) varint runs: little-endian hosts with GCC/Clang builtins. */
-#if !defined(TFR_BIG_ENDIAN) && (defined(__GNUC__) || defined(__clang__))
+/* Word-at-a-time (SWAR) varint runs: little-endian hosts with GCC/Clang builtins (TFR_NO_SWAR:
+ * the scalar path everywhere, to test it on such a host). */
+#if !defined(TFR_BIG_ENDIAN) && !defined(TFR_NO_SWAR) && (defined(__GNUC__) || defined(__clang__))
 #define TFR_SWAR 1
 #endif
 
 #ifdef TFR_SWAR
 #define TFR_HI7 0x8080808080808080ull /* the continuation bit of each byte */
 
-/* The 7-bit groups of a varint's first bytes (x: 8 bytes read little-endian, continuation
- * bits and bytes past the varint already cleared) packed into one 56-bit value. */
-static inline uint64_t tfr_swar_compact(uint64_t x) {
+/* The 7-bit groups of two varints' first bytes packed into one 56-bit value each (each lane:
+ * 8 bytes read little-endian, continuation bits and bytes past the varint already cleared).
+ * Two lanes at once: SSE2 / NEON through GCC vector extensions. */
+typedef uint64_t tfr_u64x2 __attribute__((vector_size(16)));
+static inline tfr_u64x2 tfr_swar_compact2(tfr_u64x2 x) {
     x = ((x & 0x7F007F007F007F00ull) >> 1) | (x & 0x007F007F007F007Full);
     x = ((x & 0x3FFF00003FFF0000ull) >> 2) | (x & 0x00003FFF00003FFFull);
     return ((x & 0x0FFFFFFF00000000ull) >> 4) | (x & 0x000000000FFFFFFFull);
@@ -53,9 +56,10 @@ static inline uint64_t tfr_swar_compact(uint64_t x) {
  *
  * Word at a time on little-endian hosts: validation scans 8 bytes per step for the bytes
  * below 0x80 (each ends a varint) and only tracks how many continuation bytes run on across
- * words; decoding finds each varint's end with ctz and compacts its 7-bit groups in three
- * shift/mask steps. No branch depends on the length of a varint, so random 1-3 byte lengths
- * do not mispredict. The scalar tfr_varint finishes what is near the end of `readable`. */
+ * words; decoding takes the first two varints that end inside each 8-byte load (their ends
+ * found with ctz) and compacts their 7-bit groups together in three shift/mask steps. No
+ * branch depends on the length of a varint, so random 1-3 byte lengths do not mispredict. The
+ * scalar tfr_varint finishes what is near the end of `readable`. */
 static inline ptrdiff_t tfr_varint_run(const uint8_t *p, const uint8_t *stop, const uint8_t *readable, uint64_t *dst) {
     ptrdiff_t count = 0;
     if (!dst) {
@@ -91,17 +95,17 @@ static inline ptrdiff_t tfr_varint_run(const uint8_t *p, const uint8_t *stop, co
             uint64_t ends = ~x & TFR_HI7 & (lim >= 8 ? ~0ull : (1ull << (8 * lim)) - 1);
             if (ends) { /* the first one or two varints, without a branch on their lengths */
                 uint64_t rest = ends & (ends - 1), upto1 = ends ^ (ends - 1), upto2 = rest ^ (rest - 1);
-                v = tfr_swar_compact(x & upto1 & ~TFR_HI7);
-                uint64_t v2 = tfr_swar_compact((x & upto2 & ~TFR_HI7) >> ((__builtin_ctzll(ends) + 1) & 63));
-                memcpy(dst + count, &v, 8);
-                memcpy(dst + count + 1, &v2, 8); /* a spare slot when there is no second one */
+                tfr_u64x2 two = {x & upto1, (x & upto2) >> ((__builtin_ctzll(ends) + 1) & 63)};
+                two = tfr_swar_compact2(two & ~TFR_HI7);
+                memcpy(dst + count, &two, 16); /* a spare slot when there is no second one */
                 count += 1 + (rest != 0);
                 p += (__builtin_ctzll(rest ? rest : ends) >> 3) + 1;
                 continue;
             }
             if (lim < 8) return -1; /* the varint does not end inside the run */
             if (readable - p >= 10) { /* 9 or 10 bytes (negative numbers are 10) */
-                v = tfr_swar_compact(x & ~TFR_HI7) | ((uint64_t)(p[8] & 0x7F) << 56);
+                tfr_u64x2 low = {x & ~TFR_HI7, 0};
+                v = tfr_swar_compact2(low)[0] | ((uint64_t)(p[8] & 0x7F) << 56);
                 ptrdiff_t len = 9;
                 if (p[8] >= 0x80) {
                     if (p[9] >= 0x80) return -1;
