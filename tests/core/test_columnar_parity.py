@@ -298,6 +298,74 @@ def test_depth_limit_parity():
         both("decode_examples", [inner], [b"a"], [3])
 
 
+def _packed_run_values(raw: bytes):
+    """The int64 values of a packed run as upb reads it, or None when the run is malformed (a
+    varint longer than 10 bytes or not ending inside the run); bits past 64 are dropped."""
+    vals, v, n = [], 0, 0
+    for b in raw:
+        v |= (b & 0x7F) << (7 * n)
+        n += 1
+        if b < 0x80:
+            v &= (1 << 64) - 1
+            vals.append(v - (1 << 64) if v >> 63 else v)
+            v = n = 0
+        elif n == 10:
+            return None
+    return None if n else vals
+
+
+def _packed_runs():
+    """Packed Int64List runs at the edges of the compiled core's word-at-a-time path: varints
+    of every length 1-10 mixed at random (so they straddle 8-byte words), padded ones, runs cut
+    mid-varint (at 8-byte boundaries too), a 10th byte >= 0x80 or below it with high bits, an
+    11-byte varint, a long run of 1-byte values, empty runs."""
+    rng = random.Random(8)
+
+    def of_length(n):
+        if n == 10:
+            return rng.choice([-1, -(2**63), rng.randrange(-(2**63), 0), rng.randrange(2**63, 2**64)])
+        return rng.randrange(1 << (7 * (n - 1)), 1 << (7 * n)) if n > 1 else rng.randrange(128)
+
+    runs = [b"", bytes(range(128)) * 3, b"\x7f" * 64]
+    for n in range(1, 11):
+        runs += [_wire.varint(of_length(n)) * k for k in (1, 2, 3, 9)]
+    runs += [b"\xff" * 9 + bytes([b]) for b in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF)]  # the 10th byte
+    runs += [b"\x80" * 9 + b"\x00", b"\x80" * 10 + b"\x00", b"\x01" * 7 + b"\x80" * 10 + b"\x00"]
+    runs += [_wire.varint(5, pad=p) for p in (6, 7, 8, 9, 10)]
+    runs += [b"\x01" * 7 + b"\x80", b"\x01" * 15 + b"\xff", b"\x81" * 8, b"\x81" * 16]  # cut at a word's end
+    for _ in range(300):
+        lengths = rng.choice([[1, 2, 3], [1, 2, 3, 8, 9, 10], list(range(1, 11)), [2, 3]])
+        raw = b"".join(_wire.varint(of_length(rng.choice(lengths))) for _ in range(rng.randrange(1, 40)))
+        roll = rng.randrange(6)
+        if roll == 0:  # cut: mid-varint or not, at a word boundary or anywhere
+            raw = raw[: rng.choice([8, 16, 24, rng.randrange(len(raw) + 1)])]
+        elif roll == 1 and raw:  # one continuation bit flipped
+            i = rng.randrange(len(raw))
+            raw = raw[:i] + bytes([raw[i] ^ 0x80]) + raw[i + 1 :]
+        runs.append(raw)
+    return runs
+
+
+def test_packed_int64_run_edges():
+    """Each run decoded (and only validated, when not described) with 0-12 bytes of record
+    after it (the core reads ahead up to the record's end), in the usual one-run layout and in
+    the general list walk: the values are upb's (checked here too, not only between engines),
+    a malformed run is the record's error."""
+    w = _wire
+    for raw in _packed_runs():
+        want = _packed_run_values(raw)
+        for after in (0, 2, 3, 9, 12):  # an unknown field after the features, of `after` bytes
+            for lst in (w.ld(1, raw), w.UNKNOWN_FIELDS[0] + w.ld(1, raw)):
+                features = w.ld(1, w.ld(1, w.ld(1, b"a") + w.ld(2, w.ld(3, lst))))
+                rec = features + (w.ld(15, b"x" * (after - 2)) if after else b"")
+                for names in ([b"a"], []):
+                    cols, err = both("decode_examples", [rec], names, [3] * len(names))
+                    if want is None:
+                        assert err == (1, 0, -1, 0)
+                    elif names == [b"a"]:
+                        assert err is None and cols[0][0].tolist() == want
+
+
 # -- encode ----------------------------------------------------------------------------------
 
 ROWS = {

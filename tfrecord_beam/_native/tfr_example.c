@@ -86,10 +86,6 @@ void tfr_column_free(tfr_column *c) {
 
 /* --- BytesList / FloatList / Int64List ------------------------------------------------ */
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define TFR_BIG_ENDIAN 1
-#endif
-
 /* Parse a list message of `kind` at `depth`; append its values to `out` unless NULL. */
 /* A packed run [p, stop) of float32 (length a multiple of 4) or int64 varints (each ending
  * inside the run); values appended to `out` unless NULL. `readable` (>= stop): the end of the
@@ -107,22 +103,12 @@ static inline int packed_run(const uint8_t *p, const uint8_t *stop, const uint8_
         }
         return TFR_OK;
     }
-    uint64_t v;
-    if (!out) {
-        while (p < stop)
-            if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
-        return TFR_OK;
-    }
-    if (tfr_buf_reserve(&out->values, n * 8)) FAIL(TFR_ERR_NOMEM);
-    size_t count = 0;
-    if (n) {
-        int64_t *dst = (int64_t *)(void *)(out->values.data + out->values.len);
-        for (; p < stop; count++) {
-            if (tfr_varint_fast(&p, stop, readable, &v)) FAIL(TFR_ERR_MALFORMED);
-            memcpy(dst + count, &v, 8);
-        }
-    }
-    out->values.len += count * 8;
+    if (!out) return tfr_varint_run(p, stop, readable, NULL) < 0 ? TFR_ERR_MALFORMED : TFR_OK;
+    if (!n) return TFR_OK;
+    if (tfr_buf_reserve(&out->values, (n + 1) * 8)) FAIL(TFR_ERR_NOMEM);
+    ptrdiff_t count = tfr_varint_run(p, stop, readable, (uint64_t *)(void *)(out->values.data + out->values.len));
+    if (count < 0) FAIL(TFR_ERR_MALFORMED);
+    out->values.len += (size_t)count * 8;
     return TFR_OK;
 }
 
