@@ -20,6 +20,10 @@ def _version():
 NATIVE_SOURCES = sorted(
     os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "tfrecord_beam", "_native", "*.c"))
 )
+# the headers: a change to one alone (tfr_wire.h's inline varint reader) must rebuild the core
+NATIVE_HEADERS = sorted(
+    os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "tfrecord_beam", "_native", "*.h"))
+)
 
 
 class OptionalBuildExt(build_ext):
@@ -53,6 +57,7 @@ def _extensions():
         Extension(
             "tfrecord_beam._native._core",
             sources=NATIVE_SOURCES,
+            depends=NATIVE_HEADERS,
             include_dirs=[numpy.get_include(), os.path.join("tfrecord_beam", "_native")],
             extra_compile_args=["-O3", "-std=c11", "-fno-strict-aliasing"],
         )
