@@ -259,7 +259,7 @@ def append_frame(buf: bytearray, pos: int, payload) -> int:
 
 
 WALK_BLOCK = 64 * 1024
-WALK_SMALL = 4096
+WALK_SMALL = FOOTER_SIZE + HEADER_SIZE  # a big record's read: the footer before its header, and the header
 
 
 def walk_headers(

@@ -227,7 +227,7 @@ done:
  * runs past `size` (or its footer is missing: the file shrank under the walk). Twin:
  * _framing.walk_headers. */
 #define WALK_BLOCK (64 * 1024)
-#define WALK_SMALL 4096
+#define WALK_SMALL (TFR_FOOTER_SIZE + TFR_HEADER_SIZE) /* a big record's read: the footer before its header, the header */
 static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
     int fd;
     long long start, size;
@@ -268,7 +268,7 @@ static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
         foots.len = n * 4;
         if (st != TFR_WALK_MORE) { status = st; break; }
         if (n == had && pos < end && n < limit) { status = 1; break; } /* no header at pos (or the file shrank) */
-        /* big records: read just the next header's page; small ones: a block of them */
+        /* big records: read just the next footer and header; small ones: a block of them */
         if (n > had) want = ((int64_t *)(void *)lens.data)[n - 1] + TFR_FRAME_OVERHEAD >= WALK_BLOCK / 8 ? WALK_SMALL : WALK_BLOCK;
     }
     Py_END_ALLOW_THREADS
