@@ -110,7 +110,7 @@ def _walk(path: str, local: str) -> Iterator[np.ndarray]:
         reach = max(WALK_WINDOW, FRAME_OVERHEAD)
         while True:
             end = min(total, pos + reach)
-            offsets, lengths, stop, status = _engine.walk_headers(fd, pos, end)
+            offsets, lengths, _footers, stop, status = _engine.walk_headers(fd, pos, end)
             number += len(offsets)
             if len(offsets):
                 yield np.stack([offsets, lengths + FRAME_OVERHEAD], axis=1)

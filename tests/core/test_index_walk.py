@@ -6,11 +6,12 @@ larger than a window); counting walks in bounded memory."""
 from __future__ import annotations
 
 import os
+import struct
 import tracemalloc
 
 import numpy as np
 import pytest
-from helpers.parity import NATIVE
+from helpers.parity import NATIVE, both
 
 from tfrecord_beam import index, records
 from tfrecord_beam._engine import _framing
@@ -133,14 +134,17 @@ def test_walk_reads_headers_only_for_large_records(tmp_path, walker):
     try:
         if walker is _framing.walk_headers:
             os.pread = counting
-        offsets, lengths, stop, status = walker(fd, 0, os.fstat(fd).st_size)
+        offsets, lengths, footers, stop, status = walker(fd, 0, os.fstat(fd).st_size)
     finally:
         os.pread = real
         os.close(fd)
     assert status == 0 and stop == path.stat().st_size and len(offsets) == 20
     assert np.array_equal(lengths, [200_000] * 20)
+    assert footers.tolist() == [_framing.masked_crc32c(bytes(200_000))] * 20
     if reads:
         assert sum(reads) < 20 * 70_000  # far less than the 4 MB of payloads
+        # after the first block: one read a header, of it and the footer before it; one for the last footer
+        assert reads[1:] == [16] * 19 + [4]
 
 
 @pytest.mark.parametrize("walker", WALKERS)
@@ -184,3 +188,92 @@ def test_create_index_holds_the_index_once(tmp_path, monkeypatch):
     assert np.array_equal(built, index.frame_index([20] * n))
     assert np.array_equal(index.load_index(str(tmp_path / "many.tfindex")), built)
     assert peak < 16 * n * 5 // 4 + (1 << 20), peak
+
+
+# Frames (payload + 16) around the walk's read sizes: a big record's read (_framing.WALK_SMALL,
+# its footer and the next header), a page, the big-record threshold (WALK_BLOCK / 8) and the
+# 64 KiB block, and tiny ones between them.
+EDGES = [_framing.WALK_SMALL, 4096, _framing.WALK_BLOCK // 8, _framing.WALK_BLOCK]
+EDGE_SIZES = [max(edge - 16 + d, 0) for edge in EDGES for d in (-5, -4, -1, 0, 1, 4)] + [0, 1, 3, 200]
+
+
+def _walk_oracle(raw: bytes, start: int, size: int, limit: int):
+    """The walk's answer read straight from the file's bytes (a plain sequential walk)."""
+    offsets, lengths, footers, pos = [], [], [], start
+    status = _framing.WALK_DONE
+    while pos < size and len(offsets) < limit:
+        if size - pos < 12:
+            status = _framing.WALK_SHORT_HEADER
+            break
+        length, length_crc = struct.unpack_from("<QI", raw, pos)
+        if _framing.masked_crc32c(raw[pos : pos + 8]) != length_crc:
+            status = _framing.WALK_BAD_LENGTH_CRC
+            break
+        if length > size - pos - 16:
+            status = _framing.WALK_PAST_END
+            break
+        offsets.append(pos)
+        lengths.append(length)
+        footers.append(struct.unpack_from("<I", raw, pos + 12 + length)[0])
+        pos += 16 + length
+    return (np.array(offsets, np.int64), np.array(lengths, np.int64), np.array(footers, np.uint32), pos, status)
+
+
+def _edge_file(path, damage: str, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    sizes = [int(s) for s in rng.permutation(EDGE_SIZES * 2)]
+    raw = bytearray(_framing.frame_records([rng.bytes(s) for s in sizes]))
+    starts = np.cumsum([0] + [s + 16 for s in sizes])
+    victim = int(starts[len(sizes) // 2])
+    if damage == "bad length crc":
+        raw[victim + 3] ^= 0x40
+    elif damage == "huge length":
+        raw[victim : victim + 12] = _framing.frame_header(1 << 40)
+    elif damage.startswith("cut"):  # in a header, a payload, a footer, just after a frame
+        raw = raw[: {"cut header": victim + 7, "cut payload": victim + 20, "cut footer": victim - 2}[damage]]
+    path.write_bytes(bytes(raw))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("damage", ["none", "bad length crc", "huge length", "cut header", "cut payload", "cut footer"])
+def test_walk_headers_parity_and_footers(tmp_path, damage):
+    """Both engines give the oracle's offsets, lengths, footers (the 4 bytes before each next
+    header, the last record's at its frame's end), stop and status: whole files, windows ending
+    anywhere (inside headers, payloads, footers), starts at record boundaries, record limits."""
+    path = tmp_path / "e.tfrecord"
+    raw = _edge_file(path, damage, seed=len(damage))
+    starts = [0] + _walk_oracle(raw, 0, len(raw), 1 << 30)[0].tolist()
+    rng = np.random.default_rng(7)
+    cases = [(0, len(raw), 1 << 30), (0, len(raw), 1), (0, len(raw), 5)]
+    cases += [(int(s), len(raw), 1 << 30) for s in rng.choice(starts, 6)]
+    cases += [(0, int(e), int(k)) for e, k in zip(rng.integers(0, len(raw) + 1, 40), rng.integers(1, 40, 40))]
+    cases += [
+        (0, int(s) + d, 1 << 30) for s in starts[1:12] for d in (-4, -3, -1, 0, 1, 11, 12) if 0 <= s + d <= len(raw)
+    ]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for start, size, limit in cases:
+            got = both("walk_headers", fd, start, size, limit)
+            want = _walk_oracle(raw, start, size, limit)
+            assert len(got) == 5 and all(
+                np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got[:3], want[:3])
+            ), (start, size, limit)
+            assert got[3:] == want[3:], (start, size, limit)
+    finally:
+        os.close(fd)
+
+
+def test_walk_headers_bad_arguments_and_a_shrunk_file(tmp_path):
+    path = tmp_path / "s.tfrecord"
+    payloads = [bytes(20_000), b"x" * 9000]
+    path.write_bytes(_framing.frame_records(payloads)[:-2])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert both("walk_headers", fd, 0, 10, 0) is ValueError
+        assert both("walk_headers", fd, 5, 4) is ValueError
+        # told the file is 2 bytes longer than it is: the last record's footer cannot be read (the
+        # file shrank under the walk): that record is dropped, and the walk stops at it, past the end
+        got = both("walk_headers", fd, 0, 20_016 + 9000 + 16, 1 << 30)
+        assert got[0].tolist() == [0] and got[3:] == (20_016, _framing.WALK_PAST_END)
+    finally:
+        os.close(fd)

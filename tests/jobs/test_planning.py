@@ -24,7 +24,7 @@ def engine(request, monkeypatch):
     impl = _framing
     if request.param == "native":
         impl = pytest.importorskip("tfrecord_beam._native._core", reason="compiled core not built")
-    for name in ("scan_frames", "masked_crc32c", "find_length_crc"):
+    for name in ("scan_frames", "masked_crc32c", "find_length_crc", "walk_headers"):
         monkeypatch.setattr(_engine, name, getattr(impl, name))
     return request.param
 
@@ -57,6 +57,31 @@ def test_walk_equals_a_sequential_index(tmp_path, engine, monkeypatch, read_byte
     mid = 100  # from a record boundary inside the file
     later = _walk_all(path, start_offset=int(ref[mid, 0]), first_record=mid)
     assert later[0].first_record == mid and np.array_equal(np.concatenate([b.offsets for b in later]), ref[mid:, 0])
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[_walk.SEEK_FRAME_BYTES * 2] * 50, [30_000, 9] * 25, [100] * 50],
+    ids=["big", "alternating", "small"],
+)
+def test_walk_footers_are_the_files(tmp_path, engine, monkeypatch, sizes):
+    """Each block's footers are the 4 bytes that end its frames in the file, for big records
+    (the header walk, a block of at most BLOCK_RECORDS at a time), small ones (the scan) and
+    both in turn; no record twice or missed."""
+    monkeypatch.setattr(_walk, "BLOCK_RECORDS", 7)
+    monkeypatch.setattr(_walk, "READ_BYTES", 40_000)  # the scan's first read sees the big records
+    path = tmp_path / "a.tfrecord"
+    write_records(str(path), [np.random.default_rng(i).bytes(n) for i, n in enumerate(sizes)])
+    raw = path.read_bytes()
+    blocks = _walk_all(path)
+    offsets = np.concatenate([b.offsets for b in blocks])
+    assert np.array_equal(offsets, build_index(str(path))[:, 0])
+    for block in blocks:
+        assert block.footers.dtype == np.uint32 and block.offsets.dtype == block.sizes.dtype == np.int64
+        ends = (block.offsets + block.sizes).tolist()
+        assert block.footers.tolist() == [int.from_bytes(raw[e - 4 : e], "little") for e in ends]
+    if sizes[0] >= _walk.SEEK_FRAME_BYTES:  # after the first read, walked by headers: blocks of BLOCK_RECORDS
+        assert len(blocks) > 5 and max(len(b) for b in blocks[1:]) == 7
 
 
 def test_walk_of_compressed_and_verified_files(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from typing import List, Sequence, Tuple
 
 import google_crc32c
@@ -258,32 +259,48 @@ def append_frame(buf: bytearray, pos: int, payload) -> int:
 
 
 WALK_BLOCK = 64 * 1024
-WALK_SMALL = 4096
+WALK_SMALL = FOOTER_SIZE + HEADER_SIZE  # a big record's read: the footer before its header, and the header
 
 
-def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray, int, int]:
+def walk_headers(
+    fd: int, start: int, size: int, max_records: int = sys.maxsize
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """The records of an uncompressed file (descriptor `fd`, `size` bytes) from `start`, read by
-    their headers alone: `(header offsets, payload lengths, stop, status)`.
+    their headers alone, at most `max_records` of them: `(header offsets, payload lengths,
+    footers, stop, status)`; footers (uint32) are the payload CRCs as stored.
 
     Payloads are skipped (a small read at each header once records are large, a block of
-    headers while they are small); every length CRC is checked. status: WALK_DONE (reached
-    `size`), WALK_SHORT_HEADER (fewer than 12 bytes left at `stop`), WALK_BAD_LENGTH_CRC or
-    WALK_PAST_END (the frame at `stop` runs past `size`).
+    headers while they are small); each read starts 4 bytes before its header, so it brings
+    the previous record's footer too. Every length CRC is checked, payload CRCs are not.
+    status: WALK_DONE (reached `size`, or `max_records`: then `stop` < `size` is where the next
+    record starts), WALK_SHORT_HEADER (fewer than 12 bytes left at `stop`), WALK_BAD_LENGTH_CRC
+    or WALK_PAST_END (the frame at `stop` runs past `size`, or its footer is missing: the file
+    shrank under the walk).
     """
     if start < 0 or size < start:
         raise ValueError(f"bad range {start}..{size}")
-    offsets, lengths = [], []
-    pos, want, status = start, WALK_BLOCK, WALK_DONE
-    while pos < size:
-        if size - pos < HEADER_SIZE:
-            status = WALK_SHORT_HEADER
+    if max_records < 1:
+        raise ValueError(f"max_records must be at least 1, not {max_records}")
+    offsets: List[int] = []
+    lengths: List[int] = []
+    footers: List[int] = []
+    pos, want, status, due = start, WALK_BLOCK, WALK_DONE, False
+    while (pos < size and len(offsets) < max_records) or due:
+        base = pos - FOOTER_SIZE if due else pos
+        ask = want if pos < size and len(offsets) < max_records else FOOTER_SIZE  # only the last footer left
+        block = os.pread(fd, min(ask, size - base), base)
+        if due and len(block) < FOOTER_SIZE:  # the file shrank under us: drop the footless record
+            pos = offsets.pop()
+            lengths.pop()
+            status = WALK_PAST_END
             break
-        block = os.pread(fd, min(want, size - pos), pos)
-        if len(block) < HEADER_SIZE:
-            status = WALK_SHORT_HEADER
-            break
-        base, last = pos, None
-        while pos - base + HEADER_SIZE <= len(block):
+        had = len(offsets)
+        while True:
+            if due and pos - base >= FOOTER_SIZE and pos - base <= len(block):  # the footer before pos
+                footers.append(_U32.unpack_from(block, pos - base - FOOTER_SIZE)[0])
+                due = False
+            if not (len(offsets) < max_records and pos - base + HEADER_SIZE <= len(block)):
+                break
             length, length_crc = _HEADER.unpack_from(block, pos - base)
             if masked_crc32c(block[pos - base : pos - base + 8]) != length_crc:
                 status = WALK_BAD_LENGTH_CRC
@@ -293,12 +310,22 @@ def walk_headers(fd: int, start: int, size: int) -> Tuple[np.ndarray, np.ndarray
                 break
             offsets.append(pos)
             lengths.append(length)
-            last = length
+            due = True
             pos += FRAME_OVERHEAD + length
         if status != WALK_DONE:
             break
-        want = WALK_SMALL if last is not None and last + FRAME_OVERHEAD >= WALK_BLOCK // 8 else WALK_BLOCK
-    return np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pos, status
+        if len(offsets) == had and pos < size and len(offsets) < max_records:  # no header at pos
+            status = WALK_SHORT_HEADER
+            break
+        if len(offsets) > had:
+            want = WALK_SMALL if lengths[-1] + FRAME_OVERHEAD >= WALK_BLOCK // 8 else WALK_BLOCK
+    return (
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(lengths, dtype=np.int64),
+        np.asarray(footers, dtype=np.uint32),
+        pos,
+        status,
+    )
 
 
 def slice_payloads(buffer, offsets, lengths) -> List[bytes]:

@@ -218,55 +218,83 @@ done:
     return out;
 }
 
-/* walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): the records
- * of an uncompressed file read by header alone (pread at each header; a block at a time while
- * records are small). status 0: reached `size`; 1: fewer than 12 bytes left at `stop`; 2: bad
- * length CRC at `stop`; 3: the frame at `stop` runs past `size`. */
+/* walk_headers(fd, start, size[, max_records]) -> (header offsets, payload lengths, footers, stop,
+ * status): the records of an uncompressed file read by header alone (pread at each header, from
+ * the 4 bytes before it so the previous record's footer comes along; a block at a time while
+ * records are small), at most max_records of them. footers: each record's stored payload CRC
+ * (uint32). status 0: reached `size` or max_records (stop < size: where the next record starts);
+ * 1: fewer than 12 bytes left at `stop`; 2: bad length CRC at `stop`; 3: the frame at `stop`
+ * runs past `size` (or its footer is missing: the file shrank under the walk). Twin:
+ * _framing.walk_headers. */
 #define WALK_BLOCK (64 * 1024)
-#define WALK_SMALL 4096
+#define WALK_SMALL (TFR_FOOTER_SIZE + TFR_HEADER_SIZE) /* a big record's read: the footer before its header, the header */
 static PyObject *py_walk_headers(PyObject *self, PyObject *args) {
     int fd;
     long long start, size;
-    if (!PyArg_ParseTuple(args, "iLL", &fd, &start, &size)) return NULL;
+    Py_ssize_t max_records = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "iLL|n", &fd, &start, &size, &max_records)) return NULL;
     if (start < 0 || size < start) return PyErr_Format(PyExc_ValueError, "bad range %lld..%lld", start, size);
-    tfr_buf offs = {0}, lens = {0};
+    if (max_records < 1) return PyErr_Format(PyExc_ValueError, "max_records must be at least 1, not %zd", max_records);
+    tfr_buf offs = {0}, lens = {0}, foots = {0};
     uint8_t *blk = (uint8_t *)malloc(WALK_BLOCK);
     if (!blk) return PyErr_NoMemory();
     uint64_t pos = (uint64_t)start, end = (uint64_t)size;
-    int status = 0, err = 0, nomem = 0;
+    size_t n = 0, limit = (size_t)max_records;
+    int status = 0, err = 0, nomem = 0, due = 0;
     Py_BEGIN_ALLOW_THREADS
     size_t want = WALK_BLOCK;
-    while (pos < end) {
-        if (end - pos < TFR_HEADER_SIZE) { status = 1; break; }
-        if (end - pos < want) want = (size_t)(end - pos);
+    while ((pos < end && n < limit) || due) {
+        uint64_t from = due ? pos - TFR_FOOTER_SIZE : pos;
+        size_t ask = pos < end && n < limit ? want : TFR_FOOTER_SIZE; /* only the last footer left */
+        if (end - from < ask) ask = (size_t)(end - from);
         ssize_t got;
-        do { got = pread(fd, blk, want, (off_t)pos); } while (got < 0 && errno == EINTR);
+        do { got = pread(fd, blk, ask, (off_t)from); } while (got < 0 && errno == EINTR);
         if (got < 0) { err = errno; break; }
-        if ((size_t)got < TFR_HEADER_SIZE) { status = 1; break; } /* the file shrank under us */
-        size_t room = (size_t)got / TFR_FRAME_OVERHEAD + 1;
-        if (tfr_buf_reserve(&offs, room * 8) || tfr_buf_reserve(&lens, room * 8)) { nomem = 1; break; }
+        if (due && (size_t)got < TFR_FOOTER_SIZE) { /* the file shrank under us: drop the footless record */
+            n--;
+            pos = (uint64_t)((int64_t *)(void *)offs.data)[n];
+            status = TFR_WALK_PAST_END;
+            break;
+        }
+        size_t room = (size_t)got / TFR_FRAME_OVERHEAD + 1, cap = limit - n < room ? limit : n + room, had = n;
+        if (tfr_buf_reserve(&offs, room * 8) || tfr_buf_reserve(&lens, room * 8) || tfr_buf_reserve(&foots, room * 4)) {
+            nomem = 1;
+            break;
+        }
         int st;
-        int64_t *lp = (int64_t *)(void *)(lens.data + lens.len);
-        size_t n = tfr_walk_headers(blk, (size_t)got, pos, end, &pos, (int64_t *)(void *)(offs.data + offs.len), lp,
-                                    room, &st);
-        offs.len += n * 8;
-        lens.len += n * 8;
+        tfr_walk_headers(blk, (size_t)got, from, end, &pos, (int64_t *)(void *)offs.data, (int64_t *)(void *)lens.data,
+                         (uint32_t *)(void *)foots.data, &n, cap, &due, &st);
+        offs.len = lens.len = n * 8;
+        foots.len = n * 4;
         if (st != TFR_WALK_MORE) { status = st; break; }
-        /* big records: read just the next header's page; small ones: a block of them */
-        want = n && lp[n - 1] + TFR_FRAME_OVERHEAD >= WALK_BLOCK / 8 ? WALK_SMALL : WALK_BLOCK;
+        if (n == had && pos < end && n < limit) { status = 1; break; } /* no header at pos (or the file shrank) */
+        /* big records: read just the next footer and header; small ones: a block of them */
+        if (n > had) want = ((int64_t *)(void *)lens.data)[n - 1] + TFR_FRAME_OVERHEAD >= WALK_BLOCK / 8 ? WALK_SMALL : WALK_BLOCK;
     }
     Py_END_ALLOW_THREADS
     free(blk);
     if (nomem || err) {
         tfr_buf_free(&offs);
         tfr_buf_free(&lens);
+        tfr_buf_free(&foots);
         if (nomem) return PyErr_NoMemory();
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    offs.len = lens.len = n * 8; /* a dropped record */
+    foots.len = n * 4;
     PyObject *a = buf_to_array(&offs, NPY_INT64, 8), *b = buf_to_array(&lens, NPY_INT64, 8);
-    if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); tfr_buf_free(&offs); tfr_buf_free(&lens); return NULL; }
-    return Py_BuildValue("(NNLi)", a, b, (long long)pos, status);
+    PyObject *c = buf_to_array(&foots, NPY_UINT32, 4);
+    if (!a || !b || !c) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        tfr_buf_free(&offs);
+        tfr_buf_free(&lens);
+        tfr_buf_free(&foots);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNLi)", a, b, c, (long long)pos, status);
 }
 
 /* The winning chain fault as (code, entry, offset, length, previous end), or None. */
@@ -719,7 +747,8 @@ static PyMethodDef methods[] = {
     {"scan_frames", (PyCFunction)(void (*)(void))py_scan_frames, METH_VARARGS | METH_KEYWORDS,
      "scan_frames(buf, verify=True, max_records=-1) -> (offsets, lengths, consumed, status)."},
     {"walk_headers", py_walk_headers, METH_VARARGS,
-     "walk_headers(fd, start, size) -> (header offsets, payload lengths, stop, status): index by header walk."},
+     "walk_headers(fd, start, size[, max_records]) -> (header offsets, payload lengths, footers, stop, status): "
+     "index by header walk."},
     {"index_starts", py_index_starts, METH_VARARGS,
      "index_starts(buf, start=0) -> (int64 starts (n,), end, None | (code, line, line start), None | (code, entry, "
      "offset, length, previous end)): `.tfindex` text."},

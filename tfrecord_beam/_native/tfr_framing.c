@@ -67,12 +67,19 @@ void tfr_write_footer(uint8_t *out, const uint8_t *payload, size_t length) {
     store_u32le(out, tfr_masked_crc32c(payload, length));
 }
 
-size_t tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
-                        int64_t *offsets, int64_t *lengths, size_t cap, int *status) {
-    size_t n = 0;
+void tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
+                      int64_t *offsets, int64_t *lengths, uint32_t *footers, size_t *n, size_t cap, int *footer_due,
+                      int *status) {
+    size_t k = *n;
     uint64_t p = *pos;
     *status = TFR_WALK_MORE;
-    while (n < cap && p >= base && p - base <= size && size - (p - base) >= TFR_HEADER_SIZE) {
+    for (;;) {
+        /* the footer of the record before the header at p: the 4 bytes before p */
+        if (*footer_due && p >= base + TFR_FOOTER_SIZE && p - base <= size) {
+            footers[k - 1] = load_u32le(buf + (p - base) - TFR_FOOTER_SIZE);
+            *footer_due = 0;
+        }
+        if (!(k < cap && p >= base && p - base <= size && size - (p - base) >= TFR_HEADER_SIZE)) break;
         const uint8_t *h = buf + (p - base);
         uint64_t length = load_u64le(h);
         if (tfr_masked_crc32c(h, 8) != load_u32le(h + 8)) { *status = TFR_WALK_BAD_LENGTH_CRC; break; }
@@ -80,11 +87,12 @@ size_t tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t
             *status = TFR_WALK_PAST_END;
             break;
         }
-        offsets[n] = (int64_t)p;
-        lengths[n] = (int64_t)length;
-        n++;
+        offsets[k] = (int64_t)p;
+        lengths[k] = (int64_t)length;
+        k++;
+        *footer_due = 1;
         p += TFR_FRAME_OVERHEAD + length;
     }
     *pos = p;
-    return n;
+    *n = k;
 }

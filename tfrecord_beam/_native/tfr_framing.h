@@ -40,11 +40,16 @@ void tfr_write_footer(uint8_t *out, const uint8_t *payload, size_t length);
 
 /* Header walk (index building without reading payloads), plain C over a buffer.
  * `buf` holds the file's bytes [base, base + size) of a file of `file_size` bytes. From the
- * header at *pos (base <= *pos), record each header lying wholly in buf whose length CRC is
- * valid and whose frame fits in the file: header offset and payload length, up to `cap`.
+ * header at *pos, record each header lying wholly in buf whose length CRC is valid and whose
+ * frame fits in the file: header offset and payload length, appended at index *n of
+ * offsets/lengths/footers (which hold `cap` entries; *n counts the records walked so far).
  * *pos moves to the next header (which may lie past the buffer: the payloads are not looked
- * at). Stops with TFR_WALK_MORE (the header at *pos is not in buf, or cap is full),
+ * at). A record's footer (its payload CRC, masked, as stored) is the 4 bytes before the next
+ * header: *footer_due says footers[*n - 1] still waits for it, and it is filled whenever those
+ * 4 bytes are in buf (a buffer read from 4 bytes before *pos brings it at no extra read).
+ * Stops with TFR_WALK_MORE (the header at *pos is not in buf, or cap is full),
  * TFR_WALK_BAD_LENGTH_CRC or TFR_WALK_PAST_END (the frame at *pos ends after the file). */
 enum { TFR_WALK_MORE = 0, TFR_WALK_BAD_LENGTH_CRC = 2, TFR_WALK_PAST_END = 3 };
-size_t tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
-                        int64_t *offsets, int64_t *lengths, size_t cap, int *status);
+void tfr_walk_headers(const uint8_t *buf, size_t size, uint64_t base, uint64_t file_size, uint64_t *pos,
+                      int64_t *offsets, int64_t *lengths, uint32_t *footers, size_t *n, size_t cap, int *footer_due,
+                      int *status);

@@ -7,8 +7,9 @@ counts and byte ranges per file, and a cheap order-independent fingerprint of th
 Every length CRC is checked, so a flipped length can never shift the frames that follow it
 (issue 10 item 10); payload CRCs too with `verify=VERIFY_ALL`. Uncompressed local files are
 walked adaptively: small records in 4 MiB reads scanned in C, records of
-`SEEK_FRAME_BYTES` or more by one 16-byte positional read per record (its footer and the next
-header), seeking over the payload. Everything else (compressed or remote files, payload
+`SEEK_FRAME_BYTES` or more by the header walk `walk_headers` (one small positional read per
+record from 4 bytes before its header: the previous footer and the header), seeking over the
+payload, until the records are small again. Everything else (compressed or remote files, payload
 verification) goes through `RecordReader.chunks`. Any problem is reported by `RecordReader`
 itself (re-read from the record at fault), so the errors, which name the file, the record and
 its offset, are the reader's.
@@ -22,13 +23,13 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import BinaryIO, Callable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from .. import _engine
 from .. import digest as _digest
-from .._engine._common import FOOTER_SIZE, FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS
+from .._engine._common import FRAME_OVERHEAD, HEADER_SIZE, STATUS_OK, VERIFY_ALL, VERIFY_LENGTHS, WALK_DONE
 from ..errors import CorruptRecordError
 from ..records import ReadSpan, RecordChunk, RecordReader
 from ..skipping import OnCorrupt, SkippingReader
@@ -37,7 +38,6 @@ READ_BYTES = 1 << 22  # one positional read while scanning small records
 SEEK_FRAME_BYTES = 1 << 13  # frames at least this big are walked by seeking over their payload
 BLOCK_RECORDS = 1 << 14  # frames per FrameBlock in seek mode
 _HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
 
 
 class FrameBlock(NamedTuple):
@@ -203,30 +203,15 @@ def _walk_local(raw, fd: int, path, pos: int, number: int) -> Iterator[FrameBloc
             elif n and consumed >= n * SEEK_FRAME_BYTES:
                 seek_mode = True
             continue
-        offsets_l: List[int] = []
-        sizes_l: List[int] = []
-        footers_l: List[int] = []
-        head = os.pread(fd, HEADER_SIZE, pos)
-        while len(offsets_l) < BLOCK_RECORDS:
-            if len(head) < HEADER_SIZE:
-                _report(raw, path, pos, number + len(offsets_l))
-            length, length_crc = _HEADER.unpack_from(head)
-            if crc(head[:8]) != length_crc or length > size - pos - FRAME_OVERHEAD:
-                _report(raw, path, pos, number + len(offsets_l))
-            end = pos + HEADER_SIZE + length
-            tail = os.pread(fd, FOOTER_SIZE + HEADER_SIZE, end)
-            offsets_l.append(pos)
-            sizes_l.append(length + FRAME_OVERHEAD)
-            footers_l.append(_FOOTER.unpack_from(tail)[0])
-            pos = end + FOOTER_SIZE
-            head = tail[FOOTER_SIZE:]
-            if pos >= size or length + FRAME_OVERHEAD < SEEK_FRAME_BYTES:
-                seek_mode = False
-                break
-        yield FrameBlock(
-            number, np.asarray(offsets_l, np.int64), np.asarray(sizes_l, np.int64), np.asarray(footers_l, np.uint32)
-        )
-        number += len(offsets_l)
+        # big frames: the header walk (a small read from 4 bytes before each header: the
+        # previous footer and this header), a block of records at a time
+        offsets, lengths, footers, pos, status = _engine.walk_headers(fd, pos, size, BLOCK_RECORDS)
+        if len(offsets):
+            yield FrameBlock(number, offsets, lengths + FRAME_OVERHEAD, footers)
+            number += len(offsets)
+        if status != WALK_DONE:  # a bad length CRC, a frame past the end, a file ending in a header
+            _report(raw, path, pos, number)
+        seek_mode = bool(len(lengths)) and int(lengths[-1]) + FRAME_OVERHEAD >= SEEK_FRAME_BYTES
 
 
 # ---------------------------------------------------------------------------------------------
