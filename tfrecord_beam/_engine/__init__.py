@@ -10,8 +10,8 @@ The package holds one pure twin per compiled function, with the compiled module'
 - `_framing`: scan_frames, frame_records, masked_crc32c, find_length_crc(s), append_frame,
   walk_headers (struct + google-crc32c; candidate headers vectorised with numpy);
 - `_decode`: decode_examples, decode_sequence_examples (upb);
-- `_encode`: encode_examples and example_lengths (vectorised numpy), and encode_sequence_examples, which has no
-  compiled counterpart and serves both engines;
+- `_encode`: encode_examples and example_lengths (vectorised numpy), and
+  encode_sequence_examples, which has no compiled counterpart and serves both engines;
 - `_rows`: example_rows, decode_example_rows, sequence_rows (columns -> per-record dicts).
 
 The per-record encoders (`encode_example`, `encode_sequence_example`, `append_example`,

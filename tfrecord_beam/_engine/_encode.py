@@ -419,15 +419,19 @@ def encode_examples(
 ) -> Union[Tuple[np.ndarray, np.ndarray], bytes]:
     """Serialize n Examples from columns (see the module docstring) as upb does. Returns
     `(payload bytes as uint8 array, offsets int64 n+1)`, or one framed bytes object when `framed`."""
-    cols = _example_columns(columns, n)
-    data, offsets = _length_delimited(0x0A, _features(cols, n)).materialize()
+    data, offsets = _examples(columns, n).materialize()
     return frame_records(split_payloads(data, offsets)) if framed else (data, offsets)
 
 
 def example_lengths(columns: Sequence[tuple], n: int) -> np.ndarray:
     """The int64 length of each of the n payloads `encode_examples(columns, n)` would write:
     the lengths its pieces already know, before any byte is gathered."""
-    return _length_delimited(0x0A, _features(_example_columns(columns, n), n)).lengths.astype(np.int64, copy=False)
+    return _examples(columns, n).lengths.astype(np.int64, copy=False)
+
+
+def _examples(columns: Sequence[tuple], n: int) -> _Pieces:
+    """The n Example payloads (field 1, the Features message) as pieces, not yet gathered."""
+    return _length_delimited(0x0A, _features(_example_columns(columns, n), n))
 
 
 def encode_sequence_examples(context: Sequence[tuple], lists: Sequence[tuple], n: int) -> Tuple[np.ndarray, np.ndarray]:
