@@ -11,7 +11,9 @@
  *    offsets and status bytes): it refuses them (TFR_ENC_BAD_INPUT) or its output parses, as
  *    framed records that scan whole and as payloads that decode;
  *  - `.tfindex` text parsing: never writes past its capacity; a parse with a data-chosen
- *    small capacity is a prefix of the full one (which never runs out of room). */
+ *    small capacity is a prefix of the full one (which never runs out of room);
+ *  - inspect's statistics walk over the input and its two parts, and the range of a packed
+ *    varint run against the run decoded value by value. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 #include "tfr_example.h"
 #include "tfr_framing.h"
 #include "tfr_index.h"
+#include "tfr_stats.h"
+#include "tfr_wire.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -321,7 +325,37 @@ static void fuzz_index_text(const uint8_t *data, size_t size, uint8_t mode) {
     free(all);
 }
 
+static void fuzz_stats(const uint8_t *data, size_t size, size_t cut) {
+    int64_t offs[3] = {0, 0, (int64_t)cut}, lens[3] = {(int64_t)size, (int64_t)cut, (int64_t)(size - cut)};
+    tfr_stats st;
+    memset(&st, 0, sizeof st);
+    size_t taken = 0;
+    int rc = tfr_stats_examples(&st, data, size, offs, lens, 0, 3, &taken);
+    if ((rc != TFR_OK && rc != TFR_ERR_NOMEM) || taken > 3) abort();
+    tfr_stats_free(&st);
+    int64_t lo = 0, hi = 0;
+    ptrdiff_t count = tfr_varint_run_range(data, data + size, &lo, &hi);
+    if (count == TFR_RUN_SLOW) return;
+    uint64_t *values = (uint64_t *)malloc((size + 1) * 8);
+    if (!values) abort();
+    if (tfr_varint_run(data, data + size, data + size, values) != count) abort();
+    for (ptrdiff_t i = 0; i < count; i++)
+        if ((int64_t)values[i] < lo || (int64_t)values[i] > hi) abort();
+    int seen_lo = 0, seen_hi = 0;
+    for (ptrdiff_t i = 0; i < count; i++) {
+        seen_lo |= (int64_t)values[i] == lo;
+        seen_hi |= (int64_t)values[i] == hi;
+    }
+    if (count && (!seen_lo || !seen_hi)) abort();
+    free(values);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int ready = 0;
+    if (!ready) {
+        tfr_wire_init();
+        ready = 1;
+    }
     if (size < 1) return 0;
     uint8_t mode = data[0];
     data++;
@@ -346,6 +380,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     make_desc(d, nf, mode);
     tfr_column cols[N(NAMES)], scols[N(NAMES)];
     tfr_error err;
+
+    fuzz_stats(data, size, cut);
 
     memset(cols, 0, sizeof cols);
     if (tfr_decode_examples(ptrs, rl, 3, d, nf, cols, &err) == TFR_OK) roundtrip(d, nf, cols, 3);

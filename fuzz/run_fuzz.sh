@@ -11,7 +11,7 @@ mkdir -p "$OUT/corpus" "$OUT/seeds" "$OUT/artifacts"
 SRC="$ROOT/tfrecord_beam/_native"
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$SRC" \
     "$ROOT/fuzz/fuzz_core.c" "$SRC/tfr_crc32c.c" "$SRC/tfr_framing.c" "$SRC/tfr_wire.c" \
-    "$SRC/tfr_example.c" "$SRC/tfr_encode.c" "$SRC/tfr_index.c" "$SRC/tfr_buf.c" -o "$OUT/fuzz_core"
+    "$SRC/tfr_example.c" "$SRC/tfr_encode.c" "$SRC/tfr_index.c" "$SRC/tfr_stats.c" "$SRC/tfr_buf.c" -o "$OUT/fuzz_core"
 "$PY" "$ROOT/fuzz/make_seeds.py" "$OUT/seeds"
 "$OUT/fuzz_core" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$OUT/artifacts/" -print_final_stats=1 \

@@ -13,9 +13,12 @@ from tfrecord_beam._engine import _common, _encode
 from tfrecord_beam.example import encode_sequence_example
 
 # Compiled functions whose pure twin is elsewhere: the plain CRC32C (tests of the C table and
-# instruction) and the per-record encoders, whose twin is example.py's Python path.
+# instruction), the per-record encoders, whose twin is example.py's Python path, and inspect's
+# statistics, whose twin is cli/inspection's statistics of decoded columns
+# (tests/cli/test_inspect_kernel.py holds both to the per-record parse).
 _NO_TWIN_HERE = {
     "crc32c",
+    "example_stats",
     "crc32c_hw",
     "encode_example",
     "encode_sequence_example",

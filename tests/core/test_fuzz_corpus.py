@@ -1,10 +1,14 @@
 """The fuzzing regression corpus (tests/fuzz_corpus/, from fuzz/run_fuzz.sh) through both
 engines, read the way the libFuzzer harness (fuzz/fuzz_core.c) reads each input: a mode byte,
-then bytes that are scanned as frames and decoded as Examples and SequenceExamples."""
+then bytes that are scanned as frames and decoded as Examples and SequenceExamples, and whose
+Example statistics (inspect's compiled walk) are those of the per-record parse."""
 
+import numpy as np
 import pytest
 from helpers.fixtures import FUZZ_CORPUS as CORPUS
-from helpers.parity import both
+from helpers.parity import both, needs_native
+
+from tfrecord_beam.cli.inspection import DatasetStats
 
 NAMES = ["a", "b", "tokens", "ints", "floats", "dup", "bytes_utf8", "", "ключ", "length", "words", "weights"]
 
@@ -29,6 +33,19 @@ def test_corpus_file_both_engines(path):
         both("encode_examples", enc, len(records))
     half = len(names) // 2
     both("decode_sequence_examples", records, names[:half], kinds[:half], names[half:], kinds[half:])
+
+
+@needs_native
+@pytest.mark.parametrize("path", sorted(CORPUS.iterdir()) if CORPUS.is_dir() else [], ids=lambda p: p.name[:12])
+def test_corpus_file_statistics(path):
+    records, _, _, _ = harness_case(path.read_bytes())
+    lengths = np.array([len(r) for r in records], np.int64)
+    walked = DatasetStats()
+    walked.add_payloads(b"".join(records), np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    parsed = DatasetStats()
+    for record in records:
+        parsed.add_record(record)
+    assert walked.to_dict() == parsed.to_dict()
 
 
 def test_corpus_is_there():

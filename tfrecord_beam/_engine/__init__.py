@@ -14,6 +14,10 @@ The package holds one pure twin per compiled function, with the compiled module'
   encode_sequence_examples, which has no compiled counterpart and serves both engines;
 - `_rows`: example_rows, decode_example_rows, sequence_rows (columns -> per-record dicts).
 
+`example_stats` (per-feature statistics of Example batches for `tfrecord-beam inspect` and
+`schema`) is compiled only and None on the pure engine, where inspection takes the same
+statistics from `decode_examples`' columns instead (`cli/inspection.py`), its twin.
+
 The per-record encoders (`encode_example`, `encode_sequence_example`, `append_example`,
 `append_sequence_example`) are compiled only and return None (or False) for values they leave
 to the Python path in `tfrecord_beam.example`, which is also their pure twin: here they are
@@ -47,6 +51,7 @@ __all__ = [
     "encode_examples",
     "example_lengths",
     "encode_sequence_examples",
+    "example_stats",
     "example_rows",
     "decode_example_rows",
     "sequence_rows",
@@ -89,6 +94,7 @@ if _native is not None:
     example_rows = _native.example_rows
     decode_example_rows = _native.decode_example_rows
     sequence_rows = _native.sequence_rows
+    example_stats = _native.example_stats
     # Per-record encoders (compiled only; see the module docstring).
     encode_example = _native.encode_example
     encode_sequence_example = _native.encode_sequence_example
@@ -111,6 +117,7 @@ else:
     example_rows = _rows.example_rows
     decode_example_rows = _rows.decode_example_rows
     sequence_rows = _rows.sequence_rows
+    example_stats = None
     encode_example = encode_sequence_example = append_example = append_sequence_example = None
 
 encode_sequence_examples = _encode.encode_sequence_examples  # no compiled counterpart: both engines

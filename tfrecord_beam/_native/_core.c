@@ -14,11 +14,13 @@
 
 #include "py_encode.h"
 #include "py_rows.h"
+#include "py_stats.h"
 #include "tfr_crc32c.h"
 #include "tfr_encode.h"
 #include "tfr_example.h"
 #include "tfr_framing.h"
 #include "tfr_index.h"
+#include "tfr_wire.h"
 
 /* ---- numpy out ---------------------------------------------------------------------- */
 
@@ -763,6 +765,8 @@ static PyMethodDef methods[] = {
      "decode_sequence_examples(records, context_names, context_kinds, names, kinds, offsets=None, lengths=None)."},
     {"encode_examples", (PyCFunction)(void (*)(void))py_encode_examples, METH_VARARGS | METH_KEYWORDS,
      "encode_examples(columns, n, framed=False) -> (payloads uint8, offsets int64) or bytes."},
+    {"example_stats", tfr_py_example_stats, METH_VARARGS,
+     "example_stats(buffer, offsets, lengths, start=0) -> (taken, features): per-feature statistics of Examples."},
     {"example_lengths", py_example_lengths, METH_VARARGS,
      "example_lengths(columns, n) -> int64 length of each payload encode_examples would write."},
     {"encode_example", (PyCFunction)(void (*)(void))tfr_py_encode_example, METH_VARARGS | METH_KEYWORDS,
@@ -790,6 +794,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "tfrecord_be
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     tfr_crc32c_init(); /* tables built before any thread releases the GIL */
+    tfr_wire_init();
     if (tfr_py_rows_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -13,40 +13,6 @@
 #define FAIL(code) return (code)
 #define CHECK(x) do { int _rc = (x); if (_rc) return _rc; } while (0)
 
-/* --- UTF-8 check (upb checks proto3 string fields, map keys included) ------------------ */
-
-static int utf8_valid_slow(const uint8_t *s, size_t n);
-
-static inline int utf8_valid(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] >= 0x80) return utf8_valid_slow(s + i, n - i);
-    return 1;
-}
-
-static int utf8_valid_slow(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
-        size_t need;
-        uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
-        else return 0;
-        if (n - i <= need) return 0;
-        for (size_t k = 1; k <= need; k++) {
-            uint8_t d = s[i + k];
-            if ((d & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (d & 0x3F);
-        }
-        if (need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;
-        if (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
-        i += need + 1;
-    }
-    return 1;
-}
-
 /* --- column helpers ------------------------------------------------------------------ */
 
 /* Number of values in a column so far (shifts, not a division: this runs once per step). */
@@ -233,7 +199,7 @@ static int entry_header(const uint8_t *p, const uint8_t *end, int depth, const u
             size_t n;
             if (tfr_len(&p, end, &n)) FAIL(TFR_ERR_MALFORMED);
             if (field == 1) {
-                if (!utf8_valid(p, n)) FAIL(TFR_ERR_MALFORMED);
+                if (!tfr_utf8_valid(p, n)) FAIL(TFR_ERR_MALFORMED);
                 *key = p;
                 *klen = n;
             }
@@ -281,7 +247,7 @@ static inline int entry_simple(const uint8_t *p, const uint8_t *end, const uint8
     q++;
     uint64_t vlen;
     if (tfr_varint(&q, end, &vlen) || vlen != (uint64_t)(end - q)) return 0;
-    if (!utf8_valid(p + 2, p[1])) return 0; /* the general walk reports it */
+    if (!tfr_utf8_valid(p + 2, p[1])) return 0; /* the general walk reports it */
     *key = p + 2;
     *klen = p[1];
     *vp = q;

@@ -126,6 +126,106 @@ static inline ptrdiff_t tfr_varint_run(const uint8_t *p, const uint8_t *stop, co
     return count;
 }
 
+/* Where the varints lie in an 8-byte word whose end bytes (below 0x80) form pattern m (bit i:
+ * byte i), m != 0: a mask of the first one's bytes (through its end; it joins the varint
+ * running in from the word before), the shift and mask of the next three (the second's
+ * again where there are fewer), how many end in the word, the bits of the first, and the
+ * shift and mask of the bytes after the last end (the next word's first varint starts so). */
+typedef struct {
+    uint64_t first, mask[3], tail_mask;
+    uint8_t shift[3], count, first_bits, tail_shift, tail_bits, pad;
+} tfr_ends_entry;
+extern tfr_ends_entry tfr_ends_table[256];
+void tfr_wire_init(void); /* builds tfr_ends_table: once, before any thread uses it */
+
+#define TFR_RUN_SLOW (-2)
+
+/* The smallest and largest value of a packed run of varints [p, stop) without decoding each
+ * (int64 statistics): returns the number of values (*lo, *hi set when there is one), or
+ * TFR_RUN_SLOW when the run is not all shortest-form varints of at most 8 bytes (values
+ * below 2^56: the usual run), or may be malformed, or the host is not little-endian; then
+ * tfr_varint_run says what the run holds. Such varints compare as their bytes read as a
+ * little-endian integer (a longer one has a nonzero last byte; within a length the last byte
+ * is the most significant group), so only the two extremes are decoded. Word at a time at a
+ * fixed stride, the varints in a word cut out as tfr_ends_table says: no load waits on the
+ * length of the varint before it. */
+static inline ptrdiff_t tfr_varint_run_range(const uint8_t *p, const uint8_t *stop, int64_t *lo, int64_t *hi) {
+#ifdef TFR_SWAR
+    ptrdiff_t count = 0;
+    uint64_t mn = UINT64_MAX, mx = 0, bad = 0, carry = 0; /* carry: the open varint's bytes */
+    unsigned open = 0;                                   /* and their bits */
+    for (; stop - p >= 8; p += 8) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        uint64_t ends = ~x & TFR_HI7;
+        if (!ends) return TFR_RUN_SLOW; /* a varint of 9 or more bytes */
+        /* a zero byte after a continuation byte ends a varint not in its shortest form */
+        uint64_t zero = ~(((x & ~TFR_HI7) + ~TFR_HI7) | x) & TFR_HI7;
+        bad |= zero & ((x << 8) | (uint64_t)(open != 0) << 7);
+        const tfr_ends_entry *t = &tfr_ends_table[((ends >> 7) * 0x0102040810204080ull) >> 56];
+        if (open + t->first_bits > 64) return TFR_RUN_SLOW;
+        uint64_t k = carry | ((x & t->first) << (open & 63));
+        mn = k < mn ? k : mn;
+        mx = k > mx ? k : mx;
+        if (t->count > 1) {
+            uint64_t k1 = (x >> t->shift[0]) & t->mask[0];
+            uint64_t k2 = (x >> t->shift[1]) & t->mask[1];
+            uint64_t k3 = (x >> t->shift[2]) & t->mask[2];
+            uint64_t a = k1 < k2 ? k1 : k2, b = k1 < k2 ? k2 : k1;
+            a = a < k3 ? a : k3;
+            b = b > k3 ? b : k3;
+            mn = a < mn ? a : mn;
+            mx = b > mx ? b : mx;
+            if (t->count > 4) { /* short varints: the ends past the fourth, one at a time */
+                uint64_t rest = ends;
+                for (int i = 0; i < 4; i++) rest &= rest - 1;
+                unsigned from = t->shift[2] + (unsigned)__builtin_popcountll(t->mask[2]);
+                while (rest) {
+                    unsigned end = ((unsigned)__builtin_ctzll(rest) | 7) + 1; /* bits through the end byte */
+                    uint64_t v = (x >> from) & (~0ull >> (64 - (end - from)));
+                    mn = v < mn ? v : mn;
+                    mx = v > mx ? v : mx;
+                    from = end;
+                    rest &= rest - 1;
+                }
+            }
+        }
+        count += t->count;
+        carry = (x >> (t->tail_shift & 63)) & t->tail_mask;
+        open = t->tail_bits;
+    }
+    for (; p < stop; p++) { /* the last bytes, one at a time */
+        if (open == 64) return TFR_RUN_SLOW;
+        carry |= (uint64_t)*p << open;
+        open += 8;
+        if (*p < 0x80) {
+            if (open > 8 && !*p) return TFR_RUN_SLOW;
+            mn = carry < mn ? carry : mn;
+            mx = carry > mx ? carry : mx;
+            count++;
+            carry = 0;
+            open = 0;
+        }
+    }
+    if (open || bad) return TFR_RUN_SLOW;
+    if (count) {
+        uint64_t two[2] = {mn & ~TFR_HI7, mx & ~TFR_HI7};
+        for (int i = 0; i < 2; i++) { /* the 7-bit groups together: the value */
+            uint64_t c = two[i];
+            c = ((c & 0x7F007F007F007F00ull) >> 1) | (c & 0x007F007F007F007Full);
+            c = ((c & 0x3FFF00003FFF0000ull) >> 2) | (c & 0x00003FFF00003FFFull);
+            two[i] = ((c & 0x0FFFFFFF00000000ull) >> 4) | (c & 0x000000000FFFFFFFull);
+        }
+        *lo = (int64_t)two[0];
+        *hi = (int64_t)two[1];
+    }
+    return count;
+#else
+    (void)p, (void)stop, (void)lo, (void)hi;
+    return TFR_RUN_SLOW;
+#endif
+}
+
 /* Read a tag: at most 5 bytes, value below 2^32, field number not 0. */
 static inline int tfr_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wt) {
     const uint8_t *p = *pp;
@@ -157,6 +257,15 @@ static inline int tfr_len(const uint8_t **pp, const uint8_t *end, size_t *len) {
     if (v > (uint64_t)(end - *pp)) return -1;
     *len = (size_t)v;
     return 0;
+}
+
+/* UTF-8 as upb checks proto3 strings (map keys) and Python's strict decoder accepts it: no
+ * overlong forms, no surrogates, nothing past U+10FFFF. The ASCII prefix is taken inline. */
+int tfr_utf8_valid_tail(const uint8_t *s, size_t n);
+static inline int tfr_utf8_valid(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0x80) return tfr_utf8_valid_tail(s + i, n - i);
+    return 1;
 }
 
 /* Skip the value of a field (already past its tag) of wire type `wt` in a message at `depth`.

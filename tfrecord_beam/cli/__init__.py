@@ -163,6 +163,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else _usage.EXIT_USAGE
+    if "numpy" not in sys.modules:
+        # no command does linear algebra: without this, OpenBLAS starts a thread per core at
+        # numpy's import, and they spin beside the scan's own threads for a while
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from . import commands
 
     try:
