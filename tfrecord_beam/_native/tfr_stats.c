@@ -241,6 +241,13 @@ static int entry(tfr_stats *st, const uint8_t *buffer, const uint8_t *p, const u
         st->entries = grown;
         st->entry_cap = cap;
     }
+    if (k >= st->order_cap) { /* where the next record's entry k is looked for first */
+        uint32_t *grown = (uint32_t *)realloc(st->order, st->entry_cap * sizeof *grown);
+        if (!grown) return NOMEM;
+        st->order = grown;
+        st->order_cap = st->entry_cap;
+    }
+    st->order[k] = (uint32_t)j; /* a hint only: a record not taken may leave it changed */
     tfr_entry_stats *e = &st->entries[k];
     e->feature = (uint32_t)j; /* the other fields are set when the first value comes */
     e->kind = TFR_KIND_NONE;
@@ -328,13 +335,6 @@ static int commit(tfr_stats *st) {
     for (size_t k = 0; k < st->not_utf8.len / 24; k++) {
         if (tfr_buf_append(&st->features[odd[3 * k]].not_utf8, odd + 3 * k + 1, 16)) return NOMEM;
     }
-    if (st->entry_count > st->order_cap) {
-        uint32_t *grown = (uint32_t *)realloc(st->order, st->entry_count * sizeof *grown);
-        if (!grown) return NOMEM;
-        st->order = grown;
-        st->order_cap = st->entry_count;
-    }
-    for (size_t k = 0; k < st->entry_count; k++) st->order[k] = st->entries[k].feature;
     st->order_count = st->entry_count;
     return TAKEN;
 }

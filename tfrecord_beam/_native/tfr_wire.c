@@ -88,7 +88,7 @@ void tfr_wire_init(void) {
             t->mask[k - 1] = low_bytes(to - from);
         }
         unsigned after = ends[n - 1] + 1; /* the bytes from here on start the next varint */
-        t->tail_shift = (uint8_t)(8 * after);
+        t->tail_shift = (uint8_t)(8 * after & 63); /* after == 8: no bytes after, mask 0 */
         t->tail_mask = low_bytes(8 - after);
         t->tail_bits = (uint8_t)(8 * (8 - after));
     }

@@ -130,7 +130,8 @@ static inline ptrdiff_t tfr_varint_run(const uint8_t *p, const uint8_t *stop, co
  * byte i), m != 0: a mask of the first one's bytes (through its end; it joins the varint
  * running in from the word before), the shift and mask of the next three (the second's
  * again where there are fewer), how many end in the word, the bits of the first, and the
- * shift and mask of the bytes after the last end (the next word's first varint starts so). */
+ * shift (below 64) and mask of the bytes after the last end (the next word's first varint
+ * starts so; mask 0 when the word ends with an end byte). */
 typedef struct {
     uint64_t first, mask[3], tail_mask;
     uint8_t shift[3], count, first_bits, tail_shift, tail_bits, pad;
@@ -153,7 +154,7 @@ static inline ptrdiff_t tfr_varint_run_range(const uint8_t *p, const uint8_t *st
 #ifdef TFR_SWAR
     ptrdiff_t count = 0;
     uint64_t mn = UINT64_MAX, mx = 0, bad = 0, carry = 0; /* carry: the open varint's bytes */
-    unsigned open = 0;                                   /* and their bits */
+    unsigned open = 0, over = 0; /* the carry's bits; over: a varint of more than 8 bytes */
     for (; stop - p >= 8; p += 8) {
         uint64_t x;
         memcpy(&x, p, 8);
@@ -163,7 +164,7 @@ static inline ptrdiff_t tfr_varint_run_range(const uint8_t *p, const uint8_t *st
         uint64_t zero = ~(((x & ~TFR_HI7) + ~TFR_HI7) | x) & TFR_HI7;
         bad |= zero & ((x << 8) | (uint64_t)(open != 0) << 7);
         const tfr_ends_entry *t = &tfr_ends_table[((ends >> 7) * 0x0102040810204080ull) >> 56];
-        if (open + t->first_bits > 64) return TFR_RUN_SLOW;
+        over |= (open + t->first_bits - 1) >> 6; /* its key is wrong then, and the run goes slow */
         uint64_t k = carry | ((x & t->first) << (open & 63));
         mn = k < mn ? k : mn;
         mx = k > mx ? k : mx;
@@ -191,7 +192,7 @@ static inline ptrdiff_t tfr_varint_run_range(const uint8_t *p, const uint8_t *st
             }
         }
         count += t->count;
-        carry = (x >> (t->tail_shift & 63)) & t->tail_mask;
+        carry = (x >> t->tail_shift) & t->tail_mask;
         open = t->tail_bits;
     }
     for (; p < stop; p++) { /* the last bytes, one at a time */
@@ -207,7 +208,7 @@ static inline ptrdiff_t tfr_varint_run_range(const uint8_t *p, const uint8_t *st
             open = 0;
         }
     }
-    if (open || bad) return TFR_RUN_SLOW;
+    if (open || bad || over) return TFR_RUN_SLOW;
     if (count) {
         uint64_t two[2] = {mn & ~TFR_HI7, mx & ~TFR_HI7};
         for (int i = 0; i < 2; i++) { /* the 7-bit groups together: the value */
