@@ -880,8 +880,12 @@ def _scan_halves(
             raise
 
     with ThreadPoolExecutor(2, thread_name_prefix="tfrb-inspect") as pool:
-        futures = [pool.submit(scan, k) for k in (0, 1)]
-        errors = [future.exception() for future in futures]
+        try:
+            futures = [pool.submit(scan, k) for k in (0, 1)]
+            errors = [future.exception() for future in futures]
+        except BaseException:  # an interrupt (Ctrl-C): the halves stop at their next chunk
+            failed.set()
+            raise
     for error in errors:
         if error is not None and not isinstance(error, (TFRecordError, OSError, ValueError, zlib.error)):
             raise error
