@@ -1,7 +1,7 @@
 """Edges of inspect's compiled statistics walk that the kernel tests leave out: more features
 than its first hash table holds, keys in another order in each record (the order guess misses),
-a key twice where the first of them came by the order guess; and the halves read stopping when
-the main thread is interrupted."""
+a key twice where the first of them came by the order guess; the halves read stopping when
+the main thread is interrupted, and counting rows uncompared only where there is no index."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 
 from tfrecord_beam import _engine
 from tfrecord_beam.cli import inspection
-from tfrecord_beam.cli.inspection import DatasetStats, collect_stats
+from tfrecord_beam.cli.inspection import DatasetStats, IndexCheck, collect_stats
 from tfrecord_beam.example import encode_example
+from tfrecord_beam.index import create_index
 from tfrecord_beam.records import RecordReader, write_records
 
 needs_native = pytest.mark.skipif(not _engine.NATIVE, reason="compiled core not built")
@@ -125,3 +126,17 @@ def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert len(calls) <= 2  # at most the other half's chunk in hand, then both stopped
+
+
+def test_rows_are_counted_uncompared_only_without_an_index(tmp_path):
+    """`IndexCheck.count` (the halves' way) refuses data with an index: its rows must be compared."""
+    path = tmp_path / "data.tfrecord"
+    write_records(str(path), [b"a", b"bb", b"ccc"])
+    bare = IndexCheck(str(path), None)
+    bare.count(3)
+    assert bare.absent() and bare.status().state == "absent" and bare.rows == 3
+    create_index(str(path))
+    indexed = IndexCheck(str(path), None)
+    assert not indexed.absent()
+    with pytest.raises(ValueError, match="must be compared"):
+        indexed.count(3)
