@@ -606,8 +606,8 @@ def encode_examples(
 
 def encoded_lengths(columns: Mapping[str, Column], n: int) -> np.ndarray:
     """How long each of the n Examples `encode_examples(columns)` would write is (int64): what
-    `tfrecord-beam inspect` compares with the records it decoded. The encoder's sizes pass
-    alone: no payload is written."""
+    `tfrecord-beam inspect` on the pure engine compares with the records it decoded. The
+    encoder's sizes pass alone: no payload is written."""
     return _engine.example_lengths(_engine_columns(list(columns.values())), n)
 
 

@@ -74,9 +74,10 @@ class SchemaInferenceError(ValueError):
 # -- statistics --------------------------------------------------------------------------------
 
 _LEARN_TRIES = 16  # records whose new features a batch learns before it goes the per-record way
-# chunks decoded at once ahead of the statistics (decode + sizes pass ~4x read + statistics in
-# CPU): with one, the decoder thread was the critical path under load (7.5 -> 3.5 s with two on
-# 5 M small records); on a quiet 2-core machine 1, 2 and 3 took the same time
+# chunks whose first try (`decode_ahead`) runs at once ahead of the accounting. Measured with
+# the batched decoder's try (decode + sizes pass ~4x read + statistics in CPU), before the
+# compiled walk: with one, the decoder thread was the critical path under load (7.5 -> 3.5 s
+# with two on 5 M small records); on a quiet 2-core machine 1, 2 and 3 took the same time
 _DECODERS = 2
 # an uncompressed local file at least this big, read whole and with no index, is read as two
 # halves at once (`_scan_halves`): 1.8-2.0 -> 1.2-1.4 s on 5 M small records (the chunks no
@@ -445,6 +446,11 @@ class IndexCheck:
             return
         self._pieces = iter_index_starts(self.path)
 
+    def _comparing(self) -> bool:
+        """Whether rows added are still compared: an index is there, well formed so far, and
+        no difference found yet."""
+        return self.difference is None and self._known is None and self._error is None
+
     def _parse_piece(self) -> Optional[np.ndarray]:
         """The (k, 2) rows of the next piece of the index; None when there is none (all
         parsed, or the index is invalid: `_known` / `_error` says so)."""
@@ -472,7 +478,7 @@ class IndexCheck:
         """Compare the next rows read from the data (records `self.rows` on) with the index."""
         self._open()
         frames = np.asarray(frames, dtype=np.int64).reshape(-1, 2)
-        if self.difference is None and self._known is None and self._error is None:
+        if self._comparing():
             parts, have = [self._pending], len(self._pending)
             while have < len(frames):
                 rows = self._parse_piece()
@@ -503,7 +509,7 @@ class IndexCheck:
         """`add` the rows of a reader chunk's first `take` records, made only while they are
         compared (no index, or a difference already found: only counted)."""
         self._open()
-        if self.difference is None and self._known is None and self._error is None:
+        if self._comparing():
             self.add(chunk.frames()[:take])
         else:
             self.rows += take
@@ -880,8 +886,12 @@ def _scan_halves(
             raise
 
     with ThreadPoolExecutor(2, thread_name_prefix="tfrb-inspect") as pool:
-        futures = [pool.submit(scan, k) for k in (0, 1)]
-        errors = [future.exception() for future in futures]
+        try:
+            futures = [pool.submit(scan, k) for k in (0, 1)]
+            errors = [future.exception() for future in futures]
+        except BaseException:  # an interrupt (Ctrl-C): the halves stop at their next chunk
+            failed.set()
+            raise
     for error in errors:
         if error is not None and not isinstance(error, (TFRecordError, OSError, ValueError, zlib.error)):
             raise error
@@ -899,11 +909,11 @@ def _scan_halves(
 def _decoding_ahead(
     stats: DatasetStats, pool: ThreadPoolExecutor, reader: RecordReader, limit: Optional[int], depth: int
 ) -> Iterator[Tuple[Any, int, Optional[_Decoded]]]:
-    """(chunk, records of it to take, its first decode try started in `pool`) per chunk of the
-    reader, the next `depth` chunks read and their decodes started before one is yielded:
-    reading and decoding (no GIL) overlap the statistics of the chunk before. A read error
-    comes after the chunks before it, as it would without the look-ahead; memory is `depth` + 1
-    chunks and their columns."""
+    """(chunk, records of it to take, its first try started in `pool` by `decode_ahead`) per
+    chunk of the reader, the next `depth` chunks read and their tries started before one is
+    yielded: reading and the compiled statistics or decoding (no GIL) overlap the accounting of
+    the chunk before. A read error comes after the chunks before it, as it would without the
+    look-ahead; memory is `depth` + 1 chunks and their tries' results."""
     chunks = reader.chunks()
     pending: Deque[Tuple[Any, int, Optional[_Decoded]]] = deque()
     taken = 0

@@ -1,0 +1,142 @@
+"""Edges of inspect's compiled statistics walk that the kernel tests leave out: more features
+than its first hash table holds, keys in another order in each record (the order guess misses),
+a key twice where the first of them came by the order guess; the halves read stopping when
+the main thread is interrupted, and counting rows uncompared only where there is no index."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from tfrecord_beam import _engine
+from tfrecord_beam.cli import inspection
+from tfrecord_beam.cli.inspection import DatasetStats, IndexCheck, collect_stats
+from tfrecord_beam.example import encode_example
+from tfrecord_beam.index import create_index
+from tfrecord_beam.records import RecordReader, write_records
+
+needs_native = pytest.mark.skipif(not _engine.NATIVE, reason="compiled core not built")
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _entry(key: bytes, value: int) -> bytes:
+    """A map entry: key, then a Feature holding one packed int64 (value < 128)."""
+    return _field(1, _field(1, key) + _field(2, _field(3, _field(1, bytes([value])))))
+
+
+def _batch(payloads):
+    """(buffer, offsets, lengths) of the payloads side by side: one reader chunk."""
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return b"".join(payloads), offsets, lengths
+
+
+def _walked(payloads) -> DatasetStats:
+    stats = DatasetStats()
+    stats.add_payloads(*_batch(payloads))
+    return stats
+
+
+def _parsed(payloads) -> DatasetStats:
+    stats = DatasetStats()
+    for payload in payloads:
+        stats.add_record(payload)
+    return stats
+
+
+@needs_native
+def test_many_features_in_shuffled_orders_are_the_per_record_parse():
+    """300 features (the walk's table grows from 64 slots several times), each record holding a
+    random subset in a random order, so that the guess of the record before misses at once."""
+    rng = np.random.default_rng(3)
+    names = [f"feature_{k}" for k in range(300)]
+    payloads = []
+    for _ in range(400):
+        picked = rng.choice(len(names), size=int(rng.integers(0, 120)), replace=False)
+        payloads.append(
+            encode_example({names[k]: ([int(v) for v in rng.integers(-9, 9, size=k % 4)], "int") for k in picked})
+        )
+    taken, summaries = _engine.example_stats(*_batch(payloads))
+    assert taken == len(payloads) and len(summaries) > 64
+    assert len({s[0] for s in summaries}) == len(summaries)  # one tuple a feature, found again after each growth
+    assert _walked(payloads).to_dict() == _parsed(payloads).to_dict()
+
+
+@needs_native
+def test_a_key_twice_after_the_order_guess_took_it_is_not_walked():
+    """Record 2 repeats record 1's keys in order (the guess takes them), then "a" again: protobuf
+    keeps the last entry, so the walk leaves the record to the per-record parse."""
+    payloads = [
+        _field(1, _entry(b"a", 1) + _entry(b"b", 2)),
+        _field(1, _entry(b"a", 3) + _entry(b"b", 4) + _entry(b"a", 5)),
+        _field(1, _entry(b"a", 6)),
+    ]
+    taken, _ = _engine.example_stats(*_batch(payloads))
+    assert taken == 1
+    walked = _walked(payloads).to_dict()
+    assert walked == _parsed(payloads).to_dict()
+    assert [(f["name"], f["min"], f["max"]) for f in walked["features"]] == [("a", 1, 6), ("b", 2, 4)]
+
+
+class _Interrupted(Exception):
+    """What the test's signal handler raises in the main thread (a Ctrl-C stand-in)."""
+
+
+@needs_native
+def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
+    """Interrupted while the two halves run (Ctrl-C), the scan ends at their next chunk rather
+    than reading the rest of the file before the interrupt gets out."""
+    path = tmp_path / "big.tfrecord"
+    write_records(str(path), [encode_example({"id": (i, "int")}) for i in range(20000)])
+    monkeypatch.setattr(inspection, "_SPLIT_MIN", 1)
+    monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
+    events = []
+
+    class Recorded(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            events.append(self)
+
+    monkeypatch.setattr(inspection, "threading", types.SimpleNamespace(Lock=threading.Lock, Event=Recorded))
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    calls = []
+
+    def progress(*done) -> None:  # in a half's thread, under the halves' lock
+        calls.append(done)
+        if len(calls) == 1:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            events[0].wait(10)  # until the halves are told to stop (the main thread's part)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(_Interrupted):
+            collect_stats([str(path)], progress=progress)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(calls) <= 2  # at most the other half's chunk in hand, then both stopped
+
+
+def test_rows_are_counted_uncompared_only_without_an_index(tmp_path):
+    """`IndexCheck.count` (the halves' way) refuses data with an index: its rows must be compared."""
+    path = tmp_path / "data.tfrecord"
+    write_records(str(path), [b"a", b"bb", b"ccc"])
+    bare = IndexCheck(str(path), None)
+    bare.count(3)
+    assert bare.absent() and bare.status().state == "absent" and bare.rows == 3
+    create_index(str(path))
+    indexed = IndexCheck(str(path), None)
+    assert not indexed.absent()
+    with pytest.raises(ValueError, match="must be compared"):
+        indexed.count(3)
