@@ -140,3 +140,24 @@ def test_rows_are_counted_uncompared_only_without_an_index(tmp_path):
     assert not indexed.absent()
     with pytest.raises(ValueError, match="must be compared"):
         indexed.count(3)
+
+
+@needs_native
+def test_sequence_example_data_goes_the_per_record_way_without_walking(monkeypatch):
+    """Each SequenceExample stops the walk: once one was seen, the records go straight to the
+    per-record parse (no walk started per record), with the same statistics."""
+    from tfrecord_beam.example import encode_sequence_example
+
+    calls = []
+    real = _engine.example_stats
+    monkeypatch.setattr(_engine, "example_stats", lambda *a: calls.append(a[3] if len(a) > 3 else 0) or real(*a))
+    payloads = [encode_example({"id": (i, "int")}) for i in range(5)]
+    payloads += [encode_sequence_example({"id": (i, "int")}, {"s": ([[i], [1, 2]], "int")}) for i in range(200)]
+    walked = DatasetStats()
+    walked.add_payloads(*_batch(payloads))
+    walked.add_payloads(*_batch(payloads[:50]))  # a later chunk: no walk at all
+    assert calls == [0]  # one walk, stopped at the first SequenceExample
+    parsed = DatasetStats()
+    for payload in payloads + payloads[:50]:
+        parsed.add_record(payload)
+    assert walked.to_dict() == parsed.to_dict()

@@ -648,7 +648,8 @@ class DatasetStats:
         Example records in the form writers produce are taken by the compiled
         `_engine.example_stats`, many at once; a record in any other form (a SequenceExample,
         unknown fields, a duplicate key, not a protobuf) stops it and goes the per-record way
-        (`add_record`, protobuf), and the batch goes on after it. On the pure engine the
+        (`add_record`, protobuf), and the batch goes on after it; once a SequenceExample was
+        seen, every record goes the per-record way (each would stop the walk). On the pure engine the
         batched decoder takes its place (`_add_decoded`). Every way gives the same statistics.
         `decoded`: the first try of the batch, already started (`decode_ahead`); used when
         its description is still the one to use.
@@ -659,7 +660,7 @@ class DatasetStats:
             self._add_decoded(buffer, offsets, lengths, decoded)
             return
         start = 0
-        while start < len(offsets):
+        while start < len(offsets) and not self.record_types[SEQUENCE_EXAMPLE]:
             if decoded is not None:
                 taken, summaries = decoded.result()
                 decoded = None
@@ -672,6 +673,9 @@ class DatasetStats:
             if start < len(offsets):
                 self.add_record(bytes(buffer[offsets[start] : offsets[start] + lengths[start]]))
                 start += 1
+        # SequenceExample data: every record stops the walk, so they all go the per-record way
+        for payload in _engine.slice_payloads(buffer, offsets[start:], lengths[start:]):
+            self.add_record(payload)
 
     def _add_summaries(self, summaries: List[Tuple[Any, ...]], buffer: Any) -> None:
         for summary in summaries:
@@ -714,14 +718,12 @@ class DatasetStats:
     ) -> Optional["_Decoded"]:
         """Start `add_payloads`' first try of a batch in `pool` (the compiled statistics, or
         the batched decoder and sizes pass, run without the GIL beside the accounting of the
-        batch before); None when there is nothing to start (SequenceExample data on the pure
-        engine goes the per-record way)."""
-        if not len(offsets):
+        batch before); None when there is nothing to start (SequenceExample data goes the
+        per-record way)."""
+        if not len(offsets) or self.record_types[SEQUENCE_EXAMPLE]:
             return None
         if _engine.example_stats is not None:
             return _Decoded(None, pool.submit(_engine.example_stats, buffer, offsets, lengths))
-        if self.record_types[SEQUENCE_EXAMPLE]:
-            return None
         description = self._fast_description()
         return _Decoded(description, pool.submit(_fast_columns, buffer, offsets, lengths, description))
 
