@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import struct
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -328,6 +331,29 @@ def test_a_phantom_frame_over_a_middle_on_a_boundary_reads_one_chain(tmp_path, m
     assert halves == [False]
     _same(split, chain)
     assert split.files[0].records == len(payloads) and split.files[0].error is None
+
+
+@needs_native
+def test_ctrl_c_stops_the_halves(tmp_path, monkeypatch):
+    """Ctrl-C while the halves run: they stop at their next chunk, as the one-chain read does,
+    instead of reading on to the end of the file before the interrupt comes through."""
+    path = tmp_path / "long.tfrecord"
+    write_records(str(path), [encode_example({"id": ([i], "int"), "t": ([b"y" * 50], "byte")}) for i in range(20000)])
+    monkeypatch.setattr(inspection, "_SPLIT_MIN", 1)
+    monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=1024))
+    seen = []
+    main = threading.main_thread().ident
+
+    def progress(*done):
+        seen.append(done[3])
+        if len(seen) == 1:
+            signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.001)
+
+    with pytest.raises(KeyboardInterrupt):
+        collect_stats([str(path)], progress=progress)
+    time.sleep(0.2)  # a range still running would report on
+    assert seen[-1] < 10000
 
 @needs_native
 def test_halves_only_where_they_can_be_exact(tmp_path, monkeypatch):

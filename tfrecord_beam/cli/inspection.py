@@ -883,8 +883,12 @@ def _scan_halves(
             raise
 
     with ThreadPoolExecutor(2, thread_name_prefix="tfrb-inspect") as pool:
-        futures = [pool.submit(scan, k) for k in (0, 1)]
-        errors = [future.exception() for future in futures]
+        try:
+            futures = [pool.submit(scan, k) for k in (0, 1)]
+            errors = [future.exception() for future in futures]
+        except BaseException:  # Ctrl-C: the ranges stop at their next chunk, not the file's end
+            failed.set()
+            raise
     for error in errors:
         if error is not None and not isinstance(error, (TFRecordError, OSError, ValueError, zlib.error)):
             raise error
