@@ -299,7 +299,6 @@ def test_a_split_the_resync_cannot_find_reads_one_chain(tmp_path, monkeypatch):
     assert split.files[0].records == len(payloads) and split.files[0].error is None
 
 
-
 def _phantom_over_the_middle(path) -> list:
     """Write records whose boundary is exactly the file's middle, the record before it ending
     in a frame header whose (CRC-valid) frame runs over the middle into the record after it,
@@ -354,6 +353,7 @@ def test_ctrl_c_stops_the_halves(tmp_path, monkeypatch):
         collect_stats([str(path)], progress=progress)
     time.sleep(0.2)  # a range still running would report on
     assert seen[-1] < 10000
+
 
 @needs_native
 def test_halves_only_where_they_can_be_exact(tmp_path, monkeypatch):
