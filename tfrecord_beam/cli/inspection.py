@@ -869,8 +869,11 @@ def _scan_halves(
 
     def scan(k: int) -> None:
         try:
+            # resync=True on the first range too (it starts at 0: no search there): its end
+            # check then runs even when its records continue exactly at `mid`, where a frame
+            # in the record before can still move the second range's resync past a record
             reader = (
-                RecordReader(path, None, end_offset=mid)
+                RecordReader(path, None, end_offset=mid, resync=True)
                 if k == 0
                 else RecordReader(path, None, start_offset=mid, resync=True)
             )
