@@ -440,8 +440,11 @@ class RecordReader:
         resync from `end_offset` must land there too (`Resync.check_split`), or the next range's
         reader, when it resyncs, would duplicate or drop records. Whatever this reader's own
         `resync` flag: the next range's decides. A range without `resync` that ends on a record
-        boundary (an index split), or whose caller says the next one follows the chain
-        (`check_end=False`), needs no search."""
+        boundary is taken for an index split (the next range starts there without a search), or
+        its caller says the next one follows the chain (`check_end=False`): no search. So a
+        reader of byte ranges opens every one with `resync`, the first too (from 0 it searches
+        nothing): a frame in the record before a boundary can move the next range's search past
+        the record there, and only the end check sees it."""
         if self.end_offset is None or total is None:
             return
         if self.resync or (self.check_end and next_start != self.end_offset):

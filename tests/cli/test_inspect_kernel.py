@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tfrecord_beam import _engine
-from tfrecord_beam._engine._framing import frame_header, frame_records
+from tfrecord_beam._engine._framing import frame_records
 from tfrecord_beam.cli import inspection
 from tfrecord_beam.cli.inspection import DatasetStats, collect_stats
 from tfrecord_beam.example import decode_example, encode_example, encode_sequence_example
@@ -296,33 +296,15 @@ def test_a_split_the_resync_cannot_find_reads_one_chain(tmp_path, monkeypatch):
     assert split.files[0].records == len(payloads) and split.files[0].error is None
 
 
-def _phantom_over_the_middle(path) -> list:
-    """Write records whose boundary is exactly the file's middle, the record before it ending
-    in a frame header whose (CRC-valid) frame runs over the middle into the record after it,
-    Q, which holds the phantom's footer; return the payloads. The resync from the middle skips
-    the real header there (a valid frame spans it) and lands after Q."""
-    small = [encode_example({"id": ([i], "int")}) for i in range(20)]
-    phantom = 64  # the phantom's payload: R's footer, Q's header and the start of Q's payload
-    before_mid = b"R" * 8 + frame_header(phantom)
-    r_frame = frame_records([before_mid])
-    q_start = b"Q" * (phantom - 16)
-    crc = _engine.masked_crc32c(r_frame[-4:] + frame_header(200) + q_start)
-    after_mid = q_start + struct.pack("<I", crc) + b"Q" * (200 - len(q_start) - 4)
-    tail = frame_records([after_mid] + small[10:])
-    filler = b"F" * (len(tail) - len(frame_records(small[:10])) - len(r_frame) - 16)
-    head = frame_records(small[:10] + [filler]) + r_frame
-    assert len(head) == (len(head) + len(tail)) // 2  # the middle is R's end: Q's header
-    path.write_bytes(head + tail)
-    return small[:10] + [filler, before_mid, after_mid] + small[10:]
-
-
 @needs_native
 def test_a_phantom_frame_over_a_middle_on_a_boundary_reads_one_chain(tmp_path, monkeypatch):
     """The middle on a record boundary still needs the first half's end check: a frame inside
     the record before it that passes for a record spanning it moves the second half's resync
     past the next record, which the halves then lost without a word."""
     path = tmp_path / "spanned.tfrecord"
-    payloads = _phantom_over_the_middle(path)
+    from helpers.crafted import phantom_over_a_boundary
+
+    payloads = phantom_over_a_boundary(path)
     split, chain, halves, _ = _scan_both_ways(path, monkeypatch)
     assert halves == [False]
     _same(split, chain)

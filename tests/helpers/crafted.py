@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import google_crc32c
 
-from tfrecord_beam._engine._framing import frame_header, frame_records
+from tfrecord_beam._engine._framing import frame_header, frame_records, masked_crc32c
 from tfrecord_beam.example import encode_example
 
 
@@ -74,6 +76,26 @@ def phantom_file(path, before: int = 3, after: int = 3) -> list:
     with open(path, "wb") as out:
         out.write(frame_records(payloads))
     return payloads
+
+
+def phantom_over_a_boundary(path) -> list:
+    """Write records whose boundary is exactly the file's middle, the record before it ending
+    in a frame header whose (CRC-valid) frame runs over the middle into the record after it,
+    Q, which holds the phantom's footer; return the payloads. The resync from the middle skips
+    the real header there (a valid frame spans it) and lands after Q."""
+    small = [encode_example({"id": ([i], "int")}) for i in range(20)]
+    phantom = 64  # the phantom's payload: R's footer, Q's header and the start of Q's payload
+    before_mid = b"R" * 8 + frame_header(phantom)
+    r_frame = frame_records([before_mid])
+    q_start = b"Q" * (phantom - 16)
+    crc = masked_crc32c(r_frame[-4:] + frame_header(200) + q_start)
+    after_mid = q_start + struct.pack("<I", crc) + b"Q" * (200 - len(q_start) - 4)
+    tail = frame_records([after_mid] + small[10:])
+    filler = b"F" * (len(tail) - len(frame_records(small[:10])) - len(r_frame) - 16)
+    head = frame_records(small[:10] + [filler]) + r_frame
+    assert len(head) == (len(head) + len(tail)) // 2  # the middle is R's end: Q's header
+    path.write_bytes(head + tail)
+    return small[:10] + [filler, before_mid, after_mid] + small[10:]
 
 
 def crafted_damage(units: int) -> bytes:

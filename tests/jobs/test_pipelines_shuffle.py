@@ -222,3 +222,25 @@ def test_corrupt_input_fails_naming_the_file_and_leaves_nothing(tmp_path, capsys
     )
     assert code == 1 and "a-1.tfrecord" in err and "CRC" in err
     assert entries(tmp_path / "o") == []
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_phantom_frame_over_a_split_on_a_boundary_fails_the_split_not_a_record(tmp_path, capsys, skip):
+    """Byte ranges that meet exactly on a record boundary, a frame in the record before it
+    spanning it: the first range's end check (it resyncs too) says the file needs an index to
+    be split, with --skip_corrupt too, instead of the record after the boundary going missing
+    as a gap of corrupt data (skipped, with --skip_corrupt, although intact)."""
+    from helpers.crafted import phantom_over_a_boundary
+
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.tfrecord"
+    phantom_over_a_boundary(path)
+    half = str(path.stat().st_size // 2)
+    extra = ["--num_shards", "1", "--split_bytes", half] + (["--skip_corrupt"] if skip else [])
+    code, _, err = run_job(
+        reshard.main,
+        ["--input", str(path), "--output_prefix", str(tmp_path / "o" / "s"), "--shuffle", *extra] + FAST,
+        capsys,
+    )
+    assert code == 1 and "needs an index to be split" in err, err
+    assert entries(tmp_path / "o") == []

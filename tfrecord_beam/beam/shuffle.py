@@ -118,7 +118,16 @@ def bucket_runs(
     and frame bytes read, chunk by chunk."""
     reader = SkippingReader(
         rng.path,
-        ReadSpan(rng.compression, verify=True, start_offset=rng.start, end_offset=rng.end, resync=rng.start > 0),
+        # resync on every byte range of an uncompressed file, the first too (no search from 0):
+        # it turns on the end check, which must run even where the range ends on a record
+        # boundary, since a frame in the record before can move the next range's resync past one
+        ReadSpan(
+            rng.compression,
+            verify=True,
+            start_offset=rng.start,
+            end_offset=rng.end,
+            resync=rng.compression is None,
+        ),
         open_file=lambda: _fs.open_input(rng.path),
         skip_corrupt=skip_corrupt,
         on_corrupt=on_corrupt,
