@@ -36,7 +36,6 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import _engine
 from ._engine._common import BYTES, FLOAT, FRAME_OVERHEAD, INT, MISSING, PRESENT
@@ -217,6 +216,8 @@ def _valid_mask(arr: pa.Array) -> np.ndarray:
 
 def _list_level(name: str, arr: pa.Array, row_of, what: str) -> Tuple[pa.Array, np.ndarray]:
     """(flattened values, splits) of one list level; nulls among the values are errors."""
+    import pyarrow.compute as pc  # here, not at import: 0.12 s that schema inference never needs
+
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     values = arr.flatten()
     splits = _splits_from_lengths(lengths)
@@ -588,6 +589,8 @@ def _cast_to(arr: pa.Array, target: pa.DataType, name: str) -> pa.Array:
         if pa.types.is_date32(target) or pa.types.is_time32(target):
             arr = arr.cast(pa.int32())
         elif pa.types.is_boolean(target):
+            import pyarrow.compute as pc
+
             return pc.not_equal(arr, 0)
         return arr.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
