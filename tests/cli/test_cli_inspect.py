@@ -152,16 +152,16 @@ def test_batched_statistics_equal_the_per_record_ones(batch, engine):
 def test_batched_statistics_of_plain_examples_take_the_batched_way(monkeypatch, engine):
     """Regular Example data goes the batched way: the compiled statistics take every record;
     on the pure engine the per-record parse only learns features for the batched decoder."""
-    from tfrecord_beam.cli import inspection
+    from tfrecord_beam.cli import _stats
 
     parsed = []
-    real = inspection.parse_record
-    monkeypatch.setattr(inspection, "parse_record", lambda p: parsed.append(p) or real(p))
+    real = _stats.parse_record
+    monkeypatch.setattr(_stats, "parse_record", lambda p: parsed.append(p) or real(p))
     payloads = _varied_examples(2000, seed=1)
     batched = batched_stats_of(payloads, 1000)
     # pure: one record per new feature at most (id, score, name, img, rare0/1, empty)
     assert len(parsed) <= (0 if engine == "native" else 8)
-    monkeypatch.setattr(inspection, "parse_record", real)
+    monkeypatch.setattr(_stats, "parse_record", real)
     assert batched.to_dict() == stats_of(payloads).to_dict()
 
 
@@ -174,7 +174,7 @@ def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monk
     limit inside a chunk counts just that many."""
     import functools
 
-    from tfrecord_beam.cli import inspection
+    from tfrecord_beam.cli import _scan
     from tfrecord_beam.records import RecordReader
 
     payloads = _varied_examples(1500, seed=3)
@@ -185,7 +185,7 @@ def test_scan_file_decoding_ahead_takes_the_per_record_statistics(tmp_path, monk
         at = sum(16 + len(p) for p in payloads[:corrupt_at]) + 12  # the record's first payload byte
         data[at] ^= 0xFF
         path.write_bytes(bytes(data))
-    monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
+    monkeypatch.setattr(_scan, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
     chunks = []  # one progress call per chunk accounted
     stats = collect_stats([str(path)], limit=limit, progress=lambda *done: chunks.append(done))
     info = stats.files[0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers.parity import NATIVE
 
-from tfrecord_beam import _tfindex, index, records
+from tfrecord_beam import _engine, _tfindex, index, records
 from tfrecord_beam._engine import _framing, _index_text
 from tfrecord_beam.cli import inspection
 from tfrecord_beam.cli.inspection import collect_stats, count_records, index_status
@@ -96,7 +96,7 @@ def test_count_trusts_an_index_exactly_when_index_status_does(tmp_path, monkeypa
     """count parses the index in pieces (here 64 bytes: many lines cut across); it answers
     from the index exactly when `index_status` calls it valid, else it scans."""
     monkeypatch.setattr(_tfindex, "INDEX_PIECE", 64)
-    monkeypatch.setattr(inspection._engine, "index_starts", starts)
+    monkeypatch.setattr(_engine, "index_starts", starts)
     path = str(tmp_path / "d.tfrecord")
     records.write_records(path, [bytes(n % 37) for n in range(500)], index_path=True)
     ipath = default_index_path(path)

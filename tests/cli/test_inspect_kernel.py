@@ -13,7 +13,7 @@ import pytest
 
 from tfrecord_beam import _engine
 from tfrecord_beam._engine._framing import frame_records
-from tfrecord_beam.cli import inspection
+from tfrecord_beam.cli import _scan
 from tfrecord_beam.cli.inspection import DatasetStats, collect_stats
 from tfrecord_beam.example import decode_example, encode_example, encode_sequence_example
 from tfrecord_beam.index import create_index, default_index_path
@@ -224,13 +224,13 @@ def _scan_both_ways(path, monkeypatch, **kwargs):
     """collect_stats of one file read as halves, and in one chain; and whether the halves
     accounted it."""
     halves = []
-    real = inspection._scan_halves
-    monkeypatch.setattr(inspection, "_SPLIT_MIN", 1)
-    monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=2048))
-    monkeypatch.setattr(inspection, "_scan_halves", lambda *a: halves.append(real(*a)) or halves[-1])
+    real = _scan._scan_halves
+    monkeypatch.setattr(_scan, "_SPLIT_MIN", 1)
+    monkeypatch.setattr(_scan, "RecordReader", functools.partial(RecordReader, chunk_size=2048))
+    monkeypatch.setattr(_scan, "_scan_halves", lambda *a: halves.append(real(*a)) or halves[-1])
     lines = []
     split = collect_stats([str(path)], progress=lambda *done: lines.append(done), **kwargs)
-    monkeypatch.setattr(inspection, "_halves_apply", lambda *a: False)
+    monkeypatch.setattr(_scan, "_halves_apply", lambda *a: False)
     chain = collect_stats([str(path)], **kwargs)
     return split, chain, halves, lines
 
@@ -318,17 +318,17 @@ def test_halves_only_where_they_can_be_exact(tmp_path, monkeypatch):
     plain, packed = tmp_path / "plain.tfrecord", tmp_path / "packed.tfrecord.gz"
     write_records(str(plain), payloads)
     write_records(str(packed), payloads, compression="gzip")
-    monkeypatch.setattr(inspection, "_SPLIT_MIN", 1)
+    monkeypatch.setattr(_scan, "_SPLIT_MIN", 1)
     tried = []
-    real = inspection._scan_halves
-    monkeypatch.setattr(inspection, "_scan_halves", lambda *a: tried.append(a[1]) or real(*a))
+    real = _scan._scan_halves
+    monkeypatch.setattr(_scan, "_scan_halves", lambda *a: tried.append(a[1]) or real(*a))
     collect_stats([str(plain)], limit=100)
     collect_stats([str(packed)])
     assert tried == []
     create_index(str(plain))
     stats = collect_stats([str(plain)])
     assert tried == [] and stats.files[0].index.state == "valid"
-    monkeypatch.setattr(inspection, "_SPLIT_MIN", plain.stat().st_size + 1)
+    monkeypatch.setattr(_scan, "_SPLIT_MIN", plain.stat().st_size + 1)
     os.unlink(default_index_path(str(plain)))
     collect_stats([str(plain)])
     assert tried == []

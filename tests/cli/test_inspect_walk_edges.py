@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tfrecord_beam import _engine
-from tfrecord_beam.cli import inspection
+from tfrecord_beam.cli import _scan
 from tfrecord_beam.cli.inspection import DatasetStats, IndexCheck, collect_stats
 from tfrecord_beam.example import encode_example
 from tfrecord_beam.index import create_index
@@ -97,8 +97,8 @@ def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
     than reading the rest of the file before the interrupt gets out."""
     path = tmp_path / "big.tfrecord"
     write_records(str(path), [encode_example({"id": (i, "int")}) for i in range(20000)])
-    monkeypatch.setattr(inspection, "_SPLIT_MIN", 1)
-    monkeypatch.setattr(inspection, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
+    monkeypatch.setattr(_scan, "_SPLIT_MIN", 1)
+    monkeypatch.setattr(_scan, "RecordReader", functools.partial(RecordReader, chunk_size=4096))
     events = []
 
     class Recorded(threading.Event):
@@ -106,7 +106,7 @@ def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
             super().__init__()
             events.append(self)
 
-    monkeypatch.setattr(inspection, "threading", types.SimpleNamespace(Lock=threading.Lock, Event=Recorded))
+    monkeypatch.setattr(_scan, "threading", types.SimpleNamespace(Lock=threading.Lock, Event=Recorded))
 
     def interrupt(signum, frame):
         raise _Interrupted()

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .. import fs
+from .._proto import INVALID, parse_record
 from ..compression import read_at
 from ..compression import resolve as resolve_compression
 from ..errors import CorruptRecordError, CorruptStreamError, TFRecordError, TruncatedRecordError
 from ..records import FRAME_OVERHEAD, HEADER_SIZE, RecordReader, Resync, header_length
-from .inspection import INVALID, IndexCheck, IndexStatus, parse_record
+from ._index_status import IndexCheck, IndexStatus
 
 __all__ = ["Problem", "VerifyResult", "verify_file"]
 
