@@ -17,7 +17,7 @@ The package holds one pure twin per compiled function, with the compiled module'
 `example_stats` (per-feature statistics of Example batches for `tfrecord-beam inspect` and
 `schema`, from `start` up to the first record not in the form writers produce, which the
 caller parses itself) is compiled only and None on the pure engine, where inspection takes the
-same statistics from `decode_examples`' columns instead (`cli/inspection.py`), its twin.
+same statistics from `decode_examples`' columns instead (`cli/_stats.py`), its twin.
 
 The per-record encoders (`encode_example`, `encode_sequence_example`, `append_example`,
 `append_sequence_example`) are compiled only and return None (or False) for values they leave
