@@ -155,7 +155,8 @@ def test_statistics_are_the_per_record_parse_whatever_the_records(statistics_eng
     """Odd wire forms (long varints, a key twice, a oneof set twice, unknown fields, entries in
     another order, Features twice, bad keys, bytes at UTF-8's edges), SequenceExamples and
     broken records among plain ones give exactly the per-record statistics."""
-    plain = _varied(600, seed=batch)
+    # the pure engine a record at a time learns features record by record: fewer records there
+    plain = _varied(600 if statistics_engine == "compiled" or batch > 1 else 150, seed=batch)
     sequence = encode_sequence_example({"id": (3, "int")}, {"steps": ([[1, 2], [3]], "int")})
     for extra in ([], [sequence]):
         payloads = plain[:250] + _odd_records() + extra + plain[250:]
