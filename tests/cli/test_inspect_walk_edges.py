@@ -6,7 +6,6 @@ the main thread is interrupted, and counting rows uncompared only where there is
 from __future__ import annotations
 
 import functools
-import signal
 import threading
 import types
 
@@ -88,13 +87,15 @@ def test_a_key_twice_after_the_order_guess_took_it_is_not_walked():
 
 
 class _Interrupted(Exception):
-    """What the test's signal handler raises in the main thread (a Ctrl-C stand-in)."""
+    """What the main thread's wait raises in the test (a Ctrl-C stand-in)."""
 
 
 @needs_native
 def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
-    """Interrupted while the two halves run (Ctrl-C), the scan ends at their next chunk rather
-    than reading the rest of the file before the interrupt gets out."""
+    """Interrupted while it waits for the two halves (Ctrl-C), the scan ends at their next chunk
+    rather than reading the rest of the file before the interrupt gets out. The interrupt is
+    raised by the main thread's wait once a half reported a chunk (no signal: its timing would
+    depend on where the main thread happens to be)."""
     path = tmp_path / "big.tfrecord"
     write_records(str(path), [encode_example({"id": (i, "int")}) for i in range(20000)])
     monkeypatch.setattr(_scan, "_SPLIT_MIN", 1)
@@ -107,25 +108,31 @@ def test_an_interrupt_stops_the_halves(tmp_path, monkeypatch):
             events.append(self)
 
     monkeypatch.setattr(_scan, "threading", types.SimpleNamespace(Lock=threading.Lock, Event=Recorded))
-
-    def interrupt(signum, frame):
-        raise _Interrupted()
-
+    reported = threading.Event()
     calls = []
 
     def progress(*done) -> None:  # in a half's thread, under the halves' lock
         calls.append(done)
         if len(calls) == 1:
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            reported.set()
             events[0].wait(10)  # until the halves are told to stop (the main thread's part)
 
-    previous = signal.signal(signal.SIGUSR1, interrupt)
-    try:
-        with pytest.raises(_Interrupted):
-            collect_stats([str(path)], progress=progress)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    class Pool(_scan.ThreadPoolExecutor):
+        def submit(self, *args, **kwargs):
+            future = super().submit(*args, **kwargs)
+
+            def interrupted(timeout=None):
+                reported.wait(10)
+                raise _Interrupted()
+
+            future.exception = interrupted
+            return future
+
+    monkeypatch.setattr(_scan, "ThreadPoolExecutor", Pool)
+    with pytest.raises(_Interrupted):
+        collect_stats([str(path)], progress=progress)
     assert len(calls) <= 2  # at most the other half's chunk in hand, then both stopped
+    assert len(calls) < 20000 // 400  # the file holds many more chunks
 
 
 def test_rows_are_counted_uncompared_only_without_an_index(tmp_path):
