@@ -14,6 +14,18 @@
 
 enum { TAKEN = 1, OTHER = 0, NOMEM = -1 };
 
+/* Widen the range [*lo, *hi] to [new_lo, new_hi]; `first`: there was none yet (take it whole). */
+#define TAKE_RANGE(first, lo, hi, new_lo, new_hi) \
+    do {                                          \
+        if (first) {                              \
+            (lo) = (new_lo);                      \
+            (hi) = (new_hi);                      \
+        } else {                                  \
+            if ((new_lo) < (lo)) (lo) = (new_lo); \
+            if ((new_hi) > (hi)) (hi) = (new_hi); \
+        }                                         \
+    } while (0)
+
 /* Tags, one byte each, of the form taken: field number << 3 | wire type. */
 enum {
     TAG_LEN1 = 0x0A,     /* field 1, length-delimited: Example.features, Features.feature, map key, lists' values */
@@ -102,9 +114,7 @@ static int bytes_list(tfr_stats *st, tfr_entry_stats *e, const uint8_t *buffer, 
         size_t n;
         if (*p++ != TAG_LEN1 || tfr_len(&p, end, &n)) return OTHER;
         int64_t len = (int64_t)n, at = (int64_t)(p - buffer);
-        if (!e->values++) e->bytes_len_min = e->bytes_len_max = len;
-        else if (len < e->bytes_len_min) e->bytes_len_min = len;
-        else if (len > e->bytes_len_max) e->bytes_len_max = len;
+        TAKE_RANGE(!e->values++, e->bytes_len_min, e->bytes_len_max, len, len);
         if (n && e->sample_at < 0) {
             e->sample_at = at;
             e->sample_len = len;
@@ -127,14 +137,8 @@ static inline void float_values(tfr_entry_stats *e, const uint8_t *p, size_t n) 
 #endif
         float v;
         memcpy(&v, &bits, 4);
-        if (v != v) {
-            e->nan_count++;
-        } else if (!e->float_count++) {
-            e->float_min = e->float_max = v;
-        } else {
-            if (v < e->float_min) e->float_min = v;
-            if (v > e->float_max) e->float_max = v;
-        }
+        if (v != v) e->nan_count++;
+        else TAKE_RANGE(!e->float_count++, e->float_min, e->float_max, v, v);
     }
     e->values += (int64_t)(n / 4);
 }
@@ -159,13 +163,7 @@ static int float_list(tfr_entry_stats *e, const uint8_t *p, const uint8_t *end) 
 
 /* Count n > 0 int64 values from lo to hi into an entry. */
 static inline void int_range(tfr_entry_stats *e, ptrdiff_t n, int64_t lo, int64_t hi) {
-    if (!e->values) {
-        e->int_min = lo;
-        e->int_max = hi;
-    } else {
-        if (lo < e->int_min) e->int_min = lo;
-        if (hi > e->int_max) e->int_max = hi;
-    }
+    TAKE_RANGE(!e->values, e->int_min, e->int_max, lo, hi);
     e->values += (int64_t)n;
 }
 
@@ -286,44 +284,21 @@ static int commit(tfr_stats *st) {
     for (size_t k = 0; k < st->entry_count; k++) {
         const tfr_entry_stats *e = &st->entries[k];
         tfr_feature_stats *f = &st->features[e->feature];
-        if (!f->records++) {
-            f->values_min = f->values_max = e->values;
-        } else {
-            if (e->values < f->values_min) f->values_min = e->values;
-            if (e->values > f->values_max) f->values_max = e->values;
-        }
+        TAKE_RANGE(!f->records++, f->values_min, f->values_max, e->values, e->values);
         f->kinds[e->kind]++;
         f->values_total += e->values;
         if (!e->values) continue; /* no kind, or an empty list */
         if (e->kind == TFR_KIND_INT64) {
-            if (!f->int_count) {
-                f->int_min = e->int_min;
-                f->int_max = e->int_max;
-            } else {
-                if (e->int_min < f->int_min) f->int_min = e->int_min;
-                if (e->int_max > f->int_max) f->int_max = e->int_max;
-            }
+            TAKE_RANGE(!f->int_count, f->int_min, f->int_max, e->int_min, e->int_max);
             f->int_count += e->values;
         } else if (e->kind == TFR_KIND_FLOAT) {
             f->nan_count += e->nan_count;
             if (e->float_count) {
-                if (!f->float_count) {
-                    f->float_min = e->float_min;
-                    f->float_max = e->float_max;
-                } else {
-                    if (e->float_min < f->float_min) f->float_min = e->float_min;
-                    if (e->float_max > f->float_max) f->float_max = e->float_max;
-                }
+                TAKE_RANGE(!f->float_count, f->float_min, f->float_max, e->float_min, e->float_max);
                 f->float_count += e->float_count;
             }
         } else {
-            if (!f->bytes_count) {
-                f->bytes_len_min = e->bytes_len_min;
-                f->bytes_len_max = e->bytes_len_max;
-            } else {
-                if (e->bytes_len_min < f->bytes_len_min) f->bytes_len_min = e->bytes_len_min;
-                if (e->bytes_len_max > f->bytes_len_max) f->bytes_len_max = e->bytes_len_max;
-            }
+            TAKE_RANGE(!f->bytes_count, f->bytes_len_min, f->bytes_len_max, e->bytes_len_min, e->bytes_len_max);
             f->bytes_count += e->values;
             if (f->sample_at < 0 && e->sample_at >= 0) {
                 f->sample_at = e->sample_at;
