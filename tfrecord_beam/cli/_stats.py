@@ -398,14 +398,18 @@ class DatasetStats:
         """Account the records `other` saw (its files' entries are not taken), which come
         after the ones this one saw."""
         self.record_types.update(other.record_types)
-        for mine, theirs, sequence in (
-            (self.features, other.features, False),
-            (self.feature_lists, other.feature_lists, True),
-        ):
+        for theirs, sequence in ((other.features, False), (other.feature_lists, True)):
             for name, stats in theirs.items():
-                if name not in mine:
-                    mine[name] = FeatureStats(name, sequence=sequence)
-                mine[name].merge(stats)
+                self._feature(name, sequence).merge(stats)
+
+    def _feature(self, name: str, sequence: bool = False) -> FeatureStats:
+        """The statistics of feature `name` (of feature list `name` with `sequence`), made empty
+        when it is new."""
+        section = self.feature_lists if sequence else self.features
+        stats = section.get(name)
+        if stats is None:
+            stats = section[name] = FeatureStats(name, sequence=sequence)
+        return stats
 
     def add_record(self, payload: bytes) -> str:
         """Parse one payload and account its features; returns its record type."""
@@ -413,16 +417,11 @@ class DatasetStats:
         self.record_types[rtype] += 1
         if features is not None:
             for name, feature in features.items():
-                stats = self.features.get(name)
-                if stats is None:
-                    stats = self.features[name] = FeatureStats(name)
+                stats = self._feature(name)
                 stats.add_record(stats.add_feature(feature))
         if lists is not None:
             for name, feature_list in lists.items():
-                stats = self.feature_lists.get(name)
-                if stats is None:
-                    stats = self.feature_lists[name] = FeatureStats(name, sequence=True)
-                stats.add_sequence(feature_list)
+                self._feature(name, sequence=True).add_sequence(feature_list)
         return rtype
 
     def add_payloads(
@@ -464,11 +463,7 @@ class DatasetStats:
 
     def _add_summaries(self, summaries: List[Tuple[Any, ...]], buffer: Any) -> None:
         for summary in summaries:
-            name = summary[0]
-            stats = self.features.get(name)
-            if stats is None:
-                stats = self.features[name] = FeatureStats(name)
-            stats.add_summary(summary, buffer)
+            self._feature(summary[0]).add_summary(summary, buffer)
 
     def _add_decoded(
         self, buffer: Any, offsets: np.ndarray, lengths: np.ndarray, decoded: Optional["_Decoded"] = None
@@ -537,10 +532,7 @@ class DatasetStats:
         for name, column in columns.items():
             if not (column.status != MISSING).any():
                 continue
-            stats = self.features.get(name)
-            if stats is None:
-                stats = self.features[name] = FeatureStats(name)
-            stats.add_column(column)
+            self._feature(name).add_column(column)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
