@@ -10,6 +10,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers.inspect_stats import batched_stats_of, stats_of
 
 from tfrecord_beam.cli import _format as fmt
 from tfrecord_beam.cli._images import image_info
@@ -17,7 +18,6 @@ from tfrecord_beam.cli.inspection import (
     EXAMPLE,
     INVALID,
     SEQUENCE_EXAMPLE,
-    DatasetStats,
     SchemaInferenceError,
     collect_stats,
     count_records,
@@ -30,25 +30,6 @@ from tfrecord_beam.cli.inspection import (
 from tfrecord_beam.example import decode_example, decode_sequence_example, encode_example, encode_sequence_example
 from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import write_records
-
-
-def stats_of(payloads) -> DatasetStats:
-    stats = DatasetStats()
-    for payload in payloads:
-        stats.add_record(payload)
-    return stats
-
-
-def batched_stats_of(payloads, batch: int) -> DatasetStats:
-    """The statistics as `scan_file` takes them: batches of one buffer with offsets."""
-    stats = DatasetStats()
-    for start in range(0, len(payloads), batch):
-        part = payloads[start : start + batch]
-        lengths = np.array([len(p) for p in part], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) + 3
-        stats.add_payloads(b"pad" + b"".join(part), offsets, lengths)
-    return stats
-
 
 # -- record type -------------------------------------------------------------------------------
 

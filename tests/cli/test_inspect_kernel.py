@@ -10,34 +10,17 @@ import struct
 
 import numpy as np
 import pytest
+from helpers.inspect_stats import batched_stats_of, one_buffer, stats_of
 
 from tfrecord_beam import _engine
 from tfrecord_beam._engine._framing import frame_records
 from tfrecord_beam.cli import _scan
-from tfrecord_beam.cli.inspection import DatasetStats, collect_stats
+from tfrecord_beam.cli.inspection import collect_stats
 from tfrecord_beam.example import decode_example, encode_example, encode_sequence_example
 from tfrecord_beam.index import create_index, default_index_path
 from tfrecord_beam.records import RecordReader, write_records
 
 needs_native = pytest.mark.skipif(not _engine.NATIVE, reason="compiled core not built")
-
-
-def stats_of(payloads) -> DatasetStats:
-    """The per-record way: every record parsed by protobuf."""
-    stats = DatasetStats()
-    for payload in payloads:
-        stats.add_record(payload)
-    return stats
-
-
-def batched_stats_of(payloads, batch: int) -> DatasetStats:
-    stats = DatasetStats()
-    for start in range(0, len(payloads), batch):
-        part = payloads[start : start + batch]
-        lengths = np.array([len(p) for p in part], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) + 5
-        stats.add_payloads(b"front" + b"".join(part), offsets, lengths)
-    return stats
 
 
 @pytest.fixture(params=["compiled", "pure"])
@@ -191,9 +174,7 @@ def test_int_ranges_of_random_packed_runs():
 def test_compiled_statistics_take_what_writers_make_in_one_call():
     """Plain Example data never leaves the compiled walk: one call takes the whole batch."""
     payloads = _varied(500, seed=2)
-    lengths = np.array([len(p) for p in payloads], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    taken, summaries = _engine.example_stats(b"".join(payloads), offsets, lengths)
+    taken, summaries = _engine.example_stats(*one_buffer(payloads))
     assert taken == len(payloads)
     assert sorted(s[0] for s in summaries) == sorted(stats_of(payloads).features)
 
@@ -204,10 +185,7 @@ def test_compiled_statistics_stop_before_the_record_they_do_not_take():
     after it; offsets outside the buffer are an error naming the record."""
     good = encode_example({"a": ([1, 2], "int")})
     odd = good + _field(5, b"zz")
-    payloads = [good, good, odd, good]
-    lengths = np.array([len(p) for p in payloads], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    buffer = b"".join(payloads)
+    buffer, offsets, lengths = one_buffer([good, good, odd, good])
     taken, summaries = _engine.example_stats(buffer, offsets, lengths)
     assert taken == 2 and summaries[0][1] == 2  # two records hold "a"
     taken, summaries = _engine.example_stats(buffer, offsets, lengths, 3)

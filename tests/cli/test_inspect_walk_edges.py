@@ -11,6 +11,7 @@ import types
 
 import numpy as np
 import pytest
+from helpers.inspect_stats import one_buffer
 
 from tfrecord_beam import _engine
 from tfrecord_beam.cli import _scan
@@ -32,16 +33,9 @@ def _entry(key: bytes, value: int) -> bytes:
     return _field(1, _field(1, key) + _field(2, _field(3, _field(1, bytes([value])))))
 
 
-def _batch(payloads):
-    """(buffer, offsets, lengths) of the payloads side by side: one reader chunk."""
-    lengths = np.array([len(p) for p in payloads], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return b"".join(payloads), offsets, lengths
-
-
 def _walked(payloads) -> DatasetStats:
     stats = DatasetStats()
-    stats.add_payloads(*_batch(payloads))
+    stats.add_payloads(*one_buffer(payloads))
     return stats
 
 
@@ -64,7 +58,7 @@ def test_many_features_in_shuffled_orders_are_the_per_record_parse():
         payloads.append(
             encode_example({names[k]: ([int(v) for v in rng.integers(-9, 9, size=k % 4)], "int") for k in picked})
         )
-    taken, summaries = _engine.example_stats(*_batch(payloads))
+    taken, summaries = _engine.example_stats(*one_buffer(payloads))
     assert taken == len(payloads) and len(summaries) > 64
     assert len({s[0] for s in summaries}) == len(summaries)  # one tuple a feature, found again after each growth
     assert _walked(payloads).to_dict() == _parsed(payloads).to_dict()
@@ -79,7 +73,7 @@ def test_a_key_twice_after_the_order_guess_took_it_is_not_walked():
         _field(1, _entry(b"a", 3) + _entry(b"b", 4) + _entry(b"a", 5)),
         _field(1, _entry(b"a", 6)),
     ]
-    taken, _ = _engine.example_stats(*_batch(payloads))
+    taken, _ = _engine.example_stats(*one_buffer(payloads))
     assert taken == 1
     walked = _walked(payloads).to_dict()
     assert walked == _parsed(payloads).to_dict()
@@ -161,8 +155,8 @@ def test_sequence_example_data_goes_the_per_record_way_without_walking(monkeypat
     payloads = [encode_example({"id": (i, "int")}) for i in range(5)]
     payloads += [encode_sequence_example({"id": (i, "int")}, {"s": ([[i], [1, 2]], "int")}) for i in range(200)]
     walked = DatasetStats()
-    walked.add_payloads(*_batch(payloads))
-    walked.add_payloads(*_batch(payloads[:50]))  # a later chunk: no walk at all
+    walked.add_payloads(*one_buffer(payloads))
+    walked.add_payloads(*one_buffer(payloads[:50]))  # a later chunk: no walk at all
     assert calls == [0]  # one walk, stopped at the first SequenceExample
     parsed = DatasetStats()
     for payload in payloads + payloads[:50]:

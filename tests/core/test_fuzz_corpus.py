@@ -3,9 +3,9 @@ engines, read the way the libFuzzer harness (fuzz/fuzz_core.c) reads each input:
 then bytes that are scanned as frames and decoded as Examples and SequenceExamples, and whose
 Example statistics (inspect's compiled walk) are those of the per-record parse."""
 
-import numpy as np
 import pytest
 from helpers.fixtures import FUZZ_CORPUS as CORPUS
+from helpers.inspect_stats import one_buffer, stats_of
 from helpers.parity import both, needs_native
 
 from tfrecord_beam.cli.inspection import DatasetStats
@@ -39,13 +39,9 @@ def test_corpus_file_both_engines(path):
 @pytest.mark.parametrize("path", sorted(CORPUS.iterdir()) if CORPUS.is_dir() else [], ids=lambda p: p.name[:12])
 def test_corpus_file_statistics(path):
     records, _, _, _ = harness_case(path.read_bytes())
-    lengths = np.array([len(r) for r in records], np.int64)
     walked = DatasetStats()
-    walked.add_payloads(b"".join(records), np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    parsed = DatasetStats()
-    for record in records:
-        parsed.add_record(record)
-    assert walked.to_dict() == parsed.to_dict()
+    walked.add_payloads(*one_buffer(records))
+    assert walked.to_dict() == stats_of(records).to_dict()
 
 
 def test_corpus_is_there():
