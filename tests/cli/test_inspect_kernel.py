@@ -262,28 +262,18 @@ def test_a_corrupt_record_in_either_half_reads_one_chain(tmp_path, monkeypatch, 
 
 
 @needs_native
-def test_a_split_the_resync_cannot_find_reads_one_chain(tmp_path, monkeypatch):
-    """A payload embedding a whole frame where the halves meet: the first half's end check
-    finds the resync lands on the phantom, and the file is read in one chain, intact."""
-    from helpers.crafted import phantom_file
+@pytest.mark.parametrize("builder", ["phantom_file", "phantom_over_a_boundary"])
+def test_a_split_the_resync_cannot_find_reads_one_chain(tmp_path, monkeypatch, builder):
+    """A payload embedding a whole frame where the halves meet (`phantom_file`), or a frame
+    inside the record before a middle that is a record boundary, passing for a record that
+    spans it (`phantom_over_a_boundary`: the second half's resync skips the next record, which
+    the halves lost without a word before the first half checked its end there too): the
+    first half's end check finds the resync does not land where its records continue, and the
+    file is read in one chain, intact."""
+    from helpers import crafted
 
     path = tmp_path / "phantom.tfrecord"
-    payloads = phantom_file(path)
-    split, chain, halves, _ = _scan_both_ways(path, monkeypatch)
-    assert halves == [False]
-    _same(split, chain)
-    assert split.files[0].records == len(payloads) and split.files[0].error is None
-
-
-@needs_native
-def test_a_phantom_frame_over_a_middle_on_a_boundary_reads_one_chain(tmp_path, monkeypatch):
-    """The middle on a record boundary still needs the first half's end check: a frame inside
-    the record before it that passes for a record spanning it moves the second half's resync
-    past the next record, which the halves then lost without a word."""
-    path = tmp_path / "spanned.tfrecord"
-    from helpers.crafted import phantom_over_a_boundary
-
-    payloads = phantom_over_a_boundary(path)
+    payloads = getattr(crafted, builder)(path)
     split, chain, halves, _ = _scan_both_ways(path, monkeypatch)
     assert halves == [False]
     _same(split, chain)
