@@ -25,6 +25,10 @@ from ..records import RecordReader
 from ._index_status import IndexCheck, IndexStatus
 from ._stats import DatasetStats, FileStats, _Decoded
 
+READ_ERRORS = (TFRecordError, OSError, ValueError, zlib.error)
+"""What reading a bad or missing file raises: a scan keeps it in the file's FileStats (a
+command reports it and reads the next file)."""
+
 Progress = Callable[[int, int, str, int, int], None]
 """progress(file_number, file_count, path, records_done, bytes_done) for long scans."""
 
@@ -64,7 +68,7 @@ def scan_file(
         whole = (progress, file_number, file_count)
         if not (_halves_apply(path, info, limit, check) and _scan_halves(stats, path, info, check, whole)):
             _scan_chain(stats, path, info, check, limit, whole)
-    except (TFRecordError, OSError, ValueError, zlib.error) as exc:
+    except READ_ERRORS as exc:
         info.exception = exc
         info.error = str(exc) if isinstance(exc, TFRecordError) else f"{path}: {exc}"
     if info.error is None or info.size is not None:
@@ -169,7 +173,7 @@ def _scan_halves(
             failed.set()
             raise
     for error in errors:
-        if error is not None and not isinstance(error, (TFRecordError, OSError, ValueError, zlib.error)):
+        if error is not None and not isinstance(error, READ_ERRORS):
             raise error
     if any(error is not None for error in errors):
         return False

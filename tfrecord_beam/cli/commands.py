@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import zlib
 from typing import Any, Dict, List, Optional
 
 from .. import fs
@@ -21,6 +20,7 @@ from ..errors import TFRecordError
 from ..example import feature_values
 from ..records import RecordReader
 from . import _format as fmt
+from ._scan import READ_ERRORS
 from .inspection import (
     INVALID,
     SchemaInferenceError,
@@ -33,10 +33,6 @@ from .inspection import (
 from .verify import verify_file
 
 PROG = "tfrecord-beam"
-
-
-# What reading a bad or missing file raises: reported, then the next file is read.
-_READ_ERRORS = (TFRecordError, OSError, ValueError, zlib.error)
 
 
 def prepare(args) -> None:
@@ -227,7 +223,7 @@ def cmd_head(args) -> int:
                 print("\n".join(_record_lines(payload, args)))
                 records += 1
                 nbytes += len(payload)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             failed.append(exc)
             _error(_message(exc, path))
     _summary(args, progress, len(files), records, nbytes)
@@ -255,7 +251,7 @@ def cmd_count(args) -> int:
             continue
         try:
             count, how = count_records(path, args.compression, use_index=not args.no_index, progress=tick)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             failed.append(exc)
             rows.append({"path": path, "records": None, "source": None, "error": _message(exc, path)})
             continue
