@@ -167,15 +167,23 @@ CASES = (
 )
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("kind, elastic, before, after, named", CASES)
-def test_each_parameter_of_the_order_is_refused_by_name(data, splits, kind, elastic, before, after, named):
+def test_each_parameter_of_the_order_is_refused_by_name(data, splits, kind, elastic, before, after, named, workers):
+    """One process's state, or (workers=2) DataLoader workers' states: each worker's own on the
+    per-shard path (loaded in the worker), the list of a rank's workers with elastic=True."""
+
     def make(kw):
         kw = dict(dict(elastic=elastic, infinite=False) if kind == "multi" else dict(elastic=elastic), **kw)
         return lambda: _single(data, **kw) if kind == "single" else _multi(splits, **kw)
 
-    first = make(before)()
-    list(itertools.islice(first.iter_worker(0, 1), 30))
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    states = []
+    for worker in range(workers):  # each worker has its own copy of the dataset, as DataLoader workers do
+        copy = make(before)()
+        list(itertools.islice(copy.iter_worker(worker, workers), 15))
+        states.append(pickle.loads(pickle.dumps(copy.state_dict())))
+    # a list of worker states goes into an elastic dataset only (a plain one says so: tested apart)
+    state = states if elastic and after.get("elastic", True) and workers > 1 else states[-1]
     with pytest.raises(ValueError) as refused:
         make(after)().load_state_dict(state)
     assert _named(str(refused.value)) == named, refused.value
