@@ -102,6 +102,22 @@ def test_a_changed_shuffle_queue_size_resumes_exactly_or_is_refused(data, after,
         assert Counter(head + rest) == Counter(ids)
 
 
+def test_a_parameter_changed_on_the_dataset_after_construction_counts(data):
+    """The identity is taken from the attributes when a state is saved or loaded, not kept
+    from construction: `ds.shuffle_queue_size = 32` is the same change."""
+    first = _single(data, shuffle_queue_size=64, seed=3)
+    list(itertools.islice(first.iter_worker(0, 1), 50))
+    state = first.state_dict()
+    second = _single(data, shuffle_queue_size=64, seed=3)
+    second.load_state_dict(state)  # builds (and keeps) the identity of 64
+    second.shuffle_queue_size = 32
+    with pytest.raises(ValueError, match="shuffle_queue_size=64 when saved, shuffle_queue_size=32 now"):
+        second.load_state_dict(state)
+    second.shuffle_queue_size, second.seed = 64, 4
+    with pytest.raises(ValueError, match="seed=3 when saved, seed=4 now"):
+        second.load_state_dict(state)
+
+
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 def test_a_changed_shuffle_queue_size_is_refused_through_a_stateful_dataloader(data):
     """With DataLoader workers the state is each worker's, loaded in the worker: refused there."""
@@ -190,6 +206,7 @@ def test_each_parameter_of_the_order_is_refused_by_name(data, splits, kind, elas
     make(before)().load_state_dict(state)  # the same parameters load
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 def test_an_elastic_loader_state_of_another_order_is_refused_by_name(data):
     """Elastic with workers: the StatefulDataLoader's whole state goes into the dataset."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")

@@ -238,9 +238,23 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
 
     def _identity(self) -> StateIdentity:
         """What this dataset's positions refer to (`_identity`): its files and every parameter
-        of their order, from the current attributes; saved in every state and checked on load."""
+        of their order, from the current attributes; saved in every state and checked on load.
+        Kept while those attributes stay (the files' part is fixed at construction; building it
+        walks every file: ~0.2 s for 100k files)."""
+        key = (
+            self.seed,
+            self.shuffle_queue_size,
+            self.shuffle_block,
+            None if self.weights is None else tuple(self.weights),
+            self.infinite,
+            self.skip_corrupt,
+            self.elastic,
+        )
+        cached = self.__dict__.get("_identity_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         weights = None if self.weights is None else list(zip(self._source_names(), self.weights))
-        return StateIdentity.build(
+        identity = StateIdentity.build(
             files=[files.fingerprint() for files in self.sources],
             infos=[files.infos() for files in self.sources],
             compressions=[files.compressions for files in self.sources],
@@ -252,6 +266,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             skip_corrupt=self.skip_corrupt,
             elastic=self.elastic,
         )
+        self._identity_cache = (key, identity)
+        return identity
 
     def _fresh_state(self, topology: Optional[List[int]]) -> Dict[str, Any]:
         state: Dict[str, Any] = {
