@@ -330,6 +330,7 @@ def test_an_elastic_state_of_the_previous_version_resumes_when_its_order_is_prov
     old = _as_v1(first.state_dict(), _v1_order(counts, 16, 4, None, False))
     resumed = make(16)()
     resumed.load_state_dict(old)
+    assert resumed.state_dict()["version"] == 2 and "order" not in resumed.state_dict()["elastic"]  # saved anew
     assert head + ids_of(resumed.iter_worker(0, 1)) == full
     with pytest.raises(ValueError, match=r"state version 1\) over another order"):
         make(8)().load_state_dict(old)

@@ -228,7 +228,9 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         """A copy of a checked state, in this version's form (a version-1 state, accepted as
         provably the same order, gets this dataset's identity: the states saved from it are current)."""
         adopted = copy.deepcopy(dict(state))
-        adopted.pop("files", None)
+        adopted.pop("files", None)  # version 1's identity: files, and the elastic order's digest
+        if "elastic" in adopted:
+            adopted["elastic"].pop("order", None)
         adopted.update(version=STATE_VERSION, identity=self._identity().saved())
         return adopted
 
