@@ -106,10 +106,10 @@ def test_a_state_of_another_dataset_is_refused(tmp_path, small):
         return lambda **where: TFRecordDataset(paths, indexes, ["id"], elastic=True, seed=1, **kw, **where)
 
     _, state = lockstep(make(*other[:2]), 2, 1, steps=2)  # position 4 of 40 records
-    with pytest.raises(ValueError, match="other files|another dataset|record counts|order"):
+    with pytest.raises(ValueError, match=r"files=\['1 files, .* when saved, files=\['2 files"):
         make(paths, indexes)().load_state_dict(state)
     _, state = lockstep(make(paths, indexes, shuffle_queue_size=4), 1, 2, steps=2)
-    with pytest.raises(ValueError, match="another dataset|record counts|order|shuffle"):
+    with pytest.raises(ValueError, match="shuffle_queue_size=4 when saved, shuffle_queue_size=3 now"):
         make(paths, indexes, shuffle_queue_size=3)().load_state_dict(state)
 
 

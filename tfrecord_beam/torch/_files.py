@@ -455,11 +455,15 @@ class FileSet:
     def stream(self, pieces: Sequence[Piece], skip: int = 0) -> Iterator[Block]:
         """The records of `pieces` in order, in blocks, less the first `skip` (whole indexed
         pieces and the indexed part of a piece are skipped unread). Remote pieces are read
-        through one `plan`, so reading ahead runs on from each piece into the next."""
-        plan = self.plan(_skipped(pieces, skip))
+        through one `plan`, so reading ahead runs on from each piece into the next.
+
+        With `skip_corrupt` the skip is counted by reading: a resumed position counts records
+        handed out, which a skipped corrupt record is not, and the index's numbers count it."""
+        unread = not self.skip_corrupt
+        plan = self.plan(_skipped(pieces, skip if unread else 0))
         try:
             for slot, piece in enumerate(pieces):
-                if skip and piece.kind == RECORDS:
+                if skip and unread and piece.kind == RECORDS:
                     size = _stop(piece) - piece.start
                     if size <= skip:
                         skip -= size
