@@ -35,7 +35,7 @@ def records_bound(
 ) -> Optional[RecordsBound]:
     """The most records the inputs can hold, known without reading them (see the module doc);
     None when a compressed input has no index (nothing bounds it)."""
-    from tfrecord_beam.cli._scan import indexed_count
+    from tfrecord_beam.cli.inspection import indexed_count
     from tfrecord_beam.compression import resolve
 
     total, exact = 0, True
