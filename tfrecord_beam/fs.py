@@ -47,7 +47,7 @@ from typing import (
     Union,
 )
 
-from ._bounded import BoundedFile, bounded
+from ._bounded import BoundedFile, bounded, remote_timeout
 
 __all__ = [
     "PathLike",
@@ -170,11 +170,15 @@ def _from_uri(uri: str):
         return _make_filesystem(uri)
     base, query = split_query(uri)
     bucket, inner = _bucket_path(base)
-    cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
+    environment = tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT)
+    cache_key = (os.getpid(), scheme, bucket, query, environment, remote_timeout())
     cached = _filesystems.get(cache_key)
     if cached is not None:
         return cached.filesystem, inner
-    filesystem, made_inner = bounded(uri, "connect (making the client)", lambda: _make_filesystem(uri))
+    # making a client is mostly local work (and a region lookup without `region=`): bounded, but
+    # never tighter than 30 s, so a busy machine does not fail it
+    made = bounded(uri, "making the client", lambda: _make_filesystem(uri), max(remote_timeout(), 30.0))
+    filesystem, made_inner = made
     if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
         _filesystems[cache_key] = _Client(filesystem)
     return filesystem, made_inner
@@ -304,7 +308,29 @@ def _make_filesystem(uri: str):
         return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), urllib.parse.unquote(inner)
     if isinstance(filesystem, getattr(pafs, "GcsFileSystem", ())):  # no limit in the URI: ours
         filesystem = _gcs_with_retry_limit(filesystem, GCS_RETRY_LIMIT_S, replace=False)
+    if isinstance(filesystem, pafs.S3FileSystem):
+        filesystem = _s3_with_timeouts(filesystem, remote_timeout())
     return filesystem, inner
+
+
+def _s3_with_timeouts(filesystem, seconds: float):
+    """The same S3 client whose requests end after `seconds` without progress (the AWS SDK's
+    request and connect timeouts, unless the URI set them): a server stalling mid-body ends
+    the request in the client itself, so no call is left hanging in it (`_bounded` gives the
+    caller up at the same bound; a call still inside the client held the process's exit)."""
+    from pyarrow import fs as pafs
+
+    try:
+        settings = dict(filesystem.__reduce__()[1][0])
+        for name in ("connect_timeout", "request_timeout"):
+            if settings.get(name) is None or settings[name] < 0:
+                settings[name] = seconds
+        proxy = settings.pop("proxy_options", None)
+        if proxy and proxy.get("host"):
+            settings["proxy_options"] = proxy
+        return pafs.S3FileSystem(**settings)
+    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
+        return filesystem
 
 
 # The query parameters of a gs:// URI: pyarrow's own, and `anonymous` (ours: pyarrow's URI
@@ -766,7 +792,9 @@ def is_dir(path: PathLike) -> bool:
     from pyarrow import fs as pafs
 
     with _remote_errors(path):
-        return bounded(path, "stat", lambda: filesystem.get_file_info(inner.rstrip("/"))).type == pafs.FileType.Directory
+        return (
+            bounded(path, "stat", lambda: filesystem.get_file_info(inner.rstrip("/"))).type == pafs.FileType.Directory
+        )
 
 
 def data_files(target: PathLike) -> List[str]:
@@ -849,9 +877,7 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
         return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
 
     return sorted(
-        listed_uri(scheme, i.path, query, user)
-        for i in infos
-        if i.type == pafs.FileType.File and matches(i.path)
+        listed_uri(scheme, i.path, query, user) for i in infos if i.type == pafs.FileType.File and matches(i.path)
     )
 
 

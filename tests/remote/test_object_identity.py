@@ -69,10 +69,14 @@ def test_a_file_opened_of_a_replaced_object_fails_naming_it(remote, tmp_path):
     _, size = _upload(remote, tmp_path, 2000)
     uri = remote.uri("v.tfrecord")
     listed = fs.file_stat(uri)
-    source = RangeSource(uri, size, listed.version_key, RemoteOptions(readahead_bytes=READAHEAD), RemoteStats(), tag=listed.tag)
+    source = RangeSource(
+        uri, size, listed.version_key, RemoteOptions(readahead_bytes=READAHEAD), RemoteStats(), tag=listed.tag
+    )
     assert len(source.read_block(0)) == READAHEAD
     _upload(remote, tmp_path, 9000)
-    fresh = RangeSource(uri, size, listed.version_key, RemoteOptions(readahead_bytes=READAHEAD), RemoteStats(), tag=listed.tag)
+    fresh = RangeSource(
+        uri, size, listed.version_key, RemoteOptions(readahead_bytes=READAHEAD), RemoteStats(), tag=listed.tag
+    )
     with pytest.raises(RemoteReadError, match=r"v\.tfrecord.*bytes 65536-131071.*replaced while it was being read"):
         fresh.read_block(1)
 

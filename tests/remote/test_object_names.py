@@ -86,7 +86,9 @@ def test_the_cli_reads_every_object_once(prefix, command, capsys):
 def test_head_reads_each_object_named(prefix, capsys):
     assert cli.main(["head", "-n", "1", prefix]) == 0
     blocks = capsys.readouterr().out.split("==> ")[1:]
-    firsts = {b.split(" <==")[0].split("?")[0].rsplit("/", 1)[1]: re.search(r"id +int\[1\] +\[(\d+)\]", b) for b in blocks}
+    firsts = {
+        b.split(" <==")[0].split("?")[0].rsplit("/", 1)[1]: re.search(r"id +int\[1\] +\[(\d+)\]", b) for b in blocks
+    }
     assert {name: int(found.group(1)) for name, found in firsts.items() if found} == {
         fs.quote_name(key.split("/", 1)[1]): first for key, first in KEYS.items()
     }  # each file's first record is its own (part%41's is 0, partA's 100)

@@ -185,8 +185,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from . import commands
 
+    _bounded.set_remote_timeout(args.timeout)  # None: $TFRECORD_BEAM_TIMEOUT, else the default
     try:
-        _bounded.set_remote_timeout(args.timeout)  # None: $TFRECORD_BEAM_TIMEOUT, else the default
         commands.prepare(args)
         return getattr(commands, args.handler)(args)
     except UsageError as exc:
@@ -202,6 +202,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError) as exc:  # naming the inputs failed (a bad URI, an unreachable store)
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return _usage.EXIT_FAILURE
+    finally:
+        _bounded.set_remote_timeout(None)  # the flag is this run's (main may be called again in-process)
 
 
 if __name__ == "__main__":
