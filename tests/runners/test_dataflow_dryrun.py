@@ -108,7 +108,10 @@ JOBS = {
         "reshard",
         lambda d, o: ["--input", d.place.path("tf"), "--output_prefix", o + "/r", "--num_shards", "3", "--shuffle"],
     ),
-    "reshard --skip_corrupt": ("reshard", lambda d, o: ["--input", d.bad_dir, "--output_prefix", o + "/s", "--num_shards", "2"]),
+    "reshard --skip_corrupt": (
+        "reshard",
+        lambda d, o: ["--input", d.bad_dir, "--output_prefix", o + "/s", "--num_shards", "2"],
+    ),
     "reshard --shuffle --skip_corrupt": (
         "reshard",
         lambda d, o: ["--input", d.bad_dir, "--output_prefix", o + "/s", "--num_shards", "2", "--shuffle"],
@@ -244,7 +247,7 @@ def test_local_path_refused(runner, cloud, tmp_path):
     local = tmp_path / "in.tfrecord"
     local.write_bytes(b"")
     flags = [f"--temp_location=gs://{cloud.bucket.bucket}/tmp", f"--extra_package={cloud.wheel}"]
-    args = ["--input", str(local), "--output_prefix", f"gs://{cloud.bucket.bucket}/o/r", *flags]
+    args = ["--input", str(local), "--output_prefix", f"gs://{cloud.bucket.bucket}/o/r", "--num_shards", "1", *flags]
     run = rm.launch(runner, "reshard", args)
     assert run.code == 1, (run.code, run.err)
     assert f"Dataflow's workers cannot see this machine's files: --input {local}" in run.err, run.err
@@ -253,7 +256,14 @@ def test_local_path_refused(runner, cloud, tmp_path):
 
 def test_no_package_for_the_workers_refused(runner, cloud):
     """Without this package staged (or another route named), the workers could not run a step."""
-    args = ["--input", cloud.data.place.path("tf"), "--output_prefix", f"gs://{cloud.bucket.bucket}/o/r"]
+    args = [
+        "--input",
+        cloud.data.place.path("tf"),
+        "--output_prefix",
+        f"gs://{cloud.bucket.bucket}/o/r",
+        "--num_shards",
+        "1",
+    ]
     run = rm.launch(runner, "reshard", args + [f"--temp_location=gs://{cloud.bucket.bucket}/tmp"])
     assert run.code == 1, (run.code, run.err)
     assert "Dataflow's workers would not have tfrecord_beam" in run.err and "make wheel" in run.err, run.err

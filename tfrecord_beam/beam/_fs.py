@@ -8,8 +8,8 @@ imports this module instead, never both. `file://` URIs become plain local paths
 from __future__ import annotations
 
 import contextlib
-import glob as _glob
 import errno
+import glob as _glob
 import io
 import os
 import uuid
