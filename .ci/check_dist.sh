@@ -62,7 +62,7 @@ check() { # NAME ARTIFACT ENGINE [cc: a C compiler on PATH]
         head -5 "$work/$name-demo.log" >&2
         exit 1
     fi
-    echo "check_dist: $name ($(basename "$artifact")): installed ${compiler:+with a C compiler}${compiler:-without a compiler}, demo ok, $(grep -m1 '^demo: tfrecord_beam' "$work/$name-demo.log")"
+    echo "check_dist: $name ($(basename "$artifact")): installed $([ -n "$compiler" ] && echo "with" || echo "without") a compiler, demo ok, $(grep -m1 '^demo: tfrecord_beam' "$work/$name-demo.log")"
 }
 
 check wheel "$wheel" native
