@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import pytest
 from helpers import gcsserver
@@ -161,21 +161,34 @@ def _dry_run(runner: rm.Runner, cloud: Cloud, tmp_path: Path, job: str, args: Se
     return run, json.loads(record.read_text()), launcher_tmp
 
 
-def _blobs(payload: bytes) -> Iterator[bytes]:
+def _blobs(payload: bytes, depth: int = 3) -> Iterator[bytes]:
     """A step's payload and, inside it, every pickled function or value Beam packed (base64 of
-    a zlib- or bz2-compressed pickle, as Beam's pickler writes them), unpacked: the strings a
-    step carries appear in these bytes."""
+    a zlib- or bz2-compressed pickle, as Beam's pickler writes them, at times one inside
+    another), unpacked: the strings a step carries appear in these bytes. A run of base64
+    characters may begin with a byte of the proto's framing that happens to be one (a length):
+    each of its first four offsets is tried."""
     yield payload
+    if depth == 0:
+        return
     for run in re.findall(rb"[A-Za-z0-9+/]{40,}={0,2}", payload):
+        for skip in range(4):
+            unpacked = _unpack(run[skip:])
+            if unpacked is not None:
+                yield from _blobs(unpacked, depth - 1)
+                break
+
+
+def _unpack(text: bytes) -> Optional[bytes]:
+    try:
+        packed = base64.b64decode(text + b"=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    for unpack in (zlib.decompress, bz2.decompress):
         try:
-            packed = base64.b64decode(run)
-        except (binascii.Error, ValueError):
+            return unpack(packed)
+        except (zlib.error, OSError, ValueError):
             continue
-        for unpack in (zlib.decompress, bz2.decompress):
-            try:
-                yield unpack(packed)
-            except (zlib.error, OSError, ValueError):
-                continue
+    return None
 
 
 def _steps(record: dict) -> Dict[str, dict]:
