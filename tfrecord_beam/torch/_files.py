@@ -218,15 +218,15 @@ class FileSet:
         """A digest of each file's first and last `ENDS_BYTES` bytes (the whole file when
         smaller), for a checkpoint's identity: a file rewritten with other records of the same
         size differs there (an uncompressed file ends with its last record's CRC, a gzip one
-        with its data's CRC-32). One small read per file (remote: ranged, on a few threads),
-        asked once."""
+        with its data's CRC-32). One small read per file, asked once (remote: the first and last
+        blocks, through the block cache and on a few threads; blocks an epoch reads anyway)."""
         if self._ends is None:
 
             def one(i: int) -> str:
                 import hashlib
 
                 size = self.stat(i).size
-                with fs.open_input(self.paths[i]) as f:
+                with self.open_at(i, 0, None, readahead=False) as f:  # remote: its blocks, through the cache
                     if size <= 2 * ENDS_BYTES:
                         data = f.read()
                     else:

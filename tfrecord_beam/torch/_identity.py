@@ -154,7 +154,7 @@ class StateIdentity:
         cls,
         *,
         files: Sequence[str],
-        v1_files: Optional[Sequence[str]],
+        v1_files: Optional[Sequence[str]] = None,
         infos: Sequence[Sequence[FileInfo]],
         compressions: Sequence[Sequence[Optional[str]]],
         seed: int,
