@@ -172,8 +172,12 @@ def test_a_previous_version_elastic_state_is_refused_when_its_splits_are_swapped
 
     def make(splits):
         return lambda: MultiTFRecordDataset(
-            str(root / "{}" / "x.tfrecord"), str(root / "{}" / "x.tfrecord.tfindex"), splits, ["id"],
-            infinite=False, elastic=True,
+            str(root / "{}" / "x.tfrecord"),
+            str(root / "{}" / "x.tfrecord.tfindex"),
+            splits,
+            ["id"],
+            infinite=False,
+            elastic=True,
         )
 
     saved, swapped = make({"a": wa, "b": wb}), make({"b": wa, "a": wb})
@@ -220,10 +224,24 @@ def _tampered(name):
     return edits[name]
 
 
-PER_SHARD = ["position-negative", "position-past-the-end", "no-epoch", "epoch-None", "epoch-text", "sources-None",
-             "position-float", "topology-short"]
-ELASTIC = ["elastic-start-negative", "elastic-taken-edited", "no-epoch", "epoch-None", "topology-short",
-           "elastic-part-missing"]
+PER_SHARD = [
+    "position-negative",
+    "position-past-the-end",
+    "no-epoch",
+    "epoch-None",
+    "epoch-text",
+    "sources-None",
+    "position-float",
+    "topology-short",
+]
+ELASTIC = [
+    "elastic-start-negative",
+    "elastic-taken-edited",
+    "no-epoch",
+    "epoch-None",
+    "topology-short",
+    "elastic-part-missing",
+]
 
 
 @pytest.mark.parametrize(
@@ -244,8 +262,12 @@ def test_a_tampered_state_is_refused_with_a_clear_error(three, tmp_path, kind, e
 
         def make():
             return MultiTFRecordDataset(
-                str(tmp_path / "{}" / "p.tfrecord"), str(tmp_path / "{}" / "p.tfrecord.tfindex"), {"a": 2, "b": 1},
-                ["id"], infinite=False, seed=1,
+                str(tmp_path / "{}" / "p.tfrecord"),
+                str(tmp_path / "{}" / "p.tfrecord.tfindex"),
+                {"a": 2, "b": 1},
+                ["id"],
+                infinite=False,
+                seed=1,
             )
     else:
 
@@ -291,7 +313,10 @@ def test_a_split_added_is_refused_naming_the_weights(tmp_path):
 
     def make(splits):
         return MultiTFRecordDataset(
-            str(tmp_path / "{}" / "p.tfrecord"), str(tmp_path / "{}" / "p.tfrecord.tfindex"), splits, ["id"],
+            str(tmp_path / "{}" / "p.tfrecord"),
+            str(tmp_path / "{}" / "p.tfrecord.tfindex"),
+            splits,
+            ["id"],
             infinite=False,
         )
 
@@ -366,8 +391,12 @@ def test_every_cut_of_a_small_epoch_resumes_exactly_through_json_pickle_and_torc
     def make():
         if multi:
             return MultiTFRecordDataset(
-                str(tmp_path / "{}" / "p*.tfrecord"), str(tmp_path / "{}" / "p*.tfrecord.tfindex"), {"a": 2, "b": 1},
-                ["id"], infinite=False, **kw,
+                str(tmp_path / "{}" / "p*.tfrecord"),
+                str(tmp_path / "{}" / "p*.tfrecord.tfindex"),
+                {"a": 2, "b": 1},
+                ["id"],
+                infinite=False,
+                **kw,
             )
         data = str(tmp_path / "a" / "p*.tfrecord")
         return TFRecordDataset(data, data + ".tfindex" if index else None, ["id"], **kw)
@@ -423,7 +452,8 @@ def test_every_cut_around_corrupt_records_resumes_exactly_with_skip_corrupt(tmp_
 
 
 @pytest.mark.parametrize(
-    "kw", [dict(shuffle_queue_size=3, seed=2), dict(batch_size=4), dict(elastic=True, shuffle_queue_size=3, shuffle_block=2)],
+    "kw",
+    [dict(shuffle_queue_size=3, seed=2), dict(batch_size=4), dict(elastic=True, shuffle_queue_size=3, shuffle_block=2)],
     ids=["per-shard", "per-shard-batches", "elastic"],
 )
 def test_an_infinite_mix_resumed_at_any_cut_continues_the_same_stream(tmp_path, kw):
@@ -433,8 +463,12 @@ def test_an_infinite_mix_resumed_at_any_cut_continues_the_same_stream(tmp_path, 
 
     def make():
         return MultiTFRecordDataset(
-            str(tmp_path / "{}" / "p.tfrecord"), str(tmp_path / "{}" / "p.tfrecord.tfindex"), {"a": 2, "b": 1},
-            ["id"], infinite=True, **kw,
+            str(tmp_path / "{}" / "p.tfrecord"),
+            str(tmp_path / "{}" / "p.tfrecord.tfindex"),
+            {"a": 2, "b": 1},
+            ["id"],
+            infinite=True,
+            **kw,
         )
 
     full = ids_of(itertools.islice(make().iter_worker(0, 1), 60))
@@ -458,18 +492,29 @@ def test_weights_scaled_and_order_only_parameters_behave_as_documented(three, tm
         head, rest = _resume(saved, loaded, 11)
         assert head + rest == ids_of(saved().iter_worker(0, 1))
 
-    same(lambda: TFRecordDataset(paths, indexes, ["id"]), lambda: TFRecordDataset(root + "/p*.tfrecord", root + "/p*.tfrecord.tfindex", None))
-    same(lambda: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=0, seed=None),
-         lambda: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=None, seed=0, strict=True, transform=dict))
+    same(
+        lambda: TFRecordDataset(paths, indexes, ["id"]),
+        lambda: TFRecordDataset(root + "/p*.tfrecord", root + "/p*.tfrecord.tfindex", None),
+    )
+    same(
+        lambda: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=0, seed=None),
+        lambda: TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=None, seed=0, strict=True, transform=dict),
+    )
     _write(tmp_path / "a" / "p.tfrecord", range(10))
     _write(tmp_path / "b" / "p.tfrecord", range(100, 110))
 
     def multi(splits):
         return lambda: MultiTFRecordDataset(
-            str(tmp_path / "{}" / "p.tfrecord"), str(tmp_path / "{}" / "p.tfrecord.tfindex"), splits, ["id"], infinite=False
+            str(tmp_path / "{}" / "p.tfrecord"),
+            str(tmp_path / "{}" / "p.tfrecord.tfindex"),
+            splits,
+            ["id"],
+            infinite=False,
         )
 
-    with pytest.raises(ValueError, match=r"weights=\[\['a', 2\.0\], \['b', 1\.0\]\] when saved, weights=\[\['a', 4\.0\]"):
+    with pytest.raises(
+        ValueError, match=r"weights=\[\['a', 2\.0\], \['b', 1\.0\]\] when saved, weights=\[\['a', 4\.0\]"
+    ):
         _resume(multi({"a": 2, "b": 1}), multi({"a": 4, "b": 2}), 5)
     first = TFRecordDataset(paths, indexes, ["id"], shuffle_queue_size=8)
     head = ids_of(itertools.islice(first.iter_worker(0, 1), 9))

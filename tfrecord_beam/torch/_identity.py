@@ -302,7 +302,7 @@ def validate(
         try:
             import numpy as np
 
-            np.random.PCG64().state = mixer.get("rng")
+            np.random.PCG64().state = mixer.get("rng")  # type: ignore[assignment]
         except (TypeError, ValueError, KeyError) as error:
             raise _bad("mixer rng", mixer.get("rng"), f"a PCG64 generator state ({error})") from None
     if not elastic:
@@ -328,9 +328,9 @@ def validate(
 def _int(value: Any, name: str, low: int = 0, high: Optional[int] = None) -> int:
     if value is _ABSENT:
         raise ValueError(f"not a usable dataset state: it has no {name}")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
         raise _bad(name, value, f"an integer >= {low}")
-    if high is not None and value > high:
+    if high is not None and int(value) > high:
         raise _bad(name, value, f"at most {high} here (past the end)")
     return int(value)
 

@@ -26,10 +26,9 @@ from .._ranges import RemoteOptions
 from .._read_options import ReadOptions
 from ..example import Description
 from ..iterator_utils import shuffle_iterator
-from . import _elastic_iter, _ring, elastic, sampling
+from . import _elastic_iter, _identity, _ring, elastic, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths, RemoteCounts
-from . import _identity
 from ._identity import STATE_VERSION, StateIdentity
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
