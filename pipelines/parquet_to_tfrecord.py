@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from tfrecord_beam import jobtools
 
@@ -74,6 +74,7 @@ _args.parse_then_load(__name__, build_parser)
 
 import pyarrow as pa
 
+from tfrecord_beam._schema_unify import SchemaDriftError, unify_schemas
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
@@ -82,22 +83,17 @@ from . import _common
 from ._common import JobError, Summary
 
 
-def read_schema(path: str) -> pa.Schema:
-    """The Arrow schema of a Parquet file (local or remote)."""
-    import pyarrow.parquet as pq
-
-    from tfrecord_beam.beam import jobio
-
-    try:
-        with jobio.open_input(path) as handle:
-            return pq.read_schema(handle)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
-
-
-def parquet_rows(path: str) -> int:
-    """Rows of a Parquet file (from its footer)."""
-    return _parquet.parquet_rows(path)
+def read_footers(files: Sequence[str]) -> List[Tuple[str, pa.Schema, List[int]]]:
+    """(path, Arrow schema, rows per row group) of every file, from its Parquet footer alone
+    (metadata only: cheap on object stores too, read through the jobs' filesystem layer)."""
+    out = []
+    for path in files:
+        try:
+            schema, counts = _parquet.footer(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
+        out.append((path, schema, counts))
+    return out
 
 
 def run(args: argparse.Namespace, options) -> Summary:
@@ -105,27 +101,26 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input, dir_glob="*.parquet")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
-    schema = read_schema(files[0])
+    footers = read_footers(files)
+    columns = _args.split_list(args.columns) or None
     encoder_options = dict(
-        columns=_args.split_list(args.columns) or None,
+        columns=columns,
         rename=dict(_common.parse_kv(args.rename, "--rename", "COLUMN=FEATURE")),
         sequence_columns=_args.split_list(args.sequence_columns),
         flatten_structs=args.flatten_structs,
         decimal_as=args.decimal_as,
     )
-    try:
-        encoder = ExampleEncoder(schema, **encoder_options)
+    try:  # every file's schema, unified (or the file, column and types that do not unify)
+        unified = unify_schemas([(path, schema) for path, schema, _ in footers], columns)
+        encoder = ExampleEncoder(unified.schema, **encoder_options)
     except ArrowConversionError as err:
+        if isinstance(err, SchemaDriftError) or len(files) > 1:  # it names the file / the column
+            raise JobError(str(err)) from None
         raise JobError(f"{files[0]}: {err}") from None
-    for other in files[1:]:
-        other_schema = read_schema(other)
-        missing = [c for c in encoder.columns if c not in other_schema.names]
-        if missing:
-            raise JobError(f"{other}: lacks column(s) {missing} that {files[0]} has")
-    try:
-        groups = [(f, _parquet.row_groups(f)) for f in files]
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise JobError(f"cannot read a Parquet footer: {exc}") from None
+    schema = unified.schema
+    for note in unified.notes:
+        _common.progress(f"parquet_to_tfrecord: {note}")
+    groups = [(path, counts) for path, _, counts in footers]
     rows = sum(sum(counts) for _, counts in groups)
     plan = _parquet.plan_shards(groups, args.num_shards)
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)

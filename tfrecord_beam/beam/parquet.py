@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam import jobs
+from tfrecord_beam._schema_unify import check_file_schema, conform_batch
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
 from tfrecord_beam.beam import _fs
@@ -50,13 +51,18 @@ class Piece(NamedTuple):
     first_row: int  # the file's row number of the row group's first row (for messages)
 
 
-def row_groups(path: str) -> List[int]:
-    """The row count of each row group of a Parquet file (from its footer only)."""
+def footer(path: str) -> Tuple[pa.Schema, List[int]]:
+    """(Arrow schema, row count of each row group) of a Parquet file, from its footer only."""
     import pyarrow.parquet as pq
 
     with _fs.open_input(path) as handle:
         meta = pq.read_metadata(handle)
-    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    return meta.schema.to_arrow_schema(), [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+def row_groups(path: str) -> List[int]:
+    """The row count of each row group of a Parquet file (from its footer only)."""
+    return footer(path)[1]
 
 
 def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) -> List[List[Piece]]:
@@ -102,16 +108,20 @@ def batch_rows(meta, row_group: int) -> int:
     return int(max(1, min(BATCH_ROWS, BATCH_BYTES // max(per_row, 1))))
 
 
-def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tuple[int, pa.RecordBatch]]:
-    """(file row number, batch) of a piece's rows, read batch by batch."""
+def _batches(
+    parquet_file, piece: Piece, schema: pa.Schema, columns: Sequence[str]
+) -> Iterator[Tuple[int, pa.RecordBatch]]:
+    """(file row number, batch) of a piece's rows, read batch by batch, as the planned `schema`'s
+    `columns` (those the file lacks added as nulls: `conform_batch`)."""
     row = 0
     size = batch_rows(parquet_file.metadata, piece.row_group)
+    has = [c for c in columns if c in parquet_file.schema_arrow.names]
     for batch in parquet_file.iter_batches(
-        batch_size=size, row_groups=[piece.row_group], columns=list(columns), use_threads=False
+        batch_size=size, row_groups=[piece.row_group], columns=has, use_threads=False
     ):
         lo, hi = max(piece.start - row, 0), min(piece.stop - row, batch.num_rows)
         if lo < hi:
-            yield piece.first_row + row + lo, batch.slice(lo, hi - lo)
+            yield piece.first_row + row + lo, conform_batch(batch.slice(lo, hi - lo), schema, columns)
         row += batch.num_rows
         if row >= piece.stop:
             return
@@ -143,7 +153,9 @@ def write_parquet_shard(
                         current[1].close()
                     handle = _fs.open_input(piece.path)
                     current = (piece.path, handle, open_parquet(handle))
-                for first_row, batch in _batches(current[2], piece, encoder.columns):
+                    # the file as planned? (replaced since, or never seen by the launcher: fail, naming it)
+                    check_file_schema(piece.path, current[2].schema_arrow, schema, options.get("columns"))
+                for first_row, batch in _batches(current[2], piece, schema, encoder.columns):
                     for framed, sizes in _encoded(encoder, batch, first_row, piece.path, skip_corrupt, corrupt):
                         writer.write_framed(framed, sizes)
                         digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
