@@ -23,7 +23,7 @@ from tfrecord_beam import digest as _digest
 from tfrecord_beam import jobs
 from tfrecord_beam._schema_unify import check_file_schema, conform_batch
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
-from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
+from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch, record_misfit
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
@@ -288,11 +288,15 @@ def write_parquet_file(
     coverage: Optional[list] = None,
     corrupt: Optional[list] = None,
     skip_corrupt: bool = False,
+    closed: bool = False,
+    hint: str = "",
 ) -> dict:
     """Decode the ranges' records into one Parquet file, a row group at a time; its stats.
 
     With `skip_corrupt` (--skip_corrupt), corrupt records are stepped over and appended to
-    `corrupt` as CorruptRecords; without it they fail the write."""
+    `corrupt` as CorruptRecords; without it they fail the write. A record that does not fit
+    `schema` (with `closed`, also one holding a feature the schema lacks) fails it naming the
+    file, the record's byte offset and the feature, then `hint` (how to include it)."""
     corrupt = [] if corrupt is None else corrupt
     import pyarrow.parquet as pq
 
@@ -318,12 +322,8 @@ def write_parquet_file(
                     every = chunk.payloads()
                     for lo in range(0, len(every), BATCH_ROWS):
                         payloads = every[lo : lo + BATCH_ROWS]
-                        try:
-                            batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
-                        except (ArrowConversionError, TFRecordError) as err:  # name the file, not only the record
-                            raise ArrowConversionError(
-                                f"{rng.path}: records from byte offset {int(chunk.record_offsets[lo])}: {err}"
-                            ) from None
+                        where = (rng.path, chunk.record_offsets[lo : lo + BATCH_ROWS])
+                        batch = _decoded(payloads, schema, sequence, closed, where, hint)
                         pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
                         records += len(payloads)
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
@@ -346,6 +346,23 @@ def write_parquet_file(
     return {"parquet": path.rstrip("/").rsplit("/", 1)[-1], "records": records}
 
 
+def _decoded(
+    payloads: List[bytes], schema: pa.Schema, sequence: bool, closed: bool, where: Tuple[str, Any], hint: str
+) -> pa.RecordBatch:
+    """The records as a batch of `schema`; one that does not fit fails naming the file and the
+    first such record's byte offset (`where`: path, the records' offsets) and what is wrong."""
+    try:
+        return examples_to_record_batch(payloads, schema=schema, sequence=sequence, closed=closed)
+    except (ArrowConversionError, TFRecordError, TypeError) as err:
+        failure: Exception = err
+    path, offsets = where
+    misfits = ((i, record_misfit(p, schema, sequence=sequence, closed=closed)) for i, p in enumerate(payloads))
+    i, why = next(((i, why) for i, why in misfits if why is not None), (0, None))  # only on the way to failing
+    if why is None:
+        why = f"(records from this one on) {failure}"
+    raise ArrowConversionError(f"{path}: record at byte offset {int(offsets[i])}: {why}{'; ' + hint if hint else ''}")
+
+
 class _WriteParquet(beam.DoFn):
     def __init__(
         self,
@@ -356,9 +373,11 @@ class _WriteParquet(beam.DoFn):
         size: int,
         results_dir: str,
         skip_corrupt: bool = False,
+        closed: bool = False,
+        hint: str = "",
     ) -> None:
         self.paths, self.schema, self.sequence, self.rows, self.size = list(paths), schema, sequence, rows, size
-        self.results_dir, self.skip_corrupt = results_dir, skip_corrupt
+        self.results_dir, self.skip_corrupt, self.closed, self.hint = results_dir, skip_corrupt, closed, hint
 
     def process(self, element):
         number, ranges = element
@@ -374,6 +393,8 @@ class _WriteParquet(beam.DoFn):
             coverage,
             corrupt,
             skip_corrupt=self.skip_corrupt,
+            closed=self.closed,
+            hint=self.hint,
         )
         _stages.write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
@@ -395,18 +416,23 @@ def tfrecord_to_parquet_files(
     label: str = "ToParquet",
     dead_letters=None,
     skip_corrupt: bool = False,
+    closed: bool = False,
+    hint: str = "",
 ):
     """One element per output file (every file is written, empty ones too); PCollection of
     {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap; with
     `skip_corrupt` corrupt records and gaps are written to `dead_letters` (a `commit.DeadLetters`)
-    instead."""
+    instead. A record that does not fit `schema` (`closed`: also one with a feature the schema
+    lacks) fails the job naming file, offset and feature, then `hint` (`write_parquet_file`)."""
     letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
     outs = (
         p
         | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])  # Create spreads its elements
         | f"{label}Write"
         >> beam.ParDo(
-            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip_corrupt)
+            _WriteParquet(
+                paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip_corrupt, closed, hint
+            )
         ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")
     )
     gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip_corrupt)
