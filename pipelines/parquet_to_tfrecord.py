@@ -7,7 +7,8 @@ writer streams its pieces, one record batch at a time, through the encoder
 (`tfrecord_beam.arrow.ExampleEncoder`) into its file, so memory stays at about one batch
 whatever the input size. Shard k holds rows in input order. The schema is checked before the
 pipeline starts (unknown or unsupported columns fail at once), and the job checks that every
-shard holds exactly the rows planned for it. See the type mapping table in
+shard holds exactly the rows planned for it. Files whose schemas differ: see SCHEMAS below
+(the policy is `tfrecord_beam._schema_unify`'s). See the type mapping table in
 `tfrecord_beam/arrow.py` (and docs/python.md, "Arrow and Examples").
 """
 
@@ -29,8 +30,16 @@ EXAMPLES = """\
 """
 
 
+SCHEMAS = """\
+Every file's schema is read from its footer before the job runs and unified: a column some
+files lack is kept (absent from their rows); integers of any width, floats of any width,
+strings/binaries and lists of these unify; other types (bool, decimal, timestamps, dates)
+must be equal. A column that does not unify fails the job first, naming the file, the column
+and both types; a file that changed after planning fails at the worker, named."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
+    parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0] + "\n\n" + SCHEMAS, EXAMPLES)
     _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output shards (default 1)")

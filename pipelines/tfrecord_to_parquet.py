@@ -22,6 +22,7 @@ tile every input file and that the Parquet files hold as many rows as records we
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import Counter
 from typing import Dict, Optional, Sequence
@@ -37,12 +38,23 @@ EXAMPLES = """\
 """
 
 
+SCHEMA = """\
+The schema is inferred from every record before the job runs (one streaming pass; the columns
+`tfrecord-beam schema` prints), or from --features, or from the first --infer_records N records.
+No feature is dropped silently: a record with a feature the schema lacks (or of another kind)
+fails the job naming the file, the record's byte offset and the feature, and how to include it."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0], EXAMPLES)
+    parser = _args.make_parser("tfrecord_to_parquet", __doc__.splitlines()[0] + "\n\n" + SCHEMA, EXAMPLES)
     _args.add_input(parser)
     parser.add_argument("--output_prefix", required=True, help="output path prefix (PREFIX-SSSSS-of-NNNNN.parquet)")
     parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output files (default 1)")
-    parser.add_argument("--features", default=None, help="comma-separated name:kind (kind: int, float, byte)")
+    parser.add_argument(
+        "--features",
+        default=None,
+        help="comma-separated name:kind (kind: int, float, byte): only these features become columns",
+    )
     parser.add_argument("--sequence", action="store_true", help="records are SequenceExamples")
     parser.add_argument(
         "--infer_records",
@@ -121,7 +133,7 @@ def scan_stats(
     for path in files:
         kind = _compression.resolve(path, compression)
         reader = SkippingReader(
-            path, ReadSpan(kind), open_file=lambda path=path: jobio.open_input(path), skip_corrupt=skip_corrupt
+            path, ReadSpan(kind), open_file=functools.partial(jobio.open_input, path), skip_corrupt=skip_corrupt
         )
         for chunk in reader.chunks():
             take = len(chunk) if limit is None else min(len(chunk), limit - read)
