@@ -86,16 +86,19 @@ def test_duplicate_column_name_in_one_file_of_many(tmp_path, capsys):
     assert not committed(tmp_path / "tf")
 
 
-def test_struct_children_of_other_int_widths_unify(tmp_path, capsys):
-    """Structs unify by child name and ints of any width unify: st.a int64 in one file, int32
-    in another, is planned as struct<a: int64> ("read as ..."), then the worker crashed with
-    Arrow's 'Struct child array #0 does not match type field: int32 vs int64' (no file, no
-    column named), exit 1."""
+@pytest.mark.parametrize("child", [pa.int32(), pa.null()], ids=["int32", "null"])
+def test_struct_children_of_other_int_widths_unify(tmp_path, capsys, child):
+    """Structs unify by child name, ints of any width unify, and so does the null type: st.a
+    int64 in one file, int32 (or null) in another, is planned as struct<a: int64> ("read as
+    ..."), then the worker crashed with Arrow's 'Struct child array #0 does not match type
+    field: int32 vs int64' (no file, no column named), exit 1."""
     write(tmp_path, "a.parquet", pa.table({"id": [0], "st": pa.array([{"a": 1}], pa.struct([("a", pa.int64())]))}))
-    write(tmp_path, "b.parquet", pa.table({"id": [1], "st": pa.array([{"a": 2}], pa.struct([("a", pa.int32())]))}))
+    b = pa.array([{"a": None if pa.types.is_null(child) else 2}], pa.struct([("a", child)]))
+    write(tmp_path, "b.parquet", pa.table({"id": [1], "st": b}))
     code, _, err = to_tfrecord(tmp_path, capsys, "--flatten_structs")
     assert code == 0, err
-    assert sorted(records(tmp_path), key=lambda r: r["id"]) == [{"id": 0, "st.a": 1}, {"id": 1, "st.a": 2}]
+    want_b = {"id": 1} if pa.types.is_null(child) else {"id": 1, "st.a": 2}
+    assert sorted(records(tmp_path), key=lambda r: r["id"]) == [{"id": 0, "st.a": 1}, want_b]
 
 
 def test_fifty_files_with_a_struct_drifting_late(tmp_path, capsys):
@@ -112,7 +115,9 @@ def test_fifty_files_with_a_struct_drifting_late(tmp_path, capsys):
                 "st": pa.array([{"a": i, "b": f"b{i}"} for i in ids]),
             }
         if k == 49:
-            cols["st"] = pa.array([{"a": i, "c": 0.5} for i in ids], pa.struct([("a", pa.int16()), ("c", pa.float32())]))
+            cols["st"] = pa.array(
+                [{"a": i, "c": 0.5} for i in ids], pa.struct([("a", pa.int16()), ("c", pa.float32())])
+            )
         write(tmp_path, f"p{k:02d}.parquet", pa.table(cols), row_group_size=3)
         for row in pa.table(cols).to_pylist():
             flat = {"id": row["id"], "s": row["s"].encode()}
@@ -166,9 +171,36 @@ def test_held_many_files_late_drift_with_columns_and_order(tmp_path, capsys):
     assert "'late' is in 3 of 40 files" in err
 
 
+@pytest.mark.parametrize("rows", [3, 12], ids=["fewer-row-groups", "more-rows"])
+def test_a_file_replaced_with_other_rows_after_planning(tmp_path, capsys, monkeypatch, rows):
+    """Same schema, other rows, replaced after planning (6 rows in row groups of 2 planned).
+    12 rows in row groups of 5: the worker read 2 rows of each planned row group index, got the
+    6 rows it expected (ids 0,1,5,6,10,11: neither the old file nor the new one) and the job
+    committed them, exit 0. 3 rows in one row group: 'error: 1 out of bounds', no file named."""
+    write(tmp_path, "a.parquet", pa.table({"id": list(range(6))}), row_group_size=2)
+    run_pipeline = _common.run_pipeline
+
+    def replace_then_run(build, options):
+        write(tmp_path, "a.parquet", pa.table({"id": list(range(rows))}), row_group_size=5)
+        return run_pipeline(build, options)
+
+    monkeypatch.setattr(_common, "run_pipeline", replace_then_run)
+    code, _, err = to_tfrecord(tmp_path, capsys)
+    if code == 0:
+        assert [r.get("id") for r in records(tmp_path)] == list(range(rows)), "committed a mix of two files"
+    assert code == 1 and "a.parquet" in err, err
+    assert not committed(tmp_path / "tf")
+
+
 def test_held_float16_dictionary_and_string_flavours(tmp_path, capsys):
-    write(tmp_path, "a.parquet", pa.table({"f": pa.array(np.array([1.5], np.float16)), "s": pa.array(["x"]).dictionary_encode()}))
-    write(tmp_path, "b.parquet", pa.table({"f": pa.array([2.25], pa.float64()), "s": pa.array(["y"], pa.large_string())}))
+    write(
+        tmp_path,
+        "a.parquet",
+        pa.table({"f": pa.array(np.array([1.5], np.float16)), "s": pa.array(["x"]).dictionary_encode()}),
+    )
+    write(
+        tmp_path, "b.parquet", pa.table({"f": pa.array([2.25], pa.float64()), "s": pa.array(["y"], pa.large_string())})
+    )
     write(tmp_path, "c.parquet", pa.table({"f": pa.array([3.0], pa.float32()), "s": pa.array([b"\xff"], pa.binary())}))
     code, _, err = to_tfrecord(tmp_path, capsys)
     assert code == 0, err
@@ -249,6 +281,22 @@ def test_features_skips_the_inference_pass(tmp_path, capsys, monkeypatch):
     code, _, err = to_parquet(tmp_path, capsys, "--features", "i:int")
     assert code == 0, err
     assert sum(read) < 5000, f"--features: the launcher read {read} records before the pipeline"
+
+
+KINDLESS_X = b"\x0a\x07\x0a\x05\x0a\x01x\x12\x00"  # Features{'x': Feature{}} (no kind), merged into an Example
+
+
+def test_a_sampled_kindless_feature_then_ints_names_the_record(tmp_path, capsys):
+    """Feature 'x' with no kind in the 3 sampled records (a list<null> column), then ints in
+    record 5: the job fails (good) but names 'record at byte offset 0: (records from this one
+    on)', the batch's first record, not the record that holds the ints."""
+    (tmp_path / "in").mkdir()
+    recs = [encode_example({"i": j}) + KINDLESS_X for j in range(5)] + [encode_example({"i": 5, "x": [5, 6]})]
+    write_records(str(tmp_path / "in" / "a.tfrecord"), recs)
+    code, _, err = to_parquet(tmp_path, capsys, "--infer_records", "3")
+    assert code == 1 and "feature 'x'" in err, err
+    assert f"byte offset {sum(len(r) + 16 for r in recs[:5])}" in err, err
+    assert not committed(tmp_path / "o")
 
 
 # -- tfrecord_to_parquet: held (not covered elsewhere) --------------------------------------------
@@ -339,3 +387,51 @@ def test_held_round_trip_over_drifting_files(tmp_path, capsys):
             got = back[row["id"]]
             assert got["s"] == (row["s"].encode() if row["s"] is not None else None)
             assert got["l"] == row["l"] and got.get("late") == row.get("late")
+
+
+# -- on s3:// (the jobs' footers and inference pass read through Beam's filesystems) -------------
+
+
+def test_held_drift_on_s3(s3_server, s3_bucket, s3_trap, monkeypatch, capsys):
+    import io
+
+    from helpers.s3server import Bucket, framed
+
+    bucket = Bucket(s3_server, s3_bucket, s3_server.client(), monkeypatch)
+    for k in range(6):
+        cols = {"id": pa.array([k], pa.int32() if k == 5 else pa.int64())}
+        if k == 5:
+            cols["extra"] = pa.array([b"e"])
+        sink = io.BytesIO()
+        pq.write_table(pa.table(cols), sink)
+        bucket.put(f"pq/p{k}.parquet", sink.getvalue())
+    args = ["--input", bucket.uri("pq/*.parquet"), "--output_prefix", bucket.uri("tf/t")]
+    code, _, err = run_job(parquet_to_tfrecord.main, args + bucket.flags, capsys)
+    assert code == 0, err
+    assert "'extra' is in 1 of 6 files" in err
+    bucket.put("in/a.tfrecord", framed([encode_example({"i": j}) for j in range(30)] + [encode_example({"z": 1.5})]))
+    args = ["--input", bucket.uri("in/a.tfrecord"), "--output_prefix", bucket.uri("back/p")]
+    code, _, err = run_job(tfrecord_to_parquet.main, args + bucket.flags, capsys)
+    assert code == 0, err
+    back = pq.read_table(io.BytesIO(bucket.get("back/p-00000-of-00001.parquet")))
+    assert back.column("z").to_pylist() == [None] * 30 + [1.5]
+    args = ["--input", bucket.uri("in/a.tfrecord"), "--output_prefix", bucket.uri("samp/p"), "--infer_records", "10"]
+    code, _, err = run_job(tfrecord_to_parquet.main, args + bucket.flags, capsys)
+    assert code == 1 and "feature 'z'" in err and "a.tfrecord" in err, err
+    assert not [k for k in bucket.keys("samp/") if "_MANIFEST" in k]
+    # the parquet_to_tfrecord output holds every row
+    import tempfile
+
+    from tfrecord_beam.example import decode_example
+    from tfrecord_beam.records import read_records
+
+    got = []
+    for key in bucket.keys("tf/"):
+        if key.endswith(".tfrecord"):
+            with tempfile.NamedTemporaryFile(suffix=".tfrecord") as f:
+                f.write(bucket.get(f"tf/{key}"))
+                f.flush()
+                got += [decode_example(p) for p in read_records(f.name)]
+    assert sorted(int(r["id"][0]) for r in got) == list(range(6))
+    assert sum("extra" in r for r in got) == 1
+    assert s3_trap.connections == 0
