@@ -260,6 +260,9 @@ def run_job(
                 sys.stderr.flush()
                 os._exit(code)
             return code
+        if isinstance(exc, jobtools.UsageError):  # arguments the inputs refute (found before the pipeline)
+            sys.stderr.write(jobtools.usage_error(parser.prog, str(exc)) + "\n")
+            return jobtools.EXIT_USAGE
         if verbose:
             import traceback
 

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a source glob and its weight (> 0); repeatable",
     )
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--total_records", type=jobtools.non_negative_int, help="records in the output")
+    size.add_argument("--total_records", type=jobtools.positive_int, help="records in the output (at least 1)")
     size.add_argument(
         "--until_exhausted",
         action="store_true",
@@ -77,7 +77,7 @@ _args.parse_then_load(__name__, build_parser)
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_beam import jobs
+from tfrecord_beam import fs, jobs
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import planned as _planned
 from tfrecord_beam.beam import shuffle as _shuffle
@@ -514,14 +514,34 @@ def _check_sizes(args: argparse.Namespace) -> None:
 
 
 def _expand_sources(sources: Sequence[Tuple[str, float]]) -> _Inputs:
-    """Every source's glob expanded (JobError for one that matches nothing), in source order."""
+    """Every source's glob expanded (JobError for one that matches nothing), in source order;
+    a UsageError when a file is in two sources (`_refuse_shared_files`)."""
     inputs = _Inputs([], [], [])
     for number, (glob, _) in enumerate(sources):
         found = _common.expand_inputs([glob], "--source")
         inputs.per_source.append(found)
         inputs.files.extend(found)
         inputs.groups.extend([number] * len(found))
+    _refuse_shared_files(sources, inputs)
     return inputs
+
+
+def _refuse_shared_files(sources: Sequence[Tuple[str, float]], inputs: _Inputs) -> None:
+    """UsageError naming a file that two sources hold (however each spells it: `fs.unique_files`
+    decides): its records would be drawn under two weights, neither share being what was asked."""
+    unique = fs.unique_files(inputs.files)
+    if len(unique) == len(inputs.files):
+        return
+    kept = set(unique)
+    for later, (path, group) in enumerate(zip(inputs.files, inputs.groups)):
+        if path in kept and inputs.files.index(path) == later:
+            continue
+        for first, other in zip(inputs.files[:later], inputs.groups[:later]):
+            if len(fs.unique_files([first, path])) == 1:
+                raise jobtools.UsageError(
+                    f"--source {sources[group][0]}={sources[group][1]:g} and --source "
+                    f"{sources[other][0]}={sources[other][1]:g} both hold {path}: a file may be in one source only"
+                )
 
 
 def _run_pipeline(

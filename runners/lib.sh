@@ -122,7 +122,8 @@ start_bg() {
     fi
     rm -f "$TFRB_STATE/$name.starttime"
     : >"$log"
-    setsid "$@" >>"$log" 2>&1 </dev/null &
+    # fd 8 (service_lock's) is closed for the service: it must not hold its script's lock
+    setsid "$@" >>"$log" 2>&1 </dev/null 8>&- &
     pid=$!
     echo "$pid" >"$pidfile"
     proc_starttime "$pid" >"$TFRB_STATE/$name.starttime" || rm -f "$TFRB_STATE/$name.starttime"
@@ -232,6 +233,17 @@ go_install_cached() {
     say "$name: built $bin in $((SECONDS - t0)) s"
 }
 
+# service_lock NAME: hold .runners/state/NAME.lock (flock, fd 8) until the script exits, so that
+# one start or stop of NAME runs at a time: two `start`s at once both found no server and both
+# started one, the pid file naming only the last (its server never bound), and `stop` left the
+# other serving. The second waits (up to TFRB_LOCK_WAIT_S, default 600 s) and then finds the
+# first one's server running.
+service_lock() {
+    local name=$1 wait=${TFRB_LOCK_WAIT_S:-600}
+    exec 8>"$TFRB_STATE/$name.lock"
+    flock -w "$wait" 8 || die "$name: another start or stop of $name held $TFRB_STATE/$name.lock for ${wait}s"
+}
+
 # service_main NAME ARGS...: the subcommands of a single-server script (s3.sh, gcs.sh), which
 # defines build, start, stop, flags_line and answers, and BIN, HOST and PORT.
 service_main() {
@@ -239,8 +251,14 @@ service_main() {
     shift
     case "${1:-}" in
     build) build ;;
-    start) start ;;
-    stop) stop ;;
+    start)
+        service_lock "$name"
+        start
+        ;;
+    stop)
+        service_lock "$name"
+        stop
+        ;;
     flags) flags_line ;;
     binary) echo "$BIN" ;;
     status)

@@ -66,6 +66,9 @@ start() {
         write_s3_state
         return 0
     fi
+    # something that takes connections but answers no HTTP (in 2 s) holds the port: say so now,
+    # not after versitygw failed to bind and the wait for its answer ran out (minutes)
+    port_free_or_die s3 "$HOST" "$PORT"
     # --sidecar keeps object metadata in files, so the data dir needs no xattr support.
     start_bg s3 "$LOG" env ROOT_ACCESS_KEY="$ACCESS_KEY" ROOT_SECRET_KEY="$SECRET_KEY" \
         "$BIN" --port "$HOST:$PORT" --region "$REGION" posix --sidecar "$DATA_DIR/meta" "$DATA_DIR/buckets"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Tuple, Union
 import numpy as np
 
 from . import _engine, _mix, fs
+from . import compression as _compression
 from ._engine import _index_text
 from .errors import IndexMismatchError, OverwriteRefusedError
 
@@ -53,18 +54,33 @@ _SNIFF_BYTES = 1 << 16
 
 
 def looks_like_index(path) -> bool:
-    """Whether an existing file may be replaced by an index: its name is not a data file's
-    (`*.tfrecord*`) and its first 64 KiB hold only index text (lines of digits and spaces, or
-    `#` lines such as a block-gzip member table)."""
-    name = os.path.basename(os.fspath(path).split("?", 1)[0])
-    if ".tfrecord" in name and not name.endswith(INDEX_SUFFIX):
-        return False
+    """Whether an existing file may be replaced by an index: its first 64 KiB hold only index
+    text (lines of digits and spaces, or `#` lines such as a block-gzip member table).
+
+    Decided by the bytes, never by the name: an index named the DALI way (`x.tfrecord.idx`)
+    is an index, and a TFRecord file is never index text whatever its name (its first 8 bytes,
+    a little-endian length, hold a 0x00 byte; a compressed one starts with its codec's magic).
+    Only an empty file says nothing by its bytes (an empty index, or an empty shard): it is
+    taken for data when its name is a data file's (`*.tfrecord`, `*.tfrecords`, with a codec's
+    suffix or not), so `tfrecord2idx a.tfrecord b.tfrecord` (an unquoted glob) leaves an empty
+    `b.tfrecord` alone."""
     with fs.open_input(path) as handle:
         head = handle.read(_SNIFF_BYTES)
+    if not head:
+        return not _data_file_name(os.fspath(path))
     lines = head.split(b"\n")
     return all(set(line) <= _INDEX_BYTES or line.startswith(b"#") for line in lines[:-1]) and (
         set(lines[-1]) <= _INDEX_BYTES or lines[-1].startswith(b"#")
     )
+
+
+def _data_file_name(path: str) -> bool:
+    """Whether a file name is a TFRecord data file's: `.tfrecord` or `.tfrecords` at its end,
+    before a codec's suffix if any (`x.tfrecord.gz`)."""
+    name = fs.split_query(path)[0]
+    if _compression.resolve(name) is not None:
+        name = os.path.splitext(name)[0]
+    return name.endswith(_DATA_SUFFIXES)
 
 
 def check_index_target(index_path, data_path=None) -> None:

@@ -19,7 +19,7 @@ from . import _blockgzip_write, _engine, _tfindex, blockgzip, fs
 from . import compression as _compression
 from . import digest as _digest
 from ._engine._common import FRAME_OVERHEAD
-from .errors import UnclosedWriterWarning
+from .errors import UnclosedWriterWarning, WriterFailedError
 
 __all__ = ["RecordWriter", "WRITE_BUFFER_SIZE"]
 
@@ -108,6 +108,9 @@ class RecordWriter:
         self.closed = False
         self.members: Optional[blockgzip.MemberTable] = None  # after close: the block-gzip member table written, if any
         self._commit_unclosed = commit_unclosed
+        # the error a hand-on of bytes raised (a full disk, say): the file may end mid-frame and
+        # lacks what came after, so it is never committed (`_check_sound`, `_unclosed`)
+        self._failed: Optional[BaseException] = None
         self._pid = os.getpid()
         _open_writers.add(self)
 
@@ -145,8 +148,7 @@ class RecordWriter:
         that is handed to the compressor or the file when full, so a per-record loop costs
         one compiled call per record; a record larger than the buffer is written on its own.
         """
-        if self.closed:
-            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        self._check_open()
         try:
             pos = _engine.append_frame(self._buf, self._pos, payload)
         except (TypeError, BufferError, ValueError):  # not a plain buffer: as write_many takes it
@@ -169,8 +171,7 @@ class RecordWriter:
         written) when it declined or the record is larger than the buffer: the caller then
         encodes the record itself and calls `write`.
         """
-        if self.closed:
-            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        self._check_open()
         pos = append(self._buf, self._pos, *args)
         if pos is None:
             return False
@@ -182,6 +183,31 @@ class RecordWriter:
         self._pos = pos
         return True
 
+    def _check_open(self) -> None:
+        """ValueError unless more records may be written: the writer is open and no write failed."""
+        if self.closed:
+            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        self._check_sound()
+
+    def _check_sound(self) -> None:
+        """WriterFailedError when an earlier write failed: what is in the temporary file is not
+        the records written (it may end mid-frame), so nothing more goes there and it is never
+        committed."""
+        if self._failed is not None:
+            raise WriterFailedError(
+                f"{self.path}: an earlier write failed ({self._failed!r}); this writer's file is "
+                "incomplete and is not committed (the file there before, if any, is left as it was)"
+            ) from self._failed
+
+    def _hand_on(self, step: Callable[[], None]) -> None:
+        """Run `step`, which hands bytes on (to the index, the compressor, the file); an error
+        there marks the writer failed (see `_check_sound`) before it propagates."""
+        try:
+            step()
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
     def _make_room(self) -> None:
         """An empty write buffer: the buffered frames handed on (or the buffer made)."""
         self._drain()
@@ -190,9 +216,11 @@ class RecordWriter:
 
     def _drain(self) -> None:
         """Hand the buffered frames on, in order, before any other bytes (and at close)."""
+        if self._pos:
+            self._hand_on(self._drain_buffer)
+
+    def _drain_buffer(self) -> None:
         pos = self._pos
-        if not pos:
-            return
         view = memoryview(self._buf)[:pos]
         lengths = _engine.scan_frames(view, False)[1]
         if self._index is not None:
@@ -215,14 +243,16 @@ class RecordWriter:
 
     def write_framed(self, framed: Union[bytes, memoryview], record_sizes: Iterable[int]) -> None:
         """Write bytes that are already whole frames; `record_sizes` are their frame sizes."""
-        if self.closed:
-            raise ValueError(f"{self.path}: write to a closed RecordWriter")
+        self._check_open()
         sizes = np.asarray(
             record_sizes if isinstance(record_sizes, (np.ndarray, list)) else list(record_sizes), dtype=np.int64
         )  # an int64 array passes through without a copy
         if int(sizes.sum()) != len(framed):
             raise ValueError(f"{self.path}: record sizes add up to {int(sizes.sum())}, not {len(framed)} bytes")
         self._drain()
+        self._hand_on(lambda: self._write_frames(framed, sizes))
+
+    def _write_frames(self, framed: Union[bytes, memoryview], sizes: np.ndarray) -> None:
         if self._index is not None:
             self._index.add(sizes)
         self._digest = _digest.add_digests(self._digest, _digest.framed_digest(framed, sizes))
@@ -243,8 +273,11 @@ class RecordWriter:
     def flush(self) -> None:
         """Flush buffered bytes to the temporary file (the target appears only on close)."""
         if not self.closed:
+            self._check_sound()
             self._drain()
-        self._file.flush()
+            self._hand_on(self._file.flush)
+        else:
+            self._file.flush()
 
     def close(self) -> None:
         """Finish the file and its index and move both into place in `_publish`'s order (old
@@ -257,6 +290,7 @@ class RecordWriter:
 
         index_commit = None
         try:
+            self._check_sound()  # a writer whose write failed never commits
             self._drain()  # the write buffer's frames come first
             if self._deflater is not None:
                 tail = self._deflater.flush()
@@ -327,7 +361,15 @@ class RecordWriter:
         failed = at_exit and (
             getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
         )
-        if self._commit_unclosed and not failed:
+        if self._failed is not None:
+            warnings.warn(
+                f"{self.path}: a write failed ({self._failed!r}); its {self.records_written} records "
+                "were discarded and the file there before, if any, is left as it was",
+                UnclosedWriterWarning,
+                stacklevel=2,
+            )
+            self.abort()
+        elif self._commit_unclosed and not failed:
             warnings.warn(
                 f"{self.path}: writer was never closed; committing its {self.records_written} "
                 "records now (call close() or use `with`)",

@@ -246,7 +246,11 @@ def _check_module(codec: Codec, path: Optional[str]) -> None:
 
 def _flag_value(text: str) -> str:
     """argparse `type=`: any accepted spelling as its canonical flag value ("GZ" -> "gzip",
-    "uncompressed" -> "none"); an unknown one passes through for `choices` to refuse."""
+    "uncompressed" -> "none"); an unknown one passes through for `choices` to refuse. An empty
+    (or blank) value is unknown here: `compression=""` means uncompressed to the Python API, but
+    on a command line it is an unset variable (`--compression "$C"`), never a choice."""
+    if not text.strip():
+        return text
     try:
         kind = normalize(text)
     except ValueError:

@@ -17,6 +17,7 @@ __all__ = [
     "DecodeError",
     "FeatureKindError",
     "UnclosedWriterWarning",
+    "WriterFailedError",
 ]
 
 
@@ -161,3 +162,9 @@ class FeatureKindError(DecodeError, TypeError):
 
 class UnclosedWriterWarning(UserWarning):
     """A writer was garbage-collected or left open at interpreter exit without `close()`."""
+
+
+class WriterFailedError(ValueError):
+    """A writer whose write failed (a full disk, say) was asked to write again or to close:
+    its file is incomplete, so it is never committed (the error names the file and the first
+    failure, which is its cause)."""

@@ -86,11 +86,22 @@ def _frame_arrays(data_path, compression: Optional[str], verify: bool) -> Iterat
     else:
         source = path = os.fspath(data_path)
         filesystem, inner = fs._split_uri(path)
-        if not verify and filesystem is None and _compression.resolve(path, compression) is None:
+        plain = _compression.resolve(path, compression) is None
+        if not verify and filesystem is None and plain and _size_is_true(inner):
             yield from _walk(path, inner)
             return
     for chunk in RecordReader(source, compression, verify=level).chunks():
         yield chunk.frames()
+
+
+def _size_is_true(local: str) -> bool:
+    """Whether stat's size of a local file is its length, which `_walk` goes by: not for a
+    file that stat calls empty yet holds bytes (/proc and /sys files, whose size is made when
+    they are read): those are read to their end, as `RecordReader` does."""
+    if os.stat(local).st_size > 0:
+        return True
+    with open(local, "rb", buffering=0) as handle:
+        return not handle.read(1)
 
 
 def _walk(path: str, local: str) -> Iterator[np.ndarray]:

@@ -146,6 +146,47 @@ def test_statistics_are_the_per_record_parse_whatever_the_records(statistics_eng
         assert batched_stats_of(payloads, batch).to_dict() == stats_of(payloads).to_dict()
 
 
+def _signed(stats) -> str:
+    """The statistics as JSON text, where -0.0 and 0.0 differ (they compare equal as floats)."""
+    import json
+
+    return json.dumps(stats.to_dict(), sort_keys=True)
+
+
+def _zero_records():
+    """Float features holding -0.0 and 0.0 (equal, but not the same value) in every order,
+    beside NaN, infinities and empty lists, one value list a record."""
+    import itertools
+
+    nan, inf = float("nan"), float("inf")
+    lists = [list(p) for p in itertools.permutations([-0.0, 0.0, nan])]
+    lists += [[0.0], [-0.0], [], [nan], [inf, -0.0], [0.0, -inf], [-inf, inf, nan], [-0.0, -0.0, 0.0, 0.0]]
+    return lists
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 400])
+@pytest.mark.parametrize("order", ["forward", "backward", "negative_zero_first", "zero_first"])
+def test_signed_zero_nan_and_inf_give_the_same_range_every_way(statistics_engine, batch, order):
+    """Of -0.0 and 0.0 the first seen is the min (and the max) kept, whichever way a batch
+    goes; NaN is counted apart, infinities are in the range (issue 34 item 11: the pure
+    engine's batches said max 0.0 where the per-record parse said -0.0)."""
+    lists = _zero_records()
+    if order == "backward":
+        lists = lists[::-1]
+    elif order == "negative_zero_first":
+        lists = [[-0.0, 0.0], [0.0], [-0.0, 0.0, 0.0], [0.0, -0.0]]
+    elif order == "zero_first":
+        lists = [[0.0, -0.0], [-0.0], [0.0, -0.0, -0.0], [-0.0, 0.0]]
+    payloads = [encode_example({"f": (values, "float")}) for values in lists]
+    expected = stats_of(payloads)
+    got = batched_stats_of(payloads, batch)
+    assert _signed(got) == _signed(expected)
+    lo, hi = expected.features["f"].float_range
+    first_zero = next(v for values in lists for v in values if v == 0)
+    if order.endswith("zero_first"):  # the first zero seen is both ends, with its sign
+        assert str(lo) == str(hi) == str(first_zero)
+
+
 @needs_native
 def test_int_ranges_of_random_packed_runs():
     """Packed int64 runs of every length class (1-10 bytes), shortest form or not, ending at the

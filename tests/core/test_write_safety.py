@@ -235,3 +235,48 @@ def test_verify_reports_an_unreadable_file_and_goes_on(tmp_path, capsys):
     assert f"OK    {good}: 3 records" in out.out
     assert str(odd) in out.out
     assert fs.exists(str(good))
+
+
+# --- issue 34 item 14: an index is told by its bytes, not its name ------------------------------
+
+
+@pytest.mark.parametrize("name", ["x.tfrecord.idx", "x.tfrecord.tfindex.txt", "x.tfrecords-index"])
+def test_reindexing_replaces_its_own_index_whatever_its_name(tmp_path, name):
+    """`create_index("x.tfrecord", "x.tfrecord.idx")` (the DALI naming) works twice: the second
+    call finds index text there, its own, and replaces it (the name holding `.tfrecord` made
+    it refuse with "it is not a .tfindex file")."""
+    data, index = tmp_path / "x.tfrecord", tmp_path / name
+    write_records(str(data), _payloads(4))
+    create_index(str(data), str(index))
+    write_records(str(data), _payloads(9))  # the data changes: the index is rebuilt over the old one
+    create_index(str(data), str(index))
+    assert len(load_index(str(index))) == 9
+    assert tfrecord2idx.main([str(data), str(index)]) == 0
+    assert len(load_index(str(index))) == 9
+
+
+@pytest.mark.parametrize("name", ["data.idx", "data.tfindex", "plain"])
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_a_data_file_is_refused_as_an_index_target_whatever_its_name(tmp_path, name, compression):
+    data, target = tmp_path / "d.tfrecord", tmp_path / name
+    write_records(str(data), _payloads(3))
+    write_records(str(target), _payloads(5), compression=compression)
+    before = target.read_bytes()
+    with pytest.raises(OverwriteRefusedError, match="not a .tfindex"):
+        create_index(str(data), str(target))
+    assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["b.tfrecord", "b.tfrecords", "b.tfrecord.gz", "b.tfrecord.zst"])
+def test_an_empty_data_file_is_not_taken_for_an_empty_index(tmp_path, name):
+    """Empty bytes say nothing: an empty shard named as data (an unquoted glob's second match)
+    is left alone; an empty file under any other name is an (empty) index and is replaced."""
+    a, b = tmp_path / "a.tfrecord", tmp_path / name
+    write_records(str(a), _payloads(5))
+    b.write_bytes(b"")
+    assert tfrecord2idx.main([str(a), str(b)]) == 2
+    assert b.read_bytes() == b""
+    idx = tmp_path / "a.tfrecord.idx"
+    idx.write_bytes(b"")
+    create_index(str(a), str(idx))
+    assert len(load_index(str(idx))) == 5

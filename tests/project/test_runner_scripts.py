@@ -200,3 +200,160 @@ def test_cached_venv_is_made_once_and_a_failed_build_is_not_taken_for_one(checko
     assert failed.returncode != 0 and "pip install into" in failed.stderr, failed.stderr
     assert not (broken / ".tfrb-ready").exists()
     assert (checkout / ".runners" / "logs" / "broken-venv.log").read_text()  # pip's answer kept
+
+
+# -- runners/s3.sh: a port held by a silent process, and two starts at once (issue 34 item 12) --
+
+FAKE_VERSITYGW = """#!{python}
+# A stand-in for versitygw: serves 403 to any request on --port HOST:PORT (SO_REUSEPORT, so
+# that a second one binds too, as two racing starts would make two servers); its pid in $FAKE_PIDS.
+import http.server, os, socket, sys
+host, port = sys.argv[sys.argv.index("--port") + 1].rsplit(":", 1)
+open(os.path.join(os.environ["FAKE_PIDS"], str(os.getpid())), "w").close()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(403)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+
+class Server(http.server.HTTPServer):
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+
+Server((host, int(port)), Handler).serve_forever()
+"""
+
+SLOW_CURL = """#!/bin/sh
+# curl, after a pause: widens the window between a start's checks and its launch
+sleep 0.4
+exec {curl} "$@"
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def s3_checkout(checkout, tmp_path):
+    """The checkout with a "built" versitygw that answers HTTP, a slow curl first on PATH, a
+    free port; (checkout, env, pids dir). Whatever the fakes left running is killed after."""
+    fake = checkout / "cache" / "versitygw-v1.8.0" / "versitygw"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(FAKE_VERSITYGW.format(python=sys.executable))
+    fake.chmod(0o755)
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "curl").write_text(SLOW_CURL.format(curl=shutil.which("curl")))
+    (shims / "curl").chmod(0o755)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = _env(
+        checkout,
+        TFRB_S3_PORT=str(_free_port()),
+        TFRB_S3_DATA=str(tmp_path / "s3data"),
+        FAKE_PIDS=str(pids),
+        PATH=f"{shims}{os.pathsep}{os.environ['PATH']}",
+    )
+    yield checkout, env, pids
+    for name in os.listdir(pids):
+        try:
+            os.kill(int(name), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _s3(checkout: Path, env: dict, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(checkout / "runners" / "s3.sh"), command], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _answers(port: int) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="s3.sh needs curl")
+def test_s3_start_refuses_at_once_a_port_held_by_a_silent_process(s3_checkout):
+    """A process that accepts TCP and never answers holds the port: `start` says so within
+    seconds (as gcs.sh does, through lib.sh's port_free_or_die), starts nothing, writes no
+    state; it used to start versitygw anyway and fail after ~4 minutes of waiting for HTTP."""
+    checkout, env, pids = s3_checkout
+    port = int(env["TFRB_S3_PORT"])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import socket, sys, time\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(16)\n"
+            "print('ready', flush=True); time.sleep(300)",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        run = _s3(checkout, env, "start", timeout=40)
+        assert run.returncode != 0
+        assert time.monotonic() - started < 30
+        assert f"127.0.0.1:{port} is already in use" in run.stderr, run.stderr
+        assert os.listdir(pids) == []  # no server was started
+        assert not (checkout / ".runners" / "state" / "s3.env").exists()
+        assert not (checkout / ".runners" / "state" / "s3.pid").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("flock") is None, reason="needs curl and flock")
+def test_two_s3_starts_at_once_make_one_server_that_stop_stops(s3_checkout):
+    """Two `start`s at the same moment: one starts the server, the other waits for it (lib.sh's
+    service_lock) and finds it running; both exit 0, one server runs, its pid is the pid file's,
+    and one `stop` leaves nothing answering. Without the lock both started one and the pid file
+    named only one: after two stops a server still answered."""
+    checkout, env, pids = s3_checkout
+    port = int(env["TFRB_S3_PORT"])
+    procs = [
+        subprocess.Popen(
+            [str(checkout / "runners" / "s3.sh"), "start"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outcomes = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    for proc in procs:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert [code for code, _ in outcomes] == [0, 0], outcomes
+    assert any("already running" in err for _, err in outcomes), outcomes
+    started = sorted(int(name) for name in os.listdir(pids))
+    assert len(started) == 1, f"two servers were started: {started}"
+    assert int((checkout / ".runners" / "state" / "s3.pid").read_text()) == started[0]
+    assert _answers(port)
+    stopped = _s3(checkout, env, "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    time.sleep(0.3)
+    assert not _alive(started[0])
+    assert not _answers(port), "a server still answers after stop"

@@ -396,7 +396,7 @@ def test_state_is_small_and_a_finished_epoch_resumes_to_nothing(files):
     _, states = lockstep(make, 2, 1, steps=2)
     ds = make(rank=0, world_size=2)
     ds.load_state_dict(states)
-    assert len(pickle.dumps(ds.state_dict())) < 400
+    assert len(pickle.dumps(ds.state_dict())) < 600  # positions and the identity's few entries per source
     assert ds.state_dict()["elastic"]["start"] == 2 * 2 * 5
     _, states = lockstep(make, 2, 3)
     assert lockstep(make, 4, 1, state=states)[0] == []

@@ -135,3 +135,26 @@ def test_stateful_dataloader_with_workers(mixed):
     second = loader()
     second.load_state_dict(state)
     assert head + ids_of(second) == full
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("shuffle", [None, 8])
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_skip_corrupt_resumes_exactly_past_a_corrupt_record(tmp_path, shuffle, world_size):
+    """A position counts the records handed out, which a skipped corrupt record is not: a
+    resume past one skipped by the index's numbers and repeated a record."""
+    from tfrecord_beam.index import load_index
+
+    paths, indexes, _ = write_files(tmp_path, [("a.tfrecord", 30, True), ("b.tfrecord", 30, True)])
+    damaged = bytearray(open(paths[0], "rb").read())
+    damaged[int(load_index(indexes[0])[5, 0]) + 16] ^= 0xFF  # record 5's payload: its CRC fails
+    open(paths[0], "wb").write(bytes(damaged))
+
+    def make():
+        return TFRecordDataset(
+            paths, indexes, ["id"], shuffle_queue_size=shuffle, skip_corrupt=True, rank=0, world_size=world_size
+        )
+
+    for cut in (3, 10, 29, 35):
+        full, resumed = _resumed(make, cut)
+        assert 5 not in full and resumed == full, cut

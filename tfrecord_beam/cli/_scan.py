@@ -252,20 +252,25 @@ def count_records(
     (payload CRCs unchecked) and inflates a compressed one (`index.iter_frame_arrays`), a chunk at a time.
     """
     kind = resolve_compression(path, compression)
-    if use_index and kind is None:
-        indexed = _indexed_count(path)
-        if indexed is not None:
-            return indexed, "index"
-    if use_index and kind == "gzip":  # block-gzip: its member table ties the index to the file's size
-        indexed = _block_gzip_count(path)
-        if indexed is not None:
-            return indexed, "index"
+    indexed = indexed_count(path, kind) if use_index else None
+    if indexed is not None:
+        return indexed, "index"
     count = 0
     for frames in iter_frame_arrays(path, kind):  # bounded chunks: memory does not grow with the file
         count += len(frames)
         if progress is not None:
             progress(count)
     return count, "scan"
+
+
+def indexed_count(path: str, kind: Optional[str]) -> Optional[int]:
+    """The record count of a file of resolved codec `kind` from a valid index beside it
+    (`_indexed_count`, `_block_gzip_count`), else None: nothing read but the index."""
+    if kind is None:
+        return _indexed_count(path)
+    if kind == "gzip":  # block-gzip: its member table ties the index to the file's size
+        return _block_gzip_count(path)
+    return None
 
 
 def _indexed_count(path: str) -> Optional[int]:

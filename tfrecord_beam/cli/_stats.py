@@ -58,6 +58,15 @@ class _Decoded(NamedTuple):
         return self.future.result()
 
 
+def _first_extremes(values: np.ndarray) -> Tuple[float, float]:
+    """(min, max) of non-empty NaN-free `values`, each the first value in order that equals
+    it, as the compiled walk and Python's min/max take them (a value replaces the one kept only
+    when strictly less or greater): of -0.0 and 0.0, which compare equal, the first one seen
+    is kept. numpy's min/max pick either, so the pure engine's batches said max 0.0 where the
+    per-record parse and the compiled walk said -0.0 (issue 34 item 11)."""
+    return float(values[int(values.argmin())]), float(values[int(values.argmax())])
+
+
 def _minmax(current: Optional[Tuple[Any, Any]], lo: Any, hi: Any) -> Tuple[Any, Any]:
     if current is None:
         return lo, hi
@@ -194,7 +203,7 @@ class FeatureStats:
             finite = values[~nan] if nan.any() else values
             self.nan_count += int(nan.sum())
             if len(finite):
-                self.float_range = _minmax(self.float_range, float(finite.min()), float(finite.max()))
+                self.float_range = _minmax(self.float_range, *_first_extremes(finite))
         else:
             self._add_bytes_column(values, column.value_offsets)
 

@@ -7,7 +7,6 @@ arguments and prints.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any, Dict, List, Optional
@@ -20,6 +19,7 @@ from ..errors import TFRecordError
 from ..example import feature_values
 from ..records import RecordReader
 from . import _format as fmt
+from . import _json
 from ._scan import READ_ERRORS
 from .inspection import (
     INVALID,
@@ -139,11 +139,12 @@ def _summary(args, progress: fmt.Progress, files: int, records: int, nbytes: Opt
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    print(_json.dumps(value))
 
 
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    """One error line on stderr; a file name's bytes that are not UTF-8 as `\\xHH`, as --json has them."""
+    print(f"{PROG}: error: {_json.text(message)}", file=sys.stderr)
 
 
 # -- inspect -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from .. import fs
 from .._engine._common import KIND_NONE_NAME
 from .._proto import EXAMPLE, INVALID, SEQUENCE_EXAMPLE, parse_record
 from ._index_status import IndexCheck, IndexStatus, index_status
-from ._scan import Progress, collect_stats, count_records, scan_file
+from ._scan import Progress, collect_stats, count_records, indexed_count, scan_file
 from ._stats import DatasetStats, FeatureStats, FileStats, SchemaInferenceError
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "scan_file",
     "collect_stats",
     "count_records",
+    "indexed_count",
     "InferredDescription",
     "infer_description",
     "arrow_type",
