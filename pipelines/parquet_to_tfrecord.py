@@ -92,16 +92,17 @@ from . import _common
 from ._common import JobError, Summary
 
 
-def read_footers(files: Sequence[str]) -> List[Tuple[str, pa.Schema, List[int]]]:
-    """(path, Arrow schema, rows per row group) of every file, from its Parquet footer alone
-    (metadata only: cheap on object stores too, read through the jobs' filesystem layer)."""
+def read_footers(files: Sequence[str]) -> List[Tuple[str, pa.Schema, List[int], _parquet.FileIdentity]]:
+    """(path, Arrow schema, rows per row group, identity) of every file, from its Parquet footer
+    alone (metadata only: cheap on object stores too, read through the jobs' filesystem layer);
+    the identity (size, modification time, row groups) goes into the plan, checked by workers."""
     out = []
     for path in files:
         try:
-            schema, counts = _parquet.footer(path)
+            schema, counts, identity = _parquet.footer_and_identity(path)
         except (OSError, pa.ArrowInvalid) as exc:
             raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
-        out.append((path, schema, counts))
+        out.append((path, schema, counts, identity))
     return out
 
 
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace, options) -> Summary:
         decimal_as=args.decimal_as,
     )
     try:  # every file's schema, unified (or the file, column and types that do not unify)
-        unified = unify_schemas([(path, schema) for path, schema, _ in footers], columns)
+        unified = unify_schemas([(path, schema) for path, schema, _, _ in footers], columns)
         encoder = ExampleEncoder(unified.schema, **encoder_options)
     except ArrowConversionError as err:
         if isinstance(err, SchemaDriftError) or len(files) > 1:  # it names the file / the column
@@ -129,9 +130,9 @@ def run(args: argparse.Namespace, options) -> Summary:
     schema = unified.schema
     for note in unified.notes:
         _common.progress(f"parquet_to_tfrecord: {note}")
-    groups = [(path, counts) for path, _, counts in footers]
+    groups = [(path, counts) for path, _, counts, _ in footers]
     rows = sum(sum(counts) for _, counts in groups)
-    plan = _parquet.plan_shards(groups, args.num_shards)
+    plan = _parquet.plan_shards(groups, args.num_shards, {path: ident for path, _, _, ident in footers})
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)

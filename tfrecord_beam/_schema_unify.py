@@ -15,9 +15,10 @@ before anything runs, and they unify column by column into one planned schema.
   Otherwise `SchemaDriftError` names the file, the column (`a.b` for a struct's child) and
   both types, before the pipeline starts.
 
-No value is cast: each file's batches are encoded with their own types (the encoder maps each
-of a family's types to the same feature kind); `conform_batch` only adds the columns and
-children a file lacks, as nulls. Workers check each file they open against the plan
+No value is cast: each file's batches are encoded with their own types, struct children
+included (the encoder maps each of a family's types to the same feature kind); `conform_batch`
+only adds the columns and children a file lacks, as nulls. A file with two columns (or struct
+children) of one name fails, named (`check_unique_names`). Workers check each file they open against the plan
 (`check_file_schema`), so a file that changed after planning fails naming file and column.
 """
 
@@ -29,7 +30,14 @@ import pyarrow as pa
 
 from .arrow import ArrowConversionError
 
-__all__ = ["SchemaDriftError", "UnifiedSchema", "check_file_schema", "conform_batch", "unify_schemas"]
+__all__ = [
+    "SchemaDriftError",
+    "UnifiedSchema",
+    "check_file_schema",
+    "check_unique_names",
+    "conform_batch",
+    "unify_schemas",
+]
 
 
 class SchemaDriftError(ArrowConversionError):
@@ -133,6 +141,39 @@ def _selected(schema: pa.Schema, columns: Optional[Sequence[str]]) -> List[pa.Fi
     return [f for f in schema if columns is None or f.name in columns]
 
 
+def _duplicate(names: Sequence[str]) -> Optional[str]:
+    seen = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def check_unique_names(path: str, schema: pa.Schema, columns: Optional[Sequence[str]] = None) -> None:
+    """SchemaDriftError when file `path` has two (selected) columns of one name, or a struct two
+    children of one name (legal in Parquet and Arrow): one Example feature cannot hold both, and
+    reading it by name would find neither."""
+
+    def walk(fields: Sequence[pa.Field], parent: str) -> None:
+        twice = _duplicate([f.name for f in fields])
+        if twice is not None:
+            column = f"{parent}.{twice}" if parent else twice
+            where = "column" if not parent else "struct child"
+            raise SchemaDriftError(
+                f"{path}: {where} {column!r} appears more than once in the file's schema: one Example feature "
+                "cannot hold both; rename one of them (or leave the column out with --columns)"
+            )
+        for f in fields:
+            t = f.type
+            while _is_list(t):
+                t = t.value_type
+            if pa.types.is_struct(t):
+                walk(list(t), f"{parent}.{f.name}" if parent else f.name)
+
+    walk(_selected(schema, columns), "")
+
+
 def unify_schemas(named: Sequence[Tuple[str, pa.Schema]], columns: Optional[Sequence[str]] = None) -> UnifiedSchema:
     """Unify the schemas of (path, schema) pairs, in their order; with `columns`, those columns
     only (the others are not converted, so they may differ). Columns are in the order first
@@ -142,6 +183,7 @@ def unify_schemas(named: Sequence[Tuple[str, pa.Schema]], columns: Optional[Sequ
     holders: Dict[str, int] = {}
     widened: Dict[Tuple[str, str], str] = {}  # (column, a type seen) -> the first file with it
     for path, schema in named:
+        check_unique_names(path, schema, columns)
         for field in _selected(schema, columns):
             name = field.name
             holders[name] = holders.get(name, 0) + 1
@@ -176,6 +218,7 @@ def check_file_schema(path: str, found: pa.Schema, planned: pa.Schema, columns: 
     (selected) columns is planned, with a type that unifies into the planned type unchanged.
     What a worker checks of each file it opens: a file replaced after planning (or one the
     launcher never saw) fails naming the file and the column, never loses a column."""
+    check_unique_names(path, found, columns)
     for field in _selected(found, columns):
         if field.name not in planned.names:
             raise SchemaDriftError(
@@ -197,15 +240,19 @@ def check_file_schema(path: str, found: pa.Schema, planned: pa.Schema, columns: 
 
 
 def _conform_array(arr: pa.Array, target: pa.DataType) -> pa.Array:
-    """`arr` with the struct children `target` has and it lacks added as nulls (recursively)."""
+    """`arr` with the struct children `target` has and it lacks added as nulls of the planned
+    type (recursively); the children it has keep their own types (never cast: the encoder maps
+    each type of a family to the same feature kind, as for top-level columns), in the planned
+    order."""
     if not (pa.types.is_struct(target) and pa.types.is_struct(arr.type)) or arr.type == target:
         return arr
     children = dict(zip([f.name for f in arr.type], arr.flatten()))  # parent nulls pushed down
     arrays = [
         _conform_array(children[f.name], f.type) if f.name in children else pa.nulls(len(arr), f.type) for f in target
     ]
+    fields = [pa.field(f.name, a.type) for f, a in zip(target, arrays)]
     mask = arr.is_null() if arr.null_count else None
-    return pa.StructArray.from_arrays(arrays, fields=list(target), mask=mask)
+    return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
 
 
 def conform_batch(batch: pa.RecordBatch, planned: pa.Schema, columns: Sequence[str]) -> pa.RecordBatch:

@@ -14,14 +14,14 @@ a row group whenever `row_group_rows` rows or `row_group_bytes` payload bytes ar
 from __future__ import annotations
 
 import functools
-from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam import jobs
-from tfrecord_beam._schema_unify import check_file_schema, conform_batch
+from tfrecord_beam._schema_unify import SchemaDriftError, check_file_schema, conform_batch
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch, record_misfit
 from tfrecord_beam.beam import _fs
@@ -41,6 +41,17 @@ WRITE_BUFFER = 1 << 20  # Parquet output reaches Beam's file object in pieces of
 # Parquet -> TFRecord
 
 
+class FileIdentity(NamedTuple):
+    """What a Parquet file was when the job was planned: its size, modification time (as the
+    jobs' filesystem layer lists it: 0 where a store gives none) and the row count of each row
+    group (its footer's). A worker opening the file compares them (`check_identity`): the plan's
+    row groups and row ranges are only valid for that file."""
+
+    size: int
+    mtime: float
+    row_groups: Tuple[int, ...]
+
+
 class Piece(NamedTuple):
     """Rows [start, stop) of one row group of one Parquet file."""
 
@@ -49,15 +60,60 @@ class Piece(NamedTuple):
     start: int
     stop: int
     first_row: int  # the file's row number of the row group's first row (for messages)
+    identity: Optional[FileIdentity] = None  # the file as planned (None: not checked)
+
+
+def stat(path: str) -> Tuple[int, float]:
+    """(size, modification time) of one file, through the jobs' filesystem layer."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([_fs.escape(path)], [1])[0].metadata_list
+    if not found:
+        raise FileNotFoundError(f"{path}: no such file")
+    return int(found[0].size_in_bytes), float(found[0].last_updated_in_seconds or 0.0)
 
 
 def footer(path: str) -> Tuple[pa.Schema, List[int]]:
     """(Arrow schema, row count of each row group) of a Parquet file, from its footer only."""
+    schema, counts, _ = footer_and_identity(path)
+    return schema, counts
+
+
+def footer_and_identity(path: str) -> Tuple[pa.Schema, List[int], FileIdentity]:
+    """`footer`, and the file's identity (`FileIdentity`) as read with it."""
     import pyarrow.parquet as pq
 
+    size, mtime = stat(path)
     with _fs.open_input(path) as handle:
         meta = pq.read_metadata(handle)
-    return meta.schema.to_arrow_schema(), [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    return meta.schema.to_arrow_schema(), counts, FileIdentity(size, mtime, tuple(counts))
+
+
+def check_identity(path: str, planned: Optional[FileIdentity], metadata) -> None:
+    """SchemaDriftError unless the file a worker opened (`metadata`: its footer) is the one
+    planned: same size, modification time and row groups. Otherwise the plan's row-group
+    numbers and row ranges would read another file's rows (a mix of two versions, or rows
+    out of range)."""
+    if planned is None:
+        return
+    size, mtime = stat(path)
+    counts = tuple(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
+    changed = []
+    if size != planned.size:
+        changed.append(f"its size is {size} bytes, {planned.size} when planned")
+    if counts != planned.row_groups:
+        changed.append(
+            f"it holds {sum(counts)} rows in {len(counts)} row groups, {sum(planned.row_groups)} rows in "
+            f"{len(planned.row_groups)} when planned"
+        )
+    if mtime != planned.mtime and (mtime or planned.mtime):
+        changed.append(f"its modification time is {mtime}, {planned.mtime} when planned")
+    if changed:
+        raise SchemaDriftError(
+            f"{path}: the file changed after the job was planned ({'; '.join(changed)}): its planned row "
+            "groups would read other rows. Run the job again"
+        )
 
 
 def row_groups(path: str) -> List[int]:
@@ -65,9 +121,14 @@ def row_groups(path: str) -> List[int]:
     return footer(path)[1]
 
 
-def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) -> List[List[Piece]]:
+def plan_shards(
+    groups: Sequence[Tuple[str, Sequence[int]]],
+    num_shards: int,
+    identities: Optional[Dict[str, FileIdentity]] = None,
+) -> List[List[Piece]]:
     """Cut the rows of (path, row-group counts) pairs into `num_shards` contiguous ranges
-    of equal size (within one row); a row group on a boundary is split between shards."""
+    of equal size (within one row); a row group on a boundary is split between shards. Each
+    piece carries its file's identity from `identities` (checked where it is read)."""
     total = sum(sum(counts) for _, counts in groups)
     bounds = [total * s // num_shards for s in range(num_shards + 1)]
     shards: List[List[Piece]] = [[] for _ in range(num_shards)]
@@ -81,7 +142,7 @@ def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) ->
                 while bounds[shard + 1] <= lo:
                     shard += 1
                 cut = min(hi, bounds[shard + 1])
-                shards[shard].append(Piece(path, number, lo - pos, cut - pos, first))
+                shards[shard].append(Piece(path, number, lo - pos, cut - pos, first, (identities or {}).get(path)))
                 lo = cut
             pos += rows
             first += rows
@@ -154,7 +215,9 @@ def write_parquet_shard(
                     handle = _fs.open_input(piece.path)
                     current = (piece.path, handle, open_parquet(handle))
                     # the file as planned? (replaced since, or never seen by the launcher: fail, naming it)
+                    # (its schema first: a changed column is named; then size, time and row groups)
                     check_file_schema(piece.path, current[2].schema_arrow, schema, options.get("columns"))
+                    check_identity(piece.path, piece.identity, current[2].metadata)
                 for first_row, batch in _batches(current[2], piece, schema, encoder.columns):
                     for framed, sizes in _encoded(encoder, batch, first_row, piece.path, skip_corrupt, corrupt):
                         writer.write_framed(framed, sizes)
