@@ -22,6 +22,7 @@ tile every input file and that the Parquet files hold as many rows as records we
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from collections import Counter
@@ -40,7 +41,8 @@ EXAMPLES = """\
 
 SCHEMA = """\
 The schema is inferred from every record before the job runs (one streaming pass; the columns
-`tfrecord-beam schema` prints), or from --features, or from the first --infer_records N records.
+`tfrecord-beam schema` prints), or from the first --infer_records N records. --features selects
+the columns; their shapes (scalar or list) are still inferred over the records read.
 No feature is dropped silently: a record with a feature the schema lacks (or of another kind)
 fails the job naming the file, the record's byte offset and the feature, and how to include it."""
 
@@ -94,6 +96,7 @@ import pyarrow as pa
 
 from tfrecord_beam import compression as _compression
 from tfrecord_beam._described import absent_names
+from tfrecord_beam._engine._common import KIND_NONE_NAME
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
@@ -144,15 +147,66 @@ def scan_stats(
     return stats
 
 
-def _described_stats(stats: DatasetStats, description, where: str) -> Dict[str, FeatureStats]:
+def first_of_each_kind(
+    files: Sequence[str], compression: str, name: str, limit: Optional[int], skip_corrupt: bool = False
+) -> Dict[str, str]:
+    """{kind: "FILE (record at byte offset N)"} of the first record holding feature `name` with
+    each kind (as a feature, a context feature or in a feature list), over the records the
+    inference read. Only on the way to failing: a second read that stops at the last kind."""
+    from tfrecord_beam._proto import parse_record
+    from tfrecord_beam.example import feature_kind
+
+    found: Dict[str, str] = {}
+    read = 0
+    for path in files:
+        reader = SkippingReader(
+            path,
+            ReadSpan(_compression.resolve(path, compression)),
+            open_file=functools.partial(jobio.open_input, path),
+            skip_corrupt=skip_corrupt,
+        )
+        for chunk in reader.chunks():
+            for payload, offset in zip(chunk.payloads(), chunk.record_offsets):
+                if limit is not None and read >= limit:
+                    return found
+                read += 1
+                _, features, lists = parse_record(payload)
+                feats = [features[name]] if features and name in features else []
+                if lists and name in lists:
+                    feats += list(lists[name].feature)
+                for feature in feats:
+                    kind = feature_kind(feature)
+                    if kind is not None and kind not in found:
+                        found[kind] = f"{path} (record at byte offset {int(offset)})"
+    return found
+
+
+def _mixed_feature(stats: DatasetStats) -> Optional[str]:
+    """The first feature (or feature list) whose records hold more than one kind."""
+    for f in list(stats.features.values()) + list(stats.feature_lists.values()):
+        if len([k for k in f.kinds if k != KIND_NONE_NAME]) > 1:
+            return f.name
+    return None
+
+
+def _described_stats(stats: DatasetStats, description, where) -> Dict[str, FeatureStats]:
     """The statistics of each --features name, in its order (empty for one no record has),
-    each kind checked against the one the records hold."""
+    each kind checked against the one the records hold (`where(name)`: where each kind of a
+    feature is first found, for the message). A feature whose records set no kind gets the
+    one --features names."""
     picked = {}
     for name, kind in description.items():
         found = stats.features.get(name) or stats.feature_lists.get(name)
         seen = None if found is None else found.kind
         if seen is not None and kind is not None and seen != kind:
-            raise JobError(f"{where}: feature {name!r} holds {seen} values, but --features says {kind}")
+            raise JobError(
+                f"feature {name!r} holds {seen} values (first in {where(name).get(seen, 'the records')}), but "
+                f"--features says {kind}"
+            )
+        if found is not None and seen is None and kind is not None:
+            kinds = Counter(found.kinds)
+            kinds[kind] = 0
+            found = dataclasses.replace(found, kinds=kinds)
         picked[name] = found or FeatureStats(name, kinds=Counter({kind: 0}) if kind else Counter())
     return picked
 
@@ -179,6 +233,10 @@ def infer_schema(
         raise JobError(
             f"{where}: the records are SequenceExamples (feature lists {sorted(stats.feature_lists)}): pass --sequence"
         )
+
+    def kinds_at(name: str) -> Dict[str, str]:
+        return first_of_each_kind(files, compression, name, limit, skip_corrupt)
+
     try:
         if description is None:
             schema = infer_arrow_schema(stats)
@@ -187,17 +245,30 @@ def infer_schema(
             absent = absent_names(list(stats.features) + list(stats.feature_lists), description)
             if absent:  # a typo would otherwise be an all-null column, "verified"
                 _common.progress("warning: " + jobtools.absent_features_message(where, absent, what))
-            picked = _described_stats(stats, description, where)
+            picked = _described_stats(stats, description, kinds_at)
             schema = pa.schema([pa.field(name, arrow_type(f)) for name, f in picked.items()])
     except SchemaInferenceError as err:
-        raise JobError(f"{where}: {err}, over {what}") from None
+        mixed = _mixed_feature(stats)
+        if mixed is None:
+            raise JobError(f"{where}: {err}, over {what}") from None
+        firsts = "; ".join(f"{kind} values first in {at}" for kind, at in kinds_at(mixed).items())
+        way = "convert the records" + (", or name only the other features in --features" if description is None else "")
+        raise JobError(
+            f"feature {mixed!r} has mixed kinds over {what}: {firsts}. One Parquet column holds one kind: {way}"
+        ) from None
     if not len(schema):
         raise JobError(f"no features found in {what}")
     return pa.schema([field.remove_metadata() for field in schema])
 
 
-def schema_hint(limit: Optional[int]) -> str:
-    """What a worker's error adds, after naming the record that the schema cannot hold."""
+def schema_hint(limit: Optional[int], described: bool = False) -> str:
+    """What a worker's error adds, after naming the record that the schema cannot hold
+    (`described`: --features named the columns, so the feature at fault is one of them)."""
+    if limit is not None and described:
+        return (
+            f"the named features' shapes and kinds were inferred from the first {limit} records (--infer_records "
+            f"{limit}): leave --infer_records out to infer them from every record"
+        )
     if limit is not None:
         return (
             f"the schema was inferred from the first {limit} records (--infer_records {limit}): leave "
@@ -244,7 +315,7 @@ def run(args: argparse.Namespace, options) -> Summary:
             dead_letters=staged.dead_letters(),
             skip_corrupt=args.skip_corrupt,
             closed=description is None,  # every feature is a column: one that is not fails, named
-            hint=schema_hint(args.infer_records),
+            hint=schema_hint(args.infer_records, description is not None),
         )
 
     _common.run_pipeline(build, options)

@@ -634,6 +634,29 @@ def _not_a_column(name: str, row: int) -> ArrowConversionError:
     return ArrowConversionError(f"record {row}: feature {name!r} is not a column of the schema")
 
 
+def _sequence_example(lists: Mapping, row: int) -> ArrowConversionError:
+    return ArrowConversionError(f"record {row}: {_SEQUENCE_EXAMPLE_MISFIT.format(sorted(lists))}")
+
+
+_SEQUENCE_EXAMPLE_MISFIT = (
+    "the record is a SequenceExample (feature lists {}), read as an Example: its feature lists would be "
+    "left out; read SequenceExamples with --sequence (sequence=True)"
+)
+
+
+def _check_closed(payload: bytes, row: int, columns: Iterable[str]) -> None:
+    """`closed` decoding of Examples: every feature of the record is one of `columns`, and it is
+    no SequenceExample (whose feature lists an Example read would leave out)."""
+    from ._proto import parse_record
+
+    _, features, lists = parse_record(payload)
+    for name in features or {}:
+        if name not in columns:
+            raise _not_a_column(name, row)
+    if lists:
+        raise _sequence_example(lists, row)
+
+
 def _kind_of_type(t: pa.DataType) -> Optional[str]:
     """The feature kind a column of type `t` holds (through lists); None when it has none."""
     while _is_list(t):
@@ -662,14 +685,19 @@ def record_misfit(payload: bytes, schema: pa.Schema, *, sequence: bool = False, 
                 continue
             t = schema.field(name).type
             want = _kind_of_type(t)
+            leaf = t
+            while _is_list(leaf):
+                leaf = leaf.value_type
             steps = list(value.feature) if is_list else [value]
             for kind, values in map(feature_values, steps):
                 if kind is not None and want is not None and kind != want:
                     return f"feature {name!r} holds {kind} values, but its column is {t}"
+                if kind is not None and pa.types.is_null(leaf):
+                    return f"feature {name!r} holds {kind} values, but its column is {t} (no kind was seen for it)"
                 if not is_list and not _is_list(t) and len(values) != 1:
                     return f"feature {name!r} holds {len(values)} values, but its column {t} is a scalar"
     if lists and not sequence:
-        return f"the record is a SequenceExample (feature lists {sorted(lists)}), read as an Example"
+        return _SEQUENCE_EXAMPLE_MISFIT.format(sorted(lists))
     return None
 
 
@@ -713,6 +741,12 @@ def _collect(
     collector is an error."""
     for row, payload in enumerate(payloads):
         feature_map, lists = _features(payload, row, sequence)
+        if closed and not sequence:  # a SequenceExample read as an Example would lose its lists
+            from ._proto import parse_record
+
+            _, _, seq_lists = parse_record(payload)
+            if seq_lists:
+                raise _sequence_example(seq_lists, row)
         if fixed and closed:
             for name in list(feature_map) + list(lists):
                 if name not in collectors:
@@ -765,9 +799,7 @@ def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema, closed: 
     if closed:
         lengths = np.fromiter((len(p) for p in payloads), np.int64, len(payloads))
         for row in np.flatnonzero(encoded_lengths(columns, len(payloads)) != lengths):
-            for name in parse_example(payloads[row], record_number=int(row)).features.feature:
-                if name not in kinds:
-                    raise _not_a_column(name, int(row))
+            _check_closed(payloads[row], int(row), kinds)
     arrays = []
     for field in schema:
         col = columns[field.name]
