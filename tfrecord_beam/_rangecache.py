@@ -6,7 +6,8 @@ CRC32C of the data) and the data. They are written under a temporary name
 reader sees a whole entry or none; a killed writer leaves only a temporary file, which no
 reader opens and the next eviction removes once its writer is gone. Every entry read is
 checked against its header (length and CRC32C); a damaged one is deleted and reads as a miss,
-so the caller fetches the range again. The records' own CRCs are checked after that as usual.
+so the caller fetches the range again. So is anything at an entry's path that is not a regular
+file (a directory, a symlink, a FIFO: opened without following links and without blocking). The records' own CRCs are checked after that as usual.
 
 `cache_limit` bounds the bytes of all entries (headers included): before an entry is renamed
 into place, under an exclusive `flock` on `<cache_dir>/ranges/.lock`, the least recently used
@@ -27,6 +28,8 @@ import fcntl
 import hashlib
 import os
 import queue
+import shutil
+import stat
 import struct
 import threading
 import uuid
@@ -64,15 +67,14 @@ class RangeCache:
         else None (a damaged entry is deleted)."""
         path = self.path_of(key)
         try:
-            with open(path, "rb") as handle:
-                header = handle.read(_HEADER.size)
-                data = handle.read(length + 1)
+            header, data = _read_entry(path, length)
         except FileNotFoundError:
             return None
+        except OSError:  # not a regular file (a directory, a link, a FIFO), or unreadable
+            header, data = b"", b""
         if not self._whole(header, data, length):
             self.corrupt += 1
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
+            _remove_entry(path)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # most recently used
@@ -154,6 +156,27 @@ class RangeCache:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _read_entry(path: str, length: int) -> Tuple[bytes, bytes]:
+    """(header, up to `length` + 1 bytes of data) of the entry file at `path`: opened without
+    following a symlink and without blocking on a FIFO, and only read when it is a regular file
+    (else OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return handle.read(_HEADER.size), handle.read(length + 1)
+
+
+def _remove_entry(path: str) -> None:
+    """Remove what is at an entry's path, whatever it is (a directory: with its contents), so
+    the range is written there again; what cannot be removed costs the cache, never the read."""
+    with contextlib.suppress(OSError):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def _queue() -> "queue.Queue[Any]":

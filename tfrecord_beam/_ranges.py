@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import fs
+from . import _retry, fs
+from ._bounded import with_timeout
 from .errors import RemoteReadError
 
 __all__ = ["BlockMemory", "RemoteOptions", "RemoteStats", "RangeSource", "STAT_FIELDS"]
@@ -145,23 +146,24 @@ def _data_filesystem(path: str) -> Tuple[Any, str]:
 
 
 class ObjectChangedError(OSError):
-    """The object's size is not the size it had when it was listed: it was replaced, and its
-    bytes would be read against the old size and index (not retried)."""
+    """The object is not the one that was listed (another size, ETag or modification time): it
+    was replaced, and its bytes would be read against the old size, index and cached blocks
+    (not retried)."""
 
 
-def _fatal(exc: BaseException) -> bool:
-    """Errors a retry cannot mend: a missing object, a refused access, a replaced object."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, ObjectChangedError)):
-        return True
-    text = str(exc)
-    return any(word in text for word in ("NoSuchKey", "NoSuchBucket", "ACCESS_DENIED", "AccessDenied", "404"))
+def _fatal(exc: BaseException, path: str) -> bool:
+    """Errors a retry cannot mend: a replaced object, a missing one, a refused access (by type,
+    errno or HTTP status: `_retry.is_permanent`, never by a message's words)."""
+    return isinstance(exc, ObjectChangedError) or _retry.is_permanent(exc, path)
 
 
 class RangeSource:
     """One remote object of known size (and version, when the store tells it), read by range.
 
-    `version` (the object's modification time) is part of the cache key, so a replaced object
-    is never served from its predecessor's blocks. Handles are opened as needed, one per
+    `version` (`fs.FileStat.version_key`: the object's modification time and ETag) is part of
+    the cache key, so a replaced object is never served from its predecessor's blocks; every
+    file opened of it is checked to be that object (its size, and its ETag where the listing
+    had one: `tag`), so a replacement found mid-read fails naming the object. Handles are opened as needed, one per
     concurrent request (on GCS one per object, shared: `GCS_OPEN_FILES`), and dropped after a
     failure; after a fork they are opened afresh.
     """
@@ -170,13 +172,14 @@ class RangeSource:
         self,
         path: str,
         size: int,
-        version: Optional[int],
+        version: Any,
         options: RemoteOptions,
         stats: Any,
         cache: Any = None,
         memory: Optional[BlockMemory] = None,
+        tag: Optional[str] = None,
     ) -> None:
-        self.path, self.size, self.version = path, int(size), version
+        self.path, self.size, self.version, self.tag = path, int(size), version, tag
         self.memory = memory
         self.options = options
         self.block = int(options.readahead_bytes)
@@ -257,12 +260,12 @@ class RangeSource:
                 wait = min(wait * 2, 8.0)
             self.stats.add("requests")
             try:
-                data = _with_timeout(lambda: self._attempt(offset, length), float(options.timeout))
+                data = with_timeout(lambda: self._attempt(offset, length), float(options.timeout))
             except TimeoutError:
                 last = TimeoutError(f"no answer within {options.timeout:g} s")
                 continue
             except Exception as exc:  # noqa: BLE001 - a transport error of any client
-                if _fatal(exc):
+                if _fatal(exc, self.path):
                     raise _failure(self.path, offset, length, exc, attempt + 1, started) from exc
                 last = exc
                 continue
@@ -288,7 +291,7 @@ class RangeSource:
             self._give(handle)
         return bytes(data) if not isinstance(data, bytes) else data
 
-    def _shared_key(self) -> Tuple[str, int, Optional[int]]:
+    def _shared_key(self) -> Tuple[str, int, Any]:
         return (self.path, self.size, self.version)
 
     def _take(self) -> Tuple[Any, bool]:
@@ -309,11 +312,14 @@ class RangeSource:
         filesystem, inner = _data_filesystem(self.path)
         handle = open(inner, "rb") if filesystem is None else filesystem.open_input_file(inner)
         size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
-        if size != self.size:  # a new handle asks the store: the object must still be the listed one
+        tag = fs.stat_of_handle(handle).tag if self.tag is not None else None
+        if size != self.size or tag != self.tag:  # a new handle asks the store: still the listed object?
             _close(handle)
+            then = f"{self.size} bytes" + (f", ETag {self.tag}" if self.tag else "")
+            now = f"{size} bytes" + (f", ETag {tag}" if tag else "")
             raise ObjectChangedError(
-                f"{fs.split_query(self.path)[0]} is {size} bytes now but was {self.size} bytes when listed: "
-                "the object was replaced while it was being read"
+                f"{fs.split_query(self.path)[0]} is {now} now but was {then} when listed: "
+                "the object was replaced while it was being read; read it again from the start"
             )
         return handle
 
@@ -357,7 +363,7 @@ class _SharedFiles:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._files: "collections.OrderedDict[Tuple[str, int, Optional[int]], Any]" = collections.OrderedDict()
+        self._files: "collections.OrderedDict[Tuple[str, int, Any], Any]" = collections.OrderedDict()
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -366,7 +372,7 @@ class _SharedFiles:
             self._files, self._lock, self._pid = collections.OrderedDict(), threading.Lock(), os.getpid()
         return self._lock
 
-    def get(self, key: Tuple[str, int, Optional[int]], opener: Callable[[], Any]) -> Any:
+    def get(self, key: Tuple[str, int, Any], opener: Callable[[], Any]) -> Any:
         with self._here():
             found = self._files.get(key)
             if found is not None:
@@ -383,7 +389,7 @@ class _SharedFiles:
         _close(opened)  # another thread opened it meanwhile: no one else holds this one
         return found
 
-    def drop(self, key: Tuple[str, int, Optional[int]], handle: Any) -> None:
+    def drop(self, key: Tuple[str, int, Any], handle: Any) -> None:
         """Forget `handle` (after a failed request on it), if it is still the object's file."""
         with self._here():
             if self._files.get(key) is handle:
@@ -419,25 +425,3 @@ def _close(handle) -> None:
         handle.close()
     except Exception:  # noqa: BLE001
         pass
-
-
-def _with_timeout(call: Callable[[], bytes], timeout: float) -> bytes:
-    """`call()` in a daemon thread, given up (TimeoutError) after `timeout` seconds: a stalled
-    connection cannot hold the reader; the abandoned thread ends when its socket does."""
-    box: List[Any] = []
-
-    def run() -> None:
-        try:
-            box.append((True, call()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name="tfrb-range", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not box:
-        raise TimeoutError
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value

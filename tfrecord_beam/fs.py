@@ -7,6 +7,12 @@ A URI may carry a query string for its filesystem (`s3://b/x-*.tfrecord?endpoint
 such a URI (glob results, index names) keeps it, so `split_query` / `with_query` are the one
 place that takes it apart and puts it back.
 
+A remote URI's path is percent-encoded, as in any URI: it is decoded exactly once, when it is
+opened (`%25` is `%`, `%3F` is `?`, `%23` is `#`; a bare `?` starts the query string). Object
+names are data: a name a listing returns (which may hold `%`, `?` or `#`) becomes a URI only
+through `listed_uri` / `listed_path`, which encode those characters, so opening the URI reaches
+that object and no other (`d/part%41.tfrecord` is never read as `d/partA.tfrecord`).
+
 Writes go through `atomic_output`, which writes under a temporary name beside the target and
 renames on success, so an interrupted write never leaves a file that looks complete. The
 temporary name records its writer (`.NAME.tmp-PID@HOST-RANDOM`), so leftovers of a killed
@@ -41,12 +47,17 @@ from typing import (
     Union,
 )
 
+from ._bounded import BoundedFile, bounded, remote_timeout
+
 __all__ = [
     "PathLike",
     "Commit",
     "AtomicOutput",
     "split_query",
     "with_query",
+    "quote_name",
+    "listed_uri",
+    "listed_path",
     "is_remote",
     "ranged_filesystem",
     "open_input",
@@ -159,11 +170,15 @@ def _from_uri(uri: str):
         return _make_filesystem(uri)
     base, query = split_query(uri)
     bucket, inner = _bucket_path(base)
-    cache_key = (os.getpid(), scheme, bucket, query, tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT))
+    environment = tuple(os.environ.get(name) for name in _CLIENT_ENVIRONMENT)
+    cache_key = (os.getpid(), scheme, bucket, query, environment, remote_timeout())
     cached = _filesystems.get(cache_key)
     if cached is not None:
         return cached.filesystem, inner
-    filesystem, made_inner = _make_filesystem(uri)
+    # making a client is mostly local work (and a region lookup without `region=`): bounded, but
+    # never tighter than 30 s, so a busy machine does not fail it
+    made = bounded(uri, "making the client", lambda: _make_filesystem(uri), max(remote_timeout(), 30.0))
+    filesystem, made_inner = made
     if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
         _filesystems[cache_key] = _Client(filesystem)
     return filesystem, made_inner
@@ -289,10 +304,33 @@ def _make_filesystem(uri: str):
                 f"{uri}: pyarrow.fs does not know this scheme, and fsspec (its fallback) is not installed"
             ) from None
         filesystem, inner = fsspec.core.url_to_fs(uri)
-        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), inner
+        # the path decoded once, as pyarrow decodes its own URIs (`listed_uri` encoded it)
+        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), urllib.parse.unquote(inner)
     if isinstance(filesystem, getattr(pafs, "GcsFileSystem", ())):  # no limit in the URI: ours
         filesystem = _gcs_with_retry_limit(filesystem, GCS_RETRY_LIMIT_S, replace=False)
+    if isinstance(filesystem, pafs.S3FileSystem):
+        filesystem = _s3_with_timeouts(filesystem, remote_timeout())
     return filesystem, inner
+
+
+def _s3_with_timeouts(filesystem, seconds: float):
+    """The same S3 client whose requests end after `seconds` without progress (the AWS SDK's
+    request and connect timeouts, unless the URI set them): a server stalling mid-body ends
+    the request in the client itself, so no call is left hanging in it (`_bounded` gives the
+    caller up at the same bound; a call still inside the client held the process's exit)."""
+    from pyarrow import fs as pafs
+
+    try:
+        settings = dict(filesystem.__reduce__()[1][0])
+        for name in ("connect_timeout", "request_timeout"):
+            if settings.get(name) is None or settings[name] < 0:
+                settings[name] = seconds
+        proxy = settings.pop("proxy_options", None)
+        if proxy and proxy.get("host"):
+            settings["proxy_options"] = proxy
+        return pafs.S3FileSystem(**settings)
+    except (TypeError, ValueError, IndexError, KeyError):  # pragma: no cover - another pyarrow
+        return filesystem
 
 
 # The query parameters of a gs:// URI: pyarrow's own, and `anonymous` (ours: pyarrow's URI
@@ -367,6 +405,31 @@ def with_query(path: str, query: str) -> str:
     return path + query if query else path
 
 
+# What a listed object name must have encoded to stand in a URI's path: `%` (else decoded), `?`
+# (else a query string) and `#` (else a fragment).
+_URI_RESERVED = {"%": "%25", "?": "%3F", "#": "%23"}
+
+
+def quote_name(name: str) -> str:
+    """An object name (or `bucket/key`) as it is written in a URI's path: `%`, `?` and `#`
+    percent-encoded, everything else as it is (opening the URI decodes it back, once)."""
+    return "".join(_URI_RESERVED.get(ch, ch) for ch in name)
+
+
+def listed_uri(scheme: str, listed: str, query: str = "", user: str = "") -> str:
+    """The URI of an object a listing of `scheme://` returned as `listed` (`bucket/key`, the
+    filesystem's own path): the one place a listed name becomes something to open. `query`
+    (`split_query`'s) and `user` (`KEY:SECRET@`) come from the URI that was listed."""
+    return with_query(f"{scheme}://{user}{quote_name(listed.lstrip('/') if scheme == 'memory' else listed)}", query)
+
+
+def listed_path(directory: PathLike, name: str) -> str:
+    """The path of the file `name` that listing `directory` found: a local path joined as it
+    is; a URI with `name` encoded (`quote_name`), its query string kept at the end."""
+    directory = os.fspath(directory)
+    return join(directory, quote_name(name)) if is_remote(directory) else join(directory, name)
+
+
 def is_remote(path: PathLike) -> bool:
     """True for URIs other than file:// (these go through pyarrow.fs)."""
     path = os.fspath(path)
@@ -378,17 +441,20 @@ def open_input(path: PathLike) -> BinaryIO:
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is None:
         return io.open(inner, "rb")
+    on_gcs = isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ()))
+
+    def opened() -> Any:
+        handle = filesystem.open_input_file(inner)
+        return _EndSafeFile(handle, os.fspath(path)) if on_gcs else handle
+
     try:
         with _remote_errors(path):
-            handle = filesystem.open_input_file(inner)
+            handle = bounded(path, "open", opened)
     except FileNotFoundError as exc:  # pyarrow's GCS error names no object: name the URI
         raise FileNotFoundError(
             errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
         ) from None
-    if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):
-        with _remote_errors(path):
-            return _EndSafeFile(handle, os.fspath(path))  # type: ignore[return-value]
-    return handle
+    return BoundedFile(handle, os.fspath(path))  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -495,8 +561,8 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
     replace files by rename, which is safe): hold it briefly, or watch the file's size."""
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is not None:
-        with _remote_errors(path), filesystem.open_input_file(inner) as remote:
-            return remote.read(), None
+        with _remote_errors(path):
+            return bounded(path, "read whole", lambda: _read_whole(filesystem, inner)), None
     handle = io.open(inner, "rb")
     try:
         if os.fstat(handle.fileno()).st_size == 0:  # mmap refuses an empty file
@@ -506,6 +572,11 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
     except BaseException:
         handle.close()
         raise
+
+
+def _read_whole(filesystem: Any, inner: str) -> bytes:
+    with filesystem.open_input_file(inner) as remote:
+        return remote.read()
 
 
 @contextlib.contextmanager
@@ -528,23 +599,72 @@ def file_size(path: PathLike) -> int:
 
 
 class FileStat(NamedTuple):
-    """A file's size, and its version where the store tells one (modification time in ns)."""
+    """One identity of a file or remote object: its size, its modification time in ns where
+    the store tells one (`version`), and its entity tag where the store gives one with the
+    size at no extra request (`tag`: S3's ETag). Taken when a dataset lists its files and
+    compared again before the object is read in a later pass (`torch._files.FileSet`) and at
+    every open of it (`_ranges.RangeSource`), and part of every cache key of its blocks, so
+    two versions of an object are never mixed."""
 
     size: int
     version: Optional[int]
+    tag: Optional[str] = None
+
+    @property
+    def version_key(self) -> str:
+        """What tells this version from another of the same size (cache keys, shared files)."""
+        return f"{self.version}|{self.tag}"
+
+    def describe(self) -> str:
+        """The identity in words, for errors."""
+        tag = f", ETag {self.tag}" if self.tag else ""
+        return f"{self.size} bytes, modified {self.version} ns{tag}"
 
 
 def file_stat(path: PathLike) -> FileStat:
-    """Size and version of a path or URI in one call (a local file: its mtime too)."""
+    """Size and version of a path or URI in one call (a local file: its mtime too; an S3
+    object: its ETag too, from the same HEAD request)."""
     filesystem, inner = _split_uri(os.fspath(path))
     if filesystem is None:
         info = os.stat(inner)
         return FileStat(info.st_size, info.st_mtime_ns)
+    if isinstance(filesystem, _pafs().S3FileSystem):
+        return _s3_stat(path, filesystem, inner)
     with _remote_errors(path):
-        found = filesystem.get_file_info(inner)
+        found = bounded(path, "stat", lambda: filesystem.get_file_info(inner))
     if found.size is None:
         raise FileNotFoundError(f"{os.fspath(path)}: no such object")
     return FileStat(int(found.size), found.mtime_ns)
+
+
+def _s3_stat(path: PathLike, filesystem: Any, inner: str) -> FileStat:
+    """An S3 object's identity from one HEAD request (pyarrow's open: size, ETag, mtime)."""
+    try:
+        with _remote_errors(path):
+            handle = bounded(path, "stat", lambda: filesystem.open_input_file(inner))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{os.fspath(path)}: no such object") from None
+    try:
+        return stat_of_handle(handle)
+    finally:
+        handle.close()
+
+
+def stat_of_handle(handle: Any) -> FileStat:
+    """The identity (`FileStat`) an open pyarrow S3 file learnt at its open (no request)."""
+    import datetime
+
+    meta = handle.metadata() if hasattr(handle, "metadata") else {}
+    tag = meta.get("ETag") or meta.get("etag")
+    modified = meta.get("Last-Modified")
+    version = None
+    if modified:
+        try:
+            when = datetime.datetime.fromisoformat(modified.decode().replace("Z", "+00:00"))
+            version = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+        except ValueError:
+            version = None
+    return FileStat(int(handle.size()), version, tag.decode("utf-8", "replace") if tag else None)
 
 
 def exists(path: PathLike) -> bool:
@@ -555,7 +675,7 @@ def exists(path: PathLike) -> bool:
     from pyarrow import fs as pafs
 
     with _remote_errors(path):
-        return filesystem.get_file_info(inner).type == pafs.FileType.File
+        return bounded(path, "stat", lambda: filesystem.get_file_info(inner)).type == pafs.FileType.File
 
 
 GLOB_CHARS = "*?["
@@ -640,7 +760,8 @@ def list_dir(directory: PathLike) -> List[str]:
     from pyarrow import fs as pafs
 
     with _remote_errors(directory):
-        infos = filesystem.get_file_info(pafs.FileSelector(inner.rstrip("/"), allow_not_found=True))
+        selector = pafs.FileSelector(inner.rstrip("/"), allow_not_found=True)
+        infos = bounded(directory, "list", lambda: filesystem.get_file_info(selector))
     return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
 
@@ -671,7 +792,9 @@ def is_dir(path: PathLike) -> bool:
     from pyarrow import fs as pafs
 
     with _remote_errors(path):
-        return filesystem.get_file_info(inner.rstrip("/")).type == pafs.FileType.Directory
+        return (
+            bounded(path, "stat", lambda: filesystem.get_file_info(inner.rstrip("/"))).type == pafs.FileType.Directory
+        )
 
 
 def data_files(target: PathLike) -> List[str]:
@@ -682,7 +805,7 @@ def data_files(target: PathLike) -> List[str]:
     target = os.fspath(target)
     if not is_pattern(target) and is_dir(target):
         if "://" in target:
-            candidates = [join(target, n) for n in list_dir(target) if ".tfrecord" in n]
+            candidates = [listed_path(target, n) for n in list_dir(target) if ".tfrecord" in n]
         else:
             found = sorted(_glob.glob(os.path.join(_glob.escape(target), "*.tfrecord*")))
             refuse_broken_links(found)
@@ -745,7 +868,8 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
     authority = rest.split("/", 1)[0]
     user = authority.rsplit("@", 1)[0] + "@" if "@" in authority else ""  # s3://KEY:SECRET@bucket keeps its keys
     with _remote_errors(pattern):
-        infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        infos = bounded(pattern, "list", lambda: filesystem.get_file_info(selector))
     wanted = inner.split("/")  # as a local glob: `*` stays within one path segment
 
     def matches(path: str) -> bool:
@@ -753,9 +877,7 @@ def _remote_glob(pattern: str, filesystem, inner: str) -> List[str]:
         return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
 
     return sorted(
-        with_query(f"{scheme}://{i.path.lstrip('/') if scheme == 'memory' else user + i.path}", query)
-        for i in infos
-        if i.type == pafs.FileType.File and matches(i.path)
+        listed_uri(scheme, i.path, query, user) for i in infos if i.type == pafs.FileType.File and matches(i.path)
     )
 
 

@@ -6,7 +6,9 @@ answer passed back, unless `fault(method, path, headers)` says otherwise for tha
 
 * `("status", 503)`: answer with that status and an S3 error body, without asking the server;
 * `("stall", seconds)`: wait that long before doing anything (the client times out first);
-* `("cut", n)`: pass the server's headers and only n bytes of the body, then close.
+* `("cut", n)`: pass the server's headers and only n bytes of the body, then close;
+* `("hang", n)`: pass the server's headers and only n bytes of the body, then send nothing
+  more, the connection held open until the proxy stops (a server stalling mid-body).
 
 `requests` lists (method, path, Range header) of every request that arrived, faults included;
 `served` lists (method, path, body bytes) of every answer the server gave.
@@ -43,6 +45,7 @@ class FaultProxy:
         self.requests: List[Tuple[str, str, Optional[str]]] = []
         self.served: List[Tuple[str, str, int]] = []
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # ends the "hang" faults
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -71,6 +74,7 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -122,6 +126,12 @@ class FaultProxy:
             handler.send_header("Content-Length", size or str(len(data)))
             handler.end_headers()
             if method == "HEAD":
+                return
+            if fault is not None and fault[0] == "hang":
+                handler.wfile.write(data[: fault[1]])
+                handler.wfile.flush()
+                self._stopping.wait(120)
+                handler.close_connection = True
                 return
             if fault is not None and fault[0] == "cut":
                 handler.wfile.write(data[: fault[1]])

@@ -8,6 +8,7 @@ imports this module instead, never both. `file://` URIs become plain local paths
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob as _glob
 import io
 import os
@@ -103,9 +104,17 @@ def _s3_options():
 def open_input(path: str) -> BinaryIO:
     """Open a file for binary reading (seekable for local, gs:// and s3:// files).
 
-    The handle's `name` is the path, so the core's readers name it in their errors.
+    The handle's `name` is the path, so the core's readers name it in their errors. A missing
+    object is FileNotFoundError on every scheme (Beam's gs:// open raises google-cloud's
+    NotFound, which is no OSError: callers asking "is there an index?" took it for a failure).
     """
-    handle = _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    try:
+        raw = FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED)
+    except Exception as exc:
+        if getattr(exc, "code", None) == 404:  # google.api_core.exceptions.NotFound
+            raise FileNotFoundError(errno.ENOENT, "no such object", os.fspath(path)) from exc
+        raise
+    handle = _Named(raw, os.fspath(path))
     return cast(BinaryIO, handle)  # an io.RawIOBase: the binary file methods, not typing's BinaryIO class
 
 

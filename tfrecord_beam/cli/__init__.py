@@ -29,7 +29,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .. import _usage
+from .. import _bounded, _usage
 from .. import compression as _compression
 
 PROG = "tfrecord-beam"
@@ -67,8 +67,24 @@ def _add(sub, name: str, handler: str, help_text: str, description: str) -> argp
     parser.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, globs, directories or URIs")
     _compression.add_argument(parser, "--compression", default="auto", auto=True, what="the files' codec")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
+    parser.add_argument(
+        "--timeout",
+        type=_timeout_seconds,
+        metavar="SECONDS",
+        help="give up a remote call (s3://, gs://: an open, a listing, a read) that has no answer within "
+        f"this many seconds, naming the object and the byte range (default: ${_bounded.TIMEOUT_ENV}, "
+        f"else {_bounded.DEFAULT_TIMEOUT_S:g})",
+    )
     parser.set_defaults(handler=handler)
     return parser
+
+
+def _timeout_seconds(text: str) -> float:
+    """argparse type of --timeout: seconds > 0."""
+    try:
+        return _bounded.parse_timeout(text, "--timeout")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,6 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from . import commands
 
+    _bounded.set_remote_timeout(args.timeout)  # None: $TFRECORD_BEAM_TIMEOUT, else the default
     try:
         commands.prepare(args)
         return getattr(commands, args.handler)(args)
@@ -185,6 +202,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError) as exc:  # naming the inputs failed (a bad URI, an unreachable store)
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return _usage.EXIT_FAILURE
+    finally:
+        _bounded.set_remote_timeout(None)  # the flag is this run's (main may be called again in-process)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .. import index as _index
 from .. import manifest as _manifest
 from .._engine._common import HEADER_SIZE
 from .._rangecache import RangeCache
-from .._ranges import STAT_FIELDS, BlockMemory, RangeSource, RemoteOptions
+from .._ranges import STAT_FIELDS, BlockMemory, ObjectChangedError, RangeSource, RemoteOptions
 from .._readahead import ReadAheadFile, ReadAheadPlan
 from .._reader import DEFAULT_CHUNK_SIZE, ReadSpan, RecordReader
 from ..blockgzip import MemberTable
@@ -176,6 +176,7 @@ class FileSet:
         self.remote_counts = remote_counts if remote_counts is not None else RemoteCounts()
         self._stats: Dict[int, fs.FileStat] = {}
         self._sources: Dict[int, RangeSource] = {}
+        self._checked: Set[int] = set()  # remote files checked to be the listed objects in this pass
         self._memory: Optional[BlockMemory] = None  # `keep_blocks`
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
@@ -341,20 +342,52 @@ class FileSet:
 
     # -- files and their bytes -------------------------------------------------------------------
     def stat(self, i: int) -> fs.FileStat:
-        """Size (and version, for remote files) of file `i`, asked once."""
+        """The identity of file `i` (size; version and ETag for remote files) when the set was
+        listed, asked once: every plan, index check and cache key of the file is of this one."""
         found = self._stats.get(i)
         if found is None:
             found = self._stats[i] = fs.file_stat(self.paths[i])
         return found
 
+    def new_pass(self) -> None:
+        """A new pass over the files begins (an epoch's stream): each remote file read in it is
+        checked again to be the object listed (`source`), so a replaced object is refused
+        rather than read from its predecessor's cached blocks or against its old index."""
+        self._checked = set()
+
+    def _check_identity(self, i: int) -> None:
+        """ObjectChangedError naming remote file `i` when the store's object is no longer the
+        one listed (another size, modification time or ETag)."""
+        listed = self.stat(i)
+        now = fs.file_stat(self.paths[i])
+        if now != listed:
+            raise ObjectChangedError(
+                f"{fs.split_query(self.paths[i])[0]} was replaced after this dataset listed it (then: "
+                f"{listed.describe()}; now: {now.describe()}): its planned reads, index and cached blocks are "
+                "of the old object; make a new dataset to read the new one"
+            )
+
     def source(self, i: int) -> RangeSource:
-        """The ranges of remote file `i` (this process's reader of them)."""
+        """The ranges of remote file `i` (this process's reader of them), checked once per pass
+        (`new_pass`) to be the object listed."""
+        if i not in self._checked and i in self._stats:
+            self._check_identity(i)
+        self._checked.add(i)
         found = self._sources.get(i)
         if found is None:
             remote = self.remote
             cache = None if remote.cache_dir is None else RangeCache(remote.cache_dir, remote.cache_limit)
             stat = self.stat(i)
-            found = RangeSource(self.paths[i], stat.size, stat.version, remote, self.remote_counts, cache, self._memory)
+            found = RangeSource(
+                self.paths[i],
+                stat.size,
+                stat.version_key,
+                remote,
+                self.remote_counts,
+                cache,
+                self._memory,
+                tag=stat.tag,
+            )
             self._sources[i] = found
         return found
 
@@ -459,6 +492,7 @@ class FileSet:
 
         With `skip_corrupt` the skip is counted by reading: a resumed position counts records
         handed out, which a skipped corrupt record is not, and the index's numbers count it."""
+        self.new_pass()
         unread = not self.skip_corrupt
         plan = self.plan(_skipped(pieces, skip if unread else 0))
         try:

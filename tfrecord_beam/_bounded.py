@@ -1,0 +1,168 @@
+"""Bounded waits for remote calls: every call to an object store made outside the range reads
+of `_ranges` (open, stat, list, and the reads of `fs.open_input`'s files) is given up after
+`remote_timeout()` seconds, with an error naming the object and what was asked (the byte range
+of a read), instead of waiting for the client's own timeouts (a server that stalls mid-body
+held `tfrecord-beam count` for ~5 minutes on S3 and longer on GCS).
+
+The timeout is per call and covers the client's own retries inside it, so one call never waits
+longer; `_ranges` gives each range request the same bound (its `timeout`) and a bounded number
+of attempts. The default is `DEFAULT_TIMEOUT_S`; the environment variable `TIMEOUT_ENV`
+(seconds) changes it for a process and its children, and the CLI's `--timeout` sets it
+(`set_remote_timeout`).
+
+A call that is given up keeps running on its (daemon) thread until its socket ends; the file it
+was made on is not used again (`BoundedFile`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, List, Optional, TypeVar
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV",
+    "RemoteTimeoutError",
+    "BoundedFile",
+    "bounded",
+    "remote_timeout",
+    "set_remote_timeout",
+    "with_timeout",
+]
+
+DEFAULT_TIMEOUT_S = 60.0
+TIMEOUT_ENV = "TFRECORD_BEAM_TIMEOUT"
+_override: Optional[float] = None
+T = TypeVar("T")
+
+
+class RemoteTimeoutError(TimeoutError):
+    """A remote call had no answer within the timeout (names the object and what was asked)."""
+
+
+def parse_timeout(text: str, where: str) -> float:
+    """Seconds > 0 from `text` (ValueError naming `where` otherwise)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"{where}={text!r}: not a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{where}={text!r}: the timeout must be a number of seconds > 0")
+    return seconds
+
+
+def set_remote_timeout(seconds: Optional[float]) -> None:
+    """Set this process's bound on one remote call (None: back to the environment's or the default)."""
+    global _override
+    _override = None if seconds is None else parse_timeout(str(seconds), "timeout")
+
+
+def remote_timeout() -> float:
+    """Seconds one remote call may take: `set_remote_timeout`'s, else `$TFRECORD_BEAM_TIMEOUT`,
+    else `DEFAULT_TIMEOUT_S`."""
+    if _override is not None:
+        return _override
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    return parse_timeout(text, TIMEOUT_ENV) if text else DEFAULT_TIMEOUT_S
+
+
+def with_timeout(call: Callable[[], T], timeout: float) -> T:
+    """`call()` in a daemon thread, given up (TimeoutError) after `timeout` seconds: a stalled
+    connection cannot hold the caller; the abandoned thread ends when its socket does."""
+    box: List[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="tfrb-remote-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float] = None) -> T:
+    """`call()` (a remote call about `path`: `what` says which, e.g. "stat" or "bytes 0-99"),
+    RemoteTimeoutError naming both when it has no answer within `timeout` (default
+    `remote_timeout()`)."""
+    seconds = remote_timeout() if timeout is None else timeout
+    try:
+        return with_timeout(call, seconds)
+    except TimeoutError as exc:
+        if isinstance(exc, RemoteTimeoutError) or str(exc):
+            raise
+        name = os.fspath(path).split("?", 1)[0]
+        raise RemoteTimeoutError(
+            f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
+            f"set the bound with --timeout or ${TIMEOUT_ENV})"
+        ) from None
+
+
+class BoundedFile:
+    """A remote file whose every call is `bounded`, naming the object and the byte range; after a
+    call was given up the file is not used again (its client may still be inside that call)."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner = inner
+        self.name = name
+        self._stalled = False
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        if self._stalled:
+            raise RemoteTimeoutError(f"{self.name}: {what}: an earlier call on this file stalled; open it again")
+        try:
+            return bounded(self.name, what, call)
+        except TimeoutError:
+            self._stalled = True
+            raise
+
+    def _span(self, start: int, nbytes: Optional[int]) -> str:
+        if nbytes is None or nbytes < 0:
+            return f"bytes {start}- (to the end)"
+        return f"bytes {start}-{start + max(nbytes, 1) - 1}"
+
+    def read(self, nbytes: Optional[int] = None) -> bytes:
+        start = self._inner.tell()
+        return self._call(
+            self._span(start, nbytes),
+            lambda: self._inner.read() if nbytes is None or nbytes < 0 else self._inner.read(nbytes),
+        )
+
+    def readinto(self, buffer: Any) -> int:
+        start = self._inner.tell()
+        return self._call(self._span(start, len(buffer)), lambda: self._inner.readinto(buffer))
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        return self._call(self._span(offset, nbytes), lambda: self._inner.read_at(nbytes, offset))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._call(f"seek to {offset}", lambda: self._inner.seek(offset, whence))
+
+    def size(self) -> int:
+        return self._call("size", self._inner.size)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+    def close(self) -> None:
+        if self._stalled:  # its client is inside a call: close it when that ends
+            threading.Thread(target=self._inner.close, name="tfrb-remote-close", daemon=True).start()
+            return
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> "BoundedFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
