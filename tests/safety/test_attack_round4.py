@@ -84,7 +84,12 @@ def test_holds_a_data_file_of_any_codec_or_link_is_never_an_index_target(tmp_pat
     write_records(str(data), _payloads(3))
     create_index(str(data), str(tmp_path / "x.tfrecord.idx"))
     create_index(str(data), str(tmp_path / "x.tfrecord.idx"))
-    for codec, suffix in [(None, ".tfrecord"), ("gzip", ".tfrecord.gz"), ("zlib", ".tfrecord.zlib"), ("zstd", ".tfrecord.zst")]:
+    for codec, suffix in [
+        (None, ".tfrecord"),
+        ("gzip", ".tfrecord.gz"),
+        ("zlib", ".tfrecord.zlib"),
+        ("zstd", ".tfrecord.zst"),
+    ]:
         src = tmp_path / f"d{suffix}"
         write_records(str(src), _payloads(1), compression=codec)
         for target in ("copy.idx", "copy.tfindex"):
@@ -160,7 +165,9 @@ def test_reshard_100000_shards_of_750_records_is_refused_or_warned_before_it_wri
 # --- item 12: runner scripts ------------------------------------------------------------------
 
 
-VERSITYGW = Path(os.environ.get("TFRB_CACHE", Path.home() / ".cache" / "tfrecord_beam")) / "versitygw-v1.8.0" / "versitygw"
+VERSITYGW = (
+    Path(os.environ.get("TFRB_CACHE", Path.home() / ".cache" / "tfrecord_beam")) / "versitygw-v1.8.0" / "versitygw"
+)
 
 
 @pytest.fixture
@@ -182,7 +189,9 @@ def test_s3_start_refuses_at_once_a_port_whose_holder_never_accepts(checkout):
     holder.listen(0)
     port = holder.getsockname()[1]
     filler = socket.create_connection(("127.0.0.1", port), timeout=5)  # fills the queue of 1
-    env = dict(os.environ, TFRB_S3_PORT=str(port), TFRB_S3_DATA=str(checkout / "s3"), TFRB_CACHE=str(VERSITYGW.parents[1]))
+    env = dict(
+        os.environ, TFRB_S3_PORT=str(port), TFRB_S3_DATA=str(checkout / "s3"), TFRB_CACHE=str(VERSITYGW.parents[1])
+    )
     proc = subprocess.Popen(
         [str(checkout / "runners" / "s3.sh"), "start"],
         env=env,
@@ -230,7 +239,9 @@ def test_stop_never_kills_a_foreign_process_named_by_a_pid_file_without_its_star
     state.mkdir(parents=True)
     (state / "s3.pid").write_text(f"{stranger.pid}\n")
     env = dict(os.environ, TFRB_S3_PORT="1", TFRB_S3_DATA=str(checkout / "s3"), TFRB_CACHE=str(checkout / "cache"))
-    done = subprocess.run([str(checkout / "runners" / "s3.sh"), "stop"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(checkout / "runners" / "s3.sh"), "stop"], env=env, capture_output=True, text=True, timeout=60
+    )
     time.sleep(0.3)
     assert _alive(stranger.pid), f"stop killed a process it did not start: {done.stderr}"
 
@@ -255,7 +266,14 @@ def test_holds_json_and_stderr_are_utf8_for_odd_names_and_proc_files_are_bad_dat
     exit 3 on count, inspect and verify."""
     folder = tmp_path / "d"
     folder.mkdir()
-    names = [b"bad\xff.tfrecord", b"new\nline.tfrecord", b"back\\slash.tfrecord", b'q"uote.tfrecord', b"\xed\xa0\x80s.tfrecord", b"c\x01.tfrecord"]
+    names = [
+        b"bad\xff.tfrecord",
+        b"new\nline.tfrecord",
+        b"back\\slash.tfrecord",
+        b'q"uote.tfrecord',
+        b"\xed\xa0\x80s.tfrecord",
+        b"c\x01.tfrecord",
+    ]
     for name in names:
         write_records(os.fsdecode(os.fsencode(str(folder)) + b"/" + name), _payloads(2))
     bad = os.fsencode(str(folder)) + b"/cut\xfe.tfrecord"
@@ -264,13 +282,19 @@ def test_holds_json_and_stderr_are_utf8_for_odd_names_and_proc_files_are_bad_dat
         handle.truncate(os.path.getsize(bad) - 3)
     for command in ("count", "inspect", "verify", "schema"):
         done = subprocess.run(
-            [sys.executable, "-m", "tfrecord_beam.cli", command, "--json", str(folder)], env=_env(), capture_output=True, timeout=120
+            [sys.executable, "-m", "tfrecord_beam.cli", command, "--json", str(folder)],
+            env=_env(),
+            capture_output=True,
+            timeout=120,
         )
         assert done.returncode == 3, done.stderr
         json.loads(done.stdout.decode("utf-8"))
         done.stderr.decode("utf-8")
     for command in ("count", "inspect", "verify"):
         done = subprocess.run(
-            [sys.executable, "-m", "tfrecord_beam.cli", command, "-q", "/proc/self/status"], env=_env(), capture_output=True, timeout=120
+            [sys.executable, "-m", "tfrecord_beam.cli", command, "-q", "/proc/self/status"],
+            env=_env(),
+            capture_output=True,
+            timeout=120,
         )
         assert done.returncode == 3, (command, done.stderr)
