@@ -12,7 +12,6 @@ import errno
 import glob as _glob
 import io
 import os
-import uuid
 from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
@@ -361,7 +360,7 @@ def atomic_output(path: str) -> Iterator[Tuple[BinaryIO, "_Commit"]]:
         commit = _Commit(None, final, handle)
     else:
         head, tail = FileSystems.split(final)
-        temp = FileSystems.join(head, f".{tail}{_core_fs.TEMP_MARK}{_core_fs.temp_owner_tag()}-{uuid.uuid4().hex[:12]}")
+        temp = FileSystems.join(head, _core_fs.temp_basename(tail))
         handle = _LazyWriter(temp)
         commit = _Commit(temp, final, handle)
     try:
