@@ -107,3 +107,31 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_fetched_again(remote, tmp_p
     assert victim.is_file() and not victim.is_symlink()  # written again, a regular file
     raw = victim.read_bytes()
     assert RangeCache._whole(raw[:24], raw[24:], len(raw) - 24)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_elastic_order_refuses_an_object_replaced_between_epochs(remote, tmp_path, workers):
+    """The elastic order reads through the same per-pass identity check as the per-shard path
+    (`FileSet.new_pass`): with `cache_dir`, epoch 1 never returns the old object's cached
+    records; it fails naming the object (0 and 2 DataLoader workers)."""
+    old, size = _upload(remote, tmp_path, 2000)
+    ds = _dataset(remote, elastic=True, cache_dir=str(tmp_path / "cache"))
+
+    def epoch_ids():
+        if workers == 0:
+            return ids_of(ds.iter_worker(0, 1))
+        from helpers.remote_data import iterating
+
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        with iterating(loader) as batches:
+            return ids_of(batches)
+
+    ds.set_epoch(0)
+    assert sorted(epoch_ids()) == old
+    new, new_size = _upload(remote, tmp_path, 9000)  # same size, same index, other records
+    assert new_size == size
+    ds.set_epoch(1)
+    with pytest.raises(OSError, match=r"v\.tfrecord was replaced after this dataset listed it.*ETag"):
+        epoch_ids()
+    fresh = _dataset(remote, elastic=True, cache_dir=str(tmp_path / "cache"))
+    assert sorted(ids_of(fresh.iter_worker(0, 1))) == new
