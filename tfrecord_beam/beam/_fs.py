@@ -3,6 +3,14 @@
 
 The same small surface as the core's `tfrecord_beam.fs` (which uses pyarrow.fs): Beam code
 imports this module instead, never both. `file://` URIs become plain local paths.
+
+Paths follow the core's one rule for object names (docs/cli.md): a remote URI's path is
+percent-encoded and is decoded exactly once, where it is handed to Beam's FileSystems
+(`_beam`: `%25` is a `%` of the key, `%3F` a `?`, `%23` a `#`); every path this module
+returns for an object a listing or match found is named by the core's one encoder
+(`fs.listed_uri`, through `_listed`), so `in/part%41.tfrecord` is `.../part%2541.tfrecord` and
+is never read as `in/partA.tfrecord`. A bare `?` in a remote URI would start a query string,
+which Beam's filesystems do not take (their options are pipeline flags): refused.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import contextlib
 import glob as _glob
 import io
 import os
+import urllib.parse
 import uuid
 from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
@@ -21,9 +30,33 @@ from .. import fs as _core_fs  # only its naming rules (temporary names, globs),
 
 
 def plain(path: str) -> str:
-    """A path Beam's FileSystems accept: `file://` URIs become plain local paths."""
+    """The path in this module's form: `file://` URIs become plain local paths (a remote URI
+    stays percent-encoded: `_beam` decodes it for Beam's FileSystems)."""
     path = os.fspath(path)
     return path[len("file://") :] if path.startswith("file://") else path
+
+
+def _beam(path: str) -> str:
+    """`path` as Beam's FileSystems take it: a remote URI's path percent-decoded once (the
+    core's rule, `fs._bucket_path`); local paths as they are. ValueError for a bare `?`."""
+    path = plain(path)
+    if not _core_fs.is_remote(path):
+        return path
+    if "?" in path:
+        raise ValueError(
+            f"{path}: a '?' in a URI starts a query string, which a job's paths do not take (the store's "
+            "options are Beam flags such as --s3_endpoint_url); write a '?' of an object name as %3F"
+        )
+    return urllib.parse.unquote(path)
+
+
+def _listed(found: str) -> str:
+    """The path of an object Beam's FileSystems named `found` (its own, decoded spelling): a
+    remote one as a URI with its name encoded by the core's one encoder (`fs.listed_uri`)."""
+    if not _core_fs.is_remote(found):
+        return found
+    scheme, rest = found.split("://", 1)
+    return _core_fs.listed_uri(scheme, rest)
 
 
 def set_options(options) -> None:
@@ -105,7 +138,7 @@ def open_input(path: str) -> BinaryIO:
 
     The handle's `name` is the path, so the core's readers name it in their errors.
     """
-    handle = _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    handle = _Named(FileSystems.open(_beam(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
     return cast(BinaryIO, handle)  # an io.RawIOBase: the binary file methods, not typing's BinaryIO class
 
 
@@ -176,7 +209,7 @@ def record_writer(path: str, compression: Optional[str] = "auto", index_path=Non
 
 def read_bytes(path: str) -> bytes:
     """The whole content of a (small) file."""
-    with FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with FileSystems.open(_beam(path), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 
 
@@ -189,12 +222,12 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def rename(source: str, destination: str) -> None:
     """Move one file (a copy + delete on object stores)."""
-    FileSystems.rename([plain(source)], [plain(destination)])
+    FileSystems.rename([_beam(source)], [_beam(destination)])
 
 
 def mkdirs(path: str) -> None:
     """Make a directory and its parents (nothing to do on object stores); existing is fine."""
-    path = plain(path)
+    path = _beam(path)
     if not FileSystems.exists(path):
         try:
             FileSystems.mkdirs(path)
@@ -210,8 +243,12 @@ def split(path: str) -> Tuple[str, str]:
 
 def escape(path: str) -> str:
     """`path` as a glob matching only itself: Beam's match (and its local delete) read
-    [ ] * ? as glob characters, also in a directory or name that merely holds them."""
-    return _glob.escape(plain(path))
+    [ ] * ? as glob characters, also in a directory or name that merely holds them (a remote
+    URI is escaped as Beam sees it, decoded, and encoded again: `%3F` stays one `?`)."""
+    path = plain(path)
+    if _core_fs.is_remote(path):
+        return _listed(_glob.escape(_beam(path)))
+    return _glob.escape(path)
 
 
 def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
@@ -226,7 +263,8 @@ def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
 def list_names(directory: str, pattern: str = "*") -> List[str]:
     """Names of the files directly in `directory` (taken literally, whatever characters it
     holds) matching `pattern` ([] when there are none); literal parts of `pattern` go
-    through `escape`."""
+    through `escape`. Names are as a URI's path writes them (`fs.quote_name`), ready for
+    `join`."""
     return sorted(split(m.path)[1] for m in _matched(join(escape(directory), pattern)))
 
 
@@ -235,7 +273,7 @@ def file_size(path: str) -> int:
     match reads them as glob characters on object stores too). A missing file is a
     FileNotFoundError naming it, as the core's `fs.file_size`."""
     path = plain(path)
-    found = FileSystems.match([escape(path) if _core_fs.is_glob(path) else path], [1])[0].metadata_list
+    found = FileSystems.match([_beam(escape(path))], [1])[0].metadata_list
     if not found:
         raise FileNotFoundError(f"{path}: no such file")
     return found[0].size_in_bytes
@@ -243,7 +281,7 @@ def file_size(path: str) -> int:
 
 def exists(path: str) -> bool:
     """Whether a file (or directory) exists."""
-    return FileSystems.exists(plain(path))
+    return FileSystems.exists(_beam(path))
 
 
 def join(directory: str, name: str) -> str:
@@ -259,13 +297,14 @@ def is_dir(path: str) -> bool:
         return os.path.isdir(path)
     if _core_fs.is_glob(path):
         return False
-    if not path.endswith("/") and FileSystems.match([path], [1])[0].metadata_list:
+    if not path.endswith("/") and FileSystems.match([_beam(escape(path))], [1])[0].metadata_list:
         return False  # an object of that name
-    return bool(FileSystems.match([path.rstrip("/") + "/*"], [1])[0].metadata_list)
+    return bool(FileSystems.match([_beam(escape(path.rstrip("/")) + "/*")], [1])[0].metadata_list)
 
 
 def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
-    """Files matching a path, glob or list of them, sorted per pattern, in pattern order."""
+    """Files matching a path, glob or list of them, sorted per pattern, in pattern order (a
+    path without glob characters as it is; matches named as `_listed` says)."""
     if isinstance(patterns, str):
         patterns = [patterns]
     out: List[str] = []
@@ -281,7 +320,8 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
 
 
 def match(pattern: str) -> List[FileMetadata]:
-    """The FileMetadata (path, size) of the files a path or glob matches (none: empty list)."""
+    """The FileMetadata (path, size) of the files a path or glob matches (none: empty list),
+    each path named as `_listed` says."""
     return _matched(plain(pattern))
 
 
@@ -290,8 +330,12 @@ def _matched(pattern: str) -> List[FileMetadata]:
     empty object named `dir/` (pyarrow, S3 consoles and posix-backed S3 servers make them) that
     `s3://b/dir/*` matches is a directory, never a data file. Taken for one, it would shift the
     numbering of the real files (and so a seeded job's random streams) and be listed as an
-    input in manifests."""
-    return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
+    input in manifests. Paths are named as `_listed` says (the pattern is decoded once: `_beam`)."""
+    return [
+        FileMetadata(_listed(m.path), m.size_in_bytes, m.last_updated_in_seconds)
+        for m in FileSystems.match([_beam(pattern)])[0].metadata_list
+        if not m.path.endswith("/")
+    ]
 
 
 def delete(paths: Sequence[str]) -> None:
@@ -299,7 +343,7 @@ def delete(paths: Sequence[str]) -> None:
     in Beam. Beam's local delete matches each path as a glob (`out/*-00000-of-00002.tfrecord`
     would take every output's shard, and misses a name holding [ ]): local paths are deleted
     here by name; object stores delete the names as given."""
-    remote = [p for p in (plain(q) for q in paths) if "://" in p]
+    remote = [_beam(p) for p in (plain(q) for q in paths) if "://" in p]
     if remote:
         FileSystems.delete(remote)
     for path in (plain(q) for q in paths):
@@ -324,7 +368,7 @@ def delete_dir(path: str) -> None:
     """Delete a directory and everything under it (a prefix on object stores); missing is fine."""
     path = plain(path)
     if "://" in path:
-        path = path.rstrip("/") + "/"  # Beam's object stores delete a prefix given with a slash
+        path = _beam(path).rstrip("/") + "/"  # Beam's object stores delete a prefix given with a slash
         with contextlib.suppress(Exception):
             FileSystems.delete([path])
         return
@@ -346,7 +390,7 @@ def atomic_output(path: str) -> Iterator[Tuple[BinaryIO, "_Commit"]]:
     renamed. Object stores (s3://, gs://): written to `path` directly, since an object only
     appears when its upload completes (an abandoned upload never does).
     """
-    final = plain(path)
+    final = plain(path)  # this module's spelling (`Commit.final`); decoded where Beam is called
     if final.startswith(_ATOMIC_CREATE):
         handle = _LazyWriter(final)
         commit = _Commit(None, final, handle)
@@ -379,7 +423,7 @@ class _LazyWriter(io.RawIOBase):
         if not len(data):
             return 0
         if self._handle is None:
-            self._handle = FileSystems.create(self.path, "application/octet-stream", CompressionTypes.UNCOMPRESSED)
+            self._handle = FileSystems.create(_beam(self.path), "application/octet-stream", CompressionTypes.UNCOMPRESSED)
         self._handle.write(data)
         return len(data)
 
@@ -395,7 +439,7 @@ class _LazyWriter(io.RawIOBase):
         if handle is not None:
             handle.close()
         else:
-            _create_empty(self.path)
+            _create_empty(_beam(self.path))
         super().close()
 
     def drop(self) -> None:
@@ -433,9 +477,9 @@ class _Commit:
     def move(self) -> None:
         """Move the finished temporary file into place (nothing to do when written in place)."""
         if self.temp is not None:
-            if FileSystems.exists(self.final):
-                FileSystems.delete([self.final])
-            FileSystems.rename([self.temp], [self.final])
+            if FileSystems.exists(_beam(self.final)):
+                FileSystems.delete([_beam(self.final)])
+            FileSystems.rename([_beam(self.temp)], [_beam(self.final)])
         self.done = True
 
     def __call__(self) -> None:
@@ -446,7 +490,7 @@ class _Commit:
         self.handle.drop()
         if self.temp is not None:
             with contextlib.suppress(Exception):
-                FileSystems.delete([self.temp])
+                FileSystems.delete([_beam(self.temp)])
         self.done = True
 
 
