@@ -39,7 +39,6 @@ def _all(inputs) -> list:
 
 def test_listing_names_each_object_as_the_core_does(bucket, inputs):
     """Beam's listing and the core's give the same URIs, each opening its own object."""
-    from helpers.jobs import FAST  # noqa: F401  (the options below are the jobs')
     from apache_beam.options.pipeline_options import PipelineOptions
 
     _fs.set_options(PipelineOptions(bucket.server.beam_flags))
@@ -86,7 +85,6 @@ def test_reshard_of_a_typed_uri_decodes_it_once(bucket, inputs, capsys):
 
 def test_build_index_indexes_every_object_as_itself(bucket, inputs, capsys, tmp_path):
     from pipelines import build_index
-
     from tfrecord_beam.index import verify_index
 
     code, out, err = run_job(build_index.main, ["--input", bucket.uri("in/")] + bucket.flags, capsys)

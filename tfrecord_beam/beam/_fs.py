@@ -21,12 +21,15 @@ import io
 import os
 import urllib.parse
 import uuid
-from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
+from .._bounded import bounded
+
+T = TypeVar("T")
 
 
 def plain(path: str) -> str:
@@ -48,6 +51,16 @@ def _beam(path: str) -> str:
             "options are Beam flags such as --s3_endpoint_url); write a '?' of an object name as %3F"
         )
     return urllib.parse.unquote(path)
+
+
+def _remote_call(path: str, what: str, call: Callable[[], T]) -> T:
+    """`call()` (Beam's FileSystems asked `what` about `path`), bounded as every remote call of
+    the core (`_bounded.remote_timeout()`: a job's --timeout, else $TFRECORD_BEAM_TIMEOUT, else
+    60 s): a store that stalls fails the call naming the object, instead of holding a job's
+    launcher in its planning (listing, sizes, index reads). Local paths are called as they are."""
+    if not _core_fs.is_remote(plain(path)):
+        return call()
+    return bounded(plain(path), what, call)
 
 
 def _listed(found: str) -> str:
@@ -138,7 +151,9 @@ def open_input(path: str) -> BinaryIO:
 
     The handle's `name` is the path, so the core's readers name it in their errors.
     """
-    handle = _Named(FileSystems.open(_beam(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    beam = _beam(path)
+    opened = _remote_call(path, "open", lambda: FileSystems.open(beam, compression_type=CompressionTypes.UNCOMPRESSED))
+    handle = _Named(opened, os.fspath(path))
     return cast(BinaryIO, handle)  # an io.RawIOBase: the binary file methods, not typing's BinaryIO class
 
 
@@ -209,8 +224,13 @@ def record_writer(path: str, compression: Optional[str] = "auto", index_path=Non
 
 def read_bytes(path: str) -> bytes:
     """The whole content of a (small) file."""
-    with FileSystems.open(_beam(path), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
+    beam = _beam(path)
+
+    def whole() -> bytes:
+        with FileSystems.open(beam, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return handle.read()
+
+    return _remote_call(path, "read whole", whole)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -273,7 +293,8 @@ def file_size(path: str) -> int:
     match reads them as glob characters on object stores too). A missing file is a
     FileNotFoundError naming it, as the core's `fs.file_size`."""
     path = plain(path)
-    found = FileSystems.match([_beam(escape(path))], [1])[0].metadata_list
+    pattern = _beam(escape(path))
+    found = _remote_call(path, "size", lambda: FileSystems.match([pattern], [1])[0].metadata_list)
     if not found:
         raise FileNotFoundError(f"{path}: no such file")
     return found[0].size_in_bytes
@@ -281,7 +302,8 @@ def file_size(path: str) -> int:
 
 def exists(path: str) -> bool:
     """Whether a file (or directory) exists."""
-    return FileSystems.exists(_beam(path))
+    beam = _beam(path)
+    return _remote_call(path, "exists", lambda: FileSystems.exists(beam))
 
 
 def join(directory: str, name: str) -> str:
@@ -297,9 +319,10 @@ def is_dir(path: str) -> bool:
         return os.path.isdir(path)
     if _core_fs.is_glob(path):
         return False
-    if not path.endswith("/") and FileSystems.match([_beam(escape(path))], [1])[0].metadata_list:
+    itself, inside = _beam(escape(path)), _beam(escape(path.rstrip("/")) + "/*")
+    if not path.endswith("/") and _remote_call(path, "stat", lambda: FileSystems.match([itself], [1])[0].metadata_list):
         return False  # an object of that name
-    return bool(FileSystems.match([_beam(escape(path.rstrip("/")) + "/*")], [1])[0].metadata_list)
+    return bool(_remote_call(path, "list", lambda: FileSystems.match([inside], [1])[0].metadata_list))
 
 
 def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
@@ -331,9 +354,10 @@ def _matched(pattern: str) -> List[FileMetadata]:
     `s3://b/dir/*` matches is a directory, never a data file. Taken for one, it would shift the
     numbering of the real files (and so a seeded job's random streams) and be listed as an
     input in manifests. Paths are named as `_listed` says (the pattern is decoded once: `_beam`)."""
+    beam = _beam(pattern)
     return [
         FileMetadata(_listed(m.path), m.size_in_bytes, m.last_updated_in_seconds)
-        for m in FileSystems.match([_beam(pattern)])[0].metadata_list
+        for m in _remote_call(pattern, "list", lambda: FileSystems.match([beam])[0].metadata_list)
         if not m.path.endswith("/")
     ]
 
@@ -423,7 +447,9 @@ class _LazyWriter(io.RawIOBase):
         if not len(data):
             return 0
         if self._handle is None:
-            self._handle = FileSystems.create(_beam(self.path), "application/octet-stream", CompressionTypes.UNCOMPRESSED)
+            self._handle = FileSystems.create(
+                _beam(self.path), "application/octet-stream", CompressionTypes.UNCOMPRESSED
+            )
         self._handle.write(data)
         return len(data)
 

@@ -449,7 +449,6 @@ def check_writable(directory: str) -> None:
 
 def _staging_dirs(directory: str) -> List[str]:
     """Staging directories (`.tfrecord_beam-tmp-*`) directly inside `directory`."""
-    from apache_beam.io.filesystems import FileSystems
 
     if "://" in _fs.plain(directory):  # object stores have no directories: find their owner records
         found = _fs.match(_fs.join(_fs.escape(directory), TEMP_PREFIX + "*/" + OWNER))  # decoded once, as every path
