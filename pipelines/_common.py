@@ -239,6 +239,9 @@ def run_job(
     if not verbose:  # runner threads dying after a failure or Ctrl-C: the one line below says it
         threading.excepthook = lambda args: None
     _ran.clear()
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None:  # the launcher's remote calls (listing, sizes, index reads) are bounded by it
+        jobtools.set_remote_timeout(timeout)
     try:
         options = pipeline_options(beam_args)
         problem = _dataflow.launch_problem(args, options)  # before any work: what only workers would find
@@ -280,6 +283,8 @@ def run_job(
     finally:
         _restore_sigint(previous)
         threading.excepthook = hook
+        if timeout is not None:
+            jobtools.set_remote_timeout(None)
         _open_outputs.clear()
     summary.seconds = time.time() - start
     summary.print()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -38,6 +39,11 @@ _log = logging.getLogger("tfrecord_beam.torch")
 MEMORY_LIMIT = 256 << 20  # bytes of blocks `keep_blocks` keeps in memory, at most
 ENDS_BYTES = 64  # bytes of each end of a file in its content digest (`ends`)
 _METADATA_THREADS = 16  # remote files whose size and index are asked for at once
+# How long after this process took a remote file's identity (`FileSet.stat`, at listing) the
+# first pass that reads the file takes it as checked: asking the store again moments later (one
+# HEAD per file) would only repeat the answer. Later passes, other processes (DataLoader
+# workers, forked or spawned) and a first pass begun later than this check as before.
+FRESH_IDENTITY_S = 10.0
 
 
 def _stop(piece: Piece) -> int:
@@ -178,6 +184,8 @@ class FileSet:
         self._stats: Dict[int, fs.FileStat] = {}
         self._sources: Dict[int, RangeSource] = {}
         self._checked: Set[int] = set()  # remote files checked to be the listed objects in this pass
+        self._listed_at: Dict[int, Tuple[int, float]] = {}  # file -> (pid, monotonic time) of its `stat`
+        self._passes = 0  # `new_pass` calls
         self._memory: Optional[BlockMemory] = None  # `keep_blocks`
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
@@ -366,13 +374,23 @@ class FileSet:
         found = self._stats.get(i)
         if found is None:
             found = self._stats[i] = fs.file_stat(self.paths[i])
+            self._listed_at[i] = (os.getpid(), time.monotonic())
         return found
+
+    def _just_listed(self, i: int) -> bool:
+        """Whether this process took file `i`'s identity under `FRESH_IDENTITY_S` ago and no
+        pass has read the file since (then a pass's check would repeat the listing's answer)."""
+        listed = self._listed_at.pop(i, None)
+        return listed is not None and listed[0] == os.getpid() and time.monotonic() - listed[1] < FRESH_IDENTITY_S
 
     def new_pass(self) -> None:
         """A new pass over the files begins (an epoch's stream): each remote file read in it is
         checked again to be the object listed (`source`), so a replaced object is refused
         rather than read from its predecessor's cached blocks or against its old index."""
         self._checked = set()
+        if self._passes:  # the listing's identities stand in for the first pass's check only
+            self._listed_at = {}
+        self._passes += 1
 
     def _check_identity(self, i: int) -> None:
         """ObjectChangedError naming remote file `i` when the store's object is no longer the
@@ -388,8 +406,9 @@ class FileSet:
 
     def source(self, i: int) -> RangeSource:
         """The ranges of remote file `i` (this process's reader of them), checked once per pass
-        (`new_pass`) to be the object listed."""
-        if i not in self._checked and i in self._stats:
+        (`new_pass`) to be the object listed; the first pass in the process that listed it
+        moments ago takes the listing as that check (`FRESH_IDENTITY_S`)."""
+        if i not in self._checked and i in self._stats and not self._just_listed(i):
             self._check_identity(i)
         self._checked.add(i)
         found = self._sources.get(i)
@@ -498,6 +517,7 @@ class FileSet:
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_sources"] = {}  # a spawned worker opens its own
+        state["_listed_at"] = {}  # and checks every file it reads: it listed none of them
         return state
 
     def _corrupt(self, path: str, offset: int, reason: str) -> None:
