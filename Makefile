@@ -64,9 +64,11 @@ lint: install
 # cached). Built here, before pytest: cold, they take ~2-6 minutes and ~275 CPU s, which inside
 # the run held two test workers in their first fixtures (a first `make test` on a fresh machine:
 # 6:09 against 3:31 warm). The tests still build a missing one themselves (helpers/s3server.py).
+# Both build at once (each `go install` on its own module; a first run here: see the README), a
+# line every 20 s while they do.
 test-servers:
-	runners/s3.sh build
-	runners/gcs.sh build
+	@runners/s3.sh build & s3=$$!; runners/gcs.sh build & gcs=$$!; \
+		status=0; wait $$s3 || status=1; wait $$gcs || status=1; exit $$status
 
 test: install test-servers
 	$(TEST_ENV) $(PY) -m pytest -q $(XDIST)
@@ -91,6 +93,7 @@ RUNNERS_ENV := TFRB_PYTHON=$(abspath $(PY))
 runners: install
 	@set -e; for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s build; $(RUNNERS_ENV) $$s start; done
 	@for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s flags; done
+	@echo "(secrets shown as ***: each runner's full flags are the FLAGS line of .runners/state/NAME.env)"
 
 runners-stop:
 	@status=0; for s in $(ALL_RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s stop || status=1; done; exit $$status
