@@ -148,7 +148,8 @@ def _decode(blocks: Sequence[AnyBlock], decoder: Callable[..., Any], *descriptio
         records: Union[bytes, List[bytes]] = block.buffer
         offsets, lengths = block.payload_offsets, block.payload_lengths
     else:
-        records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
+        # the payloads of a batch spanning blocks: views into the blocks' buffers (no copies)
+        records, offsets, lengths = [p for block in blocks for p in block.views()], None, None
     try:
         return decoder(records, *descriptions, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead
