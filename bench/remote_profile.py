@@ -96,19 +96,51 @@ def main() -> None:
     try:
         env = remote._env(loop)
         cases = [
-            ("local", dict(os.environ, PYTHONPATH=remote._pythonpath()), remote.tfrecord_paths(tfr, "local", "", server_dir), ["local e1", "local e2"], None),
-            ("loopback", env, remote.tfrecord_paths(tfr, "s3", loop.query, server_dir), ["loopback e1", "loopback e2 (cache)"], str(cache)),
+            (
+                "local",
+                dict(os.environ, PYTHONPATH=remote._pythonpath()),
+                remote.tfrecord_paths(tfr, "local", "", server_dir),
+                ["local e1", "local e2"],
+                None,
+            ),
+            (
+                "loopback",
+                env,
+                remote.tfrecord_paths(tfr, "s3", loop.query, server_dir),
+                ["loopback e1", "loopback e2 (cache)"],
+                str(cache),
+            ),
         ]
         for profile in (True, False) if args.py_spy else (True,):
             for name, case_env, (data, index), epochs, cache_dir in cases:
                 shutil.rmtree(cache, ignore_errors=True)
                 spec = {"data": data, "index": index, "epochs": epochs, "cache_dir": cache_dir, "profile": profile}
-                cmd = [sys.executable, "-m", "bench.remote_profile", "--top", str(args.top), "--child", json.dumps(spec)]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "bench.remote_profile",
+                    "--top",
+                    str(args.top),
+                    "--child",
+                    json.dumps(spec),
+                ]
                 if profile:
                     subprocess.run(cmd, env=case_env, cwd=remote.ROOT, check=True)
                     continue
                 raw = cache.parent / f"tfrb-profile-{name}.txt"
-                spy = [args.py_spy, "record", "--native", "--threads", "--rate", "250", "--format", "raw", "-o", str(raw), "--"]
+                spy = [
+                    args.py_spy,
+                    "record",
+                    "--native",
+                    "--threads",
+                    "--rate",
+                    "250",
+                    "--format",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "--",
+                ]
                 subprocess.run(spy + cmd, env=case_env, cwd=remote.ROOT, check=True, stdout=subprocess.DEVNULL)
                 print(f"== {name}, both epochs, py-spy", flush=True)
                 leaves(raw, args.top)
