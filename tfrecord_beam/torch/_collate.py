@@ -145,7 +145,7 @@ def _decode(blocks: Sequence[AnyBlock], decoder: Callable[..., Any], *descriptio
     errors name the file and record instead of the batch position."""
     if len(blocks) == 1 and isinstance(blocks[0], Block):
         block = blocks[0]
-        records: Union[bytes, List[bytes]] = block.buffer
+        records: Union[bytes, List[Any]] = block.buffer
         offsets, lengths = block.payload_offsets, block.payload_lengths
     else:
         # the payloads of a batch spanning blocks: views into the blocks' buffers (no copies)

@@ -330,8 +330,8 @@ class FileSet:
                 # chunks are views of the read-ahead blocks (`ReadAheadFile.read_view`), read in
                 # place up to a block's end: as large as a block, a batch lies in one chunk and
                 # is decoded straight from it (no per-record list of payloads)
-                chunk = max(DEFAULT_CHUNK_SIZE, int(self.remote.readahead_bytes))
-                bounded["chunk_size"] = max(1 << 12, min(chunk, span + HEADER_SIZE))
+                largest = max(DEFAULT_CHUNK_SIZE, int(self.remote.readahead_bytes))
+                bounded["chunk_size"] = max(1 << 12, min(largest, span + HEADER_SIZE))
             reader = reader_of(
                 start_offset=int(index[first, 0]),
                 end_offset=end,
