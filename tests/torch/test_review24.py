@@ -190,3 +190,26 @@ def test_a_cache_limit_below_one_block_keeps_nothing_and_reads_go_on(tmp_path):
         roomy.put(f"k{k}", bytes([k]) * 1000)
         assert roomy.size() <= 3000
     assert roomy.get("k4", 1000) == bytes([4]) * 1000
+
+
+def test_a_state_over_remote_files_without_a_cache_reads_their_ends_alone(remote, proxy, tmp_path):
+    """The resume identity digests each file's first and last bytes: without `cache_dir` a
+    read-ahead block fetched for that was thrown away (16 MiB per end per file by default, in
+    every process that saves or loads a state), so it asks for those bytes alone."""
+    from tfrecord_beam.torch._files import ENDS_BYTES
+
+    for k in range(2):
+        local = tmp_path / f"s{k}.tfrecord"
+        write_local(local, 1000 * k, 300, 1 * KiB)
+        remote.upload(local, f"s{k}.tfrecord")
+    ds = TFRecordDataset(remote.uri("s*.tfrecord", proxy.host_port), None, ["id"], readahead_bytes=1024 * KiB)
+    before = len(proxy.ranged_gets())
+    state = ds.state_dict()
+    asked = proxy.ranged_gets()[before:]
+    assert len(asked) == 4  # two ends of two files
+    for header in asked:
+        first, last = (int(x) for x in header.split("=", 1)[1].split("-"))
+        assert last - first + 1 == ENDS_BYTES, header
+    again = TFRecordDataset(remote.uri("s*.tfrecord", proxy.host_port), None, ["id"], readahead_bytes=1024 * KiB)
+    again.load_state_dict(state)  # the same ends: the same identity
+    assert len(list(again)) == 600

@@ -226,21 +226,27 @@ class FileSet:
         """A digest of each file's first and last `ENDS_BYTES` bytes (the whole file when
         smaller), for a checkpoint's identity: a file rewritten with other records of the same
         size differs there (an uncompressed file ends with its last record's CRC, a gzip one
-        with its data's CRC-32). One small read per file, asked once (remote: the first and last
-        blocks, through the block cache and on a few threads; blocks an epoch reads anyway)."""
+        with its data's CRC-32). One small read per file, asked once (remote, on a few threads:
+        with `cache_dir` the first and last blocks through the cache, blocks an epoch reads
+        anyway; without it the bytes alone, by two ranged requests)."""
         if self._ends is None:
 
             def one(i: int) -> str:
                 import hashlib
 
                 size = self.stat(i).size
-                with self.open_at(i, 0, None, readahead=False) as f:  # remote: its blocks, through the cache
-                    if size <= 2 * ENDS_BYTES:
-                        data = f.read()
-                    else:
-                        data = f.read(ENDS_BYTES)
-                        f.seek(size - ENDS_BYTES)
-                        data += f.read(ENDS_BYTES)
+                spans = [(0, size)] if size <= 2 * ENDS_BYTES else [(0, ENDS_BYTES), (size - ENDS_BYTES, ENDS_BYTES)]
+                if fs.is_remote(self.paths[i]) and self.remote.cache_dir is None:
+                    # without a cache a block read here is thrown away: ask for the bytes alone
+                    # (a whole read-ahead block, 16 MiB by default, per end per file otherwise)
+                    source = self.source(i)
+                    data = b"".join(source.fetch(offset, length) for offset, length in spans)
+                else:
+                    with self.open_at(i, 0, None, readahead=False) as f:  # remote: its blocks, through the cache
+                        data = b""
+                        for offset, length in spans:
+                            f.seek(offset)
+                            data += f.read(length)
                 return hashlib.blake2b(data, digest_size=8).hexdigest()
 
             remote = sum(fs.is_remote(p) for p in self.paths)
