@@ -72,7 +72,7 @@ def launch_problem(args, options) -> Optional[str]:
         if _asks_dry_run(options):
             return f"--dry_run=True is honoured only by DataflowRunner: on {_runner_name(options)} the job would run"
         return None
-    local = [f"--{flag} {path}" for flag, path in _paths(args) if "://" not in path]
+    local = [f"--{flag} {path}" for flag, path in _paths(args) if _is_local(path)]
     if local:
         return (
             "Dataflow's workers cannot see this machine's files: "
@@ -80,6 +80,11 @@ def launch_problem(args, options) -> Optional[str]:
             + " (give gs:// paths; docs/runners.md, Dataflow)"
         )
     return package_problem(options)
+
+
+def _is_local(path: str) -> bool:
+    """Whether `path` names this machine's files: a plain path or a file:// URI."""
+    return "://" not in path or path.startswith("file://")
 
 
 def _paths(args) -> Iterable[tuple]:
@@ -105,16 +110,15 @@ def package_problem(options) -> Optional[str]:
     ours = [p for p in setup.extra_packages or [] if os.path.basename(p).startswith("tfrecord_beam-")]
     if any(p.endswith(".tar.gz") for p in ours):
         return None
-    wheels = ours
     wanted = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    for path in wheels:
+    for path in ours:
         found = _WHEEL.match(os.path.basename(path))
         if found and found["python"] == wanted and "linux" in found["platform"]:
             return None
     how = "build one with `make wheel` and pass --extra_package=wheelhouse/tfrecord_beam-*.whl (docs/runners.md, Dataflow)"
-    if wheels:
+    if ours:
         return (
-            f"--extra_package {', '.join(wheels)}: not a {wanted} Linux wheel of tfrecord_beam, which the "
+            f"--extra_package {', '.join(ours)}: not a {wanted} Linux wheel of tfrecord_beam, which the "
             f"workers (Beam's container for this Python) need: {how}"
         )
     return f"Dataflow's workers would not have tfrecord_beam: {how}"
