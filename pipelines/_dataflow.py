@@ -30,6 +30,10 @@ import re
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
+from tfrecord_beam import fs
+
+from ._runner import runner_name
+
 DATAFLOW = "DataflowRunner"
 #: the jobs' flags that name files or output locations (mix's --source is PATTERN=WEIGHT)
 PATH_FLAGS = ("input", "source", "output_prefix", "output_dir", "manifest")
@@ -45,14 +49,6 @@ class DryRun(Exception):
         self.facts = facts
 
 
-def _runner_name(options) -> str:
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    runner = options.view_as(StandardOptions).runner or ""
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1]
-
-
 def _asks_dry_run(options) -> bool:
     from apache_beam.options.pipeline_options import TestOptions
 
@@ -61,18 +57,18 @@ def _asks_dry_run(options) -> bool:
 
 def is_dry_run(options) -> bool:
     """Whether the options ask DataflowRunner to build the job and submit nothing."""
-    return _runner_name(options) == DATAFLOW and _asks_dry_run(options)
+    return runner_name(options) == DATAFLOW and _asks_dry_run(options)
 
 
 def launch_problem(args, options) -> Optional[str]:
     """One line saying why this launch would fail on Dataflow's workers, else None (and None on
     other runners, but for --dry_run, which only DataflowRunner honours: elsewhere the job would
     run and commit)."""
-    if _runner_name(options) != DATAFLOW:
+    if runner_name(options) != DATAFLOW:
         if _asks_dry_run(options):
-            return f"--dry_run=True is honoured only by DataflowRunner: on {_runner_name(options)} the job would run"
+            return f"--dry_run=True is honoured only by DataflowRunner: on {runner_name(options)} the job would run"
         return None
-    local = [f"--{flag} {path}" for flag, path in _paths(args) if "://" not in path]
+    local = [f"--{flag} {path}" for flag, path in _paths(args) if not fs.is_remote(path)]
     if local:
         return (
             "Dataflow's workers cannot see this machine's files: "
@@ -105,16 +101,15 @@ def package_problem(options) -> Optional[str]:
     ours = [p for p in setup.extra_packages or [] if os.path.basename(p).startswith("tfrecord_beam-")]
     if any(p.endswith(".tar.gz") for p in ours):
         return None
-    wheels = ours
     wanted = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    for path in wheels:
+    for path in ours:
         found = _WHEEL.match(os.path.basename(path))
         if found and found["python"] == wanted and "linux" in found["platform"]:
             return None
     how = "build one with `make wheel` and pass --extra_package=wheelhouse/tfrecord_beam-*.whl (docs/runners.md, Dataflow)"
-    if wheels:
+    if ours:
         return (
-            f"--extra_package {', '.join(wheels)}: not a {wanted} Linux wheel of tfrecord_beam, which the "
+            f"--extra_package {', '.join(ours)}: not a {wanted} Linux wheel of tfrecord_beam, which the "
             f"workers (Beam's container for this Python) need: {how}"
         )
     return f"Dataflow's workers would not have tfrecord_beam: {how}"

@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import sys
 from collections import Counter
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from tfrecord_beam import jobtools
 
@@ -131,6 +131,20 @@ def parse_features(text: Optional[str]):
     return out
 
 
+def _chunks(files: Sequence[str], compression: str, skip_corrupt: bool) -> Iterator[Tuple[str, Any]]:
+    """(path, chunk) of the files' records in order, read through the jobs' filesystem layer
+    chunk by chunk; corrupt records left out with `skip_corrupt` (the pipeline reports them)."""
+    for path in files:
+        reader = SkippingReader(
+            path,
+            ReadSpan(_compression.resolve(path, compression)),
+            open_file=functools.partial(jobio.open_input, path),
+            skip_corrupt=skip_corrupt,
+        )
+        for chunk in reader.chunks():
+            yield path, chunk
+
+
 def scan_stats(
     files: Sequence[str], compression: str, limit: Optional[int], skip_corrupt: bool = False
 ) -> DatasetStats:
@@ -140,17 +154,12 @@ def scan_stats(
     pipeline reports them)."""
     stats = DatasetStats()
     read = 0
-    for path in files:
-        kind = _compression.resolve(path, compression)
-        reader = SkippingReader(
-            path, ReadSpan(kind), open_file=functools.partial(jobio.open_input, path), skip_corrupt=skip_corrupt
-        )
-        for chunk in reader.chunks():
-            take = len(chunk) if limit is None else min(len(chunk), limit - read)
-            stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take])
-            read += take
-            if limit is not None and read >= limit:
-                return stats
+    for _, chunk in _chunks(files, compression, skip_corrupt):
+        take = len(chunk) if limit is None else min(len(chunk), limit - read)
+        stats.add_payloads(chunk.buffer, chunk.payload_offsets[:take], chunk.payload_lengths[:take])
+        read += take
+        if limit is not None and read >= limit:
+            return stats
     return stats
 
 
@@ -164,26 +173,19 @@ def first_of_each_kind(
 
     found: Dict[str, str] = {}
     read = 0
-    for path in files:
-        reader = SkippingReader(
-            path,
-            ReadSpan(_compression.resolve(path, compression)),
-            open_file=functools.partial(jobio.open_input, path),
-            skip_corrupt=skip_corrupt,
-        )
-        for chunk in reader.chunks():
-            for payload, offset in zip(chunk.payloads(), chunk.record_offsets):
-                if limit is not None and read >= limit:
-                    return found
-                read += 1
-                _, features, lists = parse_record(payload)
-                feats = [features[name]] if features and name in features else []
-                if lists and name in lists:
-                    feats += list(lists[name].feature)
-                for feature in feats:
-                    kind = feature_kind(feature)
-                    if kind is not None and kind not in found:
-                        found[kind] = f"{path} (record at byte offset {int(offset)})"
+    for path, chunk in _chunks(files, compression, skip_corrupt):
+        for payload, offset in zip(chunk.payloads(), chunk.record_offsets):
+            if limit is not None and read >= limit:
+                return found
+            read += 1
+            _, features, lists = parse_record(payload)
+            feats = [features[name]] if features and name in features else []
+            if lists and name in lists:
+                feats += list(lists[name].feature)
+            for feature in feats:
+                kind = feature_kind(feature)
+                if kind is not None and kind not in found:
+                    found[kind] = f"{path} (record at byte offset {int(offset)})"
     return found
 
 

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
-from .arrow import ArrowConversionError
+from .arrow import ArrowConversionError, _is_bytes, _is_list  # the encoder's notions of list and bytes types
 
 __all__ = [
     "SchemaDriftError",
@@ -42,25 +42,6 @@ __all__ = [
 
 class SchemaDriftError(ArrowConversionError):
     """A file's column whose type does not unify with the other files' (or the plan's)."""
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-
-
-def _is_bytes(t: pa.DataType) -> bool:
-    return any(
-        getattr(pa.types, f, lambda _t: False)(t)
-        for f in (
-            "is_string",
-            "is_large_string",
-            "is_string_view",
-            "is_binary",
-            "is_large_binary",
-            "is_binary_view",
-            "is_fixed_size_binary",
-        )
-    )
 
 
 def _is_text(t: pa.DataType) -> bool:

@@ -43,6 +43,17 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def timeout_seconds(text: str) -> float:
+    """argparse type of every `--timeout` (the CLI's and the jobs'): seconds > 0, as
+    `_bounded.parse_timeout` reads them (a usage error naming the flag otherwise)."""
+    from ._bounded import parse_timeout
+
+    try:
+        return parse_timeout(text, "--timeout")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)

@@ -86,14 +86,7 @@ def _leaf_kind(name: str, t: pa.DataType, decimal_as: Optional[str]) -> str:
         return INT
     if pa.types.is_floating(t):
         return FLOAT
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or _is_view(t)
-    ):
+    if _is_bytes(t):
         return BYTES
     if pa.types.is_decimal(t):
         return _decimal_kind(name, t, decimal_as)
@@ -127,6 +120,18 @@ def _unmapped(name: str, t: pa.DataType) -> str:
 
 def _is_view(t: pa.DataType) -> bool:
     return any(getattr(pa.types, f, lambda _t: False)(t) for f in ("is_string_view", "is_binary_view"))
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    """Whether `t` is a string or binary type of any flavour (a bytes feature's values)."""
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or _is_view(t)
+    )
 
 
 def _plan_field(name: str, t: pa.DataType, sequence: bool, decimal_as: Optional[str]) -> Tuple[str, int]:

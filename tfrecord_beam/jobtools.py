@@ -9,7 +9,7 @@ check, the engine line for `--version`, and the described-but-absent feature che
 
 from __future__ import annotations
 
-from ._bounded import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, parse_timeout, set_remote_timeout
+from ._bounded import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, set_remote_timeout
 from ._described import absent_features, absent_names
 from ._described import message as absent_features_message
 from ._engine_info import describe as describe_engine
@@ -29,6 +29,7 @@ from ._usage import (
     plural,
     positive_int,
     repeated_flags,
+    timeout_seconds,
     unknown_arguments_message,
     usage_error,
 )
@@ -59,7 +60,7 @@ __all__ = [
     # the bound on each remote call (--timeout, $TFRECORD_BEAM_TIMEOUT)
     "DEFAULT_TIMEOUT_S",
     "TIMEOUT_ENV",
-    "parse_timeout",
+    "timeout_seconds",
     "set_remote_timeout",
     # the environment
     "require_beam",

@@ -176,6 +176,34 @@ def test_a_worker_refuses_a_file_that_changed_after_planning(tmp_path, capsys, m
     assert not list((tmp_path / "tf").glob("t-*"))
 
 
+def test_object_names_holding_percent_are_planned_and_read_as_themselves(
+    s3_server, s3_bucket, s3_trap, monkeypatch, capsys
+):
+    """The plan's footers and sizes (the files' identities) go through the jobs' filesystem layer
+    like every job path: `pq/part%41.parquet` is listed as `part%2541`, stat'ed and read as itself,
+    never as `pq/partA.parquet` nor as a missing `part%2541` (issue 34 item 1)."""
+    import io
+
+    from helpers.s3server import Bucket, check_manifest
+
+    from tfrecord_beam.example import parse_example
+
+    bucket = Bucket(s3_server, s3_bucket, s3_server.client(), monkeypatch)
+    for key, first in {"pq/part%41.parquet": 0, "pq/partA.parquet": 10}.items():
+        data = io.BytesIO()
+        pq.write_table(pa.table({"id": pa.array(range(first, first + 5), INT64)}), data)
+        bucket.put(key, data.getvalue())
+    args = ["--input", bucket.uri("pq/"), "--output_prefix", bucket.uri("out/p"), "--num_shards", "2"]
+    code, _, err = run_job(parquet_to_tfrecord.main, args + bucket.flags, capsys)
+    assert code == 0, err
+    ids = sorted(
+        parse_example(r).features.feature["id"].int64_list.value[0]
+        for r in check_manifest(bucket, "out/_MANIFEST.p.json")
+    )
+    assert ids == list(range(5)) + list(range(10, 15))
+    assert s3_trap.connections == 0
+
+
 # -- item 5: tfrecord_to_parquet ---------------------------------------------------------------
 
 SAMPLE = 1000

@@ -55,6 +55,9 @@ def test_local_paths_are_refused_on_dataflow_only():
     problem = str(_problem(*DATAFLOW, ok, input=["gs://b/x", "data/a.tfrecord"], source=["local/*=0.5"]))
     assert "--input data/a.tfrecord" in problem and "--source local/*" in problem and "gs://b/x" not in problem
     assert _problem("--runner=FnApiRunner", input=["data/a.tfrecord"]) is None
+    # a file:// URI names this machine's files as much as a plain path does
+    problem = str(_problem(*DATAFLOW, ok, input=["file:///data/a.tfrecord"], output_prefix="gs://b/o"))
+    assert "--input file:///data/a.tfrecord" in problem and "gs://b/o" not in problem, problem
 
 
 def test_dry_run_on_another_runner_is_refused(tmp_path, capsys):

@@ -65,10 +65,9 @@ class Piece(NamedTuple):
 
 
 def stat(path: str) -> Tuple[int, float]:
-    """(size, modification time) of one file, through the jobs' filesystem layer."""
-    from apache_beam.io.filesystems import FileSystems
-
-    found = FileSystems.match([_fs.escape(path)], [1])[0].metadata_list
+    """(size, modification time) of one file, through the jobs' filesystem layer (`_fs.match`:
+    the path decoded once, as every job path, and the call bounded)."""
+    found = _fs.match(_fs.escape(path))
     if not found:
         raise FileNotFoundError(f"{path}: no such file")
     return int(found[0].size_in_bytes), float(found[0].last_updated_in_seconds or 0.0)

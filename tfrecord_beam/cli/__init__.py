@@ -69,7 +69,7 @@ def _add(sub, name: str, handler: str, help_text: str, description: str) -> argp
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     parser.add_argument(
         "--timeout",
-        type=_timeout_seconds,
+        type=_usage.timeout_seconds,
         metavar="SECONDS",
         help="give up a remote call (s3://, gs://: an open, a listing, a read) that has no answer within "
         f"this many seconds, naming the object and the byte range (default: ${_bounded.TIMEOUT_ENV}, "
@@ -77,14 +77,6 @@ def _add(sub, name: str, handler: str, help_text: str, description: str) -> argp
     )
     parser.set_defaults(handler=handler)
     return parser
-
-
-def _timeout_seconds(text: str) -> float:
-    """argparse type of --timeout: seconds > 0."""
-    try:
-        return _bounded.parse_timeout(text, "--timeout")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

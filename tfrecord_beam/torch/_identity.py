@@ -93,11 +93,16 @@ def files_entries(
     return out
 
 
+def v1_name(path: str) -> str:
+    """What version-1 states name a file by: its name without directories."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
 def v1_files_entry(paths: Sequence[str], sizes: Sequence[int]) -> str:
     """One source's `files` as version-1 states saved it: names without directories and sizes."""
     digest = hashlib.sha1()
     for path, size in zip(paths, sizes):
-        digest.update(f"{path.rstrip('/').rsplit('/', 1)[-1]}\0{size}\n".encode("utf-8", "surrogateescape"))
+        digest.update(f"{v1_name(path)}\0{size}\n".encode("utf-8", "surrogateescape"))
     return f"{len(paths)} files, {sum(sizes)} bytes, {digest.hexdigest()[:16]}"
 
 
@@ -137,7 +142,7 @@ def v1_order(
         None if weights is None else [float(w) for w in weights],
         bool(infinite),
     )
-    return [[sum(c) for c in counts], hashlib.blake2b(repr(parts).encode(), digest_size=8).hexdigest()]
+    return [[sum(c) for c in counts], _digest(parts)]
 
 
 @dataclass(frozen=True)

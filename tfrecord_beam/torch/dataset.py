@@ -282,7 +282,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             sizes = [[info.size for info in files.infos()] for files in self.sources]
             paths = [files.paths for files in self.sources]
             current = _identity.files_entries(paths, sizes, [files.ends() for files in self.sources])
-            names = [p.rstrip("/").rsplit("/", 1)[-1] for source in paths for p in source]
+            names = [_identity.v1_name(p) for source in paths for p in source]
             v1 = None
             if len(set(names)) == len(names):
                 v1 = [_identity.v1_files_entry(p, n) for p, n in zip(paths, sizes)]
