@@ -4,7 +4,12 @@ is a case that breaks a claim of docs/runners.md's Dataflow section or _dataflow
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -81,15 +86,47 @@ def test_a_wheel_the_default_workers_cannot_install_is_refused(platform):
     assert problem is not None and "Linux wheel" in str(problem), problem
 
 
-def test_a_missing_extra_package_is_refused(tmp_path):
-    """A wheel or sdist that is not there is no route to the workers."""
-    for name in (f"tfrecord_beam-0.1.0-{PY}-{PY}-manylinux_2_17_x86_64.whl", "tfrecord_beam-0.1.0.tar.gz"):
-        problem = _problem(*DATAFLOW, f"--extra_package={tmp_path / 'gone' / name}", input=["gs://b/x"], output_prefix="gs://b/o")
-        assert problem is not None, name
+@pytest.mark.parametrize("flag", ["--temp_location=/tmp/tfrb-attack/tmp", "--staging_location=/tmp/tfrb-attack/staging"])
+def test_a_local_temp_or_staging_location_is_refused_on_dataflow(flag):
+    """--temp_location / --staging_location are where the workers write and read the job's
+    files: a local one is the 'local path on Dataflow' the launcher says it refuses, and the
+    issue names --temp_location mistakes as what a dry run must find before a cloud job."""
+    flags = [f for f in DATAFLOW if not f.startswith("--temp_location")] + [flag]
+    if flag.startswith("--staging"):
+        flags.append("--temp_location=/tmp/tfrb-attack/tmp")
+    problem = _problem(*flags, WHEEL, input=["gs://b/x"], output_prefix="gs://b/o")
+    assert problem is not None and flag.split("=")[0] in str(problem), problem
 
 
-def test_a_directory_named_like_an_sdist_is_refused(tmp_path):
-    where = tmp_path / "tfrecord_beam-0.1.0.tar.gz"
-    where.mkdir()
-    problem = _problem(*DATAFLOW, f"--extra_package={where}", input=["gs://b/x"], output_prefix="gs://b/o")
-    assert problem is not None
+def _buckets(endpoint: str) -> set:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(endpoint + "/storage/v1/b", timeout=10) as answer:
+        return {b["name"] for b in json.load(answer).get("items", [])}
+
+
+@pytest.mark.parametrize("temp", [["--temp_location=LOCAL"], []], ids=["local-temp_location", "no-temp_location"])
+def test_a_dry_run_creates_no_bucket_and_refuses_a_bad_temp_location(gcs, tmp_path, temp):
+    """A dry run with a local --temp_location (or none) on the fake-gcs-server: Beam's
+    GoogleCloudOptions validation, finding no gs:// temp or staging location, calls
+    gcsio.get_or_create_default_gcs_bucket and CREATES gs://dataflow-staging-REGION-HASH in the
+    project (on real GCS: a bucket created through storage.googleapis.com by a run that says it
+    submitted and committed nothing), and the launcher exits 0 calling it a dry run."""
+    from helpers.scale import write_tfrecords
+
+    files, _ = write_tfrecords(tmp_path / "d", 20, 1, files=1)
+    gcs.upload(files[0], "in/a.tfrecord")
+    wheel = tmp_path / "w" / f"tfrecord_beam-0.1.0-{PY}-{PY}-manylinux_2_17_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"not looked into by a dry run")
+    temp = [t.replace("LOCAL", str(tmp_path / "tmp")) for t in temp]
+    before = _buckets(gcs.server.endpoint)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env.update({k: "http://127.0.0.1:1" for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")})
+    env.update({"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
+    argv = [sys.executable, "-m", "pipelines.reshard", "--input", f"gs://{gcs.bucket}/in/*", "--output_prefix"]
+    argv += [f"gs://{gcs.bucket}/out/t", "--num_shards", "2", "--runner=DataflowRunner", "--dry_run=True"]
+    argv += ["--project=my-project", "--region=us-central1", f"--extra_package={wheel}"] + temp
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    created = _buckets(gcs.server.endpoint) - before
+    assert not created, f"the dry run created bucket(s) {sorted(created)} (exit {done.returncode})"
+    assert done.returncode == 1 and "temp_location" in done.stderr, (done.returncode, done.stderr[-2000:])
