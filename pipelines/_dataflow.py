@@ -49,15 +49,22 @@ class DryRun(Exception):
         self.facts = facts
 
 
-def _asks_dry_run(options) -> bool:
+def _dry_run_value(options) -> Any:
     from apache_beam.options.pipeline_options import TestOptions
 
-    return bool(options.view_as(TestOptions).dry_run)
+    return options.view_as(TestOptions).dry_run
 
 
 def is_dry_run(options) -> bool:
-    """Whether the options ask DataflowRunner to build the job and submit nothing."""
-    return runner_name(options) == DATAFLOW and _asks_dry_run(options)
+    """Whether the options ask DataflowRunner to build the job and submit nothing (as Beam reads
+    --dry_run: a flag without a type, so any value that is not empty, 'False' too)."""
+    return runner_name(options) == DATAFLOW and bool(_dry_run_value(options))
+
+
+def _says_dry_run(options) -> bool:
+    """Whether --dry_run's text says yes (what a user on another runner meant by it)."""
+    value = _dry_run_value(options)
+    return bool(value) and str(value).strip().lower() not in ("false", "0", "no", "off")
 
 
 def launch_problem(args, options) -> Optional[str]:
@@ -65,25 +72,46 @@ def launch_problem(args, options) -> Optional[str]:
     other runners, but for --dry_run, which only DataflowRunner honours: elsewhere the job would
     run and commit)."""
     if runner_name(options) != DATAFLOW:
-        if _asks_dry_run(options):
+        if _says_dry_run(options):
             return f"--dry_run=True is honoured only by DataflowRunner: on {runner_name(options)} the job would run"
         return None
-    local = [f"--{flag} {path}" for flag, path in _paths(args) if not fs.is_remote(path)]
+    local = [f"--{flag} {path}" for flag, path in _paths(args, options) if not fs.is_remote(path)]
     if local:
         return (
             "Dataflow's workers cannot see this machine's files: "
             + ", ".join(local)
             + " (give gs:// paths; docs/runners.md, Dataflow)"
         )
-    return package_problem(options)
+    return temp_problem(options) or package_problem(options)
 
 
-def _paths(args) -> Iterable[tuple]:
+def _paths(args, options) -> Iterable[tuple]:
+    """(flag, path) of the job's path flags and of Beam's own locations the workers use."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
     for flag in PATH_FLAGS:
         value = getattr(args, flag, None)
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(item, str) and item:
                 yield flag, item.rsplit("=", 1)[0] if flag == "source" else item
+    cloud = options.view_as(GoogleCloudOptions)
+    for flag in ("temp_location", "staging_location"):
+        value = getattr(cloud, flag, None)
+        if value:
+            yield flag, value
+
+
+def temp_problem(options) -> Optional[str]:
+    """Why the job has no gs:// --temp_location, else None: without one Beam makes a default
+    staging bucket in the project, which a dry run too would create (found by an attack)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    if options.view_as(GoogleCloudOptions).temp_location:
+        return None
+    return (
+        "Dataflow needs --temp_location gs://BUCKET/tmp (without one Beam creates a default staging "
+        "bucket in the project, even for a dry run; docs/runners.md, Dataflow)"
+    )
 
 
 def package_problem(options) -> Optional[str]:
@@ -104,15 +132,24 @@ def package_problem(options) -> Optional[str]:
     wanted = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     for path in ours:
         found = _WHEEL.match(os.path.basename(path))
-        if found and found["python"] == wanted and "linux" in found["platform"]:
+        if found and found["python"] == wanted and _workers_install(found["platform"]):
             return None
     how = "build one with `make wheel` and pass --extra_package=wheelhouse/tfrecord_beam-*.whl (docs/runners.md, Dataflow)"
     if ours:
         return (
-            f"--extra_package {', '.join(ours)}: not a {wanted} Linux wheel of tfrecord_beam, which the "
+            f"--extra_package {', '.join(ours)}: not a {wanted} Linux wheel of tfrecord_beam (glibc, x86_64), which the "
             f"workers (Beam's container for this Python) need: {how}"
         )
     return f"Dataflow's workers would not have tfrecord_beam: {how}"
+
+
+def _workers_install(platform: str) -> bool:
+    """Whether pip in Dataflow's default workers (Beam's Debian container: glibc, x86_64) takes a
+    wheel of this platform tag (a compound tag: any of its parts)."""
+    return any(
+        part == "linux_x86_64" or (part.startswith("manylinux") and part.endswith("_x86_64"))
+        for part in platform.split(".")
+    )
 
 
 def staged(pipeline_proto) -> List[Dict[str, str]]:

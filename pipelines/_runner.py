@@ -27,12 +27,16 @@ _PRISM_LAUNCHERS = ("DirectRunner", "SwitchingDirectRunner", "PrismRunner")
 
 
 def runner_name(options) -> str:
-    """The short class name of the runner the options ask for (e.g. 'DirectRunner')."""
+    """The short class name of the runner the options ask for (e.g. 'DirectRunner'), however
+    it was spelled: Beam takes a known runner's name in any case and without its 'Runner'
+    (`--runner=dataflow` is DataflowRunner), so the launcher's checks must too."""
     from apache_beam.options.pipeline_options import StandardOptions
 
     runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
     name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1]
+    name = name.rsplit(".", 1)[-1]
+    known = {path.rsplit(".", 1)[-1].lower(): path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    return known.get(name.lower(), known.get(name.lower() + "runner", name))
 
 
 def set_default(options) -> None:
