@@ -152,6 +152,7 @@ def beam_path(path: str) -> str:
 
 
 _open_outputs: List[_commit.Output] = []  # aborted by run_job unless committed
+_dry_run: List[bool] = []  # [True] while run_job runs a Dataflow dry run: outputs recover nothing
 
 
 def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None) -> _commit.Output:
@@ -159,7 +160,12 @@ def open_output(args: argparse.Namespace, job: str, prefix: Optional[str] = None
     unless --overwrite, dead runs' staging cleaned) before any work; staged, then committed."""
     arguments = {k: v for k, v in sorted(vars(args).items()) if k != "verbose"}
     output = _commit.Output(
-        prefix or args.output_prefix, job, arguments, overwrite=getattr(args, "overwrite", False), say=progress
+        prefix or args.output_prefix,
+        job,
+        arguments,
+        overwrite=getattr(args, "overwrite", False),
+        say=progress,
+        dry_run=bool(_dry_run),
     )
     _open_outputs.append(output)
     return output
@@ -247,6 +253,7 @@ def run_job(
         problem = _dataflow.launch_problem(args, options)  # before any work: what only workers would find
         if problem:
             raise JobError(problem)
+        _dry_run[:] = [True] if _dataflow.is_dry_run(options) else []
         summary = job(args, options)
         for key, value in _runner.describe(options, _ran[-1] if _ran else None).items():
             summary.extra.setdefault(key, value)

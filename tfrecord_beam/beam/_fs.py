@@ -376,13 +376,23 @@ def delete(paths: Sequence[str]) -> None:
     """Delete exactly these files or directories (recursively); missing ones are an error, as
     in Beam. Beam's local delete matches each path as a glob (`out/*-00000-of-00002.tfrecord`
     would take every output's shard, and misses a name holding [ ]): local paths are deleted
-    here by name; object stores delete the names as given."""
-    remote = [_beam(p) for p in (plain(q) for q in paths) if "://" in p]
+    here by name; object stores delete the names as given (Beam's gs:// delete also matches a
+    file's path as a glob: a name holding [ ] is given escaped, else it deleted nothing and a
+    commit lock or staging under `out/br[1]/` stayed behind)."""
+    remote = [_store_delete_name(_beam(p)) for p in (plain(q) for q in paths) if "://" in p]
     if remote:
         FileSystems.delete(remote)
     for path in (plain(q) for q in paths):
         if "://" not in path:
             _delete_local(path)
+
+
+def _store_delete_name(beam: str) -> str:
+    """The name Beam's delete takes for the object `beam` (Beam's spelling): escaped where it
+    matches it as a glob (gs:// files; a directory, with its slash, is deleted as a prefix)."""
+    if beam.startswith("gs://") and not beam.endswith("/"):
+        return _glob.escape(beam)
+    return beam
 
 
 def _delete_local(path: str) -> None:

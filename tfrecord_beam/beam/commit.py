@@ -168,7 +168,9 @@ class Output:
         arguments: Optional[Dict[str, Any]] = None,
         overwrite: bool = False,
         say: Callable[[str], None] = _say,
+        dry_run: bool = False,
     ) -> None:
+        self.dry_run = dry_run  # a job built and not run (Dataflow's dry run): it changes no output
         self.directory, self.name = split_prefix(output_prefix)
         if "://" not in self.directory:  # one spelling per output, however the prefix was given
             self.directory = os.path.abspath(self.directory)
@@ -233,17 +235,24 @@ class Output:
         committer holds the lock until it is done), so it is finished whoever its owner was,
         by this run alone, after any other run that finished it first (the staging is then gone).
         """
+        if self.dry_run:  # it looks and changes nothing: taking a dead run's lock writes a new generation
+            self._recover(None)
+            return
         try:
             with self.lock() as lock:
                 self._recover(lock)
         except LockError as exc:
             raise OutputError(str(exc)) from None
 
-    def _recover(self, lock: CommitLock) -> None:
+    def _recover(self, lock: Optional[CommitLock]) -> None:
         for directory, owner in self._stagings():
             journal = _read_journal(directory)
             if journal is not None:
                 who = "a dead " + owner.describe() if owner is not None else "a run without owner record"
+                if self.dry_run:  # a dry run commits nothing, not even another run's commit
+                    self._say(f"note: the interrupted commit of {who} ({directory}) is pending: a run completes it")
+                    continue
+                assert lock is not None  # held by every run that changes the output
                 self._say(f"completing the interrupted commit of {who} ({directory})")
                 _apply_journal(self.directory, directory, journal, lock.check)
                 continue
@@ -261,6 +270,10 @@ class Output:
                     f"{owner.describe()} {how}; its staging is {directory} "
                     "(if that run is dead, remove the directory by hand and run again)"
                 )
+            if self.dry_run:
+                self._say(f"note: a dead {owner.describe()} left its staging ({directory}): a run removes it")
+                continue
+            assert lock is not None
             self._say(f"removing staging of a dead {owner.describe()} ({directory})")
             lock.check()
             _fs.delete_dir(directory)
