@@ -262,3 +262,197 @@ def test_round4_deleted_between_listing_and_read_names_it(remote, tmp_path, caps
     remote.client.delete_object(Bucket=remote.bucket, Key="d/b.tfrecord")
     with pytest.raises(OSError, match=r"b\.tfrecord"):
         ids_of(ds.iter_worker(0, 1))
+
+
+# -- stalls, trickles, retries --------------------------------------------------------------------
+
+
+def _is_data(path: str) -> bool:
+    return ".tfrecord" in path.split("?")[0]
+
+
+@pytest.fixture
+def s3_object(remote, tmp_path):
+    local = tmp_path / "s" / "train-00404-of-01024.tfrecord"
+    local.parent.mkdir()
+    write_local(local, 0, 300, KiB)
+    (local.parent / "train-00404-of-01024.tfindex").unlink()
+    remote.upload(local, "s/train-00404-of-01024.tfrecord")
+    return remote
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["head", "list", "get-headers", "body-0", "body-1", "body-65535"],
+)
+def test_round4_count_ends_within_about_the_bound(s3_object, s3_server, capsys, where):
+    def rule(method, path, headers):
+        if where == "head" and method == "HEAD":
+            return ("stall", 30)
+        if where == "list" and method == "GET" and "list-type" in path:
+            return ("stall", 30)
+        if method == "GET" and _is_data(path):
+            if where == "get-headers":
+                return ("stall", 30)
+            if where.startswith("body-"):
+                return ("hang", int(where.split("-")[1]))
+        return None
+
+    with FaultProxy(s3_server.host_port, rule) as proxy:
+        target = s3_object.uri("s/" if where == "list" else "s/train-00404-of-01024.tfrecord", proxy.host_port)
+        started = time.monotonic()
+        status = cli.main(["count", "--timeout", "1", target])
+        elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert status == 1, (status, err)
+    assert elapsed < 8, elapsed
+    assert "train-00404-of-01024" in err or where == "list", err
+    assert "no answer within 1 s" in err, err
+
+
+class _Trickle(FaultProxy):
+    """Passes every answer, but the data GETs' bodies one byte every 0.2 s."""
+
+    def _handle(self, handler):
+        if handler.command != "GET" or not _is_data(handler.path):
+            return super()._handle(handler)
+        import http.client
+
+        headers = {k: v for k, v in handler.headers.items()}
+        upstream = http.client.HTTPConnection(self.upstream, timeout=60)
+        upstream.request("GET", handler.path, headers=headers)
+        answer = upstream.getresponse()
+        data = answer.read()
+        upstream.close()
+        handler.send_response(answer.status, answer.reason)
+        for key, value in answer.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        try:
+            for k in range(len(data)):
+                if self._stopping.is_set():
+                    break
+                handler.wfile.write(data[k : k + 1])
+                handler.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+        handler.close_connection = True
+
+
+def test_round4_a_trickling_server_is_bounded_in_a_cli_process(s3_object, s3_server):
+    """A body trickling a byte every 0.2 s never trips a low-speed timeout: the call's own bound
+    must end it, and the process must exit (no request left running inside the client)."""
+    with _Trickle(s3_server.host_port) as proxy:
+        env = {**__import__("os").environ, _bounded.TIMEOUT_ENV: "2"}
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "tfrecord_beam.cli", "count", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)],
+                env=env, capture_output=True, text=True, timeout=60,
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(
+                f"count still running after {time.monotonic() - started:.0f} s against a 2 s bound; "
+                f"stderr so far: {(exc.stderr or b'')[-400:]!r}"
+            )
+    assert done.returncode == 1, (done.returncode, done.stderr[-500:])
+    assert "train-00404-of-01024" in done.stderr and "within 2 s" in done.stderr, done.stderr[-500:]
+    assert time.monotonic() - started < 30
+
+
+def test_round4_a_torch_read_of_a_trickle_is_bounded(s3_object, s3_server):
+    pytest.importorskip("torch")
+    from tfrecord_beam.torch import TFRecordDataset
+
+    with _Trickle(s3_server.host_port) as proxy:
+        ds = TFRecordDataset(
+            s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=10,
+            request_timeout=1, request_attempts=2, readahead_bytes=64 * KiB,
+        )
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"train-00404-of-01024.*bytes 0-"):
+            ids_of(ds.iter_worker(0, 1))
+        assert time.monotonic() - started < 10
+
+
+def test_round4_a_cut_body_on_a_404_key_is_retried(s3_object, s3_server):
+    pytest.importorskip("torch")
+    from tfrecord_beam.torch import TFRecordDataset
+
+    cut = []
+
+    def rule(method, path, headers):
+        if method == "GET" and _is_data(path) and not cut:
+            cut.append(path)
+            return ("cut", 100)
+        return None
+
+    with FaultProxy(s3_server.host_port, rule) as proxy:
+        ds = TFRecordDataset(s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=50,
+                             request_backoff=0.01) if False else TFRecordDataset(
+            s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=50)
+        assert sorted(ids_of(ds.iter_worker(0, 1))) == list(range(300))
+        assert ds.remote_stats()["retries"] >= 1
+
+
+def test_round4_cli_count_retries_a_cut_body_on_a_404_key(s3_object, s3_server, capsys):
+    cut = []
+
+    def rule(method, path, headers):
+        if method == "GET" and _is_data(path) and not cut:
+            cut.append(path)
+            return ("cut", 100)
+        return None
+
+    with FaultProxy(s3_server.host_port, rule) as proxy:
+        status = cli.main(["count", "--json", "-q", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert json.loads(out.out)["total"] == 300
+
+
+class _StatusProxy(FaultProxy):
+    """FaultProxy whose status answers carry the S3 error code that goes with the status."""
+
+    CODES = {403: "AccessDenied", 500: "InternalError", 503: "SlowDown"}
+
+    def _handle(self, handler):
+        fault = self.fault(handler.command, handler.path, handler.headers)
+        if fault is None or fault[0] != "status":
+            return super()._handle(handler)
+        with self._lock:
+            self.requests.append((handler.command, handler.path, handler.headers.get("Range")))
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{self.CODES[fault[1]]}</Code>'
+            f"<Message>injected</Message></Error>"
+        ).encode()
+        handler.send_response(fault[1])
+        handler.send_header("Content-Type", "application/xml")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+
+@pytest.mark.parametrize("code", [403, 500, 503])
+def test_round4_status_answers(s3_object, s3_server, capsys, code):
+    def rule(method, path, headers):
+        return ("status", code) if method == "GET" and _is_data(path) else None
+
+    with _StatusProxy(s3_server.host_port, rule) as proxy:
+        started = time.monotonic()
+        status = cli.main(["count", "--timeout", "2", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)])
+        elapsed = time.monotonic() - started
+        gets = len(proxy.ranged_gets()) + len([r for m, p, r in proxy.requests if m == "GET" and _is_data(p) and r is None])
+    err = capsys.readouterr().err
+    assert status == 1, (status, err)
+    if code == 403:
+        assert gets == 1, gets
+    else:
+        assert gets > 1, gets
+    assert elapsed < 30
+    # a clear message: the object, and what the store answered (not "the server stalled")
+    assert "train-00404-of-01024" in err and "stalled" not in err, err
+    assert {403: "ACCESS_DENIED", 500: "INTERNAL_FAILURE", 503: "SLOW_DOWN"}[code] in err or str(code) in err, err
