@@ -391,9 +391,7 @@ def test_round4_a_cut_body_on_a_404_key_is_retried(s3_object, s3_server):
         return None
 
     with FaultProxy(s3_server.host_port, rule) as proxy:
-        ds = TFRecordDataset(s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=50,
-                             request_backoff=0.01) if False else TFRecordDataset(
-            s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=50)
+        ds = TFRecordDataset(s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=50)
         assert sorted(ids_of(ds.iter_worker(0, 1))) == list(range(300))
         assert ds.remote_stats()["retries"] >= 1
 
