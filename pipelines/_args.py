@@ -93,7 +93,23 @@ def make_parser(prog: str, description: str, examples: str, outputs: bool = True
         "dead-letter file beside the output (OUTPUT_DIR/_CORRUPT.NAME.jsonl), in the summary and manifest",
     )
     parser.add_argument("--verbose", action="store_true", help="show Beam's log lines and the traceback of a failure")
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=None,
+        metavar="SECONDS",
+        help="bound on each remote call of the launcher's planning (listing, sizes, index reads; default "
+        f"${jobtools.TIMEOUT_ENV}, else {jobtools.DEFAULT_TIMEOUT_S:g}): a store that stalls fails the job naming the object",
+    )
     return parser
+
+
+def _timeout(text: str) -> float:
+    """--timeout's value: seconds > 0 (argparse's usage error otherwise)."""
+    try:
+        return jobtools.parse_timeout(text, "--timeout")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def split_list(values: Optional[Sequence[str]]) -> List[str]:

@@ -8,7 +8,8 @@ under the output location and committed with a manifest written last, by
 `tfrecord_beam.beam.commit.Output` (`open_output`); a failed run leaves nothing partial
 there. Every failure is one line on stderr (`--verbose` for Beam's logs and the traceback),
 exit 1; a usage error exit 2, bad data reported exit 3 (`tfrecord_beam.jobtools`); SIGINT is
-exit 130 with one line.
+exit 130 with one line. A Dataflow dry run (`_dataflow`) builds the job, submits and commits
+nothing, and says so (exit 0).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tfrecord_beam.beam.commit import OutputError
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.manifest import ShardEntry
 
-from . import _args, _runner
+from . import _args, _dataflow, _runner
 from ._summary import Summary, process_start
 
 TEMP_PREFIX = _commit.TEMP_PREFIX
@@ -238,11 +239,21 @@ def run_job(
     if not verbose:  # runner threads dying after a failure or Ctrl-C: the one line below says it
         threading.excepthook = lambda args: None
     _ran.clear()
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None:  # the launcher's remote calls (listing, sizes, index reads) are bounded by it
+        jobtools.set_remote_timeout(timeout)
     try:
         options = pipeline_options(beam_args)
+        problem = _dataflow.launch_problem(args, options)  # before any work: what only workers would find
+        if problem:
+            raise JobError(problem)
         summary = job(args, options)
         for key, value in _runner.describe(options, _ran[-1] if _ran else None).items():
             summary.extra.setdefault(key, value)
+    except _dataflow.DryRun as dry:
+        unwritten = {"output_prefix": ", ".join(o.prefix for o in _open_outputs)} if _open_outputs else {}
+        _abort_outputs()  # the staging the output's checks made: a dry run leaves nothing
+        summary = Summary(name, dry_run=True, extra={**dry.facts, **unwritten, **_runner.describe(options, None)})
     except BaseException as exc:  # noqa: BLE001 - every failure becomes one line
         _abort_outputs()
         if isinstance(exc, SystemExit):
@@ -272,6 +283,8 @@ def run_job(
     finally:
         _restore_sigint(previous)
         threading.excepthook = hook
+        if timeout is not None:
+            jobtools.set_remote_timeout(None)
         _open_outputs.clear()
     summary.seconds = time.time() - start
     summary.print()
@@ -367,6 +380,8 @@ def run_pipeline(build: Callable[[Any], None], options) -> Any:
         build(p)
         with _runner.bounded_downloads(options):
             result = p.run()
+        if _dataflow.is_dry_run(options):
+            raise _dataflow.finish(result, options, jobio.write_bytes)
         try:
             result.wait_until_finish()
         except BaseException:

@@ -7,6 +7,10 @@ as bytes with their MB, and nouns agree with their numbers ("1 file", "2 files")
 
 The `json:` line carries counts and short facts: the list of outputs is the manifest's (it holds
 every output with its records and checksum), so jobs give its path, not the list.
+
+A dry run (`dry_run`: Dataflow's, see `_dataflow`) did no work: its summary says that nothing was
+submitted and nothing committed instead of counting an output, and its `json:` line says
+`"dry_run": true, "submitted": false, "committed": false`.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Summary:
     input_bytes: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     output_noun: str = "file"
+    dry_run: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         """The `json:` line: counts and short facts (jobs leave the list of outputs to the manifest)."""
@@ -72,6 +77,8 @@ class Summary:
             out["input_files"] = self.input_files
         if self.input_bytes is not None:
             out["input_bytes"] = self.input_bytes
+        if self.dry_run:
+            out.update({"dry_run": True, "submitted": False, "committed": False})
         out.update(self.extra)
         return out
 
@@ -82,13 +89,17 @@ class Summary:
             (self.input_bytes if self.input_bytes else self.bytes) / MB / self.seconds if self.seconds > 0 else 0.0
         )
         out = [f"== {self.job} summary =="]
+        if self.dry_run:
+            out.append("dry run: the job was built and not submitted: nothing ran, nothing was committed")
+            out.append(f"wall:    {self.seconds:,.1f} s")
         if self.input_files is not None:
             read = plural(self.input_files, "file")
             out.append(f"input:   {read}" + (f", {size(self.input_bytes)}" if self.input_bytes is not None else ""))
-        out.append(
-            f"output:  {plural(self.files, self.output_noun)}, {plural(self.records, 'record')}, {size(self.bytes)}"
-        )
-        out.append(f"wall:    {self.seconds:,.1f} s ({rate:,.0f} records/s, {mb_rate:,.1f} MB/s)")
+        if not self.dry_run:
+            out.append(
+                f"output:  {plural(self.files, self.output_noun)}, {plural(self.records, 'record')}, {size(self.bytes)}"
+            )
+            out.append(f"wall:    {self.seconds:,.1f} s ({rate:,.0f} records/s, {mb_rate:,.1f} MB/s)")
         for key, value in self.extra.items():
             if key in ("input_files", "input_bytes") or _is_listing(value):
                 continue

@@ -7,7 +7,8 @@ writer streams its pieces, one record batch at a time, through the encoder
 (`tfrecord_beam.arrow.ExampleEncoder`) into its file, so memory stays at about one batch
 whatever the input size. Shard k holds rows in input order. The schema is checked before the
 pipeline starts (unknown or unsupported columns fail at once), and the job checks that every
-shard holds exactly the rows planned for it. See the type mapping table in
+shard holds exactly the rows planned for it. Files whose schemas differ: see SCHEMAS below
+(the policy is `tfrecord_beam._schema_unify`'s). See the type mapping table in
 `tfrecord_beam/arrow.py` (and docs/python.md, "Arrow and Examples").
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from tfrecord_beam import jobtools
 
@@ -29,8 +30,16 @@ EXAMPLES = """\
 """
 
 
+SCHEMAS = """\
+Every file's schema is read from its footer before the job runs and unified: a column some
+files lack is kept (absent from their rows); integers of any width, floats of any width,
+strings/binaries and lists of these unify; other types (bool, decimal, timestamps, dates)
+must be equal. A column that does not unify fails the job first, naming the file, the column
+and both types; a file that changed after planning fails at the worker, named."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0], EXAMPLES)
+    parser = _args.make_parser("parquet_to_tfrecord", __doc__.splitlines()[0] + "\n\n" + SCHEMAS, EXAMPLES)
     _args.add_input(parser, _args.PARQUET_INPUT)
     parser.add_argument("--output_prefix", required=True, help="output path prefix")
     parser.add_argument("--num_shards", type=jobtools.positive_int, default=1, help="output shards (default 1)")
@@ -74,6 +83,7 @@ _args.parse_then_load(__name__, build_parser)
 
 import pyarrow as pa
 
+from tfrecord_beam._schema_unify import SchemaDriftError, unify_schemas
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
@@ -82,22 +92,18 @@ from . import _common
 from ._common import JobError, Summary
 
 
-def read_schema(path: str) -> pa.Schema:
-    """The Arrow schema of a Parquet file (local or remote)."""
-    import pyarrow.parquet as pq
-
-    from tfrecord_beam.beam import jobio
-
-    try:
-        with jobio.open_input(path) as handle:
-            return pq.read_schema(handle)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
-
-
-def parquet_rows(path: str) -> int:
-    """Rows of a Parquet file (from its footer)."""
-    return _parquet.parquet_rows(path)
+def read_footers(files: Sequence[str]) -> List[Tuple[str, pa.Schema, List[int], _parquet.FileIdentity]]:
+    """(path, Arrow schema, rows per row group, identity) of every file, from its Parquet footer
+    alone (metadata only: cheap on object stores too, read through the jobs' filesystem layer);
+    the identity (size, modification time, row groups) goes into the plan, checked by workers."""
+    out = []
+    for path in files:
+        try:
+            schema, counts, identity = _parquet.footer_and_identity(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise JobError(f"{path}: not a readable Parquet file ({exc})") from None
+        out.append((path, schema, counts, identity))
+    return out
 
 
 def run(args: argparse.Namespace, options) -> Summary:
@@ -105,29 +111,28 @@ def run(args: argparse.Namespace, options) -> Summary:
     files = _common.expand_inputs(args.input, dir_glob="*.parquet")
     if args.num_shards < 1:
         raise JobError("--num_shards must be at least 1")
-    schema = read_schema(files[0])
+    footers = read_footers(files)
+    columns = _args.split_list(args.columns) or None
     encoder_options = dict(
-        columns=_args.split_list(args.columns) or None,
+        columns=columns,
         rename=dict(_common.parse_kv(args.rename, "--rename", "COLUMN=FEATURE")),
         sequence_columns=_args.split_list(args.sequence_columns),
         flatten_structs=args.flatten_structs,
         decimal_as=args.decimal_as,
     )
-    try:
-        encoder = ExampleEncoder(schema, **encoder_options)
+    try:  # every file's schema, unified (or the file, column and types that do not unify)
+        unified = unify_schemas([(path, schema) for path, schema, _, _ in footers], columns)
+        encoder = ExampleEncoder(unified.schema, **encoder_options)
     except ArrowConversionError as err:
+        if isinstance(err, SchemaDriftError) or len(files) > 1:  # it names the file / the column
+            raise JobError(str(err)) from None
         raise JobError(f"{files[0]}: {err}") from None
-    for other in files[1:]:
-        other_schema = read_schema(other)
-        missing = [c for c in encoder.columns if c not in other_schema.names]
-        if missing:
-            raise JobError(f"{other}: lacks column(s) {missing} that {files[0]} has")
-    try:
-        groups = [(f, _parquet.row_groups(f)) for f in files]
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise JobError(f"cannot read a Parquet footer: {exc}") from None
+    schema = unified.schema
+    for note in unified.notes:
+        _common.progress(f"parquet_to_tfrecord: {note}")
+    groups = [(path, counts) for path, _, counts, _ in footers]
     rows = sum(sum(counts) for _, counts in groups)
-    plan = _parquet.plan_shards(groups, args.num_shards)
+    plan = _parquet.plan_shards(groups, args.num_shards, {path: ident for path, _, _, ident in footers})
     spec = _common.output_spec(args.num_shards, args.output_compression, staged, not args.no_index)
     kind = "SequenceExample" if encoder.is_sequence else "Example"
     row_groups = sum(len(c) for _, c in groups)

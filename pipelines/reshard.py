@@ -167,10 +167,10 @@ def run(args: argparse.Namespace, options) -> Summary:
     if args.target_shard_bytes is not None and args.target_shard_bytes < 1:
         raise JobError("--target_shard_bytes must be positive")
     num_shards = args.num_shards or max(1, math.ceil(total_bytes / args.target_shard_bytes))
-    if num_shards > _shard_count.MAX_EMPTY_SHARDS:  # only then can the check refuse: fewer cost seconds
-        flag = f"--num_shards {num_shards}" if args.num_shards else f"--target_shard_bytes {args.target_shard_bytes}"
-        bound = _shard_count.records_bound(files, args.input_compression, jobio.file_size)
-        _shard_count.check_shards("reshard", flag, num_shards, bound, _common.progress)
+    flag = f"--num_shards {num_shards}" if args.num_shards else f"--target_shard_bytes {args.target_shard_bytes}"
+    _shard_count.settle_shards(  # before the pipeline: far more shards than records is refused up front
+        "reshard", flag, num_shards, files, args.input_compression, jobio.file_size, _common.progress, total_bytes
+    )
     if args.shuffle:  # an external shuffle through bounded temporary buckets
         if args.balance != "records":
             raise JobError("--balance bytes does not apply to --shuffle (records go to shards by random key)")

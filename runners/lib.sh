@@ -6,7 +6,9 @@
 #   .runners/state/NAME.env   KEY=VALUE lines: FLAGS="..." (job flags), PYTHON=... (the interpreter
 #                             that launches jobs for that runner), optional S3_* for the job's data
 #   .runners/state/NAME.pid*  pids of what the script started (NAME.starttime: when, to tell a
-#                             stale pid file from a live one)
+#                             stale pid file from a live one; written first, each file by temp +
+#                             mv, so a pid file never stands without its start time; a pid file
+#                             without one, or with another, is stale and never signalled)
 #   .runners/logs/NAME*.log   their output
 #
 # Plugging a runner into the matrix (tests/runners, `make test-runners`): its script declares
@@ -75,9 +77,17 @@ log_tail() {
     fi
 }
 
-# port_open HOST PORT: whether something accepts TCP connections there.
+# port_open HOST PORT: whether something accepts TCP connections there, within 2 s. Status 0:
+# it accepts; 1: nothing there (refused); 2: no answer in 2 s (a holder that never accepts, its
+# accept queue full: bash's /dev/tcp alone waits for the kernel's SYN retries, minutes).
 port_open() {
-    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+    local rc=0
+    timeout -k 1 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null || rc=$?
+    case $rc in
+        0) return 0 ;;
+        124 | 137) return 2 ;;
+        *) return 1 ;;
+    esac
 }
 
 # pid_alive PID
@@ -99,15 +109,25 @@ proc_starttime() {
 # start_bg started (its start time is in NAME.starttime): a pid file that outlived its process
 # (a crash, a reboot) names whatever process now has that pid, which is never ours to signal.
 # Prints nothing and fails otherwise.
+# A pid file without its start time (a script killed while writing them, an older checkout's)
+# proves nothing: it is stale, never trusted.
 running_pid() {
     local name=$1 pid recorded
     pid=$(cat "$TFRB_STATE/$name.pid" 2>/dev/null || true)
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
     pid_alive "$pid" || return 1
     recorded=$(cat "$TFRB_STATE/$name.starttime" 2>/dev/null || true)
-    if [[ -n $recorded && $(proc_starttime "$pid" || true) != "$recorded" ]]; then
-        return 1
-    fi
+    [[ $recorded =~ ^[0-9]+$ ]] || return 1
+    [[ $(proc_starttime "$pid" || true) == "$recorded" ]] || return 1
     echo "$pid"
+}
+
+# write_atomic FILE TEXT: FILE holds TEXT (and a newline) whole or not at all (temp + mv).
+write_atomic() {
+    local tmp
+    tmp=$(mktemp "$1.XXXXXX")
+    printf '%s\n' "$2" >"$tmp"
+    mv -f "$tmp" "$1"
 }
 
 # start_bg NAME LOG CMD...: start CMD in its own session in the background, output to LOG,
@@ -120,13 +140,18 @@ start_bg() {
     if pid=$(running_pid "$name"); then
         die "$name is already running (pid $pid); run its stop first"
     fi
-    rm -f "$TFRB_STATE/$name.starttime"
+    if [[ -e $pidfile ]]; then
+        say "$name: $pidfile names no process of ours (dead, another's, or without its start time): replaced"
+    fi
+    rm -f "$pidfile" "$TFRB_STATE/$name.starttime"
     : >"$log"
     # fd 8 (service_lock's) is closed for the service: it must not hold its script's lock
     setsid "$@" >>"$log" 2>&1 </dev/null 8>&- &
     pid=$!
-    echo "$pid" >"$pidfile"
-    proc_starttime "$pid" >"$TFRB_STATE/$name.starttime" || rm -f "$TFRB_STATE/$name.starttime"
+    # the start time first, then the pid: a pid file never stands without its start time. A
+    # process gone already gets "gone", which matches no process (so it reads as exited).
+    write_atomic "$TFRB_STATE/$name.starttime" "$(proc_starttime "$pid" || echo gone)"
+    write_atomic "$pidfile" "$pid"
 }
 
 # wait_for_port NAME HOST PORT [TIMEOUT_S] [LOG]: until HOST:PORT accepts connections. Fails
@@ -167,8 +192,12 @@ stop_pid() {
         say "$name stopped (pid $pid)"
     else
         pid=$(cat "$pidfile" 2>/dev/null || true)
-        if pid_alive "$pid"; then
-            say "$name: pid $pid of $pidfile is not the one started (a stale pid file): left alone"
+        if [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid"; then
+            if [[ -e $TFRB_STATE/$name.starttime ]]; then
+                say "$name: pid $pid of $pidfile is not the one started (a stale pid file): left alone"
+            else
+                say "$name: pid $pid of $pidfile has no start time, so it cannot be proved ours (a stale pid file): left alone"
+            fi
         fi
     fi
     rm -f "$pidfile" "$TFRB_STATE/$name.starttime"
@@ -176,9 +205,12 @@ stop_pid() {
 
 # port_free_or_die NAME HOST PORT: starting NAME needs HOST:PORT free.
 port_free_or_die() {
-    if port_open "$2" "$3"; then
-        die "$1: $2:$3 is already in use (another service, or a $1 started elsewhere); stop it or set another port"
-    fi
+    local rc=0
+    port_open "$2" "$3" || rc=$?
+    case $rc in
+        0) die "$1: $2:$3 is already in use (another service, or a $1 started elsewhere); stop it or set another port" ;;
+        2) die "$1: $2:$3 does not answer a connection in 2 s (a process holds it and never accepts); stop it or set another port" ;;
+    esac
 }
 
 # write_state NAME KEY=VALUE...: .runners/state/NAME.env, one shell-quoted KEY=VALUE a line.

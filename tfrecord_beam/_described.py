@@ -39,12 +39,14 @@ def absent_features(
         present.update(lists or ())
     if not sampled:
         return {}
-    wanted = list(description or ()) + list(sequence_description or ())
-    return {
-        name: difflib.get_close_matches(name, sorted(present), n=3, cutoff=0.5)
-        for name in wanted
-        if name not in present
-    }
+    return absent_names(present, list(description or ()) + list(sequence_description or ()))
+
+
+def absent_names(present: Iterable[str], wanted: Iterable[str]) -> Dict[str, List[str]]:
+    """{wanted name: closest present names} for each wanted name not `present` (when the
+    features present are known another way, e.g. from a statistics scan)."""
+    present = sorted(set(present))
+    return {name: difflib.get_close_matches(name, present, n=3, cutoff=0.5) for name in wanted if name not in present}
 
 
 def message(where: str, absent: Dict[str, List[str]], records: str = "the first records") -> str:

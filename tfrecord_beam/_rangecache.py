@@ -32,7 +32,6 @@ import shutil
 import stat
 import struct
 import threading
-import uuid
 from typing import Any, Iterator, List, Optional, Tuple
 
 import google_crc32c
@@ -93,9 +92,7 @@ class RangeCache:
         if self.limit is not None and size > self.limit:
             return
         final = self.path_of(key)
-        temp = os.path.join(
-            self.directory, f".{os.path.basename(final)}{fs.TEMP_MARK}{fs.temp_owner_tag()}-{uuid.uuid4().hex[:12]}"
-        )
+        temp = os.path.join(self.directory, fs.temp_basename(os.path.basename(final)))
         try:
             with open(temp, "wb") as handle:
                 handle.write(_HEADER.pack(_MAGIC, len(data), google_crc32c.value(data)))

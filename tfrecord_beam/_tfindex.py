@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Tuple, Union
 import numpy as np
 
 from . import _engine, _mix, fs
-from . import compression as _compression
 from ._engine import _index_text
 from .errors import IndexMismatchError, OverwriteRefusedError
 
@@ -61,9 +60,12 @@ def looks_like_index(path) -> bool:
     is an index, and a TFRecord file is never index text whatever its name (its first 8 bytes,
     a little-endian length, hold a 0x00 byte; a compressed one starts with its codec's magic).
     Only an empty file says nothing by its bytes (an empty index, or an empty shard): it is
-    taken for data when its name is a data file's (`*.tfrecord`, `*.tfrecords`, with a codec's
-    suffix or not), so `tfrecord2idx a.tfrecord b.tfrecord` (an unquoted glob) leaves an empty
-    `b.tfrecord` alone."""
+    taken for data when its name holds a data word anywhere (`.tfrecord`, `.tfrecords`,
+    `.tfrec`, `.records`, any case: `x.tfrecord`, `x.tfrecord.gz`, TFDS's
+    `x.tfrecord-00001-of-00002`), so `tfrecord2idx a.tfrecord-0000*` (an unquoted glob) leaves
+    an empty second shard alone; unless the name ends as an index's (`idx`, `index`, as in
+    `x.tfrecord.idx`, `x.tfindex`): an empty file named after its data as an index is a failed
+    index and is rebuilt."""
     with fs.open_input(path) as handle:
         head = handle.read(_SNIFF_BYTES)
     if not head:
@@ -74,13 +76,19 @@ def looks_like_index(path) -> bool:
     )
 
 
+_DATA_WORDS = (".tfrec", ".records")  # `.tfrec` is in `.tfrecord` and `.tfrecords` too
+_INDEX_ENDINGS = ("idx", "index")  # `x.tfrecord.idx`, `x.tfindex`, `x.tfrecords-index`
+
+
 def _data_file_name(path: str) -> bool:
-    """Whether a file name is a TFRecord data file's: `.tfrecord` or `.tfrecords` at its end,
-    before a codec's suffix if any (`x.tfrecord.gz`)."""
-    name = fs.split_query(path)[0]
-    if _compression.resolve(name) is not None:
-        name = os.path.splitext(name)[0]
-    return name.endswith(_DATA_SUFFIXES)
+    """Whether an (empty) file's name says data: a data word anywhere in its last component
+    (`.tfrecord`, `.tfrecords`, `.tfrec`, `.records`, any case), so TFDS's
+    `x.tfrecord-00001-of-00002` and `x.tfrecord.gz-00001-of-00002` count, while a name that
+    ends as an index's (`x.tfrecord.idx`, `x.tfindex`) does not."""
+    name = os.path.basename(fs.split_query(path)[0].rstrip("/")).lower()
+    if name.endswith(_INDEX_ENDINGS):
+        return False
+    return any(word in name for word in _DATA_WORDS)
 
 
 def check_index_target(index_path, data_path=None) -> None:

@@ -111,6 +111,7 @@ class RecordWriter:
         # the error a hand-on of bytes raised (a full disk, say): the file may end mid-frame and
         # lacks what came after, so it is never committed (`_check_sound`, `_unclosed`)
         self._failed: Optional[BaseException] = None
+        self._failed_in = "write"  # or "close"
         self._pid = os.getpid()
         _open_writers.add(self)
 
@@ -184,10 +185,11 @@ class RecordWriter:
         return True
 
     def _check_open(self) -> None:
-        """ValueError unless more records may be written: the writer is open and no write failed."""
+        """ValueError unless more records may be written: no write (or close) failed
+        (WriterFailedError, whether closed since or not) and the writer is open."""
+        self._check_sound()
         if self.closed:
             raise ValueError(f"{self.path}: write to a closed RecordWriter")
-        self._check_sound()
 
     def _check_sound(self) -> None:
         """WriterFailedError when an earlier write failed: what is in the temporary file is not
@@ -195,7 +197,7 @@ class RecordWriter:
         committed."""
         if self._failed is not None:
             raise WriterFailedError(
-                f"{self.path}: an earlier write failed ({self._failed!r}); this writer's file is "
+                f"{self.path}: an earlier {self._failed_in} failed ({self._failed!r}); this writer's file is "
                 "incomplete and is not committed (the file there before, if any, is left as it was)"
             ) from self._failed
 
@@ -225,12 +227,15 @@ class RecordWriter:
         lengths = _engine.scan_frames(view, False)[1]
         if self._index is not None:
             self._index.add(lengths + FRAME_OVERHEAD)
-        self._digest = _digest.add_digests(self._digest, _digest.framed_digest(view, lengths + FRAME_OVERHEAD))
+        digest = _digest.framed_digest(view, lengths + FRAME_OVERHEAD)
         if self._blocks is not None:  # block-gzip members: the compressor keeps what it is given
             self._blocks.add(bytes(view), lengths + FRAME_OVERHEAD)
         else:  # local files copy (or write) synchronously; other streams may keep what they are given
             self._emit(view if self._deflater is not None or isinstance(self._file, _SYNC_FILES) else bytes(view))
         view.release()
+        # counted once handed on: a failed hand-on leaves the frames in the buffer, which `digest`
+        # counts (as `records_written` does), so they are not counted twice
+        self._digest = _digest.add_digests(self._digest, digest)
         self._offset += pos
         self._records += len(lengths)
         self._pos = 0
@@ -255,11 +260,12 @@ class RecordWriter:
     def _write_frames(self, framed: Union[bytes, memoryview], sizes: np.ndarray) -> None:
         if self._index is not None:
             self._index.add(sizes)
-        self._digest = _digest.add_digests(self._digest, _digest.framed_digest(framed, sizes))
+        digest = _digest.framed_digest(framed, sizes)
         if self._blocks is not None:
             self._blocks.add(framed, sizes)
         else:
             self._emit(framed)
+        self._digest = _digest.add_digests(self._digest, digest)  # as `records_written`: once handed on
         self._offset += len(framed)
         self._records += len(sizes)
 
@@ -285,6 +291,7 @@ class RecordWriter:
         an index of other data. A stale index at the data's default index name is removed
         when no new index is written."""
         if self.closed:
+            self._check_sound()  # a writer whose write or close failed says so every time: never committed
             return
         from . import _publish
 
@@ -319,7 +326,9 @@ class RecordWriter:
                 _publish.move_new_indexes(
                     [index_commit], [index_final], rename=lambda commits, _finals: [c.move() for c in commits]
                 )
-        except BaseException:
+        except BaseException as exc:
+            if self._failed is None:  # a failed close: a later close or write says so (WriterFailedError)
+                self._failed, self._failed_in = exc, "close"
             self._commit.abort()
             if self._index is not None:
                 self._index.abort()

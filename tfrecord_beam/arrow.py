@@ -40,7 +40,7 @@ import pyarrow as pa
 from . import _engine
 from ._engine._common import BYTES, FLOAT, FRAME_OVERHEAD, INT, MISSING, PRESENT
 from ._engine._encode import split_payloads
-from .columnar import Column, SequenceColumn, _engine_columns, _engine_list_columns, decode_examples
+from .columnar import Column, SequenceColumn, _engine_columns, _engine_list_columns, decode_examples, encoded_lengths
 from .example import Description, feature_values, normalize_description, parse_example, parse_sequence_example
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "examples_to_record_batch",
     "inferred_type",
     "record_batch_to_examples",
+    "record_misfit",
     "serialize_columns",
 ]
 
@@ -604,25 +605,100 @@ def examples_to_record_batch(
     schema: Optional[pa.Schema] = None,
     sequence_description: Description = None,
     sequence: bool = False,
+    closed: bool = False,
 ) -> pa.RecordBatch:
     """Serialized Examples (or SequenceExamples with `sequence=True`) -> one Arrow RecordBatch.
 
-    Columns come from `schema` (names and types; values are cast to them), else from
-    `description` ({name: kind} or names), else from every feature seen (in the order first
-    seen; names new in the same record sorted).
+    Columns come from `schema` (names and types; values are cast to them, a feature of
+    another kind than its column's is an error), else from `description` ({name: kind} or
+    names), else from every feature seen (in the order first seen; names new in the same
+    record sorted).
     A feature missing from a record is null there. Without a schema, a feature with exactly
     one value wherever it appears is a scalar column (int64 / float32 / binary), otherwise a
     list column; SequenceExample feature lists are list<list<...>> columns.
+    `closed`: every feature of every record must be a column (of `schema` or `description`):
+    one that is not raises ArrowConversionError instead of being left out.
     """
     # The batch decoder only where it is compiled: its pure twin parses per record like the
     # collectors below and was slower (bench/RESULTS.md, issue 17 item 2).
     if schema is not None and not sequence and description is None and _engine.NATIVE:
-        batch = _decode_with_columnar(payloads, schema)
+        batch = _decode_with_columnar(payloads, schema, closed)
         if batch is not None:
             return batch
     collectors = _described_collectors(description, schema, sequence_description, sequence)
-    _collect(payloads, collectors, sequence, fixed=bool(collectors))
+    _collect(payloads, collectors, sequence, fixed=bool(collectors), closed=closed)
     return _to_record_batch(collectors, schema)
+
+
+def _not_a_column(name: str, row: int) -> ArrowConversionError:
+    return ArrowConversionError(f"record {row}: feature {name!r} is not a column of the schema")
+
+
+def _sequence_example(lists: Mapping, row: int) -> ArrowConversionError:
+    return ArrowConversionError(f"record {row}: {_SEQUENCE_EXAMPLE_MISFIT.format(sorted(lists))}")
+
+
+_SEQUENCE_EXAMPLE_MISFIT = (
+    "the record is a SequenceExample (feature lists {}), read as an Example: its feature lists would be "
+    "left out; read SequenceExamples with --sequence (sequence=True)"
+)
+
+
+def _check_closed(payload: bytes, row: int, columns: Iterable[str]) -> None:
+    """`closed` decoding of Examples: every feature of the record is one of `columns`, and it is
+    no SequenceExample (whose feature lists an Example read would leave out)."""
+    from ._proto import parse_record
+
+    _, features, lists = parse_record(payload)
+    for name in features or {}:
+        if name not in columns:
+            raise _not_a_column(name, row)
+    if lists:
+        raise _sequence_example(lists, row)
+
+
+def _kind_of_type(t: pa.DataType) -> Optional[str]:
+    """The feature kind a column of type `t` holds (through lists); None when it has none."""
+    while _is_list(t):
+        t = t.value_type
+    try:
+        return None if pa.types.is_null(t) or pa.types.is_decimal(t) else _leaf_kind("", t, None)
+    except ArrowConversionError:
+        return None
+
+
+def record_misfit(payload: bytes, schema: pa.Schema, *, sequence: bool = False, closed: bool = False) -> Optional[str]:
+    """Why one record does not fit `schema` (`examples_to_record_batch` with it fails or, with
+    `closed`, would leave a feature out), in words naming the feature; None when it fits as far
+    as names, kinds and value counts tell. For messages that name the record themselves."""
+    from ._proto import INVALID, parse_record
+
+    rtype, features, lists = parse_record(payload)
+    if rtype == INVALID:
+        return "not a tf.train.Example or SequenceExample"
+    sections = [(features or {}, False)] + ([(lists, True)] if lists and sequence else [])
+    for section, is_list in sections:
+        for name, value in section.items():
+            if name not in schema.names:
+                if closed:
+                    return f"feature {name!r} is not a column of the schema"
+                continue
+            t = schema.field(name).type
+            want = _kind_of_type(t)
+            leaf = t
+            while _is_list(leaf):
+                leaf = leaf.value_type
+            steps = list(value.feature) if is_list else [value]
+            for kind, values in map(feature_values, steps):
+                if kind is not None and want is not None and kind != want:
+                    return f"feature {name!r} holds {kind} values, but its column is {t}"
+                if kind is not None and pa.types.is_null(leaf):
+                    return f"feature {name!r} holds {kind} values, but its column is {t} (no kind was seen for it)"
+                if not is_list and not _is_list(t) and len(values) != 1:
+                    return f"feature {name!r} holds {len(values)} values, but its column {t} is a scalar"
+    if lists and not sequence:
+        return _SEQUENCE_EXAMPLE_MISFIT.format(sorted(lists))
+    return None
 
 
 def _described_collectors(
@@ -632,8 +708,8 @@ def _described_collectors(
     then the sequence description's feature lists), in their order; none when nothing is named
     (every feature seen becomes a column)."""
     desc: Optional[Mapping[str, Optional[str]]]
-    if schema is not None:
-        desc = {f.name: None for f in schema}
+    if schema is not None:  # each column's kind: a record holding another kind is an error, never cast
+        desc = {f.name: _kind_of_type(f.type) for f in schema}
     else:
         desc = normalize_description(description)
     collectors: Dict[str, _Collector] = {}
@@ -656,12 +732,25 @@ def _features(payload: bytes, row: int, sequence: bool) -> Tuple[Mapping, Mappin
     return parse_example(payload, record_number=row).features.feature, {}
 
 
-def _collect(payloads: Iterable[bytes], collectors: Dict[str, _Collector], sequence: bool, *, fixed: bool) -> None:
+def _collect(
+    payloads: Iterable[bytes], collectors: Dict[str, _Collector], sequence: bool, *, fixed: bool, closed: bool = False
+) -> None:
     """Feed every record to the collectors; unless the columns are `fixed`, a feature first
     seen in a record gets a collector then (absent in the rows before; names new in one
-    record sorted, features before feature lists)."""
+    record sorted, features before feature lists). `closed` (with `fixed`): a feature with no
+    collector is an error."""
     for row, payload in enumerate(payloads):
         feature_map, lists = _features(payload, row, sequence)
+        if closed and not sequence:  # a SequenceExample read as an Example would lose its lists
+            from ._proto import parse_record
+
+            _, _, seq_lists = parse_record(payload)
+            if seq_lists:
+                raise _sequence_example(seq_lists, row)
+        if fixed and closed:
+            for name in list(feature_map) + list(lists):
+                if name not in collectors:
+                    raise _not_a_column(name, row)
         if not fixed:
             for name in sorted(feature_map) + sorted(lists):
                 if name not in collectors:
@@ -697,13 +786,20 @@ def _schema_kinds(schema: pa.Schema) -> Optional[Dict[str, str]]:
     return kinds
 
 
-def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema) -> Optional[pa.RecordBatch]:
+def _decode_with_columnar(payloads: Iterable[bytes], schema: pa.Schema, closed: bool) -> Optional[pa.RecordBatch]:
     """`examples_to_record_batch` for a flat schema through the batch decoder (no per-record
-    Python); None when the schema is not flat."""
+    Python); None when the schema is not flat. `closed`: a record whose encoding is longer than
+    its decoded columns' (`columnar.encoded_lengths`, a sizes pass) holds something more, and is
+    parsed to see whether that is a feature the schema lacks."""
     kinds = _schema_kinds(schema)
     if not kinds:
         return None
-    columns = decode_examples(list(payloads), kinds)
+    payloads = list(payloads)
+    columns = decode_examples(payloads, kinds)
+    if closed:
+        lengths = np.fromiter((len(p) for p in payloads), np.int64, len(payloads))
+        for row in np.flatnonzero(encoded_lengths(columns, len(payloads)) != lengths):
+            _check_closed(payloads[row], int(row), kinds)
     arrays = []
     for field in schema:
         col = columns[field.name]

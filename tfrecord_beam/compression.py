@@ -248,8 +248,10 @@ def _flag_value(text: str) -> str:
     """argparse `type=`: any accepted spelling as its canonical flag value ("GZ" -> "gzip",
     "uncompressed" -> "none"); an unknown one passes through for `choices` to refuse. An empty
     (or blank) value is unknown here: `compression=""` means uncompressed to the Python API, but
-    on a command line it is an unset variable (`--compression "$C"`), never a choice."""
-    if not text.strip():
+    on a command line it is an unset variable (`--compression "$C"`), never a choice; a value
+    with blanks around it (`" gzip"`) is refused too (exit 2) rather than trimmed, as the
+    Python API's `normalize` trims it: on a command line it is a quoting slip."""
+    if not text.strip() or text != text.strip():  # " gzip": a garbled variable, refused like ""
         return text
     try:
         kind = normalize(text)

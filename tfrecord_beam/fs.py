@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob as _glob
+import hashlib
 import io
 import mmap
 import os
@@ -894,7 +895,6 @@ def delete(paths: List[str]) -> None:
 def _host_tag() -> str:
     """This host's name plus a short hash of its pid space (kernel boot id + pid namespace), so
     that a writer in another container with the same host name is never taken for dead here."""
-    import hashlib
 
     name = socket.gethostname().replace("-", "_").replace("/", "_").replace("@", "_") or "host"
     try:
@@ -914,9 +914,26 @@ def temp_owner_tag() -> str:
     return f"{os.getpid()}@{_HOST}"
 
 
+NAME_MAX = 255  # bytes of one path component on Linux's file systems (and object stores' keys hold more)
+
+
+def temp_basename(tail: str) -> str:
+    """The temporary name of a file named `tail`: `.TAIL.tmp-PID@HOST-RANDOM`, within NAME_MAX
+    bytes: a long `tail` (a legal 240-byte name) is cut and given a hash of the whole name
+    (`.TAIL-PREFIX~HASH.tmp-...`), so any name a file may have can be written."""
+    suffix = f"{TEMP_MARK}{temp_owner_tag()}-{uuid.uuid4().hex[:12]}"
+    name = f".{tail}{suffix}"
+    raw = os.fsencode(name)
+    if len(raw) <= NAME_MAX:
+        return name
+    mark = "~" + hashlib.blake2b(os.fsencode(tail), digest_size=6).hexdigest()
+    room = NAME_MAX - 1 - len(os.fsencode(mark + suffix))
+    return "." + os.fsdecode(os.fsencode(tail)[: max(room, 0)]) + mark + suffix
+
+
 def _temp_name(inner: str) -> str:
     head, tail = os.path.split(inner)
-    return os.path.join(head, f".{tail}{TEMP_MARK}{temp_owner_tag()}-{uuid.uuid4().hex[:12]}")
+    return os.path.join(head, temp_basename(tail))
 
 
 def pid_alive(pid: int) -> bool:

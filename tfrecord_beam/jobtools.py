@@ -9,6 +9,7 @@ check, the engine line for `--version`, and the described-but-absent feature che
 
 from __future__ import annotations
 
+from ._bounded import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, parse_timeout, set_remote_timeout
 from ._described import absent_features
 from ._described import message as absent_features_message
 from ._engine_info import describe as describe_engine
@@ -55,6 +56,11 @@ __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "DEFAULT_ROW_GROUP_ROWS",
     "DEFAULT_ROW_GROUP_BYTES",
+    # the bound on each remote call (--timeout, $TFRECORD_BEAM_TIMEOUT)
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV",
+    "parse_timeout",
+    "set_remote_timeout",
     # the environment
     "require_beam",
     "describe_engine",

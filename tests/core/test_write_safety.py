@@ -280,3 +280,25 @@ def test_an_empty_data_file_is_not_taken_for_an_empty_index(tmp_path, name):
     idx.write_bytes(b"")
     create_index(str(a), str(idx))
     assert len(load_index(str(idx))) == 5
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["b.TFRecord-00001-of-00002", "b.tfrec", "b.records", "part.tfrecord.gz-00001-of-00002", "b.tfrecords-00000"],
+)
+def test_an_empty_file_whose_name_holds_a_data_word_anywhere_is_left_alone(tmp_path, name):
+    a, b = tmp_path / "a.tfrecord", tmp_path / name
+    write_records(str(a), _payloads(5))
+    b.write_bytes(b"")
+    with pytest.raises(OverwriteRefusedError):
+        create_index(str(a), str(b))
+    assert b.read_bytes() == b""
+
+
+@pytest.mark.parametrize("name", ["a.tfrecord.idx", "a.tfindex", "a.tfrecords-index", "a.TFRECORD.IDX"])
+def test_an_empty_index_named_after_its_data_is_a_failed_index_and_is_rebuilt(tmp_path, name):
+    a, idx = tmp_path / "a.tfrecord", tmp_path / name
+    write_records(str(a), _payloads(5))
+    idx.write_bytes(b"")
+    create_index(str(a), str(idx))
+    assert len(load_index(str(idx))) == 5

@@ -36,13 +36,15 @@ class RangeFaults:
     `name` (and, when `start` is set, whose range starts at that byte) get `fault`
     (`("status", 503)`, `("stall", seconds)`, `("cut", bytes)`); the rest pass. With
     `ranged=False` the rule takes the GETs WITHOUT a Range header instead (metadata, listings,
-    whole-object reads), with `ranged=None` every GET."""
+    whole-object reads), with `ranged=None` every GET. `query`, when set, must be part of the
+    request's query string (`alt=media`: a GCS download, not its metadata)."""
 
     fault: Tuple[str, float]
     times: int
     name: str = ".tfrecord"
     start: Optional[int] = None
     ranged: Optional[bool] = True
+    query: Optional[str] = None
 
     def rule(self, log: Any):
         """The `FaultProxy` rule, logging each fault it injects to `log` as a JSON object."""
@@ -54,6 +56,8 @@ class RangeFaults:
         def decide(method: str, path: str, headers: Any):
             span = headers.get("Range")
             if method != "GET" or self.name not in path.split("?")[0]:
+                return None
+            if self.query is not None and self.query not in path.partition("?")[2]:
                 return None
             if self.ranged is not None and (span is not None) != self.ranged:
                 return None

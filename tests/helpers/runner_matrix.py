@@ -5,9 +5,12 @@ A runner is a name and a state file `.runners/state/NAME.env` (written by `runne
 i.e. `make runners`): shell `KEY=VALUE` lines, FLAGS (the job flags), PYTHON (the interpreter
 that launches jobs there), optional S3_PREFIX (an s3:// prefix where that runner's job data
 must live, because its workers see no local file) and S3_* / AWS_* variables the launcher
-needs. `fnapi` (the in-process FnApiRunner) needs no state. The runners of the matrix are
-`fnapi` and those the scripts in runners/ declare on a `# runners: NAME...` line;
-TFRB_RUNNERS=a,b picks some of them.
+needs. `fnapi` (the in-process FnApiRunner) needs no state, nor does `dataflow-dryrun`
+(DataflowRunner with --dry_run=True: the job is built, nothing runs; its tests,
+tests/runners/test_dataflow_dryrun.py, start their own GCS server and add the gs:// flags). The
+runners of the matrix are `fnapi`, `dataflow-dryrun` and those the scripts in runners/ declare
+on a `# runners: NAME...` line; TFRB_RUNNERS=a,b picks some of them. A dry-run column runs the
+dry-run tests, every other column the tests that run jobs (`is_dry_run`).
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".runners" / "state"
 SCRIPTS = ROOT / "runners"
 FNAPI = "fnapi"
+DATAFLOW_DRYRUN = "dataflow-dryrun"
+#: the flags of the dataflow-dryrun column; its tests add --temp_location (gs://) and what to stage
+DATAFLOW_DRYRUN_FLAGS = ["--runner=DataflowRunner", "--dry_run=True", "--project=tfrb-test", "--region=us-central1"]
 JOB_TIMEOUT_S = 900
 
 
 def runner_names() -> List[str]:
-    """fnapi, then each script's `# runners:` names (scripts in runners/ order: prism, flink, spark)."""
+    """fnapi, dataflow-dryrun, then each script's `# runners:` names (scripts in runners/ order:
+    prism, flink, spark)."""
     wanted = os.environ.get("TFRB_RUNNERS")
-    names = [FNAPI]
+    names = [FNAPI, DATAFLOW_DRYRUN]
     for script in sorted(SCRIPTS.glob("*.sh"), key=_script_order):
         for line in script.read_text().splitlines()[:40]:
             match = re.match(r"#\s*runners:\s*(.+)$", line)
@@ -49,6 +56,11 @@ def runner_names() -> List[str]:
     if wanted:
         return [n for n in wanted.split(",") if n]
     return names
+
+
+def is_dry_run(name: str) -> bool:
+    """Whether the column builds jobs without running them (its tests check what was built)."""
+    return name == DATAFLOW_DRYRUN
 
 
 def _script_order(path: Path) -> Tuple[int, str]:
@@ -90,6 +102,8 @@ def load_runner(name: str) -> Runner:
     state is missing (a missing runner is a failure of the matrix, never a skip)."""
     if name == FNAPI:
         return Runner(FNAPI, ["--runner=FnApiRunner"], sys.executable)
+    if name == DATAFLOW_DRYRUN:
+        return Runner(DATAFLOW_DRYRUN, list(DATAFLOW_DRYRUN_FLAGS), sys.executable)
     path = STATE / f"{name}.env"
     if not path.exists():
         raise AssertionError(f"runner {name!r} is not started: no {path}; run `make runners` first")

@@ -153,7 +153,7 @@ def test_stream_reads_stay_in_batches(tmp_path):
     n = bp.batch_rows(f.metadata, 0)
     assert n < rows and n * 4096 <= 2 * bp.BATCH_BYTES  # large rows: fewer per batch
     piece = bp.Piece(str(tmp_path / "big.parquet"), 0, 10, 2990, 0)
-    got = list(bp._batches(f, piece, ["blob"]))
+    got = list(bp._batches(f, piece, f.schema_arrow, ["blob"]))
     assert sum(b.num_rows for _, b in got) == 2980 and got[0][0] == 10
     handle.close()
 

@@ -90,3 +90,51 @@ def test_some_empty_shards_are_allowed_with_a_warning_up_front():
     assert len(said) == 1
     with pytest.raises(_shard_count.jobtools.UsageError, match="ask for at most 1,774 shards"):
         _shard_count.check_shards("reshard", "--num_shards 1775", 1775, bound, said.append)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "large"])
+def test_reshard_counts_before_the_pipeline_when_nothing_bounds_the_inputs(tmp_path, capsys, kind):
+    """A compressed input without an index (no bound) or records of more than 16 bytes (the size
+    bound above the count asked): the records are counted before the pipeline, and 100,000
+    shards of 750 records are refused naming the numbers (attack round 4)."""
+    from tfrecord_beam.records import write_records
+
+    src = tmp_path / ("z.tfrecord.gz" if kind == "gzip" else "big.tfrecord")
+    pad = 10 if kind == "gzip" else 3000
+    write_records(str(src), [os.urandom(pad) for _ in range(750)], compression="gzip" if kind == "gzip" else None)
+    argv = ["--input", str(src), "--output_prefix", str(tmp_path / "o" / "t"), "--num_shards", "100000"]
+    code, _, err = run_job(reshard.main, argv + FAST, capsys)
+    assert code == 2, err
+    assert "750 records (counted)" in err and "99,250 shards would be empty" in err and "at most 1,774 shards" in err
+    assert not (tmp_path / "o").exists() or os.listdir(tmp_path / "o") == []
+
+
+def test_a_count_that_cannot_end_is_warned_of_once_up_front(tmp_path):
+    from tfrecord_beam.records import write_records
+
+    src = tmp_path / "z.tfrecord.gz"
+    write_records(str(src), [b"x"] * 50, compression="gzip")
+    said = []
+    _shard_count.settle_shards(
+        "reshard", "--num_shards 5000", 5000, [str(src)], "auto", os.path.getsize, said.append, budget_s=-1
+    )
+    assert len(said) == 1 and "warning" in said[0] and "record count is unknown" in said[0] and "5,000" in said[0]
+    said.clear()  # enough records counted: no word, the count stops at the number asked
+    _shard_count.settle_shards(
+        "reshard", "--num_shards 1500", 1500, [str(src)] * 40, "auto", os.path.getsize, said.append
+    )
+    assert said == []
+
+
+def test_a_target_shard_bytes_refusal_suggests_a_byte_target():
+    with pytest.raises(
+        _shard_count.jobtools.UsageError, match=r"ask for --target_shard_bytes 57 or more \(1,774 shards at most\)"
+    ):
+        _shard_count.check_shards(
+            "reshard",
+            "--target_shard_bytes 1",
+            100_000,
+            _shard_count.RecordsBound(750, True),
+            print,
+            total_bytes=100_000,
+        )

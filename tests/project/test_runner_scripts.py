@@ -357,3 +357,42 @@ def test_two_s3_starts_at_once_make_one_server_that_stop_stops(s3_checkout):
     time.sleep(0.3)
     assert not _alive(started[0])
     assert not _answers(port), "a server still answers after stop"
+
+
+def test_port_check_is_bounded_for_a_holder_that_never_accepts(checkout):
+    """A listener whose accept queue is full drops SYNs: bash's /dev/tcp alone waits minutes.
+    port_open answers 2 (no answer) within seconds and port_free_or_die refuses, naming the port."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(0)
+    port = holder.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        started = time.monotonic()
+        done = _bash(
+            checkout, f"rc=0; port_open 127.0.0.1 {port} || rc=$?; echo $rc; port_free_or_die svc 127.0.0.1 {port}"
+        )
+        assert time.monotonic() - started < 15
+    finally:
+        filler.close()
+        holder.close()
+    assert done.stdout.split()[0] == "2" and done.returncode == 1
+    assert f"127.0.0.1:{port} does not answer" in done.stderr
+
+
+def test_a_pid_file_without_its_start_time_is_stale_and_said_so(checkout, stranger):
+    state = checkout / ".runners" / "state"
+    state.mkdir(parents=True)
+    (state / "svc.pid").write_text(f"{stranger.pid}\n")
+    done = _bash(checkout, "stop_pid svc")
+    assert _alive(stranger.pid) and "has no start time" in done.stderr, done.stderr
+    started = _bash(
+        checkout,
+        'start_bg svc "$TFRB_LOGS/svc.log" sleep 120; cat "$TFRB_STATE/svc.pid" "$TFRB_STATE/svc.starttime"; running_pid svc; stop_pid svc',
+    )
+    assert started.returncode == 0, started.stderr
+    pid, starttime, running = started.stdout.split()[:3]
+    assert pid == running and starttime.isdigit()
+    assert not list(state.glob("svc.*.*")), "a temporary file was left behind"

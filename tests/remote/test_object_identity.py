@@ -107,3 +107,96 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_fetched_again(remote, tmp_p
     assert victim.is_file() and not victim.is_symlink()  # written again, a regular file
     raw = victim.read_bytes()
     assert RangeCache._whole(raw[:24], raw[24:], len(raw) - 24)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_elastic_order_refuses_an_object_replaced_between_epochs(remote, tmp_path, workers):
+    """The elastic order reads through the same per-pass identity check as the per-shard path
+    (`FileSet.new_pass`): with `cache_dir`, epoch 1 never returns the old object's cached
+    records; it fails naming the object (0 and 2 DataLoader workers)."""
+    old, size = _upload(remote, tmp_path, 2000)
+    ds = _dataset(remote, elastic=True, cache_dir=str(tmp_path / "cache"))
+
+    def epoch_ids():
+        if workers == 0:
+            return ids_of(ds.iter_worker(0, 1))
+        from helpers.remote_data import iterating
+
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        with iterating(loader) as batches:
+            return ids_of(batches)
+
+    ds.set_epoch(0)
+    assert sorted(epoch_ids()) == old
+    new, new_size = _upload(remote, tmp_path, 9000)  # same size, same index, other records
+    assert new_size == size
+    ds.set_epoch(1)
+    with pytest.raises(OSError, match=r"v\.tfrecord was replaced after this dataset listed it.*ETag"):
+        epoch_ids()
+    fresh = _dataset(remote, elastic=True, cache_dir=str(tmp_path / "cache"))
+    assert sorted(ids_of(fresh.iter_worker(0, 1))) == new
+
+
+def _heads(proxy, since: int = 0) -> int:
+    """HEAD requests of data objects (the identity checks and the opens) the proxy saw."""
+    return sum(1 for m, p, _ in proxy.requests[since:] if m == "HEAD" and ".tfrecord" in p.split("?")[0])
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_the_first_pass_in_the_listing_process_makes_no_second_identity_check(
+    remote, proxy, tmp_path, monkeypatch, elastic
+):
+    """The identity a dataset took at listing stands in for its first pass's check in the same
+    process (one HEAD per file saved); every later pass checks each file it reads again."""
+    from tfrecord_beam.torch import _files
+
+    for k, name in enumerate(["a.tfrecord", "b.tfrecord"]):
+        _upload(remote, tmp_path, 2000 + 1000 * k, name)
+
+    def dataset(cache: str) -> TFRecordDataset:
+        return TFRecordDataset(
+            remote.uri("*.tfrecord", proxy.host_port),
+            remote.uri("*.tfindex", proxy.host_port),
+            batch_size=50,
+            readahead_bytes=READAHEAD,
+            readahead_requests=1,  # one request in flight: one open (HEAD) per file, whatever the timing
+            cache_dir=str(tmp_path / cache),
+            elastic=elastic,
+        )
+
+    def first_epoch_heads(cache: str) -> int:
+        before = len(proxy.requests)
+        ds = dataset(cache)
+        ds.set_epoch(0)
+        assert len(ids_of(ds.iter_worker(0, 1))) == 800
+        return _heads(proxy, before)
+
+    saved = first_epoch_heads("c1")
+    monkeypatch.setattr(_files, "FRESH_IDENTITY_S", 0.0)  # the listing is never fresh: the check is made
+    checked = first_epoch_heads("c2")
+    assert checked - saved == 2, (checked, saved)  # one HEAD per file
+    monkeypatch.undo()
+
+    ds = dataset("c1")  # its blocks are all cached: a later pass asks the store only for the identities
+    ds.set_epoch(0)
+    assert len(ids_of(ds.iter_worker(0, 1))) == 800
+    ds.set_epoch(1)
+    before = len(proxy.requests)
+    assert len(ids_of(ds.iter_worker(0, 1))) == 800
+    assert _heads(proxy, before) == 2  # the per-pass check, one per file
+    assert not [r for m, p, r in proxy.requests[before:] if m == "GET" and ".tfrecord" in p.split("?")[0]]
+
+
+def test_a_worker_checks_the_identity_on_its_first_pass(remote, tmp_path):
+    """A DataLoader worker did not list the files itself: it checks each one it reads even on
+    its first pass, so an object replaced after the main process listed it is refused."""
+    from helpers.remote_data import iterating
+
+    _upload(remote, tmp_path, 2000)
+    ds = _dataset(remote, cache_dir=str(tmp_path / "cache"))
+    assert len(ds.sources[0].infos()) == 1  # the main process lists (and takes the identity)
+    _upload(remote, tmp_path, 9000)  # same size, other records
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
+    with pytest.raises(OSError, match=r"v\.tfrecord was replaced after this dataset listed it"):
+        with iterating(loader) as batches:
+            ids_of(batches)

@@ -109,15 +109,25 @@ def test_the_error_crosses_dataloader_workers(remote, shard, s3_server):
             list(batches)
 
 
-def test_a_missing_object_is_not_retried(remote, shard, s3_server):
+@pytest.mark.parametrize("listed", ["moments-ago", "earlier"])
+def test_a_missing_object_is_not_retried(remote, shard, s3_server, monkeypatch, listed):
+    if listed == "earlier":  # the listing is not fresh: the pass checks its files against it first
+        monkeypatch.setattr("tfrecord_beam.torch._files.FRESH_IDENTITY_S", 0.0)
     with FaultProxy(s3_server.host_port) as proxy:
         ds = dataset(remote, proxy.host_port)
         remote.client.delete_object(Bucket=remote.bucket, Key="e.tfrecord")
-        # each pass checks its files against the listing first (issue 34): the missing object
-        # is found there, named, before any range request (none retried)
-        with pytest.raises(FileNotFoundError, match=r"e\.tfrecord.*no such object"):
-            list(ds.iter_worker(0, 1))
-    assert ds.remote_stats()["retries"] == ds.remote_stats()["requests"] == 0
+        if listed == "earlier":
+            # each later pass checks its files against the listing first (issue 34): the missing
+            # object is found there, named, before any range request (none retried)
+            with pytest.raises(FileNotFoundError, match=r"e\.tfrecord.*no such object"):
+                list(ds.iter_worker(0, 1))
+            assert ds.remote_stats()["retries"] == ds.remote_stats()["requests"] == 0
+        else:
+            # the first pass right after listing takes the listing as its check: the read's
+            # open finds the object gone, named, and makes no second attempt
+            with pytest.raises(RemoteReadError, match=r"e\.tfrecord.*1 attempt\(s\).*FileNotFoundError"):
+                list(ds.iter_worker(0, 1))
+            assert ds.remote_stats()["retries"] == 0
 
 
 def test_damaged_data_gets_the_local_error_naming_the_object_and_record(remote, shard, tmp_path):

@@ -1,6 +1,7 @@
 """The runner matrix: every test here is marked `runners` (not run by `make test`; `make
 test-runners` runs them after `make runners`) and takes the `runner` fixture, one per column,
-its id the runner's name. The wall time of each job on each runner goes to
+its id the runner's name. A test module with `DRY_RUN = True` gets the dry-run columns
+(`runner_matrix.is_dry_run`), every other module the columns that run jobs. The wall time of each job on each runner goes to
 .runners/logs/matrix-times.json at the end."""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_generate_tests(metafunc):
     if "runner_name" in metafunc.fixturenames:
-        names = rm.runner_names()
+        dry = bool(getattr(metafunc.module, "DRY_RUN", False))
+        names = [n for n in rm.runner_names() if rm.is_dry_run(n) == dry]
         metafunc.parametrize("runner_name", names, ids=names, scope="session")
 
 

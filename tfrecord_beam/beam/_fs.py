@@ -3,27 +3,73 @@
 
 The same small surface as the core's `tfrecord_beam.fs` (which uses pyarrow.fs): Beam code
 imports this module instead, never both. `file://` URIs become plain local paths.
+
+Paths follow the core's one rule for object names (docs/cli.md): a remote URI's path is
+percent-encoded and is decoded exactly once, where it is handed to Beam's FileSystems
+(`_beam`: `%25` is a `%` of the key, `%3F` a `?`, `%23` a `#`); every path this module
+returns for an object a listing or match found is named by the core's one encoder
+(`fs.listed_uri`, through `_listed`), so `in/part%41.tfrecord` is `.../part%2541.tfrecord` and
+is never read as `in/partA.tfrecord`. A bare `?` in a remote URI would start a query string,
+which Beam's filesystems do not take (their options are pipeline flags): refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob as _glob
 import io
 import os
-import uuid
-from typing import Any, BinaryIO, Iterator, List, Optional, Sequence, Tuple, Union, cast
+import urllib.parse
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from .. import fs as _core_fs  # only its naming rules (temporary names, globs), not its I/O
+from .._bounded import bounded
+
+T = TypeVar("T")
 
 
 def plain(path: str) -> str:
-    """A path Beam's FileSystems accept: `file://` URIs become plain local paths."""
+    """The path in this module's form: `file://` URIs become plain local paths (a remote URI
+    stays percent-encoded: `_beam` decodes it for Beam's FileSystems)."""
     path = os.fspath(path)
     return path[len("file://") :] if path.startswith("file://") else path
+
+
+def _beam(path: str) -> str:
+    """`path` as Beam's FileSystems take it: a remote URI's path percent-decoded once (the
+    core's rule, `fs._bucket_path`); local paths as they are. ValueError for a bare `?`."""
+    path = plain(path)
+    if not _core_fs.is_remote(path):
+        return path
+    if "?" in path:
+        raise ValueError(
+            f"{path}: a '?' in a URI starts a query string, which a job's paths do not take (the store's "
+            "options are Beam flags such as --s3_endpoint_url); write a '?' of an object name as %3F"
+        )
+    return urllib.parse.unquote(path)
+
+
+def _remote_call(path: str, what: str, call: Callable[[], T]) -> T:
+    """`call()` (Beam's FileSystems asked `what` about `path`), bounded as every remote call of
+    the core (`_bounded.remote_timeout()`: a job's --timeout, else $TFRECORD_BEAM_TIMEOUT, else
+    60 s): a store that stalls fails the call naming the object, instead of holding a job's
+    launcher in its planning (listing, sizes, index reads). Local paths are called as they are."""
+    if not _core_fs.is_remote(plain(path)):
+        return call()
+    return bounded(plain(path), what, call)
+
+
+def _listed(found: str) -> str:
+    """The path of an object Beam's FileSystems named `found` (its own, decoded spelling): a
+    remote one as a URI with its name encoded by the core's one encoder (`fs.listed_uri`)."""
+    if not _core_fs.is_remote(found):
+        return found
+    scheme, rest = found.split("://", 1)
+    return _core_fs.listed_uri(scheme, rest)
 
 
 def set_options(options) -> None:
@@ -103,9 +149,21 @@ def _s3_options():
 def open_input(path: str) -> BinaryIO:
     """Open a file for binary reading (seekable for local, gs:// and s3:// files).
 
-    The handle's `name` is the path, so the core's readers name it in their errors.
+    The handle's `name` is the path, so the core's readers name it in their errors. A missing
+    object is FileNotFoundError on every scheme (Beam's gs:// open raises google-cloud's
+    NotFound, which is no OSError: callers asking "is there an index?" took it for a failure).
     """
-    handle = _Named(FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED), os.fspath(path))
+    beam = _beam(path)
+
+    def opened() -> Any:
+        try:
+            return FileSystems.open(beam, compression_type=CompressionTypes.UNCOMPRESSED)
+        except Exception as exc:
+            if getattr(exc, "code", None) == 404:  # google.api_core.exceptions.NotFound
+                raise FileNotFoundError(errno.ENOENT, "no such object", os.fspath(path)) from exc
+            raise
+
+    handle = _Named(_remote_call(path, "open", opened), os.fspath(path))
     return cast(BinaryIO, handle)  # an io.RawIOBase: the binary file methods, not typing's BinaryIO class
 
 
@@ -176,8 +234,13 @@ def record_writer(path: str, compression: Optional[str] = "auto", index_path=Non
 
 def read_bytes(path: str) -> bytes:
     """The whole content of a (small) file."""
-    with FileSystems.open(plain(path), compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
+    beam = _beam(path)
+
+    def whole() -> bytes:
+        with FileSystems.open(beam, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return handle.read()
+
+    return _remote_call(path, "read whole", whole)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -189,12 +252,12 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def rename(source: str, destination: str) -> None:
     """Move one file (a copy + delete on object stores)."""
-    FileSystems.rename([plain(source)], [plain(destination)])
+    FileSystems.rename([_beam(source)], [_beam(destination)])
 
 
 def mkdirs(path: str) -> None:
     """Make a directory and its parents (nothing to do on object stores); existing is fine."""
-    path = plain(path)
+    path = _beam(path)
     if not FileSystems.exists(path):
         try:
             FileSystems.mkdirs(path)
@@ -210,8 +273,12 @@ def split(path: str) -> Tuple[str, str]:
 
 def escape(path: str) -> str:
     """`path` as a glob matching only itself: Beam's match (and its local delete) read
-    [ ] * ? as glob characters, also in a directory or name that merely holds them."""
-    return _glob.escape(plain(path))
+    [ ] * ? as glob characters, also in a directory or name that merely holds them (a remote
+    URI is escaped as Beam sees it, decoded, and encoded again: `%3F` stays one `?`)."""
+    path = plain(path)
+    if _core_fs.is_remote(path):
+        return _listed(_glob.escape(_beam(path)))
+    return _glob.escape(path)
 
 
 def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
@@ -226,7 +293,8 @@ def check_no_commit_pending(patterns: Union[str, Sequence[str]]) -> None:
 def list_names(directory: str, pattern: str = "*") -> List[str]:
     """Names of the files directly in `directory` (taken literally, whatever characters it
     holds) matching `pattern` ([] when there are none); literal parts of `pattern` go
-    through `escape`."""
+    through `escape`. Names are as a URI's path writes them (`fs.quote_name`), ready for
+    `join`."""
     return sorted(split(m.path)[1] for m in _matched(join(escape(directory), pattern)))
 
 
@@ -235,7 +303,8 @@ def file_size(path: str) -> int:
     match reads them as glob characters on object stores too). A missing file is a
     FileNotFoundError naming it, as the core's `fs.file_size`."""
     path = plain(path)
-    found = FileSystems.match([escape(path) if _core_fs.is_glob(path) else path], [1])[0].metadata_list
+    pattern = _beam(escape(path))
+    found = _remote_call(path, "size", lambda: FileSystems.match([pattern], [1])[0].metadata_list)
     if not found:
         raise FileNotFoundError(f"{path}: no such file")
     return found[0].size_in_bytes
@@ -243,7 +312,8 @@ def file_size(path: str) -> int:
 
 def exists(path: str) -> bool:
     """Whether a file (or directory) exists."""
-    return FileSystems.exists(plain(path))
+    beam = _beam(path)
+    return _remote_call(path, "exists", lambda: FileSystems.exists(beam))
 
 
 def join(directory: str, name: str) -> str:
@@ -259,13 +329,15 @@ def is_dir(path: str) -> bool:
         return os.path.isdir(path)
     if _core_fs.is_glob(path):
         return False
-    if not path.endswith("/") and FileSystems.match([path], [1])[0].metadata_list:
+    itself, inside = _beam(escape(path)), _beam(escape(path.rstrip("/")) + "/*")
+    if not path.endswith("/") and _remote_call(path, "stat", lambda: FileSystems.match([itself], [1])[0].metadata_list):
         return False  # an object of that name
-    return bool(FileSystems.match([path.rstrip("/") + "/*"], [1])[0].metadata_list)
+    return bool(_remote_call(path, "list", lambda: FileSystems.match([inside], [1])[0].metadata_list))
 
 
 def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
-    """Files matching a path, glob or list of them, sorted per pattern, in pattern order."""
+    """Files matching a path, glob or list of them, sorted per pattern, in pattern order (a
+    path without glob characters as it is; matches named as `_listed` says)."""
     if isinstance(patterns, str):
         patterns = [patterns]
     out: List[str] = []
@@ -281,7 +353,8 @@ def expand(patterns: Union[str, Sequence[str]]) -> List[str]:
 
 
 def match(pattern: str) -> List[FileMetadata]:
-    """The FileMetadata (path, size) of the files a path or glob matches (none: empty list)."""
+    """The FileMetadata (path, size) of the files a path or glob matches (none: empty list),
+    each path named as `_listed` says."""
     return _matched(plain(pattern))
 
 
@@ -290,8 +363,13 @@ def _matched(pattern: str) -> List[FileMetadata]:
     empty object named `dir/` (pyarrow, S3 consoles and posix-backed S3 servers make them) that
     `s3://b/dir/*` matches is a directory, never a data file. Taken for one, it would shift the
     numbering of the real files (and so a seeded job's random streams) and be listed as an
-    input in manifests."""
-    return [m for m in FileSystems.match([pattern])[0].metadata_list if not m.path.endswith("/")]
+    input in manifests. Paths are named as `_listed` says (the pattern is decoded once: `_beam`)."""
+    beam = _beam(pattern)
+    return [
+        FileMetadata(_listed(m.path), m.size_in_bytes, m.last_updated_in_seconds)
+        for m in _remote_call(pattern, "list", lambda: FileSystems.match([beam])[0].metadata_list)
+        if not m.path.endswith("/")
+    ]
 
 
 def delete(paths: Sequence[str]) -> None:
@@ -299,7 +377,7 @@ def delete(paths: Sequence[str]) -> None:
     in Beam. Beam's local delete matches each path as a glob (`out/*-00000-of-00002.tfrecord`
     would take every output's shard, and misses a name holding [ ]): local paths are deleted
     here by name; object stores delete the names as given."""
-    remote = [p for p in (plain(q) for q in paths) if "://" in p]
+    remote = [_beam(p) for p in (plain(q) for q in paths) if "://" in p]
     if remote:
         FileSystems.delete(remote)
     for path in (plain(q) for q in paths):
@@ -324,7 +402,7 @@ def delete_dir(path: str) -> None:
     """Delete a directory and everything under it (a prefix on object stores); missing is fine."""
     path = plain(path)
     if "://" in path:
-        path = path.rstrip("/") + "/"  # Beam's object stores delete a prefix given with a slash
+        path = _beam(path).rstrip("/") + "/"  # Beam's object stores delete a prefix given with a slash
         with contextlib.suppress(Exception):
             FileSystems.delete([path])
         return
@@ -346,13 +424,13 @@ def atomic_output(path: str) -> Iterator[Tuple[BinaryIO, "_Commit"]]:
     renamed. Object stores (s3://, gs://): written to `path` directly, since an object only
     appears when its upload completes (an abandoned upload never does).
     """
-    final = plain(path)
+    final = plain(path)  # this module's spelling (`Commit.final`); decoded where Beam is called
     if final.startswith(_ATOMIC_CREATE):
         handle = _LazyWriter(final)
         commit = _Commit(None, final, handle)
     else:
         head, tail = FileSystems.split(final)
-        temp = FileSystems.join(head, f".{tail}{_core_fs.TEMP_MARK}{_core_fs.temp_owner_tag()}-{uuid.uuid4().hex[:12]}")
+        temp = FileSystems.join(head, _core_fs.temp_basename(tail))
         handle = _LazyWriter(temp)
         commit = _Commit(temp, final, handle)
     try:
@@ -379,7 +457,9 @@ class _LazyWriter(io.RawIOBase):
         if not len(data):
             return 0
         if self._handle is None:
-            self._handle = FileSystems.create(self.path, "application/octet-stream", CompressionTypes.UNCOMPRESSED)
+            self._handle = FileSystems.create(
+                _beam(self.path), "application/octet-stream", CompressionTypes.UNCOMPRESSED
+            )
         self._handle.write(data)
         return len(data)
 
@@ -395,7 +475,7 @@ class _LazyWriter(io.RawIOBase):
         if handle is not None:
             handle.close()
         else:
-            _create_empty(self.path)
+            _create_empty(_beam(self.path))
         super().close()
 
     def drop(self) -> None:
@@ -433,9 +513,9 @@ class _Commit:
     def move(self) -> None:
         """Move the finished temporary file into place (nothing to do when written in place)."""
         if self.temp is not None:
-            if FileSystems.exists(self.final):
-                FileSystems.delete([self.final])
-            FileSystems.rename([self.temp], [self.final])
+            if FileSystems.exists(_beam(self.final)):
+                FileSystems.delete([_beam(self.final)])
+            FileSystems.rename([_beam(self.temp)], [_beam(self.final)])
         self.done = True
 
     def __call__(self) -> None:
@@ -446,7 +526,7 @@ class _Commit:
         self.handle.drop()
         if self.temp is not None:
             with contextlib.suppress(Exception):
-                FileSystems.delete([self.temp])
+                FileSystems.delete([_beam(self.temp)])
         self.done = True
 
 

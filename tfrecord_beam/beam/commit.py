@@ -102,6 +102,11 @@ def split_prefix(output_prefix: str) -> Tuple[str, str]:
             f"--output_prefix {output_prefix!r} has no file name part: "
             "give a prefix such as out/train (shards become out/train-00000-of-00004.tfrecord)"
         )
+    if "://" in prefix and "%" in prefix:
+        raise OutputError(
+            f"--output_prefix {output_prefix!r}: a remote output named with a percent-encoded character is not "
+            "supported (its shards are written by Beam's sinks, which take names literally); choose a name without '%'"
+        )
     if "/" not in prefix:
         return ".", prefix
     directory, name = prefix.rsplit("/", 1)
@@ -444,10 +449,9 @@ def check_writable(directory: str) -> None:
 
 def _staging_dirs(directory: str) -> List[str]:
     """Staging directories (`.tfrecord_beam-tmp-*`) directly inside `directory`."""
-    from apache_beam.io.filesystems import FileSystems
 
     if "://" in _fs.plain(directory):  # object stores have no directories: find their owner records
-        found = FileSystems.match([_fs.join(_fs.escape(directory), TEMP_PREFIX + "*/" + OWNER)])[0].metadata_list
+        found = _fs.match(_fs.join(_fs.escape(directory), TEMP_PREFIX + "*/" + OWNER))  # decoded once, as every path
         return sorted({m.path.rsplit("/", 1)[0] for m in found})
     path = _fs.plain(directory)
     if not os.path.isdir(path):

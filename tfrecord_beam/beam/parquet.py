@@ -14,15 +14,16 @@ a row group whenever `row_group_rows` rows or `row_group_bytes` payload bytes ar
 from __future__ import annotations
 
 import functools
-from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import pyarrow as pa
 
 from tfrecord_beam import digest as _digest
 from tfrecord_beam import jobs
+from tfrecord_beam._schema_unify import SchemaDriftError, check_file_schema, conform_batch
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
-from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch
+from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch, record_misfit
 from tfrecord_beam.beam import _fs
 from tfrecord_beam.beam import stages as _stages
 from tfrecord_beam.beam._corrupt import CorruptRecord
@@ -40,6 +41,17 @@ WRITE_BUFFER = 1 << 20  # Parquet output reaches Beam's file object in pieces of
 # Parquet -> TFRecord
 
 
+class FileIdentity(NamedTuple):
+    """What a Parquet file was when the job was planned: its size, modification time (as the
+    jobs' filesystem layer lists it: 0 where a store gives none) and the row count of each row
+    group (its footer's). A worker opening the file compares them (`check_identity`): the plan's
+    row groups and row ranges are only valid for that file."""
+
+    size: int
+    mtime: float
+    row_groups: Tuple[int, ...]
+
+
 class Piece(NamedTuple):
     """Rows [start, stop) of one row group of one Parquet file."""
 
@@ -48,20 +60,75 @@ class Piece(NamedTuple):
     start: int
     stop: int
     first_row: int  # the file's row number of the row group's first row (for messages)
+    identity: Optional[FileIdentity] = None  # the file as planned (None: not checked)
+
+
+def stat(path: str) -> Tuple[int, float]:
+    """(size, modification time) of one file, through the jobs' filesystem layer."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([_fs.escape(path)], [1])[0].metadata_list
+    if not found:
+        raise FileNotFoundError(f"{path}: no such file")
+    return int(found[0].size_in_bytes), float(found[0].last_updated_in_seconds or 0.0)
+
+
+def footer(path: str) -> Tuple[pa.Schema, List[int]]:
+    """(Arrow schema, row count of each row group) of a Parquet file, from its footer only."""
+    schema, counts, _ = footer_and_identity(path)
+    return schema, counts
+
+
+def footer_and_identity(path: str) -> Tuple[pa.Schema, List[int], FileIdentity]:
+    """`footer`, and the file's identity (`FileIdentity`) as read with it."""
+    import pyarrow.parquet as pq
+
+    size, mtime = stat(path)
+    with _fs.open_input(path) as handle:
+        meta = pq.read_metadata(handle)
+    counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    return meta.schema.to_arrow_schema(), counts, FileIdentity(size, mtime, tuple(counts))
+
+
+def check_identity(path: str, planned: Optional[FileIdentity], metadata) -> None:
+    """SchemaDriftError unless the file a worker opened (`metadata`: its footer) is the one
+    planned: same size, modification time and row groups. Otherwise the plan's row-group
+    numbers and row ranges would read another file's rows (a mix of two versions, or rows
+    out of range)."""
+    if planned is None:
+        return
+    size, mtime = stat(path)
+    counts = tuple(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
+    changed = []
+    if size != planned.size:
+        changed.append(f"its size is {size} bytes, {planned.size} when planned")
+    if counts != planned.row_groups:
+        changed.append(
+            f"it holds {sum(counts)} rows in {len(counts)} row groups, {sum(planned.row_groups)} rows in "
+            f"{len(planned.row_groups)} when planned"
+        )
+    if mtime != planned.mtime and (mtime or planned.mtime):
+        changed.append(f"its modification time is {mtime}, {planned.mtime} when planned")
+    if changed:
+        raise SchemaDriftError(
+            f"{path}: the file changed after the job was planned ({'; '.join(changed)}): its planned row "
+            "groups would read other rows. Run the job again"
+        )
 
 
 def row_groups(path: str) -> List[int]:
     """The row count of each row group of a Parquet file (from its footer only)."""
-    import pyarrow.parquet as pq
-
-    with _fs.open_input(path) as handle:
-        meta = pq.read_metadata(handle)
-    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    return footer(path)[1]
 
 
-def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) -> List[List[Piece]]:
+def plan_shards(
+    groups: Sequence[Tuple[str, Sequence[int]]],
+    num_shards: int,
+    identities: Optional[Dict[str, FileIdentity]] = None,
+) -> List[List[Piece]]:
     """Cut the rows of (path, row-group counts) pairs into `num_shards` contiguous ranges
-    of equal size (within one row); a row group on a boundary is split between shards."""
+    of equal size (within one row); a row group on a boundary is split between shards. Each
+    piece carries its file's identity from `identities` (checked where it is read)."""
     total = sum(sum(counts) for _, counts in groups)
     bounds = [total * s // num_shards for s in range(num_shards + 1)]
     shards: List[List[Piece]] = [[] for _ in range(num_shards)]
@@ -75,7 +142,7 @@ def plan_shards(groups: Sequence[Tuple[str, Sequence[int]]], num_shards: int) ->
                 while bounds[shard + 1] <= lo:
                     shard += 1
                 cut = min(hi, bounds[shard + 1])
-                shards[shard].append(Piece(path, number, lo - pos, cut - pos, first))
+                shards[shard].append(Piece(path, number, lo - pos, cut - pos, first, (identities or {}).get(path)))
                 lo = cut
             pos += rows
             first += rows
@@ -102,16 +169,20 @@ def batch_rows(meta, row_group: int) -> int:
     return int(max(1, min(BATCH_ROWS, BATCH_BYTES // max(per_row, 1))))
 
 
-def _batches(parquet_file, piece: Piece, columns: Sequence[str]) -> Iterator[Tuple[int, pa.RecordBatch]]:
-    """(file row number, batch) of a piece's rows, read batch by batch."""
+def _batches(
+    parquet_file, piece: Piece, schema: pa.Schema, columns: Sequence[str]
+) -> Iterator[Tuple[int, pa.RecordBatch]]:
+    """(file row number, batch) of a piece's rows, read batch by batch, as the planned `schema`'s
+    `columns` (those the file lacks added as nulls: `conform_batch`)."""
     row = 0
     size = batch_rows(parquet_file.metadata, piece.row_group)
+    has = [c for c in columns if c in parquet_file.schema_arrow.names]
     for batch in parquet_file.iter_batches(
-        batch_size=size, row_groups=[piece.row_group], columns=list(columns), use_threads=False
+        batch_size=size, row_groups=[piece.row_group], columns=has, use_threads=False
     ):
         lo, hi = max(piece.start - row, 0), min(piece.stop - row, batch.num_rows)
         if lo < hi:
-            yield piece.first_row + row + lo, batch.slice(lo, hi - lo)
+            yield piece.first_row + row + lo, conform_batch(batch.slice(lo, hi - lo), schema, columns)
         row += batch.num_rows
         if row >= piece.stop:
             return
@@ -143,7 +214,11 @@ def write_parquet_shard(
                         current[1].close()
                     handle = _fs.open_input(piece.path)
                     current = (piece.path, handle, open_parquet(handle))
-                for first_row, batch in _batches(current[2], piece, encoder.columns):
+                    # the file as planned? (replaced since, or never seen by the launcher: fail, naming it)
+                    # (its schema first: a changed column is named; then size, time and row groups)
+                    check_file_schema(piece.path, current[2].schema_arrow, schema, options.get("columns"))
+                    check_identity(piece.path, piece.identity, current[2].metadata)
+                for first_row, batch in _batches(current[2], piece, schema, encoder.columns):
                     for framed, sizes in _encoded(encoder, batch, first_row, piece.path, skip_corrupt, corrupt):
                         writer.write_framed(framed, sizes)
                         digest = _digest.add_digests(digest, _digest.framed_digest(framed, sizes))
@@ -276,11 +351,15 @@ def write_parquet_file(
     coverage: Optional[list] = None,
     corrupt: Optional[list] = None,
     skip_corrupt: bool = False,
+    closed: bool = False,
+    hint: str = "",
 ) -> dict:
     """Decode the ranges' records into one Parquet file, a row group at a time; its stats.
 
     With `skip_corrupt` (--skip_corrupt), corrupt records are stepped over and appended to
-    `corrupt` as CorruptRecords; without it they fail the write."""
+    `corrupt` as CorruptRecords; without it they fail the write. A record that does not fit
+    `schema` (with `closed`, also one holding a feature the schema lacks) fails it naming the
+    file, the record's byte offset and the feature, then `hint` (how to include it)."""
     corrupt = [] if corrupt is None else corrupt
     import pyarrow.parquet as pq
 
@@ -306,12 +385,8 @@ def write_parquet_file(
                     every = chunk.payloads()
                     for lo in range(0, len(every), BATCH_ROWS):
                         payloads = every[lo : lo + BATCH_ROWS]
-                        try:
-                            batch = examples_to_record_batch(payloads, schema=schema, sequence=sequence)
-                        except (ArrowConversionError, TFRecordError) as err:  # name the file, not only the record
-                            raise ArrowConversionError(
-                                f"{rng.path}: records from byte offset {int(chunk.record_offsets[lo])}: {err}"
-                            ) from None
+                        where = (rng.path, chunk.record_offsets[lo : lo + BATCH_ROWS])
+                        batch = _decoded(payloads, schema, sequence, closed, where, hint)
                         pending.add(batch, int(chunk.payload_lengths[lo : lo + BATCH_ROWS].sum()))
                         records += len(payloads)
                         if pending.rows >= row_group_rows or pending.bytes >= row_group_bytes:
@@ -334,6 +409,23 @@ def write_parquet_file(
     return {"parquet": path.rstrip("/").rsplit("/", 1)[-1], "records": records}
 
 
+def _decoded(
+    payloads: List[bytes], schema: pa.Schema, sequence: bool, closed: bool, where: Tuple[str, Any], hint: str
+) -> pa.RecordBatch:
+    """The records as a batch of `schema`; one that does not fit fails naming the file and the
+    first such record's byte offset (`where`: path, the records' offsets) and what is wrong."""
+    try:
+        return examples_to_record_batch(payloads, schema=schema, sequence=sequence, closed=closed)
+    except (ArrowConversionError, TFRecordError, TypeError) as err:
+        failure: Exception = err
+    path, offsets = where
+    misfits = ((i, record_misfit(p, schema, sequence=sequence, closed=closed)) for i, p in enumerate(payloads))
+    i, why = next(((i, why) for i, why in misfits if why is not None), (0, None))  # only on the way to failing
+    if why is None:
+        why = f"(records from this one on) {failure}"
+    raise ArrowConversionError(f"{path}: record at byte offset {int(offsets[i])}: {why}{'; ' + hint if hint else ''}")
+
+
 class _WriteParquet(beam.DoFn):
     def __init__(
         self,
@@ -344,9 +436,11 @@ class _WriteParquet(beam.DoFn):
         size: int,
         results_dir: str,
         skip_corrupt: bool = False,
+        closed: bool = False,
+        hint: str = "",
     ) -> None:
         self.paths, self.schema, self.sequence, self.rows, self.size = list(paths), schema, sequence, rows, size
-        self.results_dir, self.skip_corrupt = results_dir, skip_corrupt
+        self.results_dir, self.skip_corrupt, self.closed, self.hint = results_dir, skip_corrupt, closed, hint
 
     def process(self, element):
         number, ranges = element
@@ -362,6 +456,8 @@ class _WriteParquet(beam.DoFn):
             coverage,
             corrupt,
             skip_corrupt=self.skip_corrupt,
+            closed=self.closed,
+            hint=self.hint,
         )
         _stages.write_result(self.results_dir, f"parquet-{number:05d}.json", result)
         yield result
@@ -383,18 +479,23 @@ def tfrecord_to_parquet_files(
     label: str = "ToParquet",
     dead_letters=None,
     skip_corrupt: bool = False,
+    closed: bool = False,
+    hint: str = "",
 ):
     """One element per output file (every file is written, empty ones too); PCollection of
     {"parquet": name, "records": n} dicts. Fails when the ranges of an input leave a gap; with
     `skip_corrupt` corrupt records and gaps are written to `dead_letters` (a `commit.DeadLetters`)
-    instead."""
+    instead. A record that does not fit `schema` (`closed`: also one with a feature the schema
+    lacks) fails the job naming file, offset and feature, then `hint` (`write_parquet_file`)."""
     letters = _stages.dead_letters_for(skip_corrupt, dead_letters)
     outs = (
         p
         | f"{label}Plan" >> beam.Create([(i, list(g)) for i, g in enumerate(groups)])  # Create spreads its elements
         | f"{label}Write"
         >> beam.ParDo(
-            _WriteParquet(paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip_corrupt)
+            _WriteParquet(
+                paths, schema, sequence, row_group_rows, row_group_bytes, results_dir, skip_corrupt, closed, hint
+            )
         ).with_outputs(_stages.COVERAGE, _stages.CORRUPT, main="files")
     )
     gaps = _stages.check_coverages(outs[_stages.COVERAGE], label, skip_corrupt)

@@ -13,8 +13,8 @@ count takes the counts from it, verify checks every shard against it) or remote 
 s3://, hdfs:// through pyarrow.fs, others through fsspec; a query string such as
 ?endpoint_override=HOST:PORT&scheme=http is kept). Compression comes from the name (.gz,
 .zlib, .zst) unless --compression says otherwise. A path that exists is taken literally even when its
-name holds glob characters ([ ] * ?). Standard input and FIFOs are read as streams (count, head,
-inspect, schema) or refused in one line (verify needs a file it can seek); a FIFO found while
+name holds glob characters ([ ] * ?). Standard input (-) and FIFOs are refused in one line (exit 2), never opened: the
+tools read files they can seek, so save a stream to a file first; a FIFO found while
 listing a directory is skipped, never opened.
 Exit status: 0 ok, 1 a file could not be read, 2 usage error, 3 bad data found and reported,
 130 interrupted.

@@ -75,6 +75,11 @@ def _expand(patterns: List[str]) -> List[str]:
     except _manifest.ManifestError as exc:
         raise UsageError(str(exc)) from None
     for pattern in patterns:
+        if pattern == "-" and not os.path.lexists(pattern):  # `-` is standard input: refused like a FIFO
+            raise UsageError(
+                "-: standard input is not read: TFRecord tools read files they can seek; save the stream "
+                "to a file first (a file named - is ./-)"
+            )
         try:
             fs.refuse_special(pattern)  # stdin, a pipe, a FIFO: one line, never opened
         except fs.SpecialFileError as exc:
@@ -213,7 +218,7 @@ def cmd_head(args) -> int:
     records = nbytes = 0
     for number, path in enumerate(files):
         if len(files) > 1:
-            print(f"{'' if number == 0 else chr(10)}==> {path} <==")
+            print(f"{'' if number == 0 else chr(10)}==> {_json.text(path)} <==")  # `\xHH` as --json
         try:
             reader = RecordReader(path, args.compression)
             for index, (offset, payload) in enumerate(reader.records_with_offsets()):

@@ -94,7 +94,14 @@ def slots(
     plan: Plan, sources: Sequence[FileSet], lane: Lane, start: int, taken: Sequence[int], first: int
 ) -> Iterator[Slot]:
     """This process's slots from its slot `first` on, for a stream resumed at `start` with
-    `taken` records of each source before it."""
+    `taken` records of each source before it.
+
+    An iteration of the order is a new pass over every source's files (`FileSet.new_pass`,
+    the per-shard path's own check): each remote file it reads is checked again to be the
+    object listed, so an object replaced between epochs is refused, never read from its
+    predecessor's cached or kept blocks."""
+    for files in sources:
+        files.new_pass()
     total = plan.total
     count = lane.slots_in(None if total is None else total - start)
     # A chunk spans at least one shuffle window of positions (its blocks are then read once,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -36,7 +37,13 @@ __all__ = ["CorruptCounter", "FileSet", "Paths", "RemoteCounts", "expand_data_pa
 
 _log = logging.getLogger("tfrecord_beam.torch")
 MEMORY_LIMIT = 256 << 20  # bytes of blocks `keep_blocks` keeps in memory, at most
+ENDS_BYTES = 64  # bytes of each end of a file in its content digest (`ends`)
 _METADATA_THREADS = 16  # remote files whose size and index are asked for at once
+# How long after this process took a remote file's identity (`FileSet.stat`, at listing) the
+# first pass that reads the file takes it as checked: asking the store again moments later (one
+# HEAD per file) would only repeat the answer. Later passes, other processes (DataLoader
+# workers, forked or spawned) and a first pass begun later than this check as before.
+FRESH_IDENTITY_S = 10.0
 
 
 def _stop(piece: Piece) -> int:
@@ -177,6 +184,8 @@ class FileSet:
         self._stats: Dict[int, fs.FileStat] = {}
         self._sources: Dict[int, RangeSource] = {}
         self._checked: Set[int] = set()  # remote files checked to be the listed objects in this pass
+        self._listed_at: Dict[int, Tuple[int, float]] = {}  # file -> (pid, monotonic time) of its `stat`
+        self._passes = 0  # `new_pass` calls
         self._memory: Optional[BlockMemory] = None  # `keep_blocks`
         self.paths = expand_data_paths(data_path)
         self.index_paths = pair_index_paths(self.paths, index_path)
@@ -184,6 +193,7 @@ class FileSet:
         self._indexes: List[Optional[np.ndarray]] = [None] * len(self.paths)
         self._members: List[Optional[MemberTable]] = [None] * len(self.paths)
         self._infos: Optional[List[FileInfo]] = None
+        self._ends: Optional[List[str]] = None  # `ends`
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -212,17 +222,34 @@ class FileSet:
         self.index(i)
         return self._members[i]
 
-    def fingerprint(self) -> str:
-        """What a checkpoint's positions refer to: the files' count, total size and a digest of
-        their names and sizes (names without directories, so a copy of the data elsewhere
-        resumes; a file added, removed, renamed or resized does not)."""
-        import hashlib
+    def ends(self) -> List[str]:
+        """A digest of each file's first and last `ENDS_BYTES` bytes (the whole file when
+        smaller), for a checkpoint's identity: a file rewritten with other records of the same
+        size differs there (an uncompressed file ends with its last record's CRC, a gzip one
+        with its data's CRC-32). One small read per file, asked once (remote: the first and last
+        blocks, through the block cache and on a few threads; blocks an epoch reads anyway)."""
+        if self._ends is None:
 
-        sizes = [info.size for info in self.infos()]
-        digest = hashlib.sha1()
-        for path, size in zip(self.paths, sizes):
-            digest.update(f"{path.rstrip('/').rsplit('/', 1)[-1]}\0{size}\n".encode("utf-8", "surrogateescape"))
-        return f"{len(self.paths)} files, {sum(sizes)} bytes, {digest.hexdigest()[:16]}"
+            def one(i: int) -> str:
+                import hashlib
+
+                size = self.stat(i).size
+                with self.open_at(i, 0, None, readahead=False) as f:  # remote: its blocks, through the cache
+                    if size <= 2 * ENDS_BYTES:
+                        data = f.read()
+                    else:
+                        data = f.read(ENDS_BYTES)
+                        f.seek(size - ENDS_BYTES)
+                        data += f.read(ENDS_BYTES)
+                return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+            remote = sum(fs.is_remote(p) for p in self.paths)
+            if remote > 1:
+                with ThreadPoolExecutor(min(_METADATA_THREADS, remote), thread_name_prefix="tfrb-ends") as pool:
+                    self._ends = list(pool.map(one, range(len(self.paths))))
+            else:
+                self._ends = [one(i) for i in range(len(self.paths))]
+        return self._ends
 
     def infos(self) -> List[FileInfo]:
         """What the shard planner needs for every file (remote files' sizes and indexes are
@@ -347,13 +374,23 @@ class FileSet:
         found = self._stats.get(i)
         if found is None:
             found = self._stats[i] = fs.file_stat(self.paths[i])
+            self._listed_at[i] = (os.getpid(), time.monotonic())
         return found
+
+    def _just_listed(self, i: int) -> bool:
+        """Whether this process took file `i`'s identity under `FRESH_IDENTITY_S` ago and no
+        pass has read the file since (then a pass's check would repeat the listing's answer)."""
+        listed = self._listed_at.pop(i, None)
+        return listed is not None and listed[0] == os.getpid() and time.monotonic() - listed[1] < FRESH_IDENTITY_S
 
     def new_pass(self) -> None:
         """A new pass over the files begins (an epoch's stream): each remote file read in it is
         checked again to be the object listed (`source`), so a replaced object is refused
         rather than read from its predecessor's cached blocks or against its old index."""
         self._checked = set()
+        if self._passes:  # the listing's identities stand in for the first pass's check only
+            self._listed_at = {}
+        self._passes += 1
 
     def _check_identity(self, i: int) -> None:
         """ObjectChangedError naming remote file `i` when the store's object is no longer the
@@ -369,8 +406,9 @@ class FileSet:
 
     def source(self, i: int) -> RangeSource:
         """The ranges of remote file `i` (this process's reader of them), checked once per pass
-        (`new_pass`) to be the object listed."""
-        if i not in self._checked and i in self._stats:
+        (`new_pass`) to be the object listed; the first pass in the process that listed it
+        moments ago takes the listing as that check (`FRESH_IDENTITY_S`)."""
+        if i not in self._checked and i in self._stats and not self._just_listed(i):
             self._check_identity(i)
         self._checked.add(i)
         found = self._sources.get(i)
@@ -479,6 +517,7 @@ class FileSet:
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_sources"] = {}  # a spawned worker opens its own
+        state["_listed_at"] = {}  # and checks every file it reads: it listed none of them
         return state
 
     def _corrupt(self, path: str, offset: int, reason: str) -> None:

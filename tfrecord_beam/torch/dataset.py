@@ -26,10 +26,10 @@ from .._ranges import RemoteOptions
 from .._read_options import ReadOptions
 from ..example import Description
 from ..iterator_utils import shuffle_iterator
-from . import _elastic_iter, _ring, elastic, sampling
+from . import _elastic_iter, _identity, _ring, elastic, sampling
 from ._collate import Names, collate_batch, decode_record, decode_records
 from ._files import CorruptCounter, FileSet, Paths, RemoteCounts
-from ._identity import STATE_VERSION, VERSIONS, StateIdentity
+from ._identity import STATE_VERSION, StateIdentity
 from ._stream import AnyBlock, Cursor, Item, ItemBlock, PassBlock, reblock, skip_blocks
 from ._worker import settle_worker
 from .indexed import IndexedTFRecordDataset
@@ -123,6 +123,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         self._description_checked = False
         self._pending: Optional[Dict[str, Any]] = None  # a loaded state, applied by the next __iter__
         self._progress: Optional[Dict[str, Any]] = None  # the running iteration's position
+        self._iter_key: Tuple[Any, ...] = self._order_key()  # the order attributes it started with
         self._mixer: Optional[sampling.WeightedMixer] = None
         self._ring = _ring.make()  # made here, in the process that will read the batches
 
@@ -175,10 +176,14 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         the state of a rank (or the StatefulDataLoader's) resumes on any ranks x workers.
         """
         if self._progress is None:
-            return copy.deepcopy(self._pending) if self._pending is not None else self._fresh_state(None)
-        state = copy.deepcopy(self._progress)
-        if self._mixer is not None:
-            state["mixer"] = self._mixer.state()
+            if self._pending is not None:
+                return copy.deepcopy(self._pending)  # with the identity it was checked against
+            state, key = self._fresh_state(None), self._order_key()
+        else:
+            state, key = copy.deepcopy(self._progress), self._iter_key
+            if self._mixer is not None:
+                state["mixer"] = self._mixer.state()
+        state["identity"] = self._identity(key).saved()  # of the order iterated (or to be)
         return state
 
     def load_state_dict(self, state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> None:
@@ -189,6 +194,8 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         over this dataset: it may have other workers, ranks and batch size).
         """
         if not isinstance(state, collections.abc.Mapping):  # one rank's workers' states
+            if not isinstance(state, collections.abc.Sequence) or isinstance(state, (str, bytes)):
+                _identity.check_kind(state)  # raises: no state at all
             self._load_states(list(state), 0)
         elif elastic.is_loader_state(state):
             self._load_states(*elastic.loader_worker_states(state))
@@ -198,6 +205,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             pending = self._adopted(state)
             if self.elastic and pending["topology"] is not None and pending["topology"][3] == 1:
                 pending = self._globalize([pending], 0)  # a rank's state: a position in the global order
+            pending["identity"] = self._identity().saved()
             self._pending = pending
             self._progress = None
 
@@ -212,23 +220,37 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             raise ValueError("an empty list of worker states")
         self._check_state(states[0])
         self.epoch = int(states[0]["epoch"])
-        self._pending, self._progress = self._globalize(states, extra), None
+        pending = self._globalize(states, extra)
+        pending["identity"] = self._identity().saved()
+        self._pending, self._progress = pending, None
 
     def _check_state(self, state: Mapping[str, Any]) -> None:
         """Refuse a state of another dataset, or one whose positions would mean other records
         here (`_identity`: every parameter of the order, each one that differs named)."""
-        if state.get("version") not in VERSIONS or len(state.get("sources", ())) != len(self.sources):
-            raise ValueError(
-                f"not a state of this dataset (version {state.get('version')!r}, "
-                f"{len(state.get('sources', ()))} sources for {len(self.sources)})"
-            )
-        self._identity().check(state)
+        _identity.check_kind(state)
+        identity = self._identity()
+        if state.get("version") == STATE_VERSION:
+            identity.check(state)  # first: a split added is named as such, not as a count of positions
+        infos = [files.infos() for files in self.sources]
+        counts = [[info.num_records for info in source] for source in infos]
+        _identity.validate(
+            state,
+            sources=len(self.sources),
+            elastic=self.elastic,
+            mixed=self.weights is not None,
+            infinite=self.infinite,
+            records=[None if None in c else sum(c) for c in counts],  # type: ignore[arg-type]
+            total=self._plan().total if self.elastic else None,
+        )
+        if state.get("version") != STATE_VERSION:
+            identity.check(state)
 
     def _adopted(self, state: Mapping[str, Any]) -> Dict[str, Any]:
         """A copy of a checked state, in this version's form (a version-1 state, accepted as
         provably the same order, gets this dataset's identity: the states saved from it are current)."""
         adopted = copy.deepcopy(dict(state))
         adopted.pop("files", None)  # version 1's identity: files, and the elastic order's digest
+        adopted.pop("seed", None)
         if "elastic" in adopted:
             adopted["elastic"].pop("order", None)
         adopted.update(version=STATE_VERSION, identity=self._identity().saved())
@@ -238,12 +260,10 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         """What each source is called in the identity's `weights` (splits override it)."""
         return [str(i) for i in range(len(self.sources))]
 
-    def _identity(self) -> StateIdentity:
-        """What this dataset's positions refer to (`_identity`): its files and every parameter
-        of their order, from the current attributes; saved in every state and checked on load.
-        Kept while those attributes stay (the files' part is fixed at construction; building it
-        walks every file: ~0.2 s for 100k files)."""
-        key = (
+    def _order_key(self) -> Tuple[Any, ...]:
+        """The attributes the order is made of, as they are now (an iteration keeps the ones it
+        started with, `_iter_key`; the elastic order is built from them, `_plan`)."""
+        return (
             self.seed,
             self.shuffle_queue_size,
             self.shuffle_block,
@@ -252,21 +272,45 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             self.skip_corrupt,
             self.elastic,
         )
+
+    def _files_entries(self) -> Tuple[List[str], Optional[List[str]]]:
+        """The identity's `files` (fixed at construction; built once, at the first state saved
+        or loaded: it reads each file's ends, `FileSet.ends`), and version 1's where the
+        files' names are distinct across every source (they then prove positions and splits)."""
+        cached = self.__dict__.get("_files_cache")
+        if cached is None:
+            sizes = [[info.size for info in files.infos()] for files in self.sources]
+            paths = [files.paths for files in self.sources]
+            current = _identity.files_entries(paths, sizes, [files.ends() for files in self.sources])
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for source in paths for p in source]
+            v1 = None
+            if len(set(names)) == len(names):
+                v1 = [_identity.v1_files_entry(p, n) for p, n in zip(paths, sizes)]
+            cached = self._files_cache = (current, v1)
+        return cached
+
+    def _identity(self, key: Optional[Tuple[Any, ...]] = None) -> StateIdentity:
+        """What this dataset's positions refer to (`_identity`): its files and every parameter
+        of their order (`key`, `_order_key`: the current attributes when None); saved in every
+        state and checked on load and again when the loaded state is applied (`_start`)."""
+        key = self._order_key() if key is None else key
         cached = self.__dict__.get("_identity_cache")
         if cached is not None and cached[0] == key:
             return cached[1]
-        weights = None if self.weights is None else list(zip(self._source_names(), self.weights))
+        seed, queue, block, weights, infinite, skip_corrupt, elastic = key
+        files, v1_files = self._files_entries()
         identity = StateIdentity.build(
-            files=[files.fingerprint() for files in self.sources],
+            files=files,
+            v1_files=v1_files,
             infos=[files.infos() for files in self.sources],
             compressions=[files.compressions for files in self.sources],
-            seed=self.seed,
-            shuffle_queue_size=self.shuffle_queue_size,
-            shuffle_block=self.shuffle_block,
-            weights=weights,
-            infinite=self.infinite,
-            skip_corrupt=self.skip_corrupt,
-            elastic=self.elastic,
+            seed=seed,
+            shuffle_queue_size=queue,
+            shuffle_block=block,
+            weights=None if weights is None else list(zip(self._source_names(), weights)),
+            infinite=infinite,
+            skip_corrupt=skip_corrupt,
+            elastic=elastic,
         )
         self._identity_cache = (key, identity)
         return identity
@@ -276,7 +320,6 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
             "version": STATE_VERSION,
             "epoch": self.epoch,
             "topology": topology,
-            "identity": self._identity().saved(),
             "sources": [[0, 0] for _ in self.sources],
             "mixer": None,
         }
@@ -291,9 +334,15 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
 
     def _start(self, topology: List[int]) -> Dict[str, Any]:
         """The state this iteration starts from: a pending resume for this epoch, or a fresh one."""
-        pending, self._pending = self._pending, None
+        key = self._order_key()
+        pending = self._pending
+        if pending is not None and int(pending["epoch"]) == self.epoch:
+            # checked when loaded; an order attribute set since (ds.seed = ...) would move its positions
+            self._identity(key).check(pending)
+        self._pending, self._iter_key = None, key
         if pending is None or int(pending["epoch"]) != self.epoch:
             return self._fresh_state(topology)
+        pending.pop("identity")
         if self.elastic and pending["topology"] is None:  # a global position: any topology
             pending["topology"] = topology
             pending["elastic"].update(unit=self._unit, consumed=0)
@@ -322,13 +371,14 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
 
     def _plan(self) -> _elastic_iter.Plan:
         """This epoch's elastic order (built once an epoch; raises when a file has no index)."""
+        key = (self.epoch, self._order_key())
         cached = self.__dict__.get("_plan_cache")
-        if cached is None or cached[0] != self.epoch:
+        if cached is None or cached[0] != key:
             queue = int(self.shuffle_queue_size or 0)
             plan = _elastic_iter.Plan(
                 self.sources, self.weights, self.infinite, queue > 0, self.shuffle_block, queue, self.seed, self.epoch
             )
-            cached = self._plan_cache = (self.epoch, plan)
+            cached = self._plan_cache = (key, plan)
             # a chunk of the order reads the shuffle blocks its positions fall in, and the next
             # chunk reads on in them: keep a chunk's worth of blocks (no cache_dir: 4-10x fewer requests)
             span = max(_elastic_iter.CHUNK_RECORDS, queue) + (self.shuffle_block if queue > 0 else 0)
@@ -390,6 +440,7 @@ class _ShardedIterable(torch.utils.data.IterableDataset):
         position = elastic.rank_position(int(e["start"]), int(items), self.world_size, self._unit, plan.total)
         state = self._fresh_state(None)
         state["elastic"].update(start=position, taken=plan.advance(int(e["start"]), e["taken"], position), unit=None)
+        state["identity"] = self._identity(self._iter_key if self._progress is not None else None).saved()
         return state
 
     # -- iteration ---------------------------------------------------------------------------
