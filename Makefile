@@ -3,9 +3,20 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# the torch this machine kind should use, installed before the extras so that pip never
-# resolves torch on its own (a bare `torch` pulls another multi-GB build); setup.py states the range
+# the torch release, installed before the extras so that pip never resolves torch on its own (a bare
+# `torch` pulls another multi-GB build); setup.py states the range. Which build of it
+# (scripts/install_torch.sh): the CPU build from PyTorch's CPU index where there is no GPU and that
+# index answers, PyPI's default (CUDA on Linux x86_64, ~5 GB installed) where there is a GPU; where only
+# PyPI can be reached and there is no GPU, `make demo` says so and runs without torch, `make
+# install`/`make test` say so and install it. TORCH_INDEX=URL installs TORCH_PIN from that index;
+# TORCH=pypi takes PyPI's default build; TORCH=0 (demo) no torch.
 TORCH_PIN ?= torch==2.13.0
+TORCH ?= auto
+TORCH_INDEX ?=
+INSTALL_TORCH = TORCH="$(TORCH)" TORCH_INDEX="$(TORCH_INDEX)" scripts/install_torch.sh $(PY) "$(TORCH_PIN)"
+# setuptools' "Editable installation" warning box on every `pip install -e` (folders named like the
+# package in the working directory may shadow it: here that folder is the package itself)
+EDITABLE = PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -e
 # pytest-xdist workers for `make test` (the suite is xdist-safe: temp dirs, free ports, no shared
 # state). worksteal: each worker starts on its half of the tests in file order (a module's fixture
 # data is made once, or twice where a file straddles a steal) and an idle worker takes half of
@@ -25,18 +36,19 @@ TEST_ENV = env -u PYTHONDONTWRITEBYTECODE
 
 .PHONY: install lint docs test-servers test test-pure test-oldest dist test-dist wheel demo bench bench-remote clean runners runners-stop test-runners bench-runners
 
-# what the demo needs: the core, Beam and torch (no test or lint tools)
+# what the demo needs: the core and Beam (torch: scripts/install_torch.sh, by `demo` and `install`)
 $(VENV)/.demo-installed: setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_PIN)"
-	$(PIP) install -q -e ".[beam,torch]"
+	$(EDITABLE) ".[beam]"
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
-# everything: the extras, the test and lint tools
+# everything: torch (the build this machine needs, first: the extras then keep it), the extras,
+# the test and lint tools
 $(VENV)/.installed: $(VENV)/.demo-installed
-	$(PIP) install -q -e ".[all,test,lint,docs]"
+	$(INSTALL_TORCH) install
+	$(EDITABLE) ".[all,test,lint,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -52,9 +64,11 @@ lint: install
 # cached). Built here, before pytest: cold, they take ~2-6 minutes and ~275 CPU s, which inside
 # the run held two test workers in their first fixtures (a first `make test` on a fresh machine:
 # 6:09 against 3:31 warm). The tests still build a missing one themselves (helpers/s3server.py).
+# Both build at once (each `go install` on its own module; a first run here: see the README), a
+# line every 20 s while they do.
 test-servers:
-	runners/s3.sh build
-	runners/gcs.sh build
+	@runners/s3.sh build & s3=$$!; runners/gcs.sh build & gcs=$$!; \
+		status=0; wait $$s3 || status=1; wait $$gcs || status=1; exit $$status
 
 test: install test-servers
 	$(TEST_ENV) $(PY) -m pytest -q $(XDIST)
@@ -79,6 +93,7 @@ RUNNERS_ENV := TFRB_PYTHON=$(abspath $(PY))
 runners: install
 	@set -e; for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s build; $(RUNNERS_ENV) $$s start; done
 	@for s in $(RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s flags; done
+	@echo "(secrets shown as ***: each runner's full flags are the FLAGS line of .runners/state/NAME.env)"
 
 runners-stop:
 	@status=0; for s in $(ALL_RUNNER_SCRIPTS); do $(RUNNERS_ENV) $$s stop || status=1; done; exit $$status
@@ -99,6 +114,7 @@ test-pure: install test-servers
 	$(TEST_ENV) TFRECORD_BEAM_PURE=1 $(PY) -m pytest -q $(XDIST)
 
 demo: $(VENV)/.demo-installed
+	@$(INSTALL_TORCH) demo
 	$(PY) -m pipelines.demo
 
 # The oldest supported apache-beam, pyarrow, numpy and protobuf (docs/index.md "Supported versions"
@@ -164,7 +180,7 @@ TORCHVISION_PIN ?= torchvision==0.28.0
 BENCH_REMOTE_ARGS ?=
 bench-remote: install
 	runners/s3.sh build
-	$(PIP) install -q -e ".[bench-remote]"
+	$(EDITABLE) ".[bench-remote]"
 	$(PIP) install -q --no-deps "$(TORCHVISION_PIN)" "mosaicml-streaming==0.13.0"
 	$(PY) -m bench.remote --results $(BENCH_REMOTE_ARGS)
 

@@ -109,7 +109,8 @@ def bounded_downloads(options) -> Iterator[None]:
 def ran_on(options, result: Any) -> str:
     """The runner that actually ran the pipeline, from the type of its result: DirectRunner's
     choice (PrismRunner, or FnApiRunner / BundleBasedDirectRunner after falling back) is told
-    apart; other runners are named as asked."""
+    apart, and so is the runner behind a PortableRunner's job service (Flink, Spark, Prism:
+    `behind_job_service`); other runners are named as asked."""
     asked = runner_name(options)
     module = type(result).__module__
     kind = type(result).__name__
@@ -119,7 +120,34 @@ def ran_on(options, result: Any) -> str:
         return "BundleBasedDirectRunner"
     if module.endswith("portability.portable_runner") and asked in _PRISM_LAUNCHERS:
         return "PrismRunner"
+    if module.endswith("portability.portable_runner") and asked == "PortableRunner":
+        return behind_job_service(result) or asked
     return asked
+
+
+#: a job service's runner, by the option names it describes (Beam's Java job servers list their
+#: runner's PipelineOptions: FlinkPipelineOptions' flink_master, SparkPipelineOptions' spark_master)
+_SERVICE_OPTION_PREFIXES = (("flink_", "FlinkRunner"), ("spark_", "SparkRunner"), ("prism_", "PrismRunner"))
+
+
+def behind_job_service(result: Any, timeout: float = 10.0) -> Optional[str]:
+    """The runner behind a PortableRunner job's job service (FlinkRunner, SparkRunner, PrismRunner),
+    from the pipeline options it describes (DescribePipelineOptions, which Beam's PortableRunner
+    also asks before it submits); None when the service does not say or cannot be asked."""
+    service = getattr(result, "_job_service", None)
+    if service is None:
+        return None
+    try:
+        from apache_beam.portability.api import beam_job_api_pb2
+
+        reply = service.DescribePipelineOptions(beam_job_api_pb2.DescribePipelineOptionsRequest(), timeout=timeout)
+        names = [option.name for option in reply.options]
+    except Exception:  # noqa: BLE001 - the summary then names the runner asked for
+        return None
+    for prefix, runner in _SERVICE_OPTION_PREFIXES:
+        if any(name.startswith(prefix) for name in names):
+            return runner
+    return None
 
 
 def describe(options, result: Optional[Any]) -> dict:

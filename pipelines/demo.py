@@ -1,6 +1,6 @@
 """The main job, end to end on a small generated dataset (what `make demo` runs).
 
-    python -m pipelines.demo [--workdir DIR] [--rows N] [Beam flags...]
+    python -m pipelines.demo [--workdir DIR | --keep] [--rows N] [Beam flags...]
 
 1. generate two Parquet datasets ("web" and "books": int64, float32, string, list<int64>, binary)
 2. parquet_to_tfrecord each into TFRecord shards of tf.train.Example
@@ -8,7 +8,9 @@
 4. reshard "web" into 4 shuffled shards (the job proves the output equals the input)
 5. mix web (weight 3) and books (weight 1) into 2 shards with a JSON manifest
 6. read the mix back with the PyTorch dataset (batched tensors) and count what came from where
-Each step prints its summary; any failure stops the demo with exit status 1.
+Each step prints its summary; any failure stops the demo with exit status 1. Without --workdir
+it works in a new temporary folder, removed at the end (--keep keeps it); without torch (`make
+demo TORCH=0`, or no torch build to be had: scripts/install_torch.sh) step 6 is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ def read_with_torch(pattern: str, index_dir: Optional[str]) -> None:
 
         from tfrecord_beam.torch import TFRecordDataset
     except ImportError as exc:  # the [torch] extra is not installed
-        print(f"(skipping the PyTorch read: {exc})")
+        print(
+            f"\n#### read the mix with tfrecord_beam.torch.TFRecordDataset: skipped, no torch here ({exc}); "
+            "`make demo TORCH=pypi` or `make demo TORCH_INDEX=URL` installs it (scripts/install_torch.sh)"
+        )
         return
     files = sorted(glob.glob(pattern))
     indexes = [f[: -len(".tfrecord")] + ".tfindex" for f in files]
@@ -97,28 +102,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         description=__doc__.splitlines()[0],
         epilog=__doc__ + "\n" + jobtools.EXIT_HELP,
     )
-    parser.add_argument("--workdir", default=None, help="where to put everything (default: a new temp dir, kept)")
+    parser.add_argument(
+        "--workdir", default=None, help="where to put everything, kept (default: a new temp dir, removed at the end)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the default temp dir (its path is printed)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows of the 'web' dataset ('books' has a quarter)")
     args, beam_args = parser.parse_known_args(argv)
-    from tfrecord_beam.jobtools import describe_engine
-
-    from . import _args, build_index, mix, parquet_to_tfrecord, reshard  # Beam loads here, after --help
+    from . import _args  # Beam loads here, after --help
 
     try:
         _args.check_leftovers(parser.prog, parser, beam_args)
     except jobtools.UsageError as exc:
         sys.stderr.write(jobtools.usage_error(parser.prog, str(exc)) + "\n")
         return jobtools.EXIT_USAGE
+    temporary = args.workdir is None
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord_beam_demo_")
     if os.path.exists(work):
         shutil.rmtree(work)
+    try:
+        return _run(work, args.rows, beam_args, kept=not temporary or args.keep)
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(work: str, rows: int, beam_args: Sequence[str], kept: bool) -> int:
+    from tfrecord_beam.jobtools import describe_engine
+
+    from . import build_index, mix, parquet_to_tfrecord, reshard
+
     j = lambda *parts: os.path.join(work, *parts)  # noqa: E731
     for d in ("parquet", "tfrecord", "indexes", "resharded", "mixed"):
         os.makedirs(j(d), exist_ok=True)
     print(f"demo: {describe_engine()}")  # which engine: the compiled core (native) or the pure twins
     print(f"demo: working in {work}")
-    make_parquet(j("parquet", "web.parquet"), args.rows, 1, seed=1)
-    make_parquet(j("parquet", "books.parquet"), max(1, args.rows // 4), 2, seed=2)
+    make_parquet(j("parquet", "web.parquet"), rows, 1, seed=1)
+    make_parquet(j("parquet", "books.parquet"), max(1, rows // 4), 2, seed=2)
     beam = list(beam_args)
     _step(
         "Parquet -> TFRecord (web)",
@@ -152,7 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ]
         + beam,
     )
-    total = args.rows
+    total = rows
     _step(
         "mix web:books = 3:1",
         mix,
@@ -173,7 +192,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         + beam,
     )
     read_with_torch(j("mixed", "mix-*.tfrecord"), None)
-    print(f"\ndemo: done; everything is in {work} (manifest: {j('mixed', 'mix.manifest.json')})")
+    if kept:
+        print(f"\ndemo: done; everything is in {work} (manifest: {j('mixed', 'mix.manifest.json')})")
+    else:
+        print(f"\ndemo: done; {work} removed (--keep or --workdir DIR keeps the files)")
     return 0
 
 

@@ -83,7 +83,6 @@ _args.parse_then_load(__name__, build_parser)
 
 import pyarrow as pa
 
-from tfrecord_beam._schema_unify import SchemaDriftError, unify_schemas
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
@@ -121,10 +120,10 @@ def run(args: argparse.Namespace, options) -> Summary:
         decimal_as=args.decimal_as,
     )
     try:  # every file's schema, unified (or the file, column and types that do not unify)
-        unified = unify_schemas([(path, schema) for path, schema, _, _ in footers], columns)
+        unified = _parquet.unify_schemas([(path, schema) for path, schema, _, _ in footers], columns)
         encoder = ExampleEncoder(unified.schema, **encoder_options)
     except ArrowConversionError as err:
-        if isinstance(err, SchemaDriftError) or len(files) > 1:  # it names the file / the column
+        if isinstance(err, _parquet.SchemaDriftError) or len(files) > 1:  # it names the file / the column
             raise JobError(str(err)) from None
         raise JobError(f"{files[0]}: {err}") from None
     schema = unified.schema

@@ -95,15 +95,22 @@ _args.parse_then_load(__name__, build_parser)
 import pyarrow as pa
 
 from tfrecord_beam import compression as _compression
-from tfrecord_beam._described import absent_names
-from tfrecord_beam._engine._common import KIND_NONE_NAME
 from tfrecord_beam.beam import jobio
 from tfrecord_beam.beam import parquet as _parquet
 from tfrecord_beam.beam import stages as _stages
-from tfrecord_beam.cli._stats import DatasetStats, FeatureStats, SchemaInferenceError
-from tfrecord_beam.cli.inspection import INVALID, arrow_type, infer_arrow_schema
+from tfrecord_beam.cli.inspection import (
+    INVALID,
+    KIND_NONE_NAME,
+    DatasetStats,
+    FeatureStats,
+    SchemaInferenceError,
+    arrow_type,
+    infer_arrow_schema,
+    parse_record,
+)
 from tfrecord_beam.errors import TFRecordError
 from tfrecord_beam.example import normalize_description
+from tfrecord_beam.jobtools import absent_names
 from tfrecord_beam.manifest import ShardEntry
 from tfrecord_beam.records import ReadSpan
 from tfrecord_beam.skipping import SkippingReader
@@ -153,7 +160,6 @@ def first_of_each_kind(
     """{kind: "FILE (record at byte offset N)"} of the first record holding feature `name` with
     each kind (as a feature, a context feature or in a feature list), over the records the
     inference read. Only on the way to failing: a second read that stops at the last kind."""
-    from tfrecord_beam._proto import parse_record
     from tfrecord_beam.example import feature_kind
 
     found: Dict[str, str] = {}

@@ -45,7 +45,7 @@ write_gcs_state() {
 }
 
 start() {
-    build
+    TFRB_QUIET_CACHED=1 build # `make runners` ran build just before: said once
     mkdir -p "$DATA_DIR"
     local pid
     if pid=$(running_pid gcs); then

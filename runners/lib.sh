@@ -213,19 +213,32 @@ port_free_or_die() {
     esac
 }
 
-# write_state NAME KEY=VALUE...: .runners/state/NAME.env, one shell-quoted KEY=VALUE a line.
+# write_state NAME KEY=VALUE...: .runners/state/NAME.env, one KEY=VALUE a line that a shell can
+# source: the value in double quotes (KEY="a b"), or %q-quoted when it holds a character double
+# quotes would not keep (" $ ` \ !). A recipe reads a value with `. FILE && echo "$KEY"`.
 write_state() {
-    local name=$1 kv
+    local name=$1 kv value
     shift
     local file=$TFRB_STATE/$name.env tmp
     tmp=$(mktemp "$file.XXXXXX")
     for kv in "$@"; do
-        printf '%s=%q\n' "${kv%%=*}" "${kv#*=}" >>"$tmp"
+        value=${kv#*=}
+        if [[ $value == *[\"\$\`\\\!]* || $value == *$'\n'* ]]; then
+            printf '%s=%q\n' "${kv%%=*}" "$value" >>"$tmp"
+        else
+            printf '%s="%s"\n' "${kv%%=*}" "$value" >>"$tmp"
+        fi
     done
     mv "$tmp" "$file"
 }
 
-# state_flags NAME: the FLAGS of NAME's state file (empty when absent).
+# mask_secrets: stdin to stdout with the value of every --*secret* flag shown as "***" (what
+# `make runners` prints; the state files keep the real flags).
+mask_secrets() {
+    sed -E 's/(--[a-z0-9_]*secret[a-z0-9_]*=)[^ ]+/\1***/g'
+}
+
+# state_flags NAME: the FLAGS of NAME's state file, secrets masked (fails when absent).
 state_flags() {
     local file=$TFRB_STATE/$1.env
     [[ -f $file ]] || return 1
@@ -233,7 +246,7 @@ state_flags() {
         # shellcheck disable=SC1090
         source "$file"
         echo "${FLAGS:-}"
-    )
+    ) | mask_secrets
 }
 
 # go_install_cached NAME BIN PACKAGE@VERSION: builds a Go server through the Go module proxy
@@ -244,7 +257,7 @@ go_install_cached() {
     local name=$1 bin=$2 package=$3 dir
     dir=$(dirname "$bin")
     if [[ -x $bin ]]; then
-        say "$name: cached: $bin"
+        [[ -n ${TFRB_QUIET_CACHED:-} ]] || say "$name: cached: $bin"
         return 0
     fi
     command -v go >/dev/null || die "$name: go is not installed (needed to build $package through the Go module proxy)"
@@ -258,8 +271,18 @@ go_install_cached() {
     fi
     say "$name: building $package through the Go module proxy (minutes when cold)"
     local t0=$SECONDS
-    GOBIN=$dir CGO_ENABLED=0 go install "$package" ||
-        die "$name: go install $package failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+    # go install prints nothing for minutes: a line every TFRB_PROGRESS_S (20) seconds says it runs
+    GOBIN=$dir CGO_ENABLED=0 go install "$package" &
+    local build=$! rc=0 next=$((SECONDS + ${TFRB_PROGRESS_S:-20}))
+    while kill -0 "$build" 2>/dev/null; do
+        if ((SECONDS >= next)); then
+            say "$name: still building ($((SECONDS - t0)) s)"
+            next=$((SECONDS + ${TFRB_PROGRESS_S:-20}))
+        fi
+        sleep 1
+    done
+    wait "$build" || rc=$?
+    ((rc == 0)) || die "$name: go install $package failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
     exec 9>&- # released before a server started by this script could inherit it
     [[ -x $bin ]] || die "$name: go install finished but $bin is missing"
     say "$name: built $bin in $((SECONDS - t0)) s"
@@ -291,7 +314,7 @@ service_main() {
         service_lock "$name"
         stop
         ;;
-    flags) flags_line ;;
+    flags) echo "$name: $(flags_line | mask_secrets)" ;;
     binary) echo "$BIN" ;;
     status)
         if pid=$(running_pid "$name") && answers; then

@@ -50,7 +50,7 @@ write_s3_state() {
 }
 
 start() {
-    build
+    TFRB_QUIET_CACHED=1 build # `make runners` ran build just before: said once
     mkdir -p "$DATA_DIR/buckets" "$DATA_DIR/meta"
     local pid
     if pid=$(running_pid s3); then

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -25,6 +26,55 @@ def pytest_configure(config):
         "markers", f"{sdk_workers.MARKER}: Beam's multi_processing SDK workers as fresh interpreters, not forked"
     )
     sdk_workers.install()  # this process's multi_processing jobs fork their SDK workers (helpers/sdk_workers.py)
+
+
+# -- what the run leaves in TMPDIR (issue 37 item 6: ~110 empty beam-temp*/tmp* folders a run) --
+# The controller (or the only process, without xdist) lists TMPDIR when the session starts and,
+# at the end, reports the folders named like Beam's and tempfile's that appeared meanwhile and are
+# still there; TFRB_TMPDIR_GUARD=fail makes them a failure. Other processes sharing TMPDIR (other
+# test runs on the machine) may add some: hence a report by default.
+_TMP_BEFORE: "set[str] | None" = None
+_TMP_PATTERNS = ("beam-temp", "tmp")
+
+
+def _tmp_entries() -> "set[str]":
+    import tempfile
+
+    try:
+        return {e for e in os.listdir(tempfile.gettempdir()) if e.startswith(_TMP_PATTERNS)}
+    except OSError:
+        return set()
+
+
+def pytest_sessionstart(session):
+    global _TMP_BEFORE
+    if not hasattr(session.config, "workerinput"):
+        _TMP_BEFORE = _tmp_entries()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    import tempfile
+
+    if _TMP_BEFORE is None or hasattr(config, "workerinput"):
+        return
+    left = sorted(_tmp_entries() - _TMP_BEFORE)
+    if not left:
+        return
+    line = (
+        f"TMPDIR ({tempfile.gettempdir()}): {len(left)} new entries left by this run (or another process): {left[:8]}"
+    )
+    terminalreporter.write_line(line, yellow=True)
+    if os.environ.get("TFRB_TMPDIR_GUARD") == "fail":
+        terminalreporter.write_line("TFRB_TMPDIR_GUARD=fail: failing the run", red=True)
+        config._tfrb_tmp_left = left
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or os.environ.get("TFRB_TMPDIR_GUARD") != "fail" or _TMP_BEFORE is None:
+        return
+    if _tmp_entries() - _TMP_BEFORE:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

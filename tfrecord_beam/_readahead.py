@@ -28,13 +28,15 @@ import collections
 import io
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Deque, List, Optional, Sequence, Tuple
+from typing import Deque, List, Optional, Sequence, Tuple, Union
 
 from ._ranges import RangeSource
 
 __all__ = ["ReadAheadFile", "ReadAheadPlan"]
 
 _RECENT = 2  # blocks kept after they were read (records straddling a block boundary)
+_STITCH_MIN = 16  # read_view: fewer bytes left in a block than a record header: stitched
+_STITCH_EXTRA = 64 << 10  # read_view: a stitch with no record length known yet takes this much more
 _POOL_THREADS = 32
 _pool: Tuple[int, Optional[ThreadPoolExecutor]] = (-1, None)
 
@@ -171,20 +173,55 @@ class ReadAheadFile(io.RawIOBase):
             g = self._pos // block
             data = self._block(g)
             at = self._pos - g * block
-            piece = data[at : at + want]
+            piece = memoryview(data)[at : at + want]  # a view: the bytes are copied once, below
             if not piece:
                 break
             parts.append(piece)
             self._pos += len(piece)
             want -= len(piece)
         if len(parts) == 1:
-            return parts[0]
+            return parts[0].tobytes()
         return b"".join(parts)
 
+    def read_view(self, size: int, need: int = 0) -> Union[memoryview, bytes]:
+        """Up to `size` bytes from the position without copying them: a view of the block they
+        lie in, ending at most at the block's end (so fewer than `size` bytes do not mean the end
+        of the file: `tell()` says where it is). Only when the block ends within the next
+        `need` bytes (a record that spans two blocks; at least a record header) are they
+        stitched into one bytes object, `need` bytes or a little more: the only copy. The view
+        keeps its block alive; the record readers decode records in place from it."""
+        total = self.source.size
+        size = min(int(size), total - self._pos)
+        if size <= 0:
+            return b""
+        block = self.source.block
+        g = self._pos // block
+        data = self._block(g)
+        at = self._pos - g * block
+        rest = len(data) - at
+        if rest >= size or rest >= max(int(need), _STITCH_MIN):
+            view = memoryview(data)[at : at + min(size, rest)]
+            self._pos += len(view)
+            return view
+        return self.read(min(size, max(int(need), rest + _STITCH_EXTRA)))
+
     def readinto(self, buffer) -> int:  # io.RawIOBase's contract, for io.BufferedReader
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        out = memoryview(buffer).cast("B")
+        total = self.source.size
+        want = min(len(out), max(0, total - self._pos))
+        got = 0
+        block = self.source.block
+        while got < want:
+            g = self._pos // block
+            data = self._block(g)
+            at = self._pos - g * block
+            piece = memoryview(data)[at : at + want - got]
+            if not piece:
+                break
+            out[got : got + len(piece)] = piece
+            got += len(piece)
+            self._pos += len(piece)
+        return got
 
     def readall(self) -> bytes:
         return self.read(-1)

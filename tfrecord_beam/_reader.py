@@ -295,7 +295,7 @@ class RecordReader:
                     # ranges: a whole 4 MiB chunk past each end was 25% more input read).
                     size = self.chunk_size if end is None else min(self.chunk_size, end - pos + HEADER_SIZE)
                     size = max(size, need or 0)
-                buf, eof = self._fill(stream, buf, keep, pos, size, reread, number)
+                buf, eof = self._fill(stream, buf, keep, pos, size, reread, number, need or 0, total)
             offsets, lengths, consumed, status = self._scan_buffer(buf)
             if len(offsets):
                 record_offsets = offsets - HEADER_SIZE + pos
@@ -355,7 +355,7 @@ class RecordReader:
             return None  # the next range's record (its header is sound): that range reports it
         if status == STATUS_BAD_LENGTH_CRC:
             raise CorruptRecordError(
-                self.path, here, number, _diagnose.bad_length_crc(here, buf[consumed : consumed + 16])
+                self.path, here, number, _diagnose.bad_length_crc(here, bytes(buf[consumed : consumed + 16]))
             )
         if status == STATUS_BAD_DATA_CRC:
             raise CorruptRecordError(self.path, here, number, "payload CRC mismatch (corrupted record)")
@@ -403,20 +403,37 @@ class RecordReader:
         if self.allow_truncated_tail:
             return None
         if keep < HEADER_SIZE:
-            reason = _diagnose.short_tail(buf[len(buf) - keep :] if keep else b"", at_start=here == 0)
+            reason = _diagnose.short_tail(bytes(buf[len(buf) - keep :]) if keep else b"", at_start=here == 0)
         else:
             reason = "data ends inside the record's payload or footer (truncated record)"
         raise TruncatedRecordError(self.path, here, number, reason)
 
     def _fill(
-        self, stream, buf: bytes, keep: int, pos: int, size: int, reread: bool, number: Optional[int]
+        self,
+        stream,
+        buf: bytes,
+        keep: int,
+        pos: int,
+        size: int,
+        reread: bool,
+        number: Optional[int],
+        need: int = 0,
+        total: Optional[int] = None,
     ) -> Tuple[bytes, bool]:
         """The next chunk: the last `keep` bytes of `buf` (an unfinished record at stream offset
         `pos`) followed by more data, `size` bytes in all (fewer only at the end), as one
-        buffer; and whether the data ended."""
+        buffer; and whether the data ended. A file that hands out views of its buffers
+        (`read_view`: a remote object's read-ahead blocks) gives the chunk as a view, ending at
+        most at its block's end (then fewer bytes, not the end: the position says): the records
+        are scanned and decoded in place, and only one spanning two blocks (`need` bytes) is
+        copied, stitched."""
         if reread:
             if keep:
                 stream.seek(pos)  # read the unfinished record again rather than copy it
+            read_view = getattr(stream, "read_view", None)
+            if read_view is not None and total is not None:
+                data = read_view(size, need)
+                return data, len(data) < size and stream.tell() >= total
             data = _read_at_least(stream, size)
             return data, len(data) < size
         rest = buf[len(buf) - keep :] if keep else b""

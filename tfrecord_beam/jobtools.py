@@ -10,7 +10,7 @@ check, the engine line for `--version`, and the described-but-absent feature che
 from __future__ import annotations
 
 from ._bounded import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, parse_timeout, set_remote_timeout
-from ._described import absent_features
+from ._described import absent_features, absent_names
 from ._described import message as absent_features_message
 from ._engine_info import describe as describe_engine
 from ._extras import require_beam
@@ -66,5 +66,6 @@ __all__ = [
     "describe_engine",
     # described features the data does not have
     "absent_features",
+    "absent_names",
     "absent_features_message",
 ]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
-from helpers.fixtures import FIXTURES
+from helpers.fixtures import FIXTURES, REPO
 from helpers.parity import same_floats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,20 +116,43 @@ def test_output_matches_deterministic_protobuf_serialization():
 
 
 def test_private_pool_coexists_with_tensorflow_named_protos_in_the_default_pool():
+    """In a child process: registering `tensorflow.Example` in protobuf's default pool (what
+    TensorFlow does when imported) is process-wide and permanent, and in the test worker it made
+    a later `import tfrecord.reader` (the `tfrecord` package registers the same names from its
+    own file) fail with "duplicate symbol 'tensorflow.BytesList'" in whichever tests ran after
+    this one (tests/core/test_read_options.py's signature tests, issue 37 item 8)."""
+    code = textwrap.dedent(
+        """
+        from google.protobuf import descriptor_pool
+
+        from tfrecord_beam import example
+        from tfrecord_beam._proto import _build_file
+
+        proto = _build_file()
+        proto.name = "tensorflow/core/example/example_for_test.proto"
+        pool = descriptor_pool.Default()
+        pool.Add(proto)  # what TensorFlow does when it is imported
+        assert pool.FindMessageTypeByName("tensorflow.Example") is not None
+        payload = example.encode_example({"a": 1})
+        assert example.decode_example(payload)["a"].tolist() == [1]
+        print("ok")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+def test_no_test_leaves_tensorflow_names_in_the_default_pool():
+    """The guard for the test above: the worker's default pool holds `tensorflow.Example` only
+    from the `tfrecord` package's own file (example.proto), never from a test."""
     from google.protobuf import descriptor_pool
 
-    from tfrecord_beam._proto import _build_file
-
-    proto = _build_file()
-    proto.name = "tensorflow/core/example/example_for_test.proto"
-    pool = descriptor_pool.Default()
     try:
-        pool.Add(proto)  # what TensorFlow does when it is imported
-    except TypeError:
-        pass  # already registered (e.g. by the `tfrecord` package)
-    assert pool.FindMessageTypeByName("tensorflow.Example") is not None
-    payload = example.encode_example({"a": 1})
-    assert example.decode_example(payload)["a"].tolist() == [1]
+        found = descriptor_pool.Default().FindMessageTypeByName("tensorflow.Example")
+    except KeyError:
+        return
+    assert found.file.name == "example.proto", found.file.name
 
 
 def test_sequence_example_round_trip_and_missing_lists():

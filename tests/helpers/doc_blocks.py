@@ -71,6 +71,53 @@ def page_blocks(page: Path) -> List[Block]:
     return blocks
 
 
+_SHELL_FENCE = re.compile(r"^( *)```(bash|sh|shell|console)\n(.*?)^ *```", flags=re.S | re.M)
+_MARKER = re.compile(r"<!-- (run by|not run): (.+?) -->\s*$")
+
+
+@dataclass(frozen=True)
+class ShellBlock:
+    """A ```bash/```sh fence of a page, with the marker on the line before it, if any:
+    `<!-- run by: TESTFILE (NAME) -->` (that test runs it, finding it by NAME) or
+    `<!-- not run: REASON -->`."""
+
+    page: str
+    line: int
+    language: str
+    code: str
+    marker: Optional[str]  # "run by" or "not run"
+    note: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def shell_blocks(page: Path) -> List[ShellBlock]:
+    """Every shell fence of the page (```bash, ```sh, ```shell, ```console)."""
+    text = page.read_text()
+    name = str(page.relative_to(REPO))
+    found = []
+    for match in _SHELL_FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        marker = _MARKER.search(before)
+        body = textwrap.dedent(match.group(3)) if match.group(1) else match.group(3)
+        found.append(
+            ShellBlock(
+                name, line, match.group(2), body, marker.group(1) if marker else None, marker.group(2) if marker else ""
+            )
+        )
+    return found
+
+
+def block_run_by(page: str, name: str) -> ShellBlock:
+    """The shell block of `page` marked `<!-- run by: ... (NAME) -->`."""
+    hits = [b for b in shell_blocks(REPO / page) if b.marker == "run by" and b.note.endswith(f"({name})")]
+    assert len(hits) == 1, f"{page}: {len(hits)} shell blocks marked run by ... ({name})"
+    return hits[0]
+
+
 def _block_env() -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # `python`, `tfrecord-beam` and the other console scripts of this interpreter come first

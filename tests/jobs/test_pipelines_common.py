@@ -24,7 +24,10 @@ def test_help_shows_examples_and_beam_flags(job, capsys):
     out = capsys.readouterr().out
     name = job.__name__.rsplit(".", 1)[-1]
     assert "examples:" in out and f"python -m pipelines.{name}" in out
-    assert "--runner=DataflowRunner" in out and "--runner=FlinkRunner" in out
+    # only flags a test runs: Flink and Spark through the job service `make runners` starts (issue 37 item 3),
+    # Dataflow with the staged wheel its workers install (issue 36 item 2)
+    assert "--runner=DataflowRunner" in out and "--extra_package wheelhouse/tfrecord_beam-" in out
+    assert "--runner=PortableRunner --job_endpoint=" in out and "--runner=FlinkRunner" not in out
     assert "--skip_corrupt" in out and "--verbose" in out and "130 interrupted" in out
     if job is not build_index:  # jobs with an --output_prefix: the output lifecycle and cleaning by hand
         assert "--overwrite" in out and "_MANIFEST.NAME.json" in out and "To clean by hand" in out

@@ -354,3 +354,34 @@ def test_the_endpoint_check_waits_for_a_service_still_starting():
     assert _runner.unreachable_job_endpoint(options, wait_s=0) is not None  # closed again: refused
     bad = SimpleNamespace(view_as=lambda cls: SimpleNamespace(job_endpoint="nocolon"))
     assert "expected HOST:PORT" in _runner.unreachable_job_endpoint(bad, wait_s=0)
+
+
+def test_a_portable_jobs_summary_names_the_runner_behind_the_job_service():
+    """`--runner=PortableRunner` on Flink's or Spark's job service: the summary says
+    `runner: FlinkRunner` / `SparkRunner` (with `runner_requested: PortableRunner`), from the
+    options the service describes; a service that says nothing or fails to answer leaves
+    PortableRunner (issue 37 item 7: a Flink job's summary said only PortableRunner)."""
+    import types
+
+    from apache_beam.runners.portability import portable_runner
+
+    class Service:
+        def __init__(self, names, fail=False):
+            self.names, self.fail = names, fail
+
+        def DescribePipelineOptions(self, request, timeout=None):  # noqa: N802 - the gRPC stub's name
+            if self.fail:
+                raise RuntimeError("unavailable")
+            return types.SimpleNamespace(options=[types.SimpleNamespace(name=n) for n in self.names])
+
+    options = _options("--runner=PortableRunner", "--job_endpoint=127.0.0.1:1")
+    cases = [
+        (["flink_master", "parallelism", "job_name"], {"runner": "FlinkRunner", "runner_requested": "PortableRunner"}),
+        (["spark_master", "job_name"], {"runner": "SparkRunner", "runner_requested": "PortableRunner"}),
+        ([], {"runner": "PortableRunner"}),
+    ]
+    for names, expected in cases:
+        result = portable_runner.PipelineResult(Service(names), "job", None, None)
+        assert _runner.describe(options, result) == expected, names
+    failing = portable_runner.PipelineResult(Service([], fail=True), "job", None, None)
+    assert _runner.describe(options, failing) == {"runner": "PortableRunner"}

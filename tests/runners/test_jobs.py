@@ -71,8 +71,15 @@ def _ok(run: rm.JobRun) -> dict:
 
 def _check_runner_line(runner: rm.Runner, summary: dict) -> None:
     """The summary names the runner that ran: Prism where Prism was asked for (DirectRunner
-    with a Prism binary picks it), the FnApiRunner on fnapi."""
-    expected = {"fnapi": "FnApiRunner", "prism": "PrismRunner", "direct-prism": "PrismRunner"}.get(runner.name)
+    with a Prism binary picks it), the FnApiRunner on fnapi, Flink and Spark behind their job
+    services (asked for as PortableRunner)."""
+    expected = {
+        "fnapi": "FnApiRunner",
+        "prism": "PrismRunner",
+        "direct-prism": "PrismRunner",
+        "flink": "FlinkRunner",
+        "spark": "SparkRunner",
+    }.get(runner.name)
     if expected:
         assert summary["runner"] == expected, summary
 

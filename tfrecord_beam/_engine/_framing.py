@@ -340,6 +340,7 @@ def slice_payloads(buffer, offsets, lengths) -> List[bytes]:
     if len(bad):
         i = int(bad[0])
         raise ValueError(f"payload {i} (offset {offsets[i]}, length {lengths[i]}) is outside the {size}-byte buffer")
-    if not isinstance(buffer, bytes):
-        buffer = bytes(buffer)
+    if not isinstance(buffer, bytes):  # a view (of a read-ahead block): not the whole of it copied
+        view = memoryview(buffer).cast("B")
+        return [view[o : o + n].tobytes() for o, n in zip(offsets.tolist(), lengths.tolist())]
     return [buffer[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]

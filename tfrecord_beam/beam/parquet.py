@@ -22,6 +22,7 @@ import pyarrow as pa
 from tfrecord_beam import digest as _digest
 from tfrecord_beam import jobs
 from tfrecord_beam._schema_unify import SchemaDriftError, check_file_schema, conform_batch
+from tfrecord_beam._schema_unify import unify_schemas as unify_schemas  # the jobs' face of the plan's unification
 from tfrecord_beam._sizes import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from tfrecord_beam.arrow import ArrowConversionError, ExampleEncoder, examples_to_record_batch, record_misfit
 from tfrecord_beam.beam import _fs

@@ -31,6 +31,7 @@ __all__ = [
     "EXAMPLE",
     "SEQUENCE_EXAMPLE",
     "INVALID",
+    "KIND_NONE_NAME",
     "parse_record",
     "Progress",
     "SchemaInferenceError",

@@ -145,10 +145,11 @@ def _decode(blocks: Sequence[AnyBlock], decoder: Callable[..., Any], *descriptio
     errors name the file and record instead of the batch position."""
     if len(blocks) == 1 and isinstance(blocks[0], Block):
         block = blocks[0]
-        records: Union[bytes, List[bytes]] = block.buffer
+        records: Union[bytes, List[Any]] = block.buffer
         offsets, lengths = block.payload_offsets, block.payload_lengths
     else:
-        records, offsets, lengths = [p for block in blocks for p in block.payloads()], None, None
+        # the payloads of a batch spanning blocks: views into the blocks' buffers (no copies)
+        records, offsets, lengths = [p for block in blocks for p in block.views()], None, None
     try:
         return decoder(records, *descriptions, offsets=offsets, lengths=lengths, first_record_number=0)
     except DecodeError as exc:  # it names the batch position: name the file and record instead

@@ -327,7 +327,11 @@ class FileSet:
             if compression is None and fs.is_remote(path):  # read what the range holds, not a whole
                 # chunk past it: each byte past the planned range is a block fetched on its own
                 span = (end if end is not None else self.stat(piece.file).size) - int(index[first, 0])
-                bounded["chunk_size"] = max(1 << 12, min(DEFAULT_CHUNK_SIZE, span + HEADER_SIZE))
+                # chunks are views of the read-ahead blocks (`ReadAheadFile.read_view`), read in
+                # place up to a block's end: as large as a block, a batch lies in one chunk and
+                # is decoded straight from it (no per-record list of payloads)
+                largest = max(DEFAULT_CHUNK_SIZE, int(self.remote.readahead_bytes))
+                bounded["chunk_size"] = max(1 << 12, min(largest, span + HEADER_SIZE))
             reader = reader_of(
                 start_offset=int(index[first, 0]),
                 end_offset=end,

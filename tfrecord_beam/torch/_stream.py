@@ -57,7 +57,16 @@ class Block:
 
     def payloads(self) -> List[bytes]:
         buf = self.buffer
-        return [buf[o : o + n] for o, n in zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())]
+        cut = zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())
+        if isinstance(buf, bytes):
+            return [buf[o : o + n] for o, n in cut]
+        view = memoryview(buf)  # a view of a remote read-ahead block: each payload its own bytes
+        return [view[o : o + n].tobytes() for o, n in cut]
+
+    def views(self) -> List[memoryview]:
+        """Each payload as a view into the buffer (no copy; for a decoder reading them at once)."""
+        view = memoryview(self.buffer)
+        return [view[o : o + n] for o, n in zip(self.payload_offsets.tolist(), self.payload_lengths.tolist())]
 
     def items(self) -> List[Item]:
         numbers = repeat(None) if self.numbers is None else self.numbers.tolist()
@@ -65,8 +74,9 @@ class Block:
 
     def item(self, i: int) -> Item:
         o, n = int(self.payload_offsets[i]), int(self.payload_lengths[i])
+        payload = self.buffer[o : o + n]
         return (
-            self.buffer[o : o + n],
+            payload if isinstance(payload, bytes) else bytes(payload),
             self.path,
             int(self.record_offsets[i]),
             None if self.numbers is None else int(self.numbers[i]),
@@ -96,6 +106,9 @@ class ItemBlock:
 
     def items(self) -> List[Item]:
         return self.records
+
+    def views(self) -> List[Any]:
+        return self.payloads()
 
     def item(self, i: int) -> Item:
         return self.records[i]
