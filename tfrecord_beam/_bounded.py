@@ -99,7 +99,9 @@ def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float
     except TimeoutError as exc:
         if isinstance(exc, RemoteTimeoutError) or str(exc):
             raise
-        name = os.fspath(path).split("?", 1)[0]
+        from .fs import split_query  # fs imports this module
+
+        name = split_query(os.fspath(path))[0]
         raise RemoteTimeoutError(
             f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
             f"set the bound with --timeout or ${TIMEOUT_ENV})"

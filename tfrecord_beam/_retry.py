@@ -28,7 +28,10 @@ _S3_STATUS = re.compile(r"AWS Error [A-Z0-9_]+ \(HTTP status (\d{3})\) during [A
 def _spellings(path: str) -> list:
     """Every way `path` (a URI) may appear in a client's message: the URI, its key, its bucket,
     `bucket/key`, its endpoint, each as written and percent-decoded; longest first."""
-    base, _, query = path.partition("?")
+    from .fs import split_query  # fs imports this module's users
+
+    base, query = split_query(path) if "://" in path else (path, "")
+    query = query[1:]
     out = {base}
     if "://" in base:
         rest = base.split("://", 1)[1]

@@ -176,10 +176,20 @@ def _from_uri(uri: str):
     cached = _filesystems.get(cache_key)
     if cached is not None:
         return cached.filesystem, inner
+    # a glob's bracket expression (`[?]`, `[0-9]`) is no URI pyarrow parses: the client is made
+    # from the bucket's URI, and the path is ours (`_bucket_path`)
+    bracketed = "[" in base or "]" in base
+    client_uri = (
+        with_query(base.split("://", 1)[0] + "://" + base.split("://", 1)[1].split("/", 1)[0], query)
+        if bracketed
+        else uri
+    )
     # making a client is mostly local work (and a region lookup without `region=`): bounded, but
     # never tighter than 30 s, so a busy machine does not fail it
-    made = bounded(uri, "making the client", lambda: _make_filesystem(uri), max(remote_timeout(), 30.0))
+    made = bounded(uri, "making the client", lambda: _make_filesystem(client_uri), max(remote_timeout(), 30.0))
     filesystem, made_inner = made
+    if bracketed:
+        made_inner = inner
     if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
         _filesystems[cache_key] = _Client(filesystem)
     return filesystem, made_inner
@@ -393,12 +403,44 @@ def _gcs_filesystem(uri: str):
 
 
 def split_query(path: str) -> Tuple[str, str]:
-    """(URI without its query string, "?query" or "") for remote URIs; local paths keep any '?'."""
+    """(URI without its query string, "?query" or "") for remote URIs; local paths keep any '?'.
+
+    The query starts at the first `?` outside a glob's bracket expression: in
+    `s3://b/q[?]x*.tfrecord?endpoint_override=...` the `[?]` is part of the path (a glob class
+    matching a literal `?`, as docs/torch.md says), the second `?` starts the query. The one
+    rule for the CLI, the datasets and the jobs (`beam._fs`)."""
     path = os.fspath(path)
-    if is_remote(path) and "?" in path:
-        base, query = path.split("?", 1)
-        return base, "?" + query
-    return path, ""
+    if not is_remote(path) or "?" not in path:
+        return path, ""
+    at = _query_start(path)
+    if at < 0:
+        return path, ""
+    return path[:at], path[at:]
+
+
+def _query_start(path: str) -> int:
+    """Index of the `?` that starts `path`'s query string (-1: none): the first `?` that is not
+    inside a bracket expression `[...]` of the path (`[` then an optional `!`/`^`, a first `]`
+    taken as a member, and members up to the closing `]`, none of them `/`, `=` or `&`: an
+    unclosed `[` is a character of the name)."""
+    i = 0
+    while i < len(path):
+        ch = path[i]
+        if ch == "?":
+            return i
+        if ch == "[":
+            j = i + 1
+            if j < len(path) and path[j] in "!^":
+                j += 1
+            if j < len(path) and path[j] == "]":
+                j += 1
+            while j < len(path) and path[j] not in "]/=&":
+                j += 1
+            if j < len(path) and path[j] == "]":
+                i = j + 1
+                continue
+        i += 1
+    return -1
 
 
 def with_query(path: str, query: str) -> str:
