@@ -11,7 +11,12 @@ of attempts. The default is `DEFAULT_TIMEOUT_S`; the environment variable `TIMEO
 (`set_remote_timeout`).
 
 A call that is given up keeps running on its (daemon) thread until its socket ends; the file it
-was made on is not used again (`BoundedFile`).
+was made on is not used again (`BoundedFile`). Such a call may keep the process from ending: a
+server trickling its body a byte at a time never trips the client's own low-speed timeouts, and
+pyarrow's S3 finalization at interpreter exit waits for requests still in flight. So the
+threads given up are remembered (`abandoned_calls`), and the `tfrecord-beam` command ends its
+process with `os._exit` after its error when one is still running (`cli.main`); a library
+caller gets the error at the bound and decides.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Callable, List, Optional, TypeVar
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "TIMEOUT_ENV",
+    "abandoned_calls",
     "RemoteTimeoutError",
     "BoundedFile",
     "bounded",
@@ -35,6 +41,7 @@ DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "TFRECORD_BEAM_TIMEOUT"
 _override: Optional[float] = None
 T = TypeVar("T")
+_abandoned: List[threading.Thread] = []  # calls given up (`with_timeout`), maybe still running
 
 
 class RemoteTimeoutError(TimeoutError):
@@ -82,11 +89,18 @@ def with_timeout(call: Callable[[], T], timeout: float) -> T:
     thread.start()
     thread.join(timeout)
     if not box:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()] + [thread]
         raise TimeoutError
     ok, value = box[0]
     if not ok:
         raise value
     return value
+
+
+def abandoned_calls() -> int:
+    """How many calls this process gave up (`with_timeout`) are still running in their client."""
+    _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+    return len(_abandoned)
 
 
 def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float] = None) -> T:
