@@ -487,8 +487,9 @@ def open_input(path: PathLike) -> BinaryIO:
     on_gcs = isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ()))
 
     def opened() -> Any:
-        handle = filesystem.open_input_file(inner)
-        return _EndSafeFile(handle, os.fspath(path)) if on_gcs else handle
+        if on_gcs:
+            return _EndSafeFile(_GcsStreamFile(filesystem, inner), os.fspath(path))
+        return filesystem.open_input_file(inner)
 
     try:
         with _remote_errors(path):
@@ -618,8 +619,96 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
 
 
 def _read_whole(filesystem: Any, inner: str) -> bytes:
+    if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):  # not holding the GIL
+        with filesystem.open_input_stream(inner) as stream:
+            return stream.read()
     with filesystem.open_input_file(inner) as remote:
         return remote.read()
+
+
+class _GcsStreamFile:
+    """A gs:// object read front to back by pyarrow's GCS input *stream*, as a seekable file.
+
+    pyarrow's GCS random-access file starts its download lazily, inside its `closed` check,
+    which every method of pyarrow's file calls holding the GIL: a server stalling mid-body then
+    held the GIL for google-cloud-cpp's stall timeout (2 x 120 s), so no thread of the process
+    ran, and neither the bound of `_bounded` nor anything else could end the wait (the CLI's
+    `count` on a stalled gs:// object took ~240 s, issue 34 item 6). The stream's open and
+    reads release the GIL, so a stall is given up at the bound like any other. A seek forward
+    up to `SKIP_BYTES` reads and drops the bytes between; any other seek, and `read_at`,
+    opens pyarrow's random-access file (which keeps the limit above: the readers of the CLI
+    read front to back, and their seeks stay put or go to the end, which `_EndSafeFile` answers
+    without a request)."""
+
+    SKIP_BYTES = 1 << 20
+
+    def __init__(self, filesystem: Any, inner: str) -> None:
+        self._filesystem, self._inner = filesystem, inner
+        info = filesystem.get_file_info(inner)  # releases the GIL
+        if info.size is None:
+            raise FileNotFoundError(errno.ENOENT, "no such object", inner)
+        self._size = int(info.size)
+        self._stream: Any = None
+        self._random: Any = None
+        self._position = 0
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._random.tell() if self._random is not None else self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._random is not None:
+            return self._random.seek(offset, whence)
+        position = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence] + offset
+        if position == self._position:
+            return position
+        if self._position < position <= self._position + self.SKIP_BYTES:
+            self.read(position - self._position)
+            return self._position
+        self._random = self._filesystem.open_input_file(self._inner)
+        self._close_stream()
+        return self._random.seek(position)
+
+    def read(self, nbytes: Optional[int] = None) -> bytes:
+        if self._random is not None:
+            return self._random.read() if nbytes is None or nbytes < 0 else self._random.read(nbytes)
+        if self._stream is None:
+            if self._position:  # pragma: no cover - a stream starts at 0, seeks forward read
+                raise OSError(f"{self._inner}: stream not at 0")
+            self._stream = self._filesystem.open_input_stream(self._inner)
+        data = self._stream.read() if nbytes is None or nbytes < 0 else self._stream.read(nbytes)
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        if self._random is None:
+            self._random = self._filesystem.open_input_file(self._inner)
+        return self._random.read_at(nbytes, offset)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._stream = None
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._close_stream()
+        if self._random is not None:
+            self._random.close()
+            self._random = None
 
 
 @contextlib.contextmanager
