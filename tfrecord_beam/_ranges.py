@@ -266,6 +266,7 @@ class RangeSource:
                 continue
             except Exception as exc:  # noqa: BLE001 - a transport error of any client
                 if _fatal(exc, self.path):
+                    exc = self._replaced_or(exc)
                     raise _failure(self.path, offset, length, exc, attempt + 1, started) from exc
                 last = exc
                 continue
@@ -292,6 +293,27 @@ class RangeSource:
         if not shared:
             self._give(handle)
         return bytes(data) if not isinstance(data, bytes) else data
+
+    def _replaced_or(self, exc: BaseException) -> BaseException:
+        """`exc` (a read no retry mends), or an ObjectChangedError saying the object was replaced
+        when it is there under another identity: a GCS read of the generation that was opened
+        fails with NOT_FOUND once the object is replaced, which told the user the object was
+        missing. One stat, made only on such a failure."""
+        if not isinstance(exc, FileNotFoundError):
+            return exc
+        try:
+            now = fs.file_stat(self.path)
+        except Exception:  # noqa: BLE001 - missing now too (or unreachable): the read's own error
+            return exc
+        then = str(self.version).split("|", 1)[0]
+        if now.size == self.size and str(now.version) == then and (self.tag is None or now.tag == self.tag):
+            return exc  # the same object: the read's own error
+        was = f"{self.size} bytes, modified {then} ns" + (f", ETag {self.tag}" if self.tag else "")
+        return ObjectChangedError(
+            f"{fs.split_query(self.path)[0]} was replaced while it was being read (size/updated changed: "
+            f"{now.describe()} now, {was} when listed); read it again from the start (the store answered: "
+            f"{' '.join(str(exc).split())[:120]})"
+        )
 
     def _shared_key(self) -> Tuple[str, int, Any]:
         return (self.path, self.size, self.version)
