@@ -266,8 +266,8 @@ class RangeSource:
                 continue
             except Exception as exc:  # noqa: BLE001 - a transport error of any client
                 if _fatal(exc, self.path):
-                    exc = self._replaced_or(exc)
-                    raise _failure(self.path, offset, length, exc, attempt + 1, started) from exc
+                    cause = self._replaced_or(exc)
+                    raise _failure(self.path, offset, length, cause, attempt + 1, started) from exc
                 last = exc
                 continue
             self.stats.add("bytes", len(data))

@@ -619,7 +619,8 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
 
 
 def _read_whole(filesystem: Any, inner: str) -> bytes:
-    if isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ())):  # not holding the GIL
+    gcs: Any = getattr(_pafs(), "GcsFileSystem", None)
+    if gcs is not None and isinstance(filesystem, gcs):  # not holding the GIL
         with filesystem.open_input_stream(inner) as stream:
             return stream.read()
     with filesystem.open_input_file(inner) as remote:

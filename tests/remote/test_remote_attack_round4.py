@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -159,7 +158,9 @@ def test_round4_s3_replaced_mid_read_on_a_reused_handle_is_refused(remote):
     remote.put("m/v.tfrecord", _aligned(1000))
     uri = remote.uri("m/v.tfrecord")
     listed = fs.file_stat(uri)
-    source = RangeSource(uri, listed.size, listed.version_key, RemoteOptions(readahead_bytes=BLOCK), RemoteStats(), tag=listed.tag)
+    source = RangeSource(
+        uri, listed.size, listed.version_key, RemoteOptions(readahead_bytes=BLOCK), RemoteStats(), tag=listed.tag
+    )
     first = source.read_block(0)
     assert first == _aligned(1000)[:BLOCK]
     remote.put("m/v.tfrecord", _aligned(5000))
@@ -194,7 +195,9 @@ def test_round4_gs_replaced_mid_read_is_refused(gcs):
     gcs.server.put(gcs.bucket, "m/v.tfrecord", _aligned(1000))
     uri = gcs.uri("m/v.tfrecord")
     listed = fs.file_stat(uri)
-    source = RangeSource(uri, listed.size, listed.version_key, RemoteOptions(readahead_bytes=BLOCK), RemoteStats(), tag=listed.tag)
+    source = RangeSource(
+        uri, listed.size, listed.version_key, RemoteOptions(readahead_bytes=BLOCK), RemoteStats(), tag=listed.tag
+    )
     assert source.read_block(0) == _aligned(1000)[:BLOCK]
     gcs.server.put(gcs.bucket, "m/v.tfrecord", _aligned(5000))
     with pytest.raises(Exception) as caught:  # refused: GCS reads the listed generation
@@ -350,8 +353,17 @@ def test_round4_a_trickling_server_is_bounded_in_a_cli_process(s3_object, s3_ser
         started = time.monotonic()
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "tfrecord_beam.cli", "count", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)],
-                env=env, capture_output=True, text=True, timeout=60,
+                [
+                    sys.executable,
+                    "-m",
+                    "tfrecord_beam.cli",
+                    "count",
+                    s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(
@@ -369,8 +381,12 @@ def test_round4_a_torch_read_of_a_trickle_is_bounded(s3_object, s3_server):
 
     with _Trickle(s3_server.host_port) as proxy:
         ds = TFRecordDataset(
-            s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port), None, batch_size=10,
-            request_timeout=1, request_attempts=2, readahead_bytes=64 * KiB,
+            s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port),
+            None,
+            batch_size=10,
+            request_timeout=1,
+            request_attempts=2,
+            readahead_bytes=64 * KiB,
         )
         started = time.monotonic()
         with pytest.raises(Exception, match=r"train-00404-of-01024.*bytes 0-"):
@@ -441,9 +457,13 @@ def test_round4_status_answers(s3_object, s3_server, capsys, code):
 
     with _StatusProxy(s3_server.host_port, rule) as proxy:
         started = time.monotonic()
-        status = cli.main(["count", "--timeout", "2", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)])
+        status = cli.main(
+            ["count", "--timeout", "2", s3_object.uri("s/train-00404-of-01024.tfrecord", proxy.host_port)]
+        )
         elapsed = time.monotonic() - started
-        gets = len(proxy.ranged_gets()) + len([r for m, p, r in proxy.requests if m == "GET" and _is_data(p) and r is None])
+        gets = len(proxy.ranged_gets()) + len(
+            [r for m, p, r in proxy.requests if m == "GET" and _is_data(p) and r is None]
+        )
     err = capsys.readouterr().err
     assert status == 1, (status, err)
     if code == 403:
