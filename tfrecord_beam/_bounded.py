@@ -33,6 +33,7 @@ __all__ = [
     "BoundedFile",
     "bounded",
     "remote_timeout",
+    "retrying",
     "set_remote_timeout",
     "with_timeout",
 ]
@@ -113,29 +114,87 @@ def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float
     except TimeoutError as exc:
         if isinstance(exc, RemoteTimeoutError) or str(exc):
             raise
-        from .fs import split_query  # fs imports this module
+        raise _stalled(path, what, seconds) from None
 
-        name = split_query(os.fspath(path))[0]
-        raise RemoteTimeoutError(
-            f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
-            f"set the bound with --timeout or ${TIMEOUT_ENV})"
-        ) from None
+
+def _stalled(path: Any, what: str, seconds: float) -> RemoteTimeoutError:
+    from .fs import split_query  # fs imports this module
+
+    name = split_query(os.fspath(path))[0]
+    return RemoteTimeoutError(
+        f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
+        f"set the bound with --timeout or ${TIMEOUT_ENV})"
+    )
+
+
+def retrying(path: Any, what: str, call: Callable[[], T], timeout: Optional[float] = None) -> T:
+    """`bounded`, for a `call` its client makes once (no retries of its own: `fs.open_input`'s
+    S3 files): a failure worth a retry (`_retry.is_permanent` says which are not: a missing
+    object, a refused access) is tried again after a backoff while the bound lasts. When the
+    bound ends after failed attempts, the error says what the store answered last (its status
+    and code), not that it stalled: a client retrying by itself inside the bound hid every
+    answer (a 503 on every GET read "no answer within 2 s (the server stalled)")."""
+    import random
+    import time
+
+    from . import _retry
+    from .fs import split_query  # fs imports this module
+
+    seconds = remote_timeout() if timeout is None else timeout
+    deadline = time.monotonic() + seconds
+    wait, attempts = 0.1, 0
+    last: Optional[BaseException] = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        attempts += 1
+        try:
+            return bounded(path, what, call, left)
+        except RemoteTimeoutError:
+            if last is None:
+                raise _stalled(path, what, seconds) from None  # no answer at all
+            break  # the bound ended inside a later attempt: the failures before say more
+        except Exception as exc:  # noqa: BLE001 - a transport error of the client
+            if _retry.is_permanent(exc, os.fspath(path)):
+                raise
+            if deadline - time.monotonic() < min(0.1, seconds / 10):
+                # it failed at the bound: the client's own timeout (its request timeout is the
+                # bound, `fs`), a stall, unless an earlier attempt had an answer to tell
+                if last is None:
+                    raise _stalled(path, what, seconds) from exc
+                break
+            last = exc
+        time.sleep(min(wait * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))
+        wait = min(wait * 2, 2.0)
+    if last is None:  # pragma: no cover - a bound of ~0 s
+        raise RemoteTimeoutError(f"{split_query(os.fspath(path))[0]}: {what}: no answer within {seconds:g} s")
+    cause = " ".join(str(last).split())[:300] or type(last).__name__
+    status = _retry.http_status(last, os.fspath(path))
+    if status is not None and f"HTTP status {status}" not in cause:
+        cause = f"HTTP status {status}: {cause}"
+    raise RemoteTimeoutError(
+        f"{split_query(os.fspath(path))[0]}: {what}: failed for {seconds:g} s, {attempts} attempt(s); "
+        f"the last answer: {type(last).__name__}: {cause} (set the bound with --timeout or ${TIMEOUT_ENV})"
+    ) from last
 
 
 class BoundedFile:
     """A remote file whose every call is `bounded`, naming the object and the byte range; after a
-    call was given up the file is not used again (its client may still be inside that call)."""
+    call was given up the file is not used again (its client may still be inside that call).
+    `retry`: its client makes one attempt per call, and the calls are `retrying`."""
 
-    def __init__(self, inner: Any, name: str) -> None:
+    def __init__(self, inner: Any, name: str, retry: bool = False) -> None:
         self._inner = inner
         self.name = name
         self._stalled = False
+        self._retry = retry
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
         if self._stalled:
             raise RemoteTimeoutError(f"{self.name}: {what}: an earlier call on this file stalled; open it again")
         try:
-            return bounded(self.name, what, call)
+            return (retrying if self._retry else bounded)(self.name, what, call)
         except TimeoutError:
             self._stalled = True
             raise

@@ -48,7 +48,7 @@ from typing import (
     Union,
 )
 
-from ._bounded import BoundedFile, bounded, remote_timeout
+from ._bounded import BoundedFile, bounded, remote_timeout, retrying
 
 __all__ = [
     "PathLike",
@@ -485,6 +485,11 @@ def open_input(path: PathLike) -> BinaryIO:
     if filesystem is None:
         return io.open(inner, "rb")
     on_gcs = isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ()))
+    # S3: the one-attempt client, retried by `_bounded.retrying` within the bound, so a store
+    # that keeps failing is reported by its last answer (a 503's SLOW_DOWN), not as a stall
+    on_s3 = isinstance(filesystem, _pafs().S3FileSystem)
+    if on_s3:
+        filesystem = ranged_filesystem(os.fspath(path))[0]
 
     def opened() -> Any:
         if on_gcs:
@@ -493,12 +498,12 @@ def open_input(path: PathLike) -> BinaryIO:
 
     try:
         with _remote_errors(path):
-            handle = bounded(path, "open", opened)
+            handle = (retrying if on_s3 else bounded)(path, "open", opened)
     except FileNotFoundError as exc:  # pyarrow's GCS error names no object: name the URI
         raise FileNotFoundError(
             errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
         ) from None
-    return BoundedFile(handle, os.fspath(path))  # type: ignore[return-value]
+    return BoundedFile(handle, os.fspath(path), retry=on_s3)  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
