@@ -11,7 +11,12 @@ of attempts. The default is `DEFAULT_TIMEOUT_S`; the environment variable `TIMEO
 (`set_remote_timeout`).
 
 A call that is given up keeps running on its (daemon) thread until its socket ends; the file it
-was made on is not used again (`BoundedFile`).
+was made on is not used again (`BoundedFile`). Such a call may keep the process from ending: a
+server trickling its body a byte at a time never trips the client's own low-speed timeouts, and
+pyarrow's S3 finalization at interpreter exit waits for requests still in flight. So the
+threads given up are remembered (`abandoned_calls`), and the `tfrecord-beam` command ends its
+process with `os._exit` after its error when one is still running (`cli.main`); a library
+caller gets the error at the bound and decides.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from typing import Any, Callable, List, Optional, TypeVar
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "TIMEOUT_ENV",
+    "abandoned_calls",
     "RemoteTimeoutError",
     "BoundedFile",
     "bounded",
     "remote_timeout",
+    "retrying",
     "set_remote_timeout",
     "with_timeout",
 ]
@@ -35,6 +42,7 @@ DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "TFRECORD_BEAM_TIMEOUT"
 _override: Optional[float] = None
 T = TypeVar("T")
+_abandoned: List[threading.Thread] = []  # calls given up (`with_timeout`), maybe still running
 
 
 class RemoteTimeoutError(TimeoutError):
@@ -82,11 +90,18 @@ def with_timeout(call: Callable[[], T], timeout: float) -> T:
     thread.start()
     thread.join(timeout)
     if not box:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()] + [thread]
         raise TimeoutError
     ok, value = box[0]
     if not ok:
         raise value
     return value
+
+
+def abandoned_calls() -> int:
+    """How many calls this process gave up (`with_timeout`) are still running in their client."""
+    _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+    return len(_abandoned)
 
 
 def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float] = None) -> T:
@@ -99,27 +114,87 @@ def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float
     except TimeoutError as exc:
         if isinstance(exc, RemoteTimeoutError) or str(exc):
             raise
-        name = os.fspath(path).split("?", 1)[0]
-        raise RemoteTimeoutError(
-            f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
-            f"set the bound with --timeout or ${TIMEOUT_ENV})"
-        ) from None
+        raise _stalled(path, what, seconds) from None
+
+
+def _stalled(path: Any, what: str, seconds: float) -> RemoteTimeoutError:
+    from .fs import split_query  # fs imports this module
+
+    name = split_query(os.fspath(path))[0]
+    return RemoteTimeoutError(
+        f"{name}: {what}: no answer within {seconds:g} s (the server stalled; "
+        f"set the bound with --timeout or ${TIMEOUT_ENV})"
+    )
+
+
+def retrying(path: Any, what: str, call: Callable[[], T], timeout: Optional[float] = None) -> T:
+    """`bounded`, for a `call` its client makes once (no retries of its own: `fs.open_input`'s
+    S3 files): a failure worth a retry (`_retry.is_permanent` says which are not: a missing
+    object, a refused access) is tried again after a backoff while the bound lasts. When the
+    bound ends after failed attempts, the error says what the store answered last (its status
+    and code), not that it stalled: a client retrying by itself inside the bound hid every
+    answer (a 503 on every GET read "no answer within 2 s (the server stalled)")."""
+    import random
+    import time
+
+    from . import _retry
+    from .fs import split_query  # fs imports this module
+
+    seconds = remote_timeout() if timeout is None else timeout
+    deadline = time.monotonic() + seconds
+    wait, attempts = 0.1, 0
+    last: Optional[BaseException] = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        attempts += 1
+        try:
+            return bounded(path, what, call, left)
+        except RemoteTimeoutError:
+            if last is None:
+                raise _stalled(path, what, seconds) from None  # no answer at all
+            break  # the bound ended inside a later attempt: the failures before say more
+        except Exception as exc:  # noqa: BLE001 - a transport error of the client
+            if _retry.is_permanent(exc, os.fspath(path)):
+                raise
+            if deadline - time.monotonic() < min(0.1, seconds / 10):
+                # it failed at the bound: the client's own timeout (its request timeout is the
+                # bound, `fs`), a stall, unless an earlier attempt had an answer to tell
+                if last is None:
+                    raise _stalled(path, what, seconds) from exc
+                break
+            last = exc
+        time.sleep(min(wait * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))
+        wait = min(wait * 2, 2.0)
+    if last is None:  # pragma: no cover - a bound of ~0 s
+        raise RemoteTimeoutError(f"{split_query(os.fspath(path))[0]}: {what}: no answer within {seconds:g} s")
+    cause = " ".join(str(last).split())[:300] or type(last).__name__
+    status = _retry.http_status(last, os.fspath(path))
+    if status is not None and f"HTTP status {status}" not in cause:
+        cause = f"HTTP status {status}: {cause}"
+    raise RemoteTimeoutError(
+        f"{split_query(os.fspath(path))[0]}: {what}: failed for {seconds:g} s, {attempts} attempt(s); "
+        f"the last answer: {type(last).__name__}: {cause} (set the bound with --timeout or ${TIMEOUT_ENV})"
+    ) from last
 
 
 class BoundedFile:
     """A remote file whose every call is `bounded`, naming the object and the byte range; after a
-    call was given up the file is not used again (its client may still be inside that call)."""
+    call was given up the file is not used again (its client may still be inside that call).
+    `retry`: its client makes one attempt per call, and the calls are `retrying`."""
 
-    def __init__(self, inner: Any, name: str) -> None:
+    def __init__(self, inner: Any, name: str, retry: bool = False) -> None:
         self._inner = inner
         self.name = name
         self._stalled = False
+        self._retry = retry
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
         if self._stalled:
             raise RemoteTimeoutError(f"{self.name}: {what}: an earlier call on this file stalled; open it again")
         try:
-            return bounded(self.name, what, call)
+            return (retrying if self._retry else bounded)(self.name, what, call)
         except TimeoutError:
             self._stalled = True
             raise

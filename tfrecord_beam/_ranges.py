@@ -266,7 +266,8 @@ class RangeSource:
                 continue
             except Exception as exc:  # noqa: BLE001 - a transport error of any client
                 if _fatal(exc, self.path):
-                    raise _failure(self.path, offset, length, exc, attempt + 1, started) from exc
+                    cause = self._replaced_or(exc)
+                    raise _failure(self.path, offset, length, cause, attempt + 1, started) from exc
                 last = exc
                 continue
             self.stats.add("bytes", len(data))
@@ -274,13 +275,15 @@ class RangeSource:
         raise _failure(self.path, offset, length, last, int(options.attempts), started)
 
     def _attempt(self, offset: int, length: int) -> bytes:
-        handle, shared = self._take()
+        handle, shared, reused = self._take()
         try:
             data = handle.read_at(length, offset) if hasattr(handle, "read_at") else _seek_read(handle, offset, length)
             if len(data) != length:
                 raise OSError(
                     f"short read: {len(data)} of {length} bytes (the object changed, or the connection was cut)"
                 )
+            if reused:
+                self._still_listed()
         except BaseException:
             if shared:  # the other readers of it may still be using it: it closes after them
                 _GCS_FILES.drop(self._shared_key(), handle)
@@ -291,21 +294,58 @@ class RangeSource:
             self._give(handle)
         return bytes(data) if not isinstance(data, bytes) else data
 
+    def _replaced_or(self, exc: BaseException) -> BaseException:
+        """`exc` (a read no retry mends), or an ObjectChangedError saying the object was replaced
+        when it is there under another identity: a GCS read of the generation that was opened
+        fails with NOT_FOUND once the object is replaced, which told the user the object was
+        missing. One stat, made only on such a failure."""
+        if not isinstance(exc, FileNotFoundError):
+            return exc
+        try:
+            now = fs.file_stat(self.path)
+        except Exception:  # noqa: BLE001 - missing now too (or unreachable): the read's own error
+            return exc
+        then = str(self.version).split("|", 1)[0]
+        if now.size == self.size and str(now.version) == then and (self.tag is None or now.tag == self.tag):
+            return exc  # the same object: the read's own error
+        was = f"{self.size} bytes, modified {then} ns" + (f", ETag {self.tag}" if self.tag else "")
+        return ObjectChangedError(
+            f"{fs.split_query(self.path)[0]} was replaced while it was being read (size/updated changed: "
+            f"{now.describe()} now, {was} when listed); read it again from the start (the store answered: "
+            f"{' '.join(str(exc).split())[:120]})"
+        )
+
     def _shared_key(self) -> Tuple[str, int, Any]:
         return (self.path, self.size, self.version)
 
-    def _take(self) -> Tuple[Any, bool]:
-        """(an open file of the object, whether it is shared: a GCS file, see `GCS_OPEN_FILES`).
+    def _take(self) -> Tuple[Any, bool, bool]:
+        """(an open file of the object, whether it is shared: a GCS file, see `GCS_OPEN_FILES`,
+        whether it was used before: its identity was checked at an earlier request's open).
         Which kind the object's store is is learnt once; the store is asked for only when a
         file is opened, not on every request."""
         if self._on_gcs is None:
             self._on_gcs = isinstance(_data_filesystem(self.path)[0], _gcs_class())
         if self._on_gcs:
-            return _GCS_FILES.get(self._shared_key(), self._open), True
+            return _GCS_FILES.get(self._shared_key(), self._open), True, False
         with self._lock_here():
             if self._idle:
-                return self._idle.pop(), False
-        return self._open(), False
+                return self._idle.pop(), False, True
+        return self._open(), False, False
+
+    def _still_listed(self) -> None:
+        """After a ranged read on a reused S3 handle: one HEAD (a new handle's open, checked
+        as `_open` checks) to make sure the bytes just read are the listed object's. pyarrow's
+        S3 file checks the object's size and ETag only at its open: a ranged GET on it sends
+        no If-Match and hides the answer's ETag, so an object replaced by one of the same size
+        between two blocks would hand out the new object's bytes as the old's, mixing two
+        versions with no error. The HEAD comes after the GET (not beside it), so an object
+        that had been replaced when the GET was answered is seen as replaced: a version
+        mixed in would have to be replaced back to the listed ETag within the GET-to-HEAD
+        time (the same bytes, for S3's MD5 ETags). A local file needs no check (read through
+        one descriptor); a GCS file reads the generation it opened (`_open`'s)."""
+        if _data_filesystem(self.path)[0] is None:
+            return
+        _close(self._open())  # the open is the request (HEAD); closing it sends none
 
     def _open(self) -> Any:
         """A new file of the object, checked to be the size listed."""

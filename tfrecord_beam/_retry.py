@@ -22,13 +22,30 @@ __all__ = ["PERMANENT_STATUS", "http_status", "is_permanent"]
 
 PERMANENT_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR})
 PERMANENT_STATUS = frozenset({401, 403, 404})  # unauthenticated, refused, missing
-_S3_STATUS = re.compile(r"AWS Error [A-Z0-9_]+ \(HTTP status (\d{3})\) during [A-Za-z]+ operation")
+_S3_STATUS = re.compile(r"AWS Error ([A-Z0-9_]+)(?: \(HTTP status (\d{3})\))? during [A-Za-z]+ operation")
+# The AWS SDK's error codes that stand for these statuses, where pyarrow's text gives the code
+# alone ("AWS Error ACCESS_DENIED during GetObject operation: ..." for a 403 on a ranged GET)
+_S3_CODE_STATUS = {
+    "ACCESS_DENIED": 403,
+    "INVALID_ACCESS_KEY_ID": 403,
+    "SIGNATURE_DOES_NOT_MATCH": 403,
+    "MISSING_AUTHENTICATION_TOKEN": 403,
+    "NO_SUCH_KEY": 404,
+    "NO_SUCH_BUCKET": 404,
+    "RESOURCE_NOT_FOUND": 404,
+    "INTERNAL_FAILURE": 500,
+    "SERVICE_UNAVAILABLE": 503,
+    "SLOW_DOWN": 503,
+}
 
 
 def _spellings(path: str) -> list:
     """Every way `path` (a URI) may appear in a client's message: the URI, its key, its bucket,
     `bucket/key`, its endpoint, each as written and percent-decoded; longest first."""
-    base, _, query = path.partition("?")
+    from .fs import split_query  # fs imports this module's users
+
+    base, query = split_query(path) if "://" in path else (path, "")
+    query = query[1:]
     out = {base}
     if "://" in base:
         rest = base.split("://", 1)[1]
@@ -53,7 +70,9 @@ def http_status(exc: BaseException, path: str = "") -> Optional[int]:
     for spelling in _spellings(path):
         text = text.replace(spelling, "")
     found = _S3_STATUS.search(text)
-    return int(found.group(1)) if found else None
+    if not found:
+        return None
+    return int(found.group(2)) if found.group(2) else _S3_CODE_STATUS.get(found.group(1))
 
 
 def is_permanent(exc: BaseException, path: str = "") -> bool:

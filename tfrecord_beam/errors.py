@@ -143,10 +143,12 @@ class SplitPointError(TFRecordError):
     """
 
 
-class RemoteReadError(TFRecordError):
+class RemoteReadError(TFRecordError, OSError):
     """A byte range of a remote object could not be read: every attempt failed (5xx answers,
-    stalls past the timeout, cut connections), or the object is missing or refused. `offset`
-    is where the range starts; the reason names the range, the attempts and the last cause."""
+    stalls past the timeout, cut connections), or the object is missing, refused or replaced.
+    `offset` is where the range starts; the reason names the range, the attempts and the last
+    cause. Also an OSError (an input/output failure, as a local file's read error is), so
+    `except OSError` catches a remote read that failed as it catches a local one."""
 
 
 class DecodeError(TFRecordError):

@@ -48,7 +48,7 @@ from typing import (
     Union,
 )
 
-from ._bounded import BoundedFile, bounded, remote_timeout
+from ._bounded import BoundedFile, bounded, remote_timeout, retrying
 
 __all__ = [
     "PathLike",
@@ -176,10 +176,20 @@ def _from_uri(uri: str):
     cached = _filesystems.get(cache_key)
     if cached is not None:
         return cached.filesystem, inner
+    # a glob's bracket expression (`[?]`, `[0-9]`) is no URI pyarrow parses: the client is made
+    # from the bucket's URI, and the path is ours (`_bucket_path`)
+    bracketed = "[" in base or "]" in base
+    client_uri = (
+        with_query(base.split("://", 1)[0] + "://" + base.split("://", 1)[1].split("/", 1)[0], query)
+        if bracketed
+        else uri
+    )
     # making a client is mostly local work (and a region lookup without `region=`): bounded, but
     # never tighter than 30 s, so a busy machine does not fail it
-    made = bounded(uri, "making the client", lambda: _make_filesystem(uri), max(remote_timeout(), 30.0))
+    made = bounded(uri, "making the client", lambda: _make_filesystem(client_uri), max(remote_timeout(), 30.0))
     filesystem, made_inner = made
+    if bracketed:
+        made_inner = inner
     if made_inner == inner:  # the path rule above holds for this URI: later ones may skip pyarrow
         _filesystems[cache_key] = _Client(filesystem)
     return filesystem, made_inner
@@ -393,12 +403,44 @@ def _gcs_filesystem(uri: str):
 
 
 def split_query(path: str) -> Tuple[str, str]:
-    """(URI without its query string, "?query" or "") for remote URIs; local paths keep any '?'."""
+    """(URI without its query string, "?query" or "") for remote URIs; local paths keep any '?'.
+
+    The query starts at the first `?` outside a glob's bracket expression: in
+    `s3://b/q[?]x*.tfrecord?endpoint_override=...` the `[?]` is part of the path (a glob class
+    matching a literal `?`, as docs/torch.md says), the second `?` starts the query. The one
+    rule for the CLI, the datasets and the jobs (`beam._fs`)."""
     path = os.fspath(path)
-    if is_remote(path) and "?" in path:
-        base, query = path.split("?", 1)
-        return base, "?" + query
-    return path, ""
+    if not is_remote(path) or "?" not in path:
+        return path, ""
+    at = _query_start(path)
+    if at < 0:
+        return path, ""
+    return path[:at], path[at:]
+
+
+def _query_start(path: str) -> int:
+    """Index of the `?` that starts `path`'s query string (-1: none): the first `?` that is not
+    inside a bracket expression `[...]` of the path (`[` then an optional `!`/`^`, a first `]`
+    taken as a member, and members up to the closing `]`, none of them `/`, `=` or `&`: an
+    unclosed `[` is a character of the name)."""
+    i = 0
+    while i < len(path):
+        ch = path[i]
+        if ch == "?":
+            return i
+        if ch == "[":
+            j = i + 1
+            if j < len(path) and path[j] in "!^":
+                j += 1
+            if j < len(path) and path[j] == "]":
+                j += 1
+            while j < len(path) and path[j] not in "]/=&":
+                j += 1
+            if j < len(path) and path[j] == "]":
+                i = j + 1
+                continue
+        i += 1
+    return -1
 
 
 def with_query(path: str, query: str) -> str:
@@ -443,19 +485,25 @@ def open_input(path: PathLike) -> BinaryIO:
     if filesystem is None:
         return io.open(inner, "rb")
     on_gcs = isinstance(filesystem, getattr(_pafs(), "GcsFileSystem", ()))
+    # S3: the one-attempt client, retried by `_bounded.retrying` within the bound, so a store
+    # that keeps failing is reported by its last answer (a 503's SLOW_DOWN), not as a stall
+    on_s3 = isinstance(filesystem, _pafs().S3FileSystem)
+    if on_s3:
+        filesystem = ranged_filesystem(os.fspath(path))[0]
 
     def opened() -> Any:
-        handle = filesystem.open_input_file(inner)
-        return _EndSafeFile(handle, os.fspath(path)) if on_gcs else handle
+        if on_gcs:
+            return _EndSafeFile(_GcsStreamFile(filesystem, inner), os.fspath(path))
+        return filesystem.open_input_file(inner)
 
     try:
         with _remote_errors(path):
-            handle = bounded(path, "open", opened)
+            handle = (retrying if on_s3 else bounded)(path, "open", opened)
     except FileNotFoundError as exc:  # pyarrow's GCS error names no object: name the URI
         raise FileNotFoundError(
             errno.ENOENT, f"no such object ({str(exc).splitlines()[0][:200]})", os.fspath(path)
         ) from None
-    return BoundedFile(handle, os.fspath(path))  # type: ignore[return-value]
+    return BoundedFile(handle, os.fspath(path), retry=on_s3)  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -576,8 +624,97 @@ def map_input(path: PathLike) -> Tuple[Union[bytes, "mmap.mmap"], Optional[Binar
 
 
 def _read_whole(filesystem: Any, inner: str) -> bytes:
+    gcs: Any = getattr(_pafs(), "GcsFileSystem", None)
+    if gcs is not None and isinstance(filesystem, gcs):  # not holding the GIL
+        with filesystem.open_input_stream(inner) as stream:
+            return stream.read()
     with filesystem.open_input_file(inner) as remote:
         return remote.read()
+
+
+class _GcsStreamFile:
+    """A gs:// object read front to back by pyarrow's GCS input *stream*, as a seekable file.
+
+    pyarrow's GCS random-access file starts its download lazily, inside its `closed` check,
+    which every method of pyarrow's file calls holding the GIL: a server stalling mid-body then
+    held the GIL for google-cloud-cpp's stall timeout (2 x 120 s), so no thread of the process
+    ran, and neither the bound of `_bounded` nor anything else could end the wait (the CLI's
+    `count` on a stalled gs:// object took ~240 s, issue 34 item 6). The stream's open and
+    reads release the GIL, so a stall is given up at the bound like any other. A seek forward
+    up to `SKIP_BYTES` reads and drops the bytes between; any other seek, and `read_at`,
+    opens pyarrow's random-access file (which keeps the limit above: the readers of the CLI
+    read front to back, and their seeks stay put or go to the end, which `_EndSafeFile` answers
+    without a request)."""
+
+    SKIP_BYTES = 1 << 20
+
+    def __init__(self, filesystem: Any, inner: str) -> None:
+        self._filesystem, self._inner = filesystem, inner
+        info = filesystem.get_file_info(inner)  # releases the GIL
+        if info.size is None:
+            raise FileNotFoundError(errno.ENOENT, "no such object", inner)
+        self._size = int(info.size)
+        self._stream: Any = None
+        self._random: Any = None
+        self._position = 0
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._random.tell() if self._random is not None else self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._random is not None:
+            return self._random.seek(offset, whence)
+        position = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence] + offset
+        if position == self._position:
+            return position
+        if self._position < position <= self._position + self.SKIP_BYTES:
+            self.read(position - self._position)
+            return self._position
+        self._random = self._filesystem.open_input_file(self._inner)
+        self._close_stream()
+        return self._random.seek(position)
+
+    def read(self, nbytes: Optional[int] = None) -> bytes:
+        if self._random is not None:
+            return self._random.read() if nbytes is None or nbytes < 0 else self._random.read(nbytes)
+        if self._stream is None:
+            if self._position:  # pragma: no cover - a stream starts at 0, seeks forward read
+                raise OSError(f"{self._inner}: stream not at 0")
+            self._stream = self._filesystem.open_input_stream(self._inner)
+        data = self._stream.read() if nbytes is None or nbytes < 0 else self._stream.read(nbytes)
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        if self._random is None:
+            self._random = self._filesystem.open_input_file(self._inner)
+        return self._random.read_at(nbytes, offset)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._stream = None
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._close_stream()
+        if self._random is not None:
+            self._random.close()
+            self._random = None
 
 
 @contextlib.contextmanager

@@ -33,13 +33,6 @@ def stalled(gcs, gcs_server, tmp_path):
         proxy.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 34 item 6, gs://): the stalled download holds the process ~240 s (google-cloud-cpp's "
-    "download stall timeout, 2 x 120 s, which pyarrow's GcsOptions do not expose) and ends with 'I/O operation on "
-    "closed file', not the bounded error: the thread-based bound never gets control back while pyarrow's GCS "
-    "file holds the GIL",
-)
 def test_count_on_gcs_ends_within_its_bound_naming_the_object_and_range(stalled):
     uri, proxy = stalled
     started = time.monotonic()

@@ -113,3 +113,22 @@ def test_fsspec_listed_names_round_trip(tmp_path):
         found = fs.data_files(f"memory://names-{n}/d/")
         assert len(found) == 1 and fs.file_size(found[0]) == len(data)
         assert fs.split_query(found[0])[0] == "memory://" + fs.quote_name(f"names-{n}/{key}")
+
+
+def test_a_question_mark_in_a_glob_bracket_is_the_path_not_the_query():
+    """One rule (CLI, datasets, jobs): the query starts at the first `?` outside a glob's `[...]`."""
+    from tfrecord_beam import fs
+
+    q = "?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert fs.split_query("s3://b/g/q[?]x*.tfrecord" + q) == ("s3://b/g/q[?]x*.tfrecord", q)
+    assert fs.split_query("s3://b/g/q[!?]x.tfrecord" + q) == ("s3://b/g/q[!?]x.tfrecord", q)
+    assert fs.split_query("s3://b/g/q[]?]x.tfrecord") == ("s3://b/g/q[]?]x.tfrecord", "")
+    # an unclosed `[` is a character of the name; a bare `?` starts the query
+    assert fs.split_query("s3://b/a[1.tfrecord" + q) == ("s3://b/a[1.tfrecord", q)
+    assert fs.split_query("s3://b/q?x.tfrecord") == ("s3://b/q", "?x.tfrecord")
+    # a bracket never reaches into the query (an IPv6 endpoint)
+    assert fs.split_query("s3://b/a[1.tfrecord?endpoint_override=[::1]:9000") == (
+        "s3://b/a[1.tfrecord",
+        "?endpoint_override=[::1]:9000",
+    )
+    assert fs.split_query("/local/q?x.tfrecord") == ("/local/q?x.tfrecord", "")

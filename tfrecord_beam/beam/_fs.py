@@ -45,7 +45,7 @@ def _beam(path: str) -> str:
     path = plain(path)
     if not _core_fs.is_remote(path):
         return path
-    if "?" in path:
+    if _core_fs.split_query(path)[1]:  # the core's rule: a `?` in a glob's `[...]` is the path's
         raise ValueError(
             f"{path}: a '?' in a URI starts a query string, which a job's paths do not take (the store's "
             "options are Beam flags such as --s3_endpoint_url); write a '?' of an object name as %3F"

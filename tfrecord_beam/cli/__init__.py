@@ -163,6 +163,27 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run `tfrecord-beam` with `argv` (default: sys.argv[1:]); returns the exit status.
 
+    As the process's command (`argv` None: the console script, `python -m tfrecord_beam[.cli]`),
+    a run that gave up a remote call which is still running in the object store's client (a
+    server trickling a body byte by byte: `_bounded`) ends the process with `os._exit` once its
+    error and output are flushed: an ordinary exit waits for that request in pyarrow's client
+    finalization, for as long as the server keeps trickling (minutes; issue 34 item 6). Called
+    in-process with `argv`, it returns as always.
+    """
+    status = _main(argv)
+    if argv is None and _bounded.abandoned_calls():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+    return status
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
+    """Run `tfrecord-beam` with `argv` (default: sys.argv[1:]); returns the exit status.
+
     `--help` returns 0 and bad arguments return 2 (one line on stderr) instead of raising
     SystemExit, so callers in-process get a status either way. The commands (numpy, the engine)
     load only after the arguments parsed.
