@@ -125,7 +125,7 @@ demo: $(VENV)/.demo-installed
 OLDEST_VENV ?= .venv-oldest
 OLDEST_PINS ?= apache-beam==2.70.0 pyarrow==14.0.2 numpy==1.23.2 protobuf==4.25.0
 OLDEST_TESTS ?= tests/project/test_oldest.py tests/core/test_records.py tests/core/test_example.py tests/core/test_columnar_api.py \
-	tests/core/test_arrow.py tests/beam/test_beam_source.py tests/beam/test_beam_sink.py tests/jobs/test_pipelines_reshard.py \
+	tests/core/test_arrow.py tests/beam/test_beam_source.py tests/beam/test_beam_sink.py tests/beam/test_beam_fs.py tests/jobs/test_pipelines_reshard.py \
 	tests/torch/test_torch_dataset.py
 # the stamp names the pins: changing them remakes the venv
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(shell echo '$(OLDEST_PINS)' | cksum | cut -d' ' -f1)

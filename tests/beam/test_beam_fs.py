@@ -119,3 +119,34 @@ def test_reused_s3_clients_are_per_process_and_client_environment():
     out = zygote.run([sys.executable, "-c", code], env=env, text=True, timeout=120)  # a clean process, forked
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "http://127.0.0.1:2", "0"]
+
+
+def test_delete_dir_on_s3_removes_the_prefix_without_beams_list_prefix_warning(monkeypatch):
+    """Beam 2.70's S3 delete of a prefix goes through its deprecated `S3IO.list_prefix`: every S3
+    job printed `BeamDeprecationWarning: list_prefix is deprecated` (issue 37 item 7; `make
+    test-oldest` runs this file on 2.70). No server: the listing and the deletes are stubbed."""
+    import warnings
+
+    import pytest
+
+    s3io = pytest.importorskip("apache_beam.io.aws.s3io")
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    deleted = []
+
+    def list_files(self, path, with_metadata=False):
+        assert path == "s3://b/stage/"
+        yield ("s3://b/stage/x", (1, 0.0) if with_metadata else 1)
+
+    def delete_files(self, paths, max_batch_size=1000):
+        deleted.extend(paths)
+        return [(p, None) for p in paths]
+
+    monkeypatch.setattr(s3io.S3IO, "list_files", list_files)
+    monkeypatch.setattr(s3io.S3IO, "delete_files", delete_files)
+    _fs.set_options(PipelineOptions(["--s3_region_name=us-east-1", "--s3_endpoint_url=http://127.0.0.1:9"]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fs.delete_dir("s3://b/stage")
+    assert deleted == ["s3://b/stage/x"]
+    assert not [w for w in caught if "list_prefix" in str(w.message)]
