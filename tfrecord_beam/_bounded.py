@@ -118,7 +118,7 @@ def bounded(path: Any, what: str, call: Callable[[], T], timeout: Optional[float
 
 
 def _stalled(path: Any, what: str, seconds: float) -> RemoteTimeoutError:
-    from .fs import split_query  # fs imports this module
+    from ._uri import split_query
 
     name = split_query(os.fspath(path))[0]
     return RemoteTimeoutError(
@@ -138,7 +138,7 @@ def retrying(path: Any, what: str, call: Callable[[], T], timeout: Optional[floa
     import time
 
     from . import _retry
-    from .fs import split_query  # fs imports this module
+    from ._uri import split_query
 
     seconds = remote_timeout() if timeout is None else timeout
     deadline = time.monotonic() + seconds

@@ -42,7 +42,7 @@ _S3_CODE_STATUS = {
 def _spellings(path: str) -> list:
     """Every way `path` (a URI) may appear in a client's message: the URI, its key, its bucket,
     `bucket/key`, its endpoint, each as written and percent-decoded; longest first."""
-    from .fs import split_query  # fs imports this module's users
+    from ._uri import split_query
 
     base, query = split_query(path) if "://" in path else (path, "")
     query = query[1:]
